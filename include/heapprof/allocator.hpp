@@ -1,0 +1,91 @@
+// heapprof: heapprof::allocator<T, Upstream>, a std-conforming allocator that
+// profiles the containers using it, with or without the global operator new
+// replacement.
+//
+// Every allocation is counted exactly once: the upstream runs inside
+// SuppressHooks, so if it reaches a replaced operator new that hook stays
+// silent and this allocator records the allocation itself, with itself as the
+// hook (its caller is the sample's leaf frame).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+
+#include "heapprof/config.hpp"
+#include "heapprof/detail/engine.hpp"
+
+namespace heapprof {
+
+template <class T, class Upstream = std::allocator<T>>
+class allocator {
+  using upstream_traits = std::allocator_traits<Upstream>;
+  static_assert(std::is_same<typename upstream_traits::value_type, T>::value,
+                "Upstream must allocate T (rebind it first)");
+  static_assert(std::is_same<typename upstream_traits::pointer, T*>::value,
+                "heapprof::allocator needs an upstream with raw pointers");
+
+ public:
+  using value_type = T;
+  using upstream_type = Upstream;
+  using pointer = T*;
+  using const_pointer = const T*;
+  using size_type = typename upstream_traits::size_type;
+  using difference_type = typename upstream_traits::difference_type;
+  using propagate_on_container_copy_assignment = typename upstream_traits::propagate_on_container_copy_assignment;
+  using propagate_on_container_move_assignment = typename upstream_traits::propagate_on_container_move_assignment;
+  using propagate_on_container_swap = typename upstream_traits::propagate_on_container_swap;
+  using is_always_equal = typename upstream_traits::is_always_equal;
+
+  template <class U>
+  struct rebind {
+    using other = allocator<U, typename upstream_traits::template rebind_alloc<U>>;
+  };
+
+  allocator() = default;
+  explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
+      : upstream_(upstream) {}
+  template <class U, class UpstreamU>
+  allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
+      : upstream_(other.upstream()) {}
+
+  // noinline: its return address is the sample's leaf (the container code).
+  HEAPPROF_NOINLINE T* allocate(size_type n) {
+    T* p;
+    {
+      detail::SuppressHooks quiet;
+      p = upstream_traits::allocate(upstream_, n);
+    }
+    detail::OnAlloc(p, static_cast<std::size_t>(n) * sizeof(T), __builtin_return_address(0));
+    return p;
+  }
+
+  void deallocate(T* p, size_type n) noexcept {
+    if (p == nullptr) return;
+    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T));  // before the memory is reused
+    detail::SuppressHooks quiet;
+    upstream_traits::deallocate(upstream_, p, n);
+  }
+
+  size_type max_size() const noexcept { return upstream_traits::max_size(upstream_); }
+
+  allocator select_on_container_copy_construction() const {
+    return allocator(upstream_traits::select_on_container_copy_construction(upstream_));
+  }
+
+  const Upstream& upstream() const noexcept { return upstream_; }
+
+  template <class U, class UpstreamU>
+  friend bool operator==(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
+    return a.upstream() == b.upstream();
+  }
+  template <class U, class UpstreamU>
+  friend bool operator!=(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
+    return !(a == b);
+  }
+
+ private:
+  Upstream upstream_;
+};
+
+}  // namespace heapprof

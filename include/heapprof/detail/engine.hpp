@@ -1,0 +1,281 @@
+// heapprof: the sampling engine: what every hooked allocation and free runs.
+//
+//   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
+//     └─ OnAllocSlow (noinline)       register thread / redraw / sample
+//          └─ RecordSample            unwind → bucket → live map
+//   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
+//     └─ OnFreeSlow (noinline)        live map lookup, bucket frees++
+//
+// The fast paths are the few lines below; everything else is out of line.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <ctime>
+#include <malloc.h>
+#include <pthread.h>
+
+#include "heapprof/config.hpp"
+#include "heapprof/detail/arena.hpp"
+#include "heapprof/detail/buckets.hpp"
+#include "heapprof/detail/env_config.hpp"
+#include "heapprof/detail/live_map.hpp"
+#include "heapprof/detail/sampler.hpp"
+#include "heapprof/detail/thread_state.hpp"
+#include "heapprof/detail/unwind_fp.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
+// The epoch tells a thread its countdown was drawn at an older rate.
+constexpr int kRateBits = 40;
+constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
+// With sampling off a thread still looks at the rate every 64 MiB it allocates,
+// so turning sampling on reaches threads whose wake-up poke was lost.
+constexpr std::int64_t kRateRecheckBytes = std::int64_t{1} << 26;
+
+inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
+
+inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
+inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
+
+// The countdown a thread starts with under `rate`.
+inline std::int64_t FreshCountdown(ThreadState& ts, std::uint64_t rate) noexcept {
+  return rate == 0 ? kRateRecheckBytes : DrawSampleDistance(ts.rng, rate);
+}
+
+inline std::atomic<int> g_unwinder{0};  // heapprof::Unwinder as int
+
+// ---- lazy start-up (invariant 2: nothing runs before the first use) ----
+inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
+inline pthread_key_t g_thread_key;
+
+void ApplyRate(std::uint64_t rate) noexcept;
+void OnThreadExit(void* slot) noexcept;
+void ForkPrepare() noexcept;
+void ForkParent() noexcept;
+void ForkChild() noexcept;
+
+inline void EnsureInit() noexcept {
+  if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
+  int expected = 0;
+  if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    ReentrancyGuard guard;
+    pthread_key_create(&g_thread_key, &OnThreadExit);
+    pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
+    if (const char* env = std::getenv("HEAPPROF")) {
+      const EnvConfig cfg = ParseEnvConfig(env);
+      if (cfg.has_rate) ApplyRate(cfg.rate);
+    }
+    g_init_state.store(2, std::memory_order_release);
+    return;
+  }
+  // Another thread is initialising; it allocates nothing through our hooks that
+  // could wait on us, so a short wait is safe. Re-entry on the initialising
+  // thread itself cannot happen: its allocations run under the guard.
+  while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+}
+
+inline void ApplyRate(std::uint64_t rate) noexcept {
+  if (rate > kMaxRate) rate = kMaxRate;
+  std::uint64_t old = g_rate_state.load(std::memory_order_relaxed);
+  while (!g_rate_state.compare_exchange_weak(old, ((EpochOf(old) + 1) << kRateBits) | rate,
+                                             std::memory_order_acq_rel)) {
+  }
+  g_registry.PokeAll();
+}
+
+inline std::uint64_t SeedFor(const void* slot) noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return Mix64(reinterpret_cast<std::uintptr_t>(slot) ^ static_cast<std::uint64_t>(ts.tv_nsec) ^
+               (static_cast<std::uint64_t>(ts.tv_sec) << 32));
+}
+
+// First slow path of a thread: a slot, stack bounds, a countdown.
+HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
+  ReentrancyGuard guard;
+  EnsureInit();
+  ThreadState* ts = g_registry.Acquire();
+  if (ts == nullptr) return nullptr;
+  CurrentStackBounds(ts->stack_lo, ts->stack_hi);
+  ts->rng = SeedFor(ts);
+  const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
+  ts->rate_epoch = EpochOf(state);
+  ts->countdown.store(FreshCountdown(*ts, RateOf(state)), std::memory_order_relaxed);
+  pthread_setspecific(g_thread_key, ts);
+  tls_thread_state = ts;
+  return ts;
+}
+
+inline void OnThreadExit(void* slot) noexcept {
+  tls_thread_flags.exiting = true;
+  tls_thread_state = &g_empty_thread_state;
+  g_registry.Release(static_cast<ThreadState*>(slot));
+}
+
+// Lock order: registry, buckets, live map shards, arena (innermost).
+inline void ForkPrepare() noexcept {
+  g_registry.lock().lock();
+  g_buckets.lock().lock();
+  g_live_map.LockAll();
+  g_arena.lock().lock();
+}
+inline void ForkParent() noexcept {
+  g_arena.lock().unlock();
+  g_live_map.UnlockAll();
+  g_buckets.lock().unlock();
+  g_registry.lock().unlock();
+}
+inline void ForkChild() noexcept { ForkParent(); }
+
+inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
+                         CapturedStack& out) noexcept {
+  auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
+  if (lo < ts.stack_lo) lo = ts.stack_lo;
+  UnwindFramePointers(frame, hook_return, lo, ts.stack_hi, out);
+}
+
+inline const LabelSetData* CurrentSampleLabels() noexcept { return nullptr; }
+
+inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+                         const ThreadState& ts, const void* frame) noexcept {
+  ReentrancyGuard guard;
+  CapturedStack stack;
+  CaptureStack(frame, hook_return, ts, stack);
+  Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
+                                    rate, CurrentSampleLabels());
+  if (b != nullptr && !g_live_map.Insert(p, b)) {
+    // Out of memory for the live map: count it freed now rather than leak it
+    // into the in-use totals forever.
+    b->frees.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+HEAPPROF_NOINLINE inline void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
+  ThreadFlags& flags = tls_thread_flags;
+  if (flags.suppress) return;  // heapprof::allocator counts this one itself
+  ThreadState* ts = tls_thread_state;
+  if (ts == &g_empty_thread_state) {
+    ts = (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
+    if (ts == nullptr) {
+      g_registry.CountUnregisteredAlloc(n);
+      return;
+    }
+  }
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, n);
+  const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
+  const std::uint64_t rate = RateOf(state);
+  std::int64_t left = ts->countdown.load(std::memory_order_relaxed);
+  if (ts->rate_epoch != EpochOf(state)) {
+    // The rate changed: restart the sampling process at the new rate from
+    // this allocation on (memorylessness makes the restart unbiased).
+    ts->rate_epoch = EpochOf(state);
+    left = FreshCountdown(*ts, rate);
+  }
+  left -= static_cast<std::int64_t>(n);
+  if (left > 0) {
+    ts->countdown.store(left, std::memory_order_relaxed);
+    return;
+  }
+  ts->countdown.store(FreshCountdown(*ts, rate), std::memory_order_relaxed);
+  if (rate == 0 || flags.guard != 0) return;  // off, or the profiler's own allocation
+  RecordSample(p, n, rate, hook_return, *ts, __builtin_frame_address(0));
+}
+
+HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept {
+  ThreadFlags& flags = tls_thread_flags;
+  if (flags.suppress) return;
+  // Even under the guard: a sampled object's free must never be lost.
+  if (g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) {
+    if (Bucket* b = g_live_map.Remove(p)) {
+      b->frees.fetch_add(1, std::memory_order_relaxed);
+      if (!sized) n = b->size;
+      sized = true;
+    }
+  }
+  if (!sized) n = malloc_usable_size(p);
+  ThreadState* ts = tls_thread_state;
+  if (ts == &g_empty_thread_state) {
+    ts = (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
+    if (ts == nullptr) {
+      g_registry.CountUnregisteredFree(n);
+      return;
+    }
+  }
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, n);
+}
+
+// ---------------------------------------------------------------- fast paths
+
+// After a successful allocation of `n` bytes at `p`. `hook_return` is the
+// return address of the hook function: the leaf frame of the sample.
+HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_return) noexcept {
+  ThreadState* ts = tls_thread_state;
+  const std::int64_t left = ts->countdown.load(std::memory_order_relaxed) - static_cast<std::int64_t>(n);
+  if (HEAPPROF_UNLIKELY(left <= 0)) {
+    OnAllocSlow(p, n, hook_return);
+    return;
+  }
+  ts->countdown.store(left, std::memory_order_relaxed);
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, n);
+}
+
+// Before `p` (of `n` bytes) goes back to the allocator. Must run before the
+// memory is released: afterwards malloc may hand the address to another thread.
+HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY((g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) |
+                        (ts == &g_empty_thread_state))) {
+    OnFreeSlow(p, n, true);
+    return;
+  }
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, n);
+}
+
+// Unsized operator delete: the caller did not say how big the object was.
+// malloc_usable_size is the allocator's own answer (>= the requested size);
+// programs built with sized deallocation (GCC's default) never come here.
+HEAPPROF_ALWAYS_INLINE void OnFreeUnsized(void* p) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY((g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) |
+                        (ts == &g_empty_thread_state))) {
+    OnFreeSlow(p, 0, false);
+    return;
+  }
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, malloc_usable_size(p));
+}
+
+// heapprof::allocator calls its upstream inside this scope: any operator new or
+// delete that the upstream reaches is not counted a second time. The fast paths
+// stay unchanged: the thread is pointed at the empty state, which sends them to
+// the slow path, which sees `suppress` and returns.
+class SuppressHooks {
+ public:
+  SuppressHooks() noexcept
+      : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+    tls_thread_flags.suppress = true;
+    tls_thread_state = &g_empty_thread_state;
+  }
+  ~SuppressHooks() {
+    tls_thread_state = saved_state_;
+    tls_thread_flags.suppress = saved_suppress_;
+  }
+  SuppressHooks(const SuppressHooks&) = delete;
+  SuppressHooks& operator=(const SuppressHooks&) = delete;
+
+ private:
+  ThreadState* saved_state_;
+  bool saved_suppress_;
+};
+
+}  // namespace detail
+}  // namespace heapprof

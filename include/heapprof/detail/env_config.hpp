@@ -1,0 +1,94 @@
+// heapprof: the HEAPPROF environment variable, read once at start-up.
+// Format (like jemalloc's MALLOC_CONF): comma-separated key=value pairs, e.g.
+//   HEAPPROF=rate=512k
+// An unknown key or a bad value is reported on one stderr line and ignored;
+// the other pairs still apply and nothing aborts. Parsing allocates nothing:
+// it runs from inside the first operator new.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <unistd.h>
+
+namespace heapprof {
+namespace detail {
+
+// "4096", "512k", "1m", "2g" (suffix case-insensitive, powers of 1024).
+inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
+  if (text.empty()) return false;
+  std::uint64_t shift = 0;
+  switch (text.back()) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    default: break;
+  }
+  if (shift != 0) text.remove_suffix(1);
+  if (text.empty()) return false;
+  std::uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    if (value > (UINT64_MAX - 9) / 10) return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (shift != 0 && value > (UINT64_MAX >> shift)) return false;
+  out = value << shift;
+  return true;
+}
+
+// One line to stderr with write(2): no stdio buffer, no allocation.
+inline void ReportConfigProblem(std::string_view what, std::string_view item) noexcept {
+  char line[256];
+  std::size_t n = 0;
+  auto put = [&](std::string_view s) {
+    const std::size_t k = s.size() < sizeof line - 1 - n ? s.size() : sizeof line - 1 - n;
+    std::memcpy(line + n, s.data(), k);
+    n += k;
+  };
+  put("heapprof: HEAPPROF: ");
+  put(what);
+  put(" '");
+  put(item.size() > 100 ? item.substr(0, 100) : item);
+  put("' ignored\n");
+  ssize_t ignored = write(2, line, n);
+  (void)ignored;
+}
+
+struct EnvConfig {
+  bool has_rate = false;
+  std::uint64_t rate = 0;
+};
+
+// Splits `text` into pairs and applies the known keys; reports the rest.
+inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
+  EnvConfig cfg;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view pair = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (pair.empty()) continue;
+    const std::size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      ReportConfigProblem("expected key=value, got", pair);
+      continue;
+    }
+    const std::string_view key = pair.substr(0, eq);
+    const std::string_view value = pair.substr(eq + 1);
+    if (key == "rate") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v)) {
+        cfg.has_rate = true;
+        cfg.rate = v;
+      } else {
+        ReportConfigProblem("bad value for rate (bytes, optional k/m/g suffix):", value);
+      }
+    } else {
+      ReportConfigProblem("unknown key", key);
+    }
+  }
+  return cfg;
+}
+
+}  // namespace detail
+}  // namespace heapprof

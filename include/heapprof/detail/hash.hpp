@@ -1,0 +1,43 @@
+// heapprof: hashing for the engine's tables.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace heapprof {
+namespace detail {
+
+// A strong 64-bit mix (the splitmix64 finaliser): the tables use the low bits.
+inline std::uint64_t Mix64(std::uint64_t x) noexcept {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+inline std::uint64_t HashCombine(std::uint64_t seed, std::uint64_t value) noexcept {
+  return Mix64(seed ^ (value + 0x9E3779B97F4A7C15ull + (seed << 6) + (seed >> 2)));
+}
+
+inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::uint64_t seed) noexcept {
+  std::uint64_t h = seed;
+  for (std::size_t i = 0; i < n; ++i) h = HashCombine(h, words[i]);
+  return h;
+}
+
+inline std::uint64_t HashBytes(const char* data, std::size_t n, std::uint64_t seed) noexcept {
+  std::uint64_t h = seed ^ n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    __builtin_memcpy(&w, data + i, 8);
+    h = HashCombine(h, w);
+  }
+  std::uint64_t tail = 0;
+  for (std::size_t k = 0; i < n; ++i, ++k) tail |= std::uint64_t{static_cast<unsigned char>(data[i])} << (8 * k);
+  return HashCombine(h, tail);
+}
+
+}  // namespace detail
+}  // namespace heapprof

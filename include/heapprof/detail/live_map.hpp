@@ -1,0 +1,180 @@
+// heapprof: sampled objects that are still live, found again on free.
+//
+// Two parts:
+//  - the free filter: 2^16 counters indexed by a hash of the pointer; a counter
+//    is the number of live sampled objects hashing there. An unsampled free
+//    reads one counter, sees 0 and is done (one load and a branch). Counters
+//    change only under the owning shard's lock; one that reaches 0xFFFF sticks
+//    there (it only costs lookups, never a missed free).
+//  - the map: pointer -> bucket, split into shards by the same hash so threads
+//    freeing different objects rarely meet on a lock. Open addressing with
+//    backward-shift deletion: no tombstones, so a long-running process never
+//    degrades.
+//
+// Exactness: on_free runs before the memory goes back to malloc, so an address
+// is always removed before malloc can hand it out (and sample it) again.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "heapprof/config.hpp"
+#include "heapprof/detail/arena.hpp"
+#include "heapprof/detail/buckets.hpp"
+#include "heapprof/detail/spinlock.hpp"
+
+namespace heapprof {
+namespace detail {
+
+constexpr int kFreeFilterBits = 16;
+constexpr int kLiveShardBits = 6;
+
+// Fibonacci hashing: the top bits of p * 2^64/phi spread neighbouring,
+// 16-byte-aligned pointers over the whole table.
+HEAPPROF_ALWAYS_INLINE std::uint64_t PointerHash(const void* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull;
+}
+HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
+  return static_cast<std::size_t>(PointerHash(p) >> (64 - kFreeFilterBits));
+}
+
+inline std::atomic<std::uint16_t> g_free_filter[std::size_t{1} << kFreeFilterBits];
+
+class LiveMap {
+ public:
+  constexpr LiveMap() noexcept = default;
+
+  // Remembers a sampled object. An address still present means its free was
+  // never seen (memory released behind our back, e.g. by free()): the old entry
+  // is retired as freed and replaced. False when out of memory (sample dropped).
+  bool Insert(const void* p, Bucket* bucket) noexcept {
+    Shard& s = ShardOf(p);
+    LockGuard hold(s.lock);
+    const auto key = reinterpret_cast<std::uintptr_t>(p);
+    if ((s.size + 1) * 4 > s.Capacity() * 3 && !s.Grow()) return false;
+    std::size_t i = s.Home(key);
+    for (;; i = (i + 1) & s.mask) {
+      Entry& e = s.entries[i];
+      if (e.key == 0) break;
+      if (e.key == key) {
+        e.bucket->frees.fetch_add(1, std::memory_order_relaxed);
+        e.bucket = bucket;
+        return true;
+      }
+    }
+    s.entries[i] = Entry{key, bucket};
+    ++s.size;
+    live_.fetch_add(1, std::memory_order_relaxed);
+    FilterAdd(p, +1);
+    return true;
+  }
+
+  // The bucket of a sampled object being freed (removed from the map), or
+  // nullptr if `p` was not sampled.
+  Bucket* Remove(const void* p) noexcept {
+    Shard& s = ShardOf(p);
+    LockGuard hold(s.lock);
+    if (s.entries == nullptr) return nullptr;
+    const auto key = reinterpret_cast<std::uintptr_t>(p);
+    std::size_t i = s.Home(key);
+    for (;; i = (i + 1) & s.mask) {
+      if (s.entries[i].key == 0) return nullptr;
+      if (s.entries[i].key == key) break;
+    }
+    Bucket* bucket = s.entries[i].bucket;
+    // Backward-shift: pull later members of the probe run into the hole.
+    for (std::size_t hole = i, j = (i + 1) & s.mask;; j = (j + 1) & s.mask) {
+      const Entry e = s.entries[j];
+      if (e.key == 0) {
+        s.entries[hole] = Entry{};
+        break;
+      }
+      const std::size_t home = s.Home(e.key);
+      // Move e if its home is not cyclically within (hole, j].
+      if (((j - home) & s.mask) >= ((j - hole) & s.mask)) {
+        s.entries[hole] = e;
+        hole = j;
+      }
+    }
+    --s.size;
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    FilterAdd(p, -1);
+    return bucket;
+  }
+
+  std::uint64_t LiveCount() const noexcept { return live_.load(std::memory_order_relaxed); }
+
+  std::size_t MemoryBytes() noexcept {
+    std::size_t total = 0;
+    for (Shard& s : shards_) {
+      LockGuard hold(s.lock);
+      total += s.Capacity() * sizeof(Entry);
+    }
+    return total;
+  }
+
+  void LockAll() noexcept {
+    for (Shard& s : shards_) s.lock.lock();
+  }
+  void UnlockAll() noexcept {
+    for (Shard& s : shards_) s.lock.unlock();
+  }
+
+ private:
+  struct Entry {
+    std::uintptr_t key = 0;  // 0 = empty: operator new never returns null on success
+    Bucket* bucket = nullptr;
+  };
+
+  struct alignas(64) Shard {
+    SpinLock lock;
+    Entry* entries = nullptr;
+    std::size_t mask = 0;
+    std::size_t size = 0;
+
+    std::size_t Capacity() const noexcept { return entries == nullptr ? 0 : mask + 1; }
+    // Bits below the shard prefix, so a shard's keys spread over its table.
+    std::size_t Home(std::uintptr_t key) const noexcept {
+      return static_cast<std::size_t>(PointerHash(reinterpret_cast<const void*>(key)) >> 8) & mask;
+    }
+    bool Grow() noexcept {
+      const std::size_t old_cap = Capacity();
+      const std::size_t new_cap = old_cap == 0 ? 64 : old_cap * 2;
+      auto* fresh = static_cast<Entry*>(g_arena.Allocate(new_cap * sizeof(Entry)));
+      if (fresh == nullptr) return false;
+      Entry* old = entries;
+      entries = fresh;
+      mask = new_cap - 1;
+      for (std::size_t i = 0; i < old_cap; ++i) {
+        if (old[i].key == 0) continue;
+        std::size_t j = Home(old[i].key);
+        while (entries[j].key != 0) j = (j + 1) & mask;
+        entries[j] = old[i];
+      }
+      g_arena.Free(old, old_cap * sizeof(Entry));
+      return true;
+    }
+  };
+
+  Shard& ShardOf(const void* p) noexcept {
+    // The top bits, a prefix of the filter index: all pointers sharing a filter
+    // counter share a shard, so the counter only ever changes under one lock.
+    return shards_[PointerHash(p) >> (64 - kLiveShardBits)];
+  }
+
+  static void FilterAdd(const void* p, int delta) noexcept {
+    std::atomic<std::uint16_t>& c = g_free_filter[FreeFilterIndex(p)];
+    const std::uint16_t v = c.load(std::memory_order_relaxed);
+    if (v == 0xFFFF) return;  // saturated: stays "maybe sampled" for good
+    c.store(static_cast<std::uint16_t>(v + delta), std::memory_order_relaxed);
+  }
+
+  Shard shards_[std::size_t{1} << kLiveShardBits];
+  std::atomic<std::uint64_t> live_{0};
+};
+
+inline LiveMap g_live_map;
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,172 @@
+// heapprof: replacement global operator new/delete, every replaceable form.
+// Included by <heapprof.hpp> only when HEAPPROF_REPLACE_NEW_DELETE is defined,
+// which a program does in exactly one translation unit (these are ordinary,
+// non-inline definitions: a second copy is a link error, as it should be).
+//
+// Behaviour is the standard library's (invariant 6): the new_handler loop and
+// std::bad_alloc, nullptr from the nothrow forms, alignment honoured. Each
+// function allocates, then calls the inline fast path: the hook adds a load,
+// a subtract, a branch and three stores to the allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+#include "heapprof/detail/engine.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// malloc, then the standard's retry loop: call the new_handler until it
+// throws or malloc succeeds; no handler means bad_alloc.
+HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
+  if (n == 0) n = 1;  // every new returns a distinct pointer
+  for (;;) {
+    if (void* p = std::malloc(n)) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+HEAPPROF_ALWAYS_INLINE void* AllocateAlignedOrThrow(std::size_t n, std::align_val_t al) {
+  std::size_t align = static_cast<std::size_t>(al);
+  if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
+  if (n == 0) n = 1;
+  for (;;) {
+    void* p = nullptr;
+    if (posix_memalign(&p, align, n) == 0) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
+  try {
+    return AllocateOrThrow(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_val_t al) noexcept {
+  try {
+    return AllocateAlignedOrThrow(n, al);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace detail
+}  // namespace heapprof
+
+// The hook's return address is the leaf frame of the sample.
+#define HEAPPROF_DETAIL_RETURN_ADDRESS __builtin_return_address(0)
+
+void* operator new(std::size_t n) {
+  void* p = heapprof::detail::AllocateOrThrow(n);
+  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new[](std::size_t n) {
+  void* p = heapprof::detail::AllocateOrThrow(n);
+  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  void* p = heapprof::detail::AllocateNoThrow(n);
+  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  void* p = heapprof::detail::AllocateNoThrow(n);
+  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new(std::size_t n, std::align_val_t al) {
+  void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
+  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new[](std::size_t n, std::align_val_t al) {
+  void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
+  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
+  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
+  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  return p;
+}
+
+#undef HEAPPROF_DETAIL_RETURN_ADDRESS
+
+// Unsized forms learn the size from the live map (sampled objects) or from
+// malloc_usable_size; sized forms trust the caller, as the standard lets them.
+void operator delete(void* p) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFree(p, n);
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFree(p, n);
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFree(p, n);
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFree(p, n);
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  if (p == nullptr) return;
+  heapprof::detail::OnFreeUnsized(p);
+  std::free(p);
+}

@@ -1,0 +1,121 @@
+// Scenarios that need a process of their own, run by re-executing the hooked
+// test binary with HEAPPROF_TEST_CHILD=<name>. Each returns the exit status the
+// parent test checks; a failure after main returns uses _exit with a code.
+#pragma once
+
+#include <heapprof.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace heapprof_test {
+
+inline void* volatile g_child_sink;
+
+// ---- static_exit: allocations before main and in static destructors ----
+__attribute__((noinline)) inline void EarlyAllocatorBeforeMain() {
+  for (int i = 0; i < 10; ++i) {
+    g_child_sink = new char[333];  // deliberately live until exit
+  }
+}
+
+__attribute__((noinline)) inline void LateAllocatorAtExit() {
+  for (int i = 0; i < 7; ++i) {
+    char* p = new char[4444];
+    g_child_sink = p;
+    if (i < 3) delete[] p;  // 4 stay live
+  }
+}
+
+struct StaticLifetimeProbe {
+  StaticLifetimeProbe() {
+    if (std::getenv("HEAPPROF_TEST_CHILD") != nullptr &&
+        std::strcmp(std::getenv("HEAPPROF_TEST_CHILD"), "static_exit") == 0) {
+      active = true;
+      EarlyAllocatorBeforeMain();
+    }
+  }
+  ~StaticLifetimeProbe() {
+    if (!active) return;
+    const heapprof::Stats before = heapprof::GetStats();
+    LateAllocatorAtExit();
+    const heapprof::Stats after = heapprof::GetStats();
+    if (after.alloc_objects - before.alloc_objects != 7) _exit(41);
+    if (after.free_objects - before.free_objects != 3) _exit(42);
+    const char* out = std::getenv("HEAPPROF_TEST_OUT");
+    std::ofstream f(std::string(out) + ".exit", std::ios::binary);
+    if (!heapprof::WriteHeapProfile(f)) _exit(43);
+  }
+  bool active = false;
+};
+inline StaticLifetimeProbe g_static_lifetime_probe;
+
+inline int RunStaticExit() {
+  std::ofstream f(std::string(std::getenv("HEAPPROF_TEST_OUT")) + ".main", std::ios::binary);
+  return heapprof::WriteHeapProfile(f) ? 0 : 1;
+}
+
+// ---- fork: fork while other threads allocate and one writes profiles ----
+__attribute__((noinline)) inline void ChildSideAllocator() {
+  for (int i = 0; i < 100; ++i) {
+    std::string* s = new std::string(1000, 'x');
+    g_child_sink = s;
+    delete s;
+  }
+}
+
+inline int RunFork() {
+  heapprof::SetSampleRate(4096);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&stop] {
+      while (!stop.load()) {
+        std::vector<std::string> v(50, std::string(200, 'y'));
+        g_child_sink = &v;
+      }
+    });
+  }
+  threads.emplace_back([&stop] {
+    while (!stop.load()) {
+      std::ofstream devnull("/dev/null", std::ios::binary);
+      heapprof::WriteHeapProfile(devnull);
+    }
+  });
+  int failures = 0;
+  for (int round = 0; round < 20; ++round) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);  // a deadlock becomes a SIGALRM death the parent sees
+      ChildSideAllocator();
+      std::ofstream f("/dev/null", std::ios::binary);
+      _exit(heapprof::WriteHeapProfile(f) ? 0 : 3);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+  }
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  return failures == 0 ? 0 : 10 + failures;
+}
+
+inline int RunChild(const char* name) {
+  if (std::strcmp(name, "print_rate") == 0) {
+    std::printf("rate=%zu\n", heapprof::GetSampleRate());
+    return 0;
+  }
+  if (std::strcmp(name, "static_exit") == 0) return RunStaticExit();
+  if (std::strcmp(name, "fork") == 0) return RunFork();
+  std::fprintf(stderr, "unknown HEAPPROF_TEST_CHILD %s\n", name);
+  return 2;
+}
+
+}  // namespace heapprof_test

@@ -1,0 +1,67 @@
+// Scenarios that need their own process (see child_scenarios.hpp).
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "support/profile_io.hpp"
+
+namespace {
+
+int RunSelf(const std::string& env, std::string& output) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return -1;
+  return heapprof_test::RunCommand(env + " " + std::string(exe, static_cast<std::size_t>(n)), output);
+}
+
+bool ReadProfileFile(const std::string& path, heapprof_test::Profile& p) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string raw;
+  return heapprof_test::Gunzip(ss.str(), raw) && heapprof_test::DecodeProfile(raw, p);
+}
+
+}  // namespace
+
+TEST_CASE("allocations before main and in static destructors are recorded") {
+  using namespace heapprof_test;
+  const std::string out = TempPath("");
+  std::string output;
+  const int rc = RunSelf("HEAPPROF=rate=1 HEAPPROF_TEST_CHILD=static_exit HEAPPROF_TEST_OUT=" + out, output);
+  INFO(output);
+  REQUIRE(rc == 0);
+  Profile at_main, at_exit;
+  REQUIRE(ReadProfileFile(out + ".main", at_main));
+  REQUIRE(ReadProfileFile(out + ".exit", at_exit));
+  CHECK(at_main.period == 1);  // HEAPPROF=rate=1 applied at the first allocation
+  CHECK(SumForLeaf(at_main, "EarlyAllocatorBeforeMain", "inuse_objects") == 10);
+  CHECK(SumForLeaf(at_main, "EarlyAllocatorBeforeMain", "inuse_space") == 3330);
+  CHECK(SumForLeaf(at_exit, "LateAllocatorAtExit", "alloc_objects") == 7);
+  CHECK(SumForLeaf(at_exit, "LateAllocatorAtExit", "inuse_space") == 4 * 4444);
+  std::remove(out.c_str());
+  std::remove((out + ".main").c_str());
+  std::remove((out + ".exit").c_str());
+}
+
+TEST_CASE("fork while threads allocate and a profile is being written: the child allocates and writes") {
+  std::string output;
+  const int rc = RunSelf("HEAPPROF_TEST_CHILD=fork", output);
+  INFO(output);
+  CHECK(rc == 0);
+}
+
+TEST_CASE("HEAPPROF: bad keys and values are reported on one line each and ignored") {
+  std::string output;
+  const int rc = RunSelf("HEAPPROF='bogus=1,rate=12q,rate=64k,novalue' HEAPPROF_TEST_CHILD=print_rate", output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("heapprof: HEAPPROF: unknown key 'bogus' ignored") != std::string::npos);
+  CHECK(output.find("'12q' ignored") != std::string::npos);
+  CHECK(output.find("'novalue' ignored") != std::string::npos);
+  CHECK(output.find("rate=65536") != std::string::npos);  // the good pair still applied
+}

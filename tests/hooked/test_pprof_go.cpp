@@ -1,0 +1,94 @@
+// The real reader: `go tool pprof` (Debian's golang-go) must read our profiles.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include "support/profile_io.hpp"
+
+namespace {
+
+void* g_keep[64];
+
+__attribute__((noinline)) void GoPprofVisibleLeaf() {
+  for (int i = 0; i < 64; ++i) g_keep[i] = new char[1000];
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+TEST_CASE("go tool pprof reads our profiles (-raw, -top, -traces)") {
+  using namespace heapprof_test;
+  if (GoBinary().empty()) {
+    MESSAGE("go not installed (Debian golang-go): skipped");
+    return;
+  }
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  GoPprofVisibleLeaf();
+  std::string gz;
+  Profile p;
+  REQUIRE(CaptureProfile(p, false, &gz));
+  const std::string path = TempPath(".pb.gz");
+  REQUIRE(WriteFile(path, gz));
+
+  std::string out;
+  int rc = GoPprof("-raw", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("PeriodType: space bytes") != std::string::npos);
+  CHECK(out.find("alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes") !=
+        std::string::npos);
+  CHECK(out.find("GoPprofVisibleLeaf") != std::string::npos);
+  CHECK(out.find("64      64000         64      64000") != std::string::npos);  // the sample's values
+  CHECK(out.find("bytes:[1000 bytes]") != std::string::npos);                          // numeric label
+
+  rc = GoPprof("-top -nodecount=200 -sample_index=inuse_space", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("GoPprofVisibleLeaf") != std::string::npos);
+  CHECK(out.find("Type: inuse_space") != std::string::npos);
+
+  // Filtering on the numeric label works as for Go's own heap profiles.
+  rc = GoPprof("-top -tagfocus=bytes=1000B -sample_index=alloc_objects", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("GoPprofVisibleLeaf") != std::string::npos);
+
+  // The allocs variant opens on alloc_space.
+  std::ostringstream allocs;
+  REQUIRE(heapprof::WriteAllocsProfile(allocs));
+  const std::string allocs_path = TempPath(".pb.gz");
+  REQUIRE(WriteFile(allocs_path, allocs.str()));
+  rc = GoPprof("-top", allocs_path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("Type: alloc_space") != std::string::npos);
+
+  for (void* q : g_keep) delete[] static_cast<char*>(q);
+  std::remove(path.c_str());
+  std::remove(allocs_path.c_str());
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("gzip: the system gzip reads our profile and we stay within 1.3x of gzip -1") {
+  using namespace heapprof_test;
+  std::string gz;
+  Profile p;
+  REQUIRE(CaptureProfile(p, false, &gz));
+  std::string raw;
+  REQUIRE(Gunzip(gz, raw));
+  const std::string gz_path = TempPath(".gz");
+  REQUIRE(WriteFile(gz_path, gz));
+  std::string out;
+  if (RunCommand("gzip -t " + gz_path, out) != 0) {
+    FAIL("gzip -t rejected our output: " << out);
+  }
+  const std::string raw_path = TempPath(".pb");
+  REQUIRE(WriteFile(raw_path, raw));
+  REQUIRE(RunCommand("gzip -1 -c " + raw_path + " | wc -c", out) == 0);
+  const double gzip1 = std::stod(out);
+  MESSAGE("profile: raw " << raw.size() << " B, ours " << gz.size() << " B, gzip -1 " << gzip1 << " B");
+  CHECK(static_cast<double>(gz.size()) <= 1.3 * gzip1);
+  std::remove(gz_path.c_str());
+  std::remove(raw_path.c_str());
+}

@@ -1,0 +1,131 @@
+// Rate 1 records every allocation: totals must match to the byte and object,
+// per stack, in the profile and in Stats.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include "support/profile_io.hpp"
+
+namespace {
+
+void* g_a[300];
+void* g_b[200];
+
+// noinline + a store after the call: no inlining, no tail call, so each is a
+// real frame whose return address sits in the caller.
+__attribute__((noinline)) void RateOneLeafA(int n) {
+  for (int i = 0; i < n; ++i) g_a[i] = new char[100];
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void RateOneLeafB(int n) {
+  for (int i = 0; i < n; ++i) g_b[i] = ::operator new(200);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void RateOneMiddle() {
+  RateOneLeafA(300);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void RateOneOuter() {
+  RateOneMiddle();
+  RateOneLeafB(200);
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+TEST_CASE("rate 1: every total exact to the byte and object, per stack") {
+  using namespace heapprof_test;
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+
+  const heapprof::Stats s0 = heapprof::GetStats();
+  RateOneOuter();
+  for (int i = 0; i < 100; ++i) delete[] static_cast<char*>(g_a[i]);                  // unsized delete[]
+  for (int i = 0; i < 50; ++i) ::operator delete(g_b[i], 200);    // sized delete
+  const heapprof::Stats s1 = heapprof::GetStats();
+
+  CHECK(s1.alloc_objects - s0.alloc_objects == 500);
+  CHECK(s1.alloc_bytes - s0.alloc_bytes == 300 * 100 + 200 * 200);
+  CHECK(s1.free_objects - s0.free_objects == 150);
+  CHECK(s1.free_bytes - s0.free_bytes == 100 * 100 + 50 * 200);
+  CHECK(s1.sampled_live_objects - s0.sampled_live_objects == 350);
+  CHECK(s1.live_objects - s0.live_objects == 350);
+
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(Validate(p, &why), why);
+  CHECK(p.period == 1);
+  CHECK(SumForLeaf(p, "RateOneLeafA", "alloc_objects") == 300);
+  CHECK(SumForLeaf(p, "RateOneLeafA", "alloc_space") == 30000);
+  CHECK(SumForLeaf(p, "RateOneLeafA", "inuse_objects") == 200);
+  CHECK(SumForLeaf(p, "RateOneLeafA", "inuse_space") == 20000);
+  CHECK(SumForLeaf(p, "RateOneLeafB", "alloc_objects") == 200);
+  CHECK(SumForLeaf(p, "RateOneLeafB", "alloc_space") == 40000);
+  CHECK(SumForLeaf(p, "RateOneLeafB", "inuse_objects") == 150);
+  CHECK(SumForLeaf(p, "RateOneLeafB", "inuse_space") == 30000);
+
+  // The stack: leaf is the caller of operator new, then its callers in order;
+  // no heapprof frame and no operator new anywhere in it.
+  bool found = false;
+  for (const Sample& s : p.samples) {
+    const std::vector<std::string> names = FunctionNames(p, s);
+    if (names.empty() || names[0].find("RateOneLeafA") == std::string::npos) continue;
+    found = true;
+    REQUIRE(names.size() >= 3);
+    CHECK(names[1].find("RateOneMiddle") != std::string::npos);
+    CHECK(names[2].find("RateOneOuter") != std::string::npos);
+    for (const std::string& n : names) {
+      CHECK(n.find("heapprof::detail") == std::string::npos);
+      CHECK(n.find("operator new") == std::string::npos);
+    }
+    // The numeric label "bytes" carries the object size.
+    bool has_bytes_label = false;
+    for (const Label& l : s.labels) {
+      if (l.key == "bytes") {
+        has_bytes_label = true;
+        CHECK(l.num == 100);
+        CHECK(l.num_unit == "bytes");
+      }
+    }
+    CHECK(has_bytes_label);
+  }
+  CHECK(found);
+
+  for (int i = 100; i < 300; ++i) delete[] static_cast<char*>(g_a[i]);
+  for (int i = 50; i < 200; ++i) ::operator delete(g_b[i], 200);
+  Profile after;
+  REQUIRE(CaptureProfile(after));
+  CHECK(SumForLeaf(after, "RateOneLeafA", "inuse_objects") == 0);
+  CHECK(SumForLeaf(after, "RateOneLeafB", "inuse_space") == 0);
+  CHECK(SumForLeaf(after, "RateOneLeafA", "alloc_objects") == 300);  // cumulative
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("profile metadata: sample types, period type, default sample type") {
+  using namespace heapprof_test;
+  Profile heap, allocs;
+  REQUIRE(CaptureProfile(heap, false));
+  REQUIRE(CaptureProfile(allocs, true));
+  REQUIRE(heap.sample_types.size() == 4);
+  const char* types[] = {"alloc_objects", "alloc_space", "inuse_objects", "inuse_space"};
+  const char* units[] = {"count", "bytes", "count", "bytes"};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(heap.sample_types[i].type == types[i]);
+    CHECK(heap.sample_types[i].unit == units[i]);
+  }
+  CHECK(heap.period_type.type == "space");
+  CHECK(heap.period_type.unit == "bytes");
+  CHECK(heap.period == static_cast<std::int64_t>(heapprof::GetSampleRate()));
+  CHECK(heap.time_nanos > 1600000000LL * 1000000000LL);
+  CHECK(heap.default_sample_type.empty());
+  CHECK(allocs.default_sample_type == "alloc_space");
+  // The main program is the first mapping and carries its build id.
+  REQUIRE(!heap.mappings.empty());
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  REQUIRE(n > 0);
+  CHECK(heap.mappings[0].filename == std::string(exe, static_cast<std::size_t>(n)));
+  CHECK(!heap.mappings[0].build_id.empty());
+  CHECK(heap.mappings[0].has_functions);
+}

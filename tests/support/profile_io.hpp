@@ -1,0 +1,100 @@
+// Test helpers: write a profile through the public API, read it back with our
+// inflater and decoder, and run the real `go tool pprof` on it.
+#pragma once
+
+#include <heapprof.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "support/inflate.hpp"
+#include "support/profile_decoder.hpp"
+
+namespace heapprof_test {
+
+// Writes with WriteHeapProfile (or WriteAllocsProfile), gunzips, decodes.
+inline bool CaptureProfile(Profile& out, bool allocs = false, std::string* gz_bytes = nullptr,
+                           std::string* why = nullptr) {
+  std::ostringstream os;
+  const bool ok = allocs ? heapprof::WriteAllocsProfile(os) : heapprof::WriteHeapProfile(os);
+  if (!ok) {
+    if (why) *why = "Write*Profile returned false";
+    return false;
+  }
+  const std::string gz = os.str();
+  if (gz_bytes) *gz_bytes = gz;
+  std::string raw;
+  if (!Gunzip(gz, raw)) {
+    if (why) *why = "our gunzip rejected the profile";
+    return false;
+  }
+  return DecodeProfile(raw, out, why);
+}
+
+// Index of a sample type by name, or -1.
+inline int SampleTypeIndex(const Profile& p, const std::string& type) {
+  for (std::size_t i = 0; i < p.sample_types.size(); ++i) {
+    if (p.sample_types[i].type == type) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Sums values[index] over samples whose leaf function name contains `leaf`.
+inline std::int64_t SumForLeaf(const Profile& p, const std::string& leaf, const std::string& type) {
+  const int idx = SampleTypeIndex(p, type);
+  std::int64_t total = 0;
+  for (const Sample& s : p.samples) {
+    const std::vector<std::string> names = FunctionNames(p, s);
+    if (!names.empty() && names[0].find(leaf) != std::string::npos) total += s.values.at(idx);
+  }
+  return total;
+}
+
+// Path of the go binary, or "" when Go is not installed.
+inline std::string GoBinary() {
+  for (const char* candidate : {"/usr/lib/go/bin/go", "/usr/bin/go", "/usr/local/go/bin/go"}) {
+    if (access(candidate, X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// Runs a shell command, returns its stdout (stderr merged) and exit status.
+inline int RunCommand(const std::string& cmd, std::string& output) {
+  output.clear();
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) output.append(buf, n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A unique temp file path (the file is created empty).
+inline std::string TempPath(const std::string& suffix) {
+  std::string tmpl = "/tmp/heapprof_test_XXXXXX" + suffix;
+  const int fd = mkstemps(&tmpl[0], static_cast<int>(suffix.size()));
+  if (fd >= 0) close(fd);
+  return tmpl;
+}
+
+inline bool WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(f);
+}
+
+// `go tool pprof <args> <file>` with a private GOCACHE; "" go means skip.
+inline int GoPprof(const std::string& args, const std::string& file, std::string& output) {
+  const std::string go = GoBinary();
+  if (go.empty()) return -2;
+  const char* cache = std::getenv("GOCACHE");
+  const std::string env = cache ? "" : "GOCACHE=/tmp/heapprof-gocache HOME=${HOME:-/tmp} ";
+  return RunCommand(env + go + " tool pprof " + args + " " + file, output);
+}
+
+}  // namespace heapprof_test
