@@ -5,6 +5,7 @@
 //   ...
 //   std::ofstream f("heap.pb.gz", std::ios::binary);
 //   heapprof::WriteHeapProfile(f);       // go tool pprof -http=: ./app heap.pb.gz
+//   heapprof::ScopedLabels req{{"endpoint", "/search"}};  // per-request attribution
 //
 // Without HEAPPROF_REPLACE_NEW_DELETE this header adds no hook and no cost;
 // heapprof::allocator still profiles the containers that use it.
@@ -12,6 +13,7 @@
 
 #include "heapprof/config.hpp"
 #include "heapprof/api.hpp"
+#include "heapprof/labels.hpp"
 #include "heapprof/allocator.hpp"
 
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)

@@ -14,6 +14,7 @@
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/engine.hpp"
+#include "heapprof/labels.hpp"
 
 namespace heapprof {
 
@@ -45,9 +46,13 @@ class allocator {
   allocator() = default;
   explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
       : upstream_(upstream) {}
+  // Every allocation gets `labels`, merged over the allocating thread's set.
+  explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
+      std::is_nothrow_copy_constructible<Upstream>::value)
+      : upstream_(upstream), labels_(labels) {}
   template <class U, class UpstreamU>
   allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
-      : upstream_(other.upstream()) {}
+      : upstream_(other.upstream()), labels_(other.labels()) {}
 
   // noinline: its return address is the sample's leaf (the container code).
   HEAPPROF_NOINLINE T* allocate(size_type n) {
@@ -56,7 +61,9 @@ class allocator {
       detail::SuppressHooks quiet;
       p = upstream_traits::allocate(upstream_, n);
     }
+    detail::tls_allocator_labels = labels_.data();
     detail::OnAlloc(p, static_cast<std::size_t>(n) * sizeof(T), __builtin_return_address(0));
+    detail::tls_allocator_labels = nullptr;
     return p;
   }
 
@@ -70,11 +77,15 @@ class allocator {
   size_type max_size() const noexcept { return upstream_traits::max_size(upstream_); }
 
   allocator select_on_container_copy_construction() const {
-    return allocator(upstream_traits::select_on_container_copy_construction(upstream_));
+    return allocator(labels_, upstream_traits::select_on_container_copy_construction(upstream_));
   }
 
   const Upstream& upstream() const noexcept { return upstream_; }
+  const LabelSet& labels() const noexcept { return labels_; }
 
+  // Equal when the upstreams are: labels are attribution, not ownership, so
+  // memory from one is always freeable by the other exactly when the
+  // upstreams say so.
   template <class U, class UpstreamU>
   friend bool operator==(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
     return a.upstream() == b.upstream();
@@ -86,6 +97,7 @@ class allocator {
 
  private:
   Upstream upstream_;
+  LabelSet labels_;
 };
 
 }  // namespace heapprof

@@ -41,6 +41,8 @@ struct Stats {
   std::uint64_t live_objects, live_bytes;    // alloc - free
   std::uint64_t sampled_live_objects;        // objects the profile currently tracks
   std::uint64_t profiler_bytes;              // memory the profiler itself holds
+  std::uint64_t label_sets;                  // distinct label sets interned
+  std::uint64_t label_set_overflows;         // sets mapped to the overflow set (cap reached)
 };
 
 inline Stats GetStats() {
@@ -57,6 +59,8 @@ inline Stats GetStats() {
   s.live_bytes = t.alloc_bytes > t.free_bytes ? t.alloc_bytes - t.free_bytes : 0;
   s.sampled_live_objects = detail::g_live_map.LiveCount();
   s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter);
+  s.label_sets = detail::g_labels.SetCount();
+  s.label_set_overflows = detail::g_labels.Overflows();
   return s;
 }
 

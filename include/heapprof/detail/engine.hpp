@@ -21,6 +21,7 @@
 #include "heapprof/detail/arena.hpp"
 #include "heapprof/detail/buckets.hpp"
 #include "heapprof/detail/env_config.hpp"
+#include "heapprof/detail/labels.hpp"
 #include "heapprof/detail/live_map.hpp"
 #include "heapprof/detail/sampler.hpp"
 #include "heapprof/detail/thread_state.hpp"
@@ -69,6 +70,7 @@ inline void EnsureInit() noexcept {
     if (const char* env = std::getenv("HEAPPROF")) {
       const EnvConfig cfg = ParseEnvConfig(env);
       if (cfg.has_rate) ApplyRate(cfg.rate);
+      if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
     }
     g_init_state.store(2, std::memory_order_release);
     return;
@@ -117,9 +119,10 @@ inline void OnThreadExit(void* slot) noexcept {
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
-// Lock order: registry, buckets, live map shards, arena (innermost).
+// Lock order: registry, labels, buckets, live map shards, arena (innermost).
 inline void ForkPrepare() noexcept {
   g_registry.lock().lock();
+  g_labels.lock().lock();
   g_buckets.lock().lock();
   g_live_map.LockAll();
   g_arena.lock().lock();
@@ -128,6 +131,7 @@ inline void ForkParent() noexcept {
   g_arena.lock().unlock();
   g_live_map.UnlockAll();
   g_buckets.lock().unlock();
+  g_labels.lock().unlock();
   g_registry.lock().unlock();
 }
 inline void ForkChild() noexcept { ForkParent(); }
@@ -138,8 +142,6 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
   if (lo < ts.stack_lo) lo = ts.stack_lo;
   UnwindFramePointers(frame, hook_return, lo, ts.stack_hi, out);
 }
-
-inline const LabelSetData* CurrentSampleLabels() noexcept { return nullptr; }
 
 inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {

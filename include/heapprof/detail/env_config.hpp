@@ -58,7 +58,21 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item) no
 struct EnvConfig {
   bool has_rate = false;
   std::uint64_t rate = 0;
+  bool has_max_label_sets = false;
+  std::uint64_t max_label_sets = 0;
 };
+
+// A plain count: digits only.
+inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
+  if (text.empty() || text.size() > 19) return false;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
 
 // Splits `text` into pairs and applies the known keys; reports the rest.
 inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
@@ -82,6 +96,14 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         cfg.rate = v;
       } else {
         ReportConfigProblem("bad value for rate (bytes, optional k/m/g suffix):", value);
+      }
+    } else if (key == "max_label_sets") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0) {
+        cfg.has_max_label_sets = true;
+        cfg.max_label_sets = v;
+      } else {
+        ReportConfigProblem("bad value for max_label_sets (a count > 0):", value);
       }
     } else {
       ReportConfigProblem("unknown key", key);

@@ -30,8 +30,13 @@ inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
   return 1.0 / -std::expm1(-static_cast<double>(size) / static_cast<double>(rate));
 }
 
-// Hook for labels.hpp; an empty set adds nothing.
-inline void FillLabels(const LabelSetData*, ProfileSample&) {}
+// The sample's label set as pprof string labels, in key order.
+inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
+  if (labels == nullptr) return;
+  for (std::uint32_t i = 0; i < labels->count; ++i) {
+    sample.labels.emplace_back(std::string(labels->entries()[i].key), std::string(labels->entries()[i].value));
+  }
+}
 
 inline ProfileData SnapshotProfile(bool allocs_default) {
   ProfileData data;

@@ -1,0 +1,200 @@
+// heapprof: label sets, interned, and the calling thread's current set.
+//
+// A label set is an immutable, sorted list of (key, value) strings stored once
+// in the arena and never freed, so a set is identified by its address: copying
+// is a pointer copy, equality is pointer equality, and a bucket can key on it.
+// A sampled object's bucket holds the set that was current when it was
+// allocated, so the attribution lasts for the object's lifetime whichever
+// thread frees it (what golang/go#23458 asks of Go's heap profiles).
+//
+// Memory is bounded: at most max_label_sets distinct sets (HEAPPROF key, 4096
+// by default), keys and values cut at kMaxLabelBytes, kMaxLabels per set. Past
+// the cap every new set maps to one overflow set whose single label says so;
+// the number of such mappings is counted in Stats.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <unistd.h>
+
+#include "heapprof/config.hpp"
+#include "heapprof/detail/arena.hpp"
+#include "heapprof/detail/hash.hpp"
+#include "heapprof/detail/intern_table.hpp"
+#include "heapprof/detail/spinlock.hpp"
+
+namespace heapprof {
+namespace detail {
+
+constexpr std::size_t kMaxLabels = 32;
+constexpr std::size_t kMaxLabelBytes = 256;
+constexpr std::uint64_t kDefaultMaxLabelSets = 4096;
+
+struct LabelEntry {
+  std::string_view key;
+  std::string_view value;
+};
+
+struct LabelSetData {
+  std::uint64_t hash;
+  std::uint32_t count;
+  std::uint32_t bytes;  // arena bytes of this record, strings included
+  // `count` entries, sorted by key, then their string bytes, after the record.
+  const LabelEntry* entries() const noexcept { return reinterpret_cast<const LabelEntry*>(this + 1); }
+  LabelEntry* entries() noexcept { return reinterpret_cast<LabelEntry*>(this + 1); }
+};
+
+// A set under construction on the stack: sorted by key, unique keys.
+struct LabelBuilder {
+  LabelEntry entries[kMaxLabels];
+  std::size_t count = 0;
+  bool dropped = false;  // a label did not fit (more than kMaxLabels)
+
+  void AddAll(const LabelSetData* set) noexcept {
+    if (set == nullptr) return;
+    for (std::uint32_t i = 0; i < set->count; ++i) Put(set->entries()[i].key, set->entries()[i].value);
+  }
+  // Inserts or overrides `key` (the later value wins, as an inner scope does).
+  void Put(std::string_view key, std::string_view value) noexcept {
+    if (key.size() > kMaxLabelBytes) key = key.substr(0, kMaxLabelBytes);
+    if (value.size() > kMaxLabelBytes) value = value.substr(0, kMaxLabelBytes);
+    std::size_t i = 0;
+    while (i < count && entries[i].key < key) ++i;
+    if (i < count && entries[i].key == key) {
+      entries[i].value = value;
+      return;
+    }
+    if (count == kMaxLabels) {
+      dropped = true;
+      return;
+    }
+    for (std::size_t j = count; j > i; --j) entries[j] = entries[j - 1];
+    entries[i] = LabelEntry{key, value};
+    ++count;
+  }
+  std::uint64_t Hash() const noexcept {
+    std::uint64_t h = 0x2545F4914F6CDD1Dull ^ count;
+    for (std::size_t i = 0; i < count; ++i) {
+      h = HashBytes(entries[i].key.data(), entries[i].key.size(), h);
+      h = HashBytes(entries[i].value.data(), entries[i].value.size(), h);
+    }
+    return h;
+  }
+  bool Equals(const LabelSetData& set) const noexcept {
+    if (set.count != count) return false;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (set.entries()[i].key != entries[i].key || set.entries()[i].value != entries[i].value) return false;
+    }
+    return true;
+  }
+};
+
+class LabelRegistry {
+ public:
+  constexpr LabelRegistry() noexcept = default;
+
+  // The interned set equal to `b`; nullptr for the empty set. Past the cap (or
+  // out of memory) the overflow set.
+  const LabelSetData* Intern(const LabelBuilder& b) noexcept {
+    if (b.count == 0) return nullptr;
+    const std::uint64_t hash = b.Hash();
+    LockGuard hold(lock_);
+    if (const LabelSetData* found = table_.Find(hash, [&](const LabelSetData& s) { return b.Equals(s); })) {
+      return found;
+    }
+    if (table_.size() >= max_sets_.load(std::memory_order_relaxed)) return OverflowLocked();
+    const LabelSetData* made = MakeLocked(b, hash);
+    return made != nullptr ? made : OverflowLocked();
+  }
+
+  void SetMaxSets(std::uint64_t n) noexcept { max_sets_.store(n, std::memory_order_relaxed); }
+  std::uint64_t SetCount() noexcept {
+    LockGuard hold(lock_);
+    return table_.size();
+  }
+  std::uint64_t Overflows() const noexcept { return overflows_.load(std::memory_order_relaxed); }
+  SpinLock& lock() noexcept { return lock_; }  // for fork handlers
+
+ private:
+  const LabelSetData* MakeLocked(const LabelBuilder& b, std::uint64_t hash) noexcept {
+    std::size_t bytes = sizeof(LabelSetData) + b.count * sizeof(LabelEntry);
+    for (std::size_t i = 0; i < b.count; ++i) bytes += b.entries[i].key.size() + b.entries[i].value.size();
+    auto* set = static_cast<LabelSetData*>(g_arena.Allocate(bytes));
+    if (set == nullptr) return nullptr;
+    set->hash = hash;
+    set->count = static_cast<std::uint32_t>(b.count);
+    set->bytes = static_cast<std::uint32_t>(bytes);
+    char* text = reinterpret_cast<char*>(set->entries() + b.count);
+    for (std::size_t i = 0; i < b.count; ++i) {
+      std::memcpy(text, b.entries[i].key.data(), b.entries[i].key.size());
+      const std::string_view key(text, b.entries[i].key.size());
+      text += key.size();
+      std::memcpy(text, b.entries[i].value.data(), b.entries[i].value.size());
+      const std::string_view value(text, b.entries[i].value.size());
+      text += value.size();
+      set->entries()[i] = LabelEntry{key, value};
+    }
+    if (!table_.Insert(set)) {
+      g_arena.Free(set, bytes);
+      return nullptr;
+    }
+    return set;
+  }
+
+  const LabelSetData* OverflowLocked() noexcept {
+    overflows_.fetch_add(1, std::memory_order_relaxed);
+    if (overflow_ == nullptr) {
+      // Built outside the table so it never counts against the cap.
+      const std::size_t bytes = sizeof(LabelSetData) + sizeof(LabelEntry);
+      auto* set = static_cast<LabelSetData*>(g_arena.Allocate(bytes));
+      if (set == nullptr) return nullptr;
+      set->hash = 0;
+      set->count = 1;
+      set->bytes = static_cast<std::uint32_t>(bytes);
+      set->entries()[0] = LabelEntry{"heapprof", "label-set-overflow"};
+      overflow_ = set;
+    }
+    return overflow_;
+  }
+
+  SpinLock lock_;
+  InternTable<LabelSetData> table_;
+  const LabelSetData* overflow_ = nullptr;
+  std::atomic<std::uint64_t> max_sets_{kDefaultMaxLabelSets};
+  std::atomic<std::uint64_t> overflows_{0};
+};
+
+inline LabelRegistry g_labels;
+
+// The calling thread's current set (nullptr = empty), and the set a
+// heapprof::allocator carries while it records an allocation.
+inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL = nullptr;
+inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL = nullptr;
+
+// The set a sample taken now is attributed to: the thread's, with an
+// allocator's labels merged over it.
+inline const LabelSetData* CurrentSampleLabels() noexcept {
+  const LabelSetData* thread = tls_current_labels;
+  const LabelSetData* extra = tls_allocator_labels;
+  if (extra == nullptr) return thread;
+  if (thread == nullptr) return extra;
+  LabelBuilder b;
+  b.AddAll(thread);
+  b.AddAll(extra);
+  return g_labels.Intern(b);
+}
+
+inline std::atomic<bool> g_scope_misuse_reported{false};
+
+inline void ReportScopeMisuse() noexcept {
+  if (g_scope_misuse_reported.exchange(true, std::memory_order_relaxed)) return;
+  static const char kMessage[] =
+      "heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread)\n";
+  ssize_t ignored = write(2, kMessage, sizeof kMessage - 1);
+  (void)ignored;
+}
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,194 @@
+// Scoped labels at rate 1: exact attribution, kept for each object's lifetime.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <thread>
+#include <vector>
+
+#include "support/profile_io.hpp"
+
+namespace {
+
+using heapprof_test::Profile;
+using heapprof_test::Sample;
+
+void* g_keep[64];
+
+__attribute__((noinline)) void LabeledLeaf(int first, int n, std::size_t size) {
+  for (int i = first; i < first + n; ++i) g_keep[i] = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+
+std::string LabelValue(const Sample& s, const std::string& key) {
+  for (const auto& l : s.labels) {
+    if (l.key == key) return l.str;
+  }
+  return "";
+}
+
+// Sums a value over samples with leaf LabeledLeaf, object size `size`, and
+// the given string labels exactly (other string labels absent).
+std::int64_t Sum(const Profile& p, std::size_t size, const std::vector<std::pair<std::string, std::string>>& want,
+                 const char* type) {
+  const int idx = heapprof_test::SampleTypeIndex(p, type);
+  std::int64_t total = 0;
+  for (const Sample& s : p.samples) {
+    const auto names = heapprof_test::FunctionNames(p, s);
+    if (names.empty() || names[0].find("LabeledLeaf") == std::string::npos) continue;
+    bool size_ok = false;
+    std::size_t string_labels = 0;
+    for (const auto& l : s.labels) {
+      if (l.key == "bytes") size_ok = l.num == static_cast<std::int64_t>(size);
+      if (!l.str.empty()) ++string_labels;
+    }
+    if (!size_ok || string_labels != want.size()) continue;
+    bool match = true;
+    for (const auto& kv : want) match = match && LabelValue(s, kv.first) == kv.second;
+    if (match) total += s.values.at(idx);
+  }
+  return total;
+}
+
+void FreeKept(int first, int n) {
+  for (int i = first; i < first + n; ++i) ::operator delete(g_keep[i]);
+}
+
+}  // namespace
+
+TEST_CASE("labels: nesting, override, restore, and lifetime attribution in the profile") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  CHECK(heapprof::CurrentLabels().empty());
+  {
+    heapprof::ScopedLabels outer{{"endpoint", "/search"}, {"tenant", "acme"}};
+    CHECK(heapprof::CurrentLabels().Get("endpoint") == "/search");
+    LabeledLeaf(0, 3, 1001);
+    {
+      heapprof::ScopedLabels inner{{"endpoint", "/inner"}, {"phase", "parse"}};
+      const heapprof::LabelSet now = heapprof::CurrentLabels();
+      CHECK(now.size() == 3);
+      CHECK(now.Get("endpoint") == "/inner");  // the inner value wins
+      CHECK(now.Get("tenant") == "acme");
+      CHECK(now.Get("phase") == "parse");
+      LabeledLeaf(3, 2, 1001);
+    }
+    // Leaving restores exactly the previous set (the same interned set).
+    CHECK(heapprof::CurrentLabels() == heapprof::LabelSet{{"tenant", "acme"}, {"endpoint", "/search"}});
+  }
+  CHECK(heapprof::CurrentLabels().empty());
+  LabeledLeaf(5, 1, 1001);
+
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+  CHECK(Sum(p, 1001, {{"endpoint", "/search"}, {"tenant", "acme"}}, "inuse_objects") == 3);
+  CHECK(Sum(p, 1001, {{"endpoint", "/inner"}, {"tenant", "acme"}, {"phase", "parse"}}, "inuse_objects") == 2);
+  CHECK(Sum(p, 1001, {}, "inuse_objects") == 1);
+
+  // Freed after their scope ended, on another thread: in-use leaves exactly
+  // their label set; the allocation totals stay with it.
+  std::thread([] { FreeKept(0, 6); }).join();
+  Profile after;
+  REQUIRE(heapprof_test::CaptureProfile(after));
+  CHECK(Sum(after, 1001, {{"endpoint", "/search"}, {"tenant", "acme"}}, "inuse_objects") == 0);
+  CHECK(Sum(after, 1001, {{"endpoint", "/search"}, {"tenant", "acme"}}, "alloc_objects") == 3);
+  CHECK(Sum(after, 1001, {{"endpoint", "/inner"}, {"tenant", "acme"}, {"phase", "parse"}}, "alloc_space") ==
+        2 * 1001);
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("labels: a captured set carried to a worker thread") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  heapprof::LabelSet captured;
+  {
+    heapprof::ScopedLabels req{{"request", "r-42"}};
+    captured = heapprof::CurrentLabels();
+  }
+  std::thread worker([captured] {
+    heapprof::ScopedLabels base{{"pool", "io"}};
+    heapprof::ScopedLabels carried(captured);  // merged over the worker's own set
+    CHECK(heapprof::CurrentLabels().Get("request") == "r-42");
+    CHECK(heapprof::CurrentLabels().Get("pool") == "io");
+    LabeledLeaf(10, 4, 2002);
+  });
+  worker.join();
+  Profile p;
+  REQUIRE(heapprof_test::CaptureProfile(p));
+  CHECK(Sum(p, 2002, {{"request", "r-42"}, {"pool", "io"}}, "inuse_objects") == 4);
+  FreeKept(10, 4);
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("labels: heapprof::allocator carries a LabelSet merged over the thread's") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  using Alloc = heapprof::allocator<char>;
+  Alloc tagged(heapprof::LabelSet{{"cache", "users"}});
+  CHECK(tagged == Alloc());  // labels are attribution, not ownership
+  CHECK(Alloc(tagged).labels() == tagged.labels());
+  heapprof::allocator<int> rebound(tagged);
+  CHECK(rebound.labels().Get("cache") == "users");
+  {
+    heapprof::ScopedLabels req{{"endpoint", "/users"}};
+    std::vector<char, Alloc> buffer(tagged);
+    buffer.reserve(3003);
+    Profile p;
+    REQUIRE(heapprof_test::CaptureProfile(p));
+    const int idx = heapprof_test::SampleTypeIndex(p, "inuse_space");
+    std::int64_t found = 0;
+    for (const Sample& s : p.samples) {
+      if (LabelValue(s, "cache") == "users" && LabelValue(s, "endpoint") == "/users") found += s.values[idx];
+    }
+    CHECK(found == 3003);
+  }
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("labels: a million distinct request ids stay within the label-set cap (HEAPPROF=max_label_sets)") {
+  // In a child process: the cap, once reached, holds for the process's life.
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  REQUIRE(n > 0);
+  std::string out;
+  const int rc = heapprof_test::RunCommand(
+      "HEAPPROF=max_label_sets=1000 HEAPPROF_TEST_CHILD=label_cap " + std::string(exe, static_cast<std::size_t>(n)),
+      out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("label_sets=1000\n") != std::string::npos);
+  CHECK(out.find("overflow_label=label-set-overflow\n") != std::string::npos);
+}
+
+TEST_CASE("labels: go tool pprof -tags and -tagfocus read them") {
+  using namespace heapprof_test;
+  if (GoBinary().empty()) {
+    MESSAGE("go not installed: skipped");
+    return;
+  }
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  {
+    heapprof::ScopedLabels req{{"endpoint", "/tagged"}};
+    LabeledLeaf(20, 5, 4004);
+  }
+  std::string gz;
+  Profile p;
+  REQUIRE(CaptureProfile(p, false, &gz));
+  const std::string path = TempPath(".pb.gz");
+  REQUIRE(WriteFile(path, gz));
+  std::string out;
+  REQUIRE(GoPprof("-tags -sample_index=inuse_objects", path, out) == 0);
+  INFO(out);
+  CHECK(out.find("endpoint") != std::string::npos);
+  CHECK(out.find("/tagged") != std::string::npos);
+  REQUIRE(GoPprof("-top -tagfocus=endpoint=/tagged -sample_index=inuse_objects", path, out) == 0);
+  INFO(out);
+  CHECK(out.find("LabeledLeaf") != std::string::npos);
+  CHECK(out.find("Showing nodes accounting for 5, 100%") != std::string::npos);
+  FreeKept(20, 5);
+  std::remove(path.c_str());
+  heapprof::SetSampleRate(saved);
+}
