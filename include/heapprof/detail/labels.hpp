@@ -80,7 +80,7 @@ struct LabelBuilder {
       h = HashBytes(entries[i].key.data(), entries[i].key.size(), h);
       h = HashBytes(entries[i].value.data(), entries[i].value.size(), h);
     }
-    return h;
+    return Mix64(h);
   }
   bool Equals(const LabelSetData& set) const noexcept {
     if (set.count != count) return false;

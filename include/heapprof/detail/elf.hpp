@@ -1,0 +1,492 @@
+// heapprof: the loaded objects of this process (executable and shared objects)
+// and in-process symbolization from their ELF symbol tables.
+//
+// Runs only when a profile is written, never inside an allocation hook, so it
+// uses the standard containers freely.
+#pragma once
+
+#include <cxxabi.h>
+#include <link.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "heapprof/config.hpp"
+#include "heapprof/detail/elf_reader.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// One executable segment of a loaded ELF object, as a pprof Mapping wants it.
+struct LoadedObject {
+  std::uintptr_t start = 0;       // first byte of the executable PT_LOAD segment in memory
+  std::uintptr_t limit = 0;       // one past its last byte
+  std::uint64_t file_offset = 0;  // file offset that `start` maps
+  std::uintptr_t bias = 0;        // dlpi_addr: memory address = file vaddr + bias
+  std::string path;               // absolute file name; the main program's real path
+  std::string build_id;           // GNU build id, lowercase hex; empty if the file has none
+};
+
+// Every loaded object with an executable segment, the main program first.
+std::vector<LoadedObject> CollectLoadedObjects();
+
+namespace elf {
+
+// Where distributions install separate debug files, named by build id
+// (gdb's default debug-file-directory). Used only for an object whose own file
+// has no .symtab, e.g. a stripped libc with its -dbg package installed.
+constexpr const char kDebugFileDirectory[] = "/usr/lib/debug";
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+
+// The kernel's name for our executable: the real path, even when argv[0] was
+// relative or a symlink.
+inline std::string ReadSelfExe() {
+  std::string buf(256, '\0');
+  for (;;) {
+    const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
+    if (n < 0) return std::string();
+    if (static_cast<std::size_t>(n) < buf.size()) {
+      buf.resize(static_cast<std::size_t>(n));
+      return buf;
+    }
+    // readlink truncates silently; a full buffer may be a cut path.
+    if (buf.size() >= (1u << 16)) return std::string();
+    buf.resize(buf.size() * 2);
+  }
+}
+
+// A relative name (dlopen("./x.so"), a program started through ld.so) means
+// the working directory of now; resolve it before the process moves on.
+inline std::string ResolvedPath(const char* name) {
+  if (name[0] == '/') return std::string(name);
+  std::unique_ptr<char, FreeDeleter> real(::realpath(name, nullptr));
+  return real ? std::string(real.get()) : std::string(name);
+}
+
+inline bool SegmentCovers(const dl_phdr_info& info, std::uintptr_t address) {
+  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
+    const Elf64_Phdr& ph = info.dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    const std::uintptr_t lo = info.dlpi_addr + ph.p_vaddr;
+    if (address >= lo && address - lo < ph.p_memsz) return true;
+  }
+  return false;
+}
+
+// The build id from the object's PT_NOTE segments as mapped. A note segment is
+// read only when a PT_LOAD maps it from file bytes, so every read hits memory
+// the loader mapped.
+inline std::string MemoryBuildId(const dl_phdr_info& info) {
+  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
+    const Elf64_Phdr& note = info.dlpi_phdr[i];
+    if (note.p_type != PT_NOTE || note.p_filesz == 0) continue;
+    bool mapped = false;
+    for (std::size_t j = 0; j < info.dlpi_phnum && !mapped; ++j) {
+      const Elf64_Phdr& load = info.dlpi_phdr[j];
+      if (load.p_type != PT_LOAD || note.p_vaddr < load.p_vaddr) continue;
+      const std::uint64_t skip = note.p_vaddr - load.p_vaddr;
+      mapped = skip <= load.p_filesz && note.p_filesz <= load.p_filesz - skip;
+    }
+    if (!mapped) continue;
+    const ByteView bytes{reinterpret_cast<const unsigned char*>(info.dlpi_addr + note.p_vaddr),
+                         note.p_filesz};
+    std::string id = FindGnuBuildId(bytes, note.p_align);
+    if (!id.empty()) return id;
+  }
+  return std::string();
+}
+
+// The kernel maps whole pages: the mapping starts at the page holding the
+// segment's first byte and maps the file from the page holding p_offset (the
+// two are congruent modulo the page size for any loadable segment), while the
+// segment itself ends at p_memsz.
+inline LoadedObject SegmentMapping(const Elf64_Phdr& ph, std::uintptr_t bias,
+                                   std::uintptr_t page_mask) {
+  LoadedObject object;
+  const std::uintptr_t at = bias + ph.p_vaddr;
+  const std::uintptr_t into_page = at & page_mask;
+  object.start = at - into_page;
+  object.limit = at + ph.p_memsz;
+  object.file_offset = ph.p_offset >= into_page ? ph.p_offset - into_page : 0;
+  object.bias = bias;
+  return object;
+}
+
+struct CollectState {
+  std::vector<LoadedObject>* out = nullptr;
+  std::uintptr_t vdso = 0;
+  std::uintptr_t page_mask = 0;
+  bool first = true;
+  std::exception_ptr error;
+};
+
+// Called by dl_iterate_phdr with the loader's lock held: an exception must not
+// unwind through libc (the lock would stay taken), so it is carried out instead.
+inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
+  CollectState& state = *static_cast<CollectState*>(data);
+  const bool first = state.first;
+  state.first = false;
+  try {
+    // The vDSO has no file for the symbolizer or pprof to read.
+    if (state.vdso != 0 && SegmentCovers(*info, state.vdso)) return 0;
+    const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+    std::string path;
+    if (name[0] == '\0') {
+      // glibc names the main program "" and lists it first; any other nameless
+      // object has no file we could point at.
+      if (!first) return 0;
+      path = ReadSelfExe();
+    } else {
+      path = ResolvedPath(name);
+    }
+    std::string build_id;
+    bool have_build_id = false;
+    for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
+      const Elf64_Phdr& ph = info->dlpi_phdr[i];
+      if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0 || ph.p_memsz == 0) continue;
+      if (!have_build_id) {
+        build_id = MemoryBuildId(*info);
+        have_build_id = true;
+      }
+      LoadedObject object = SegmentMapping(ph, info->dlpi_addr, state.page_mask);
+      object.path = path;
+      object.build_id = build_id;
+      state.out->push_back(std::move(object));
+    }
+  } catch (...) {
+    state.error = std::current_exception();
+    return 1;
+  }
+  return 0;
+}
+
+// Names of symbols that are not mangled C++ come back unchanged, except that a
+// version suffix ("memcpy@@GLIBC_2.14" in an unstripped .symtab) is dropped.
+inline std::string Demangle(const char* raw, std::size_t length) {
+  const void* at = std::memchr(raw, '@', length);
+  if (at != nullptr && at != raw)
+    length = static_cast<std::size_t>(static_cast<const char*>(at) - raw);
+  std::string name(raw, length);
+  if (length > 2 && raw[0] == '_' && raw[1] == 'Z') {
+    int status = -1;
+    std::unique_ptr<char, FreeDeleter> out(
+        abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status));
+    if (status == 0 && out) name.assign(out.get());
+  }
+  return name;
+}
+
+// One function symbol, in file virtual addresses.
+struct Symbol {
+  std::uint64_t value;
+  std::uint64_t end;          // value + st_size; for a size-0 symbol, the end of its section
+  std::uint32_t name;         // string table offset, checked to be NUL-terminated in bounds
+  std::uint32_t cached : 31;  // 1 + index into the demangled-name cache; 0 = not yet
+  std::uint32_t zero_size : 1;
+};
+
+// The function symbols of one ELF file, sorted for lookup by file address.
+class SymbolTable {
+ public:
+  // `build_id` is the id of the object as loaded in memory: a file on disk with
+  // a different id was replaced after loading, and its symbols would lie.
+  bool Load(const std::string& path, const std::string& build_id,
+            const char* debug_directory = kDebugFileDirectory) {
+    MappedFile own;
+    SectionTable own_sections;
+    bool own_usable = own.Open(path.c_str()) && own_sections.Init(own.view());
+    if (own_usable && !build_id.empty()) {
+      const std::string file_id = FileBuildId(own_sections);
+      if (!file_id.empty() && file_id != build_id) own_usable = false;
+    }
+    // .symtab also names static functions; .dynsym only what the object exports.
+    if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
+    if (debug_directory != nullptr && build_id.size() > 2) {
+      const std::string debug_path = std::string(debug_directory) + "/.build-id/" +
+                                     build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+      MappedFile debug;
+      SectionTable debug_sections;
+      if (debug.Open(debug_path.c_str()) && debug_sections.Init(debug.view()) &&
+          FileBuildId(debug_sections) == build_id && ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+        return true;
+      }
+    }
+    return own_usable && ReadTable(own, own_sections, SHT_DYNSYM);
+  }
+
+  bool empty() const { return symbols_.empty(); }
+  std::size_t size() const { return symbols_.size(); }
+  std::uint64_t Value(std::size_t index) const { return symbols_[index].value; }
+
+  // The symbol whose range holds file address `addr`. A size-0 symbol (hand
+  // written assembly without .size) is trusted only when it is the nearest symbol
+  // below `addr`, no sized function overlaps its start, and `addr` is still in its
+  // section: a wrong name is worse than none.
+  bool Find(std::uint64_t addr, std::size_t* index) const {
+    const auto above =
+        std::upper_bound(symbols_.begin(), symbols_.end(), addr,
+                         [](std::uint64_t a, const Symbol& s) { return a < s.value; });
+    const std::size_t count = static_cast<std::size_t>(above - symbols_.begin());
+    if (count == 0) return false;
+    // max_end_ lets the walk stop as soon as nothing earlier can reach addr.
+    for (std::size_t i = count; i > 0 && max_end_[i - 1] > addr; --i) {
+      const Symbol& s = symbols_[i - 1];
+      if (!s.zero_size && addr < s.end) {
+        *index = i - 1;
+        return true;
+      }
+    }
+    const Symbol& nearest = symbols_[count - 1];
+    if (!nearest.zero_size || addr >= nearest.end) return false;
+    if (count >= 2 && max_end_[count - 2] > nearest.value) return false;
+    *index = count - 1;
+    return true;
+  }
+
+  const std::string& Name(std::size_t index) {
+    Symbol& s = symbols_[index];
+    if (s.cached == 0) {
+      std::size_t length = 0;
+      const char* raw = strtab_.CString(s.name, &length);
+      names_.push_back(raw != nullptr ? Demangle(raw, length) : std::string());
+      s.cached = static_cast<std::uint32_t>(names_.size()) & 0x7fffffffu;
+    }
+    return names_[s.cached - 1];
+  }
+
+ private:
+  struct SectionRange {
+    std::uint64_t addr = 0;
+    std::uint64_t end = 0;
+    bool executable = false;
+  };
+  struct Candidate {
+    Symbol symbol;
+    std::uint32_t rank;
+  };
+
+  // Among aliases of one address, the name a reader expects: glibc exports
+  // `malloc` beside `__libc_malloc`, and public names are often weak aliases of
+  // global internal ones, so fewer leading underscores wins before binding.
+  static std::uint32_t Rank(const char* name, unsigned char binding) {
+    std::uint32_t underscores = 0;
+    while (underscores < 3 && name[underscores] == '_') ++underscores;
+    const std::uint32_t bind = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+    return underscores * 4 + bind;
+  }
+
+  bool ReadTable(MappedFile& file, const SectionTable& sections, std::uint32_t type) {
+    Elf64_Shdr table{};
+    std::uint64_t table_index = 0;
+    for (std::uint64_t i = 1; i < sections.count(); ++i) {
+      if (sections.Get(i, &table) && table.sh_type == type) {
+        table_index = i;
+        break;
+      }
+    }
+    if (table_index == 0 || table.sh_entsize != sizeof(Elf64_Sym)) return false;
+    const ByteView syms = sections.Contents(table);
+    Elf64_Shdr strings;
+    if (syms.size < sizeof(Elf64_Sym) || !sections.Get(table.sh_link, &strings) ||
+        strings.sh_type != SHT_STRTAB) {
+      return false;
+    }
+    const ByteView strtab = sections.Contents(strings);
+    if (strtab.size == 0) return false;
+
+    std::vector<SectionRange> ranges(static_cast<std::size_t>(sections.count()));
+    for (std::uint64_t i = 1; i < sections.count(); ++i) {
+      Elf64_Shdr sh;
+      if (!sections.Get(i, &sh) || (sh.sh_flags & SHF_EXECINSTR) == 0) continue;
+      if (sh.sh_addr + sh.sh_size < sh.sh_addr) continue;
+      ranges[i] = SectionRange{sh.sh_addr, sh.sh_addr + sh.sh_size, true};
+    }
+
+    std::vector<Candidate> found;
+    const std::uint64_t count = syms.size / sizeof(Elf64_Sym);
+    for (std::uint64_t i = 1; i < count; ++i) {
+      Elf64_Sym sym;
+      if (!syms.Read(i * sizeof(Elf64_Sym), &sym)) break;
+      const unsigned char kind = ELF64_ST_TYPE(sym.st_info);
+      if (kind != STT_FUNC && kind != STT_GNU_IFUNC) continue;
+      // Undefined imports, SHN_ABS and SHN_XINDEX-indexed symbols carry no
+      // section to check the address against; skipping them is the safe side.
+      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE ||
+          sym.st_shndx >= ranges.size()) {
+        continue;
+      }
+      const SectionRange& section = ranges[sym.st_shndx];
+      if (!section.executable || sym.st_value < section.addr || sym.st_value >= section.end) {
+        continue;
+      }
+      std::size_t length = 0;
+      const char* name = strtab.CString(sym.st_name, &length);
+      if (name == nullptr || length == 0) continue;
+      Candidate c;
+      c.symbol.value = sym.st_value;
+      c.symbol.name = sym.st_name;
+      c.symbol.cached = 0;
+      if (sym.st_size == 0) {
+        c.symbol.zero_size = 1;
+        c.symbol.end = section.end;
+      } else {
+        // A size running past its section is corrupt; clamp rather than let one
+        // symbol swallow its neighbours.
+        c.symbol.zero_size = 0;
+        c.symbol.end =
+            sym.st_size > section.end - sym.st_value ? section.end : sym.st_value + sym.st_size;
+      }
+      c.rank = Rank(name, ELF64_ST_BIND(sym.st_info));
+      found.push_back(c);
+    }
+    if (found.empty()) return false;
+
+    // Within one address: sized before size-0, then widest first so that the
+    // backwards walk in Find meets the innermost range first; best name first.
+    std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.symbol.value != b.symbol.value) return a.symbol.value < b.symbol.value;
+      if (a.symbol.zero_size != b.symbol.zero_size) return a.symbol.zero_size < b.symbol.zero_size;
+      if (a.symbol.end != b.symbol.end) return a.symbol.end > b.symbol.end;
+      if (a.rank != b.rank) return a.rank < b.rank;
+      return a.symbol.name < b.symbol.name;
+    });
+
+    std::vector<Symbol> symbols;
+    symbols.reserve(found.size());
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      const Symbol& s = found[i].symbol;
+      if (!symbols.empty() && symbols.back().value == s.value) {
+        const Symbol& prev = symbols.back();
+        // Aliases with one range keep the best-ranked name; a size-0 label at a
+        // sized function's address adds nothing.
+        if (s.zero_size || (!prev.zero_size && prev.end == s.end)) continue;
+      }
+      symbols.push_back(s);
+    }
+    std::vector<std::uint64_t> max_end(symbols.size());
+    std::uint64_t reach = 0;
+    for (std::size_t i = 0; i < symbols.size(); ++i) {
+      if (!symbols[i].zero_size) reach = std::max(reach, symbols[i].end);
+      max_end[i] = reach;
+    }
+
+    symbols_ = std::move(symbols);
+    max_end_ = std::move(max_end);
+    names_.clear();
+    strtab_ = strtab;
+    file_ = std::move(file);  // the string table lives in this mapping
+    return true;
+  }
+
+  MappedFile file_;
+  ByteView strtab_;
+  std::vector<Symbol> symbols_;         // sorted by value
+  std::vector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
+  std::vector<std::string> names_;      // demangled names, filled on first lookup
+};
+
+}  // namespace elf
+
+inline std::vector<LoadedObject> CollectLoadedObjects() {
+  std::vector<LoadedObject> objects;
+  elf::CollectState state;
+  state.out = &objects;
+  state.vdso = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
+  std::uintptr_t page = static_cast<std::uintptr_t>(::getauxval(AT_PAGESZ));
+  if (page == 0 || (page & (page - 1)) != 0) page = 4096;
+  state.page_mask = page - 1;
+  ::dl_iterate_phdr(&elf::CollectObject, &state);
+  if (state.error) std::rethrow_exception(state.error);
+  return objects;
+}
+
+// Reads .symtab (falling back to .dynsym) of each object's file once, in process.
+class Symbolizer {
+ public:
+  explicit Symbolizer(const std::vector<LoadedObject>& objects);
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // Demangled name and start address of the function containing `pc`.
+  // False when no symbol covers it (name and start untouched).
+  bool Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start);
+  // True when the object at `object_index` (into the constructor's vector)
+  // had a symbol table we could read.
+  bool HasSymbols(std::size_t object_index) const;
+
+ private:
+  struct Range {
+    std::uintptr_t start;
+    std::uintptr_t limit;
+    std::uintptr_t bias;
+    std::size_t table;
+  };
+
+  // unique_ptr keeps each table (and the mapping its names point into) in place.
+  std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
+  std::vector<Range> ranges_;  // objects with symbols, sorted by start
+  std::vector<bool> has_symbols_;
+};
+
+inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
+  // Several executable segments of one object share its file and its table.
+  std::map<std::string, std::size_t> table_of_file;
+  has_symbols_.reserve(objects.size());
+  for (const LoadedObject& object : objects) {
+    std::string key = object.path;
+    key.push_back('\0');
+    key += object.build_id;
+    auto it = table_of_file.find(key);
+    if (it == table_of_file.end()) {
+      auto table = std::make_unique<elf::SymbolTable>();
+      if (!object.path.empty()) table->Load(object.path, object.build_id);
+      tables_.push_back(std::move(table));
+      it = table_of_file.emplace(std::move(key), tables_.size() - 1).first;
+    }
+    const bool usable = !tables_[it->second]->empty();
+    has_symbols_.push_back(usable);
+    if (usable && object.start < object.limit) {
+      ranges_.push_back(Range{object.start, object.limit, object.bias, it->second});
+    }
+  }
+  std::sort(ranges_.begin(), ranges_.end(),
+            [](const Range& a, const Range& b) { return a.start < b.start; });
+}
+
+inline Symbolizer::~Symbolizer() = default;
+
+inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), pc,
+                             [](std::uintptr_t a, const Range& r) { return a < r.start; });
+  if (it == ranges_.begin()) return false;
+  --it;
+  if (pc >= it->limit) return false;
+  elf::SymbolTable& table = *tables_[it->table];
+  std::size_t index = 0;
+  if (!table.Find(pc - it->bias, &index)) return false;
+  name = table.Name(index);
+  start = static_cast<std::uintptr_t>(table.Value(index)) + it->bias;
+  return true;
+}
+
+inline bool Symbolizer::HasSymbols(std::size_t object_index) const {
+  return object_index < has_symbols_.size() && has_symbols_[object_index];
+}
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,231 @@
+// heapprof: bounds-checked reading of ELF64 files and note segments.
+// The files come from disk at profile write time and may be truncated, replaced
+// or corrupt; every read here is checked so that a bad file ends in "no symbols",
+// never in a fault.
+#pragma once
+
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "heapprof/config.hpp"
+
+namespace heapprof {
+namespace detail {
+namespace elf {
+
+static_assert(sizeof(void*) == 8, "heapprof reads ELF64 objects only");
+
+// A span of bytes that refuses reads outside itself.
+struct ByteView {
+  const unsigned char* data = nullptr;
+  std::uint64_t size = 0;
+
+  bool Contains(std::uint64_t offset, std::uint64_t length) const {
+    return offset <= size && length <= size - offset;
+  }
+
+  // memcpy rather than a cast: offsets taken from a file need not be aligned.
+  template <class T>
+  bool Read(std::uint64_t offset, T* out) const {
+    if (!Contains(offset, sizeof(T))) return false;
+    std::memcpy(out, data + offset, sizeof(T));
+    return true;
+  }
+
+  ByteView Sub(std::uint64_t offset, std::uint64_t length) const {
+    if (!Contains(offset, length)) return ByteView{};
+    return ByteView{data + offset, length};
+  }
+
+  // The NUL-terminated string at `offset`, or nullptr when it runs off the end.
+  const char* CString(std::uint64_t offset, std::size_t* length) const {
+    if (offset >= size) return nullptr;
+    const void* nul = std::memchr(data + offset, '\0', static_cast<std::size_t>(size - offset));
+    if (nul == nullptr) return nullptr;
+    *length = static_cast<std::size_t>(static_cast<const unsigned char*>(nul) - (data + offset));
+    return reinterpret_cast<const char*>(data + offset);
+  }
+};
+
+// A whole file mapped read-only. Mapping instead of reading keeps a large
+// .symtab/.strtab out of the heap; the kernel pages in only what lookups touch.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile() { Reset(); }
+  MappedFile(MappedFile&& other) noexcept : addr_(other.addr_), size_(other.size_) {
+    other.addr_ = nullptr;
+    other.size_ = 0;
+  }
+  MappedFile& operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      addr_ = other.addr_;
+      size_ = other.size_;
+      other.addr_ = nullptr;
+      other.size_ = 0;
+    }
+    return *this;
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  bool Open(const char* path) {
+    Reset();
+    int fd;
+    do {
+      fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return false;
+    struct stat st;
+    // Only regular files: a FIFO or device (e.g. /dev/null) would block or map nothing.
+    const bool usable = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                        st.st_size >= static_cast<off_t>(sizeof(Elf64_Ehdr));
+    if (usable) {
+      void* addr =
+          ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      if (addr != MAP_FAILED) {
+        addr_ = addr;
+        size_ = static_cast<std::size_t>(st.st_size);
+      }
+    }
+    ::close(fd);
+    return addr_ != nullptr;
+  }
+
+  void Reset() {
+    if (addr_ != nullptr) ::munmap(addr_, size_);
+    addr_ = nullptr;
+    size_ = 0;
+  }
+
+  ByteView view() const { return ByteView{static_cast<const unsigned char*>(addr_), size_}; }
+
+ private:
+  void* addr_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+#if defined(HEAPPROF_ARCH_X86_64)
+constexpr Elf64_Half kNativeMachine = EM_X86_64;
+#elif defined(HEAPPROF_ARCH_AARCH64)
+constexpr Elf64_Half kNativeMachine = EM_AARCH64;
+#else
+constexpr Elf64_Half kNativeMachine = EM_NONE;  // unchecked
+#endif
+
+inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return false;
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_VERSION] != EV_CURRENT) return false;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  if (eh.e_ident[EI_DATA] != ELFDATA2MSB) return false;
+#else
+  if (eh.e_ident[EI_DATA] != ELFDATA2LSB) return false;
+#endif
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return false;
+  // A file for another machine at the same path cannot describe our code.
+  return kNativeMachine == EM_NONE || eh.e_machine == kNativeMachine;
+}
+
+// The section header table of a validated file. Every header handed out lies
+// entirely inside the file; the data a header points at is checked by its user.
+class SectionTable {
+ public:
+  bool Init(const ByteView& file) {
+    count_ = 0;
+    Elf64_Ehdr eh;
+    if (!file.Read(0, &eh) || !IsNativeElfHeader(eh)) return false;
+    if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr)) return false;
+    file_ = file;
+    offset_ = eh.e_shoff;
+    std::uint64_t count = eh.e_shnum;
+    if (count == 0) {
+      // More than SHN_LORESERVE sections: the real count sits in section 0's sh_size.
+      Elf64_Shdr first;
+      if (!file.Read(offset_, &first)) return false;
+      count = first.sh_size;
+    }
+    if (count == 0 || count > file.size / sizeof(Elf64_Shdr) ||
+        !file.Contains(offset_, count * sizeof(Elf64_Shdr))) {
+      return false;
+    }
+    count_ = count;
+    return true;
+  }
+
+  std::uint64_t count() const { return count_; }
+
+  bool Get(std::uint64_t index, Elf64_Shdr* out) const {
+    if (index >= count_) return false;
+    return file_.Read(offset_ + index * sizeof(Elf64_Shdr), out);
+  }
+
+  // The bytes of a section that has file contents, or an empty view.
+  ByteView Contents(const Elf64_Shdr& sh) const {
+    if (sh.sh_type == SHT_NOBITS) return ByteView{};
+    return file_.Sub(sh.sh_offset, sh.sh_size);
+  }
+
+ private:
+  ByteView file_;
+  std::uint64_t offset_ = 0;
+  std::uint64_t count_ = 0;
+};
+
+inline std::string HexLower(const unsigned char* bytes, std::size_t length) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out(length * 2, '0');
+  for (std::size_t i = 0; i < length; ++i) {
+    out[2 * i] = kDigits[bytes[i] >> 4];
+    out[2 * i + 1] = kDigits[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+// Scans a note area for NT_GNU_BUILD_ID owned by "GNU". Name and descriptor are
+// padded to `align` (4 for classic notes, 8 for areas such as .note.gnu.property
+// laid out with 8-byte alignment, per the gABI note format).
+inline std::string FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
+  if (align != 8) align = 4;
+  const auto pad = [align](std::uint64_t n) { return (n + align - 1) & ~(align - 1); };
+  std::uint64_t offset = 0;
+  Elf64_Nhdr nh;
+  while (notes.Read(offset, &nh)) {
+    const std::uint64_t name_offset = offset + sizeof(nh);
+    const std::uint64_t desc_offset = name_offset + pad(nh.n_namesz);
+    const std::uint64_t next = desc_offset + pad(nh.n_descsz);
+    if (!notes.Contains(desc_offset, nh.n_descsz)) break;
+    if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && nh.n_descsz > 0 &&
+        std::memcmp(notes.data + name_offset, "GNU", 4) == 0) {
+      return HexLower(notes.data + desc_offset, nh.n_descsz);
+    }
+    offset = next;
+  }
+  return std::string();
+}
+
+// The build id recorded in a file's SHT_NOTE sections. Sections, not PT_NOTE:
+// a separate debug file keeps the note section but its program headers' file
+// offsets no longer point at it.
+inline std::string FileBuildId(const SectionTable& sections) {
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh) || sh.sh_type != SHT_NOTE) continue;
+    std::string id = FindGnuBuildId(sections.Contents(sh), sh.sh_addralign);
+    if (!id.empty()) return id;
+  }
+  return std::string();
+}
+
+}  // namespace elf
+}  // namespace detail
+}  // namespace heapprof
