@@ -1,0 +1,164 @@
+// heapprof::allocator in every allocator-aware container, without the global
+// operator new replacement (this executable has none): each allocation the
+// containers make is counted exactly once, with the exact bytes.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <deque>
+#include <list>
+#include <map>
+#include <memory_resource>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "support/profile_io.hpp"
+
+namespace {
+
+// An upstream that counts what it hands out, to compare with Stats.
+struct Ledger {
+  std::uint64_t allocations = 0, bytes = 0, deallocations = 0, freed_bytes = 0;
+};
+Ledger g_ledger;
+
+template <class T>
+struct CountingUpstream {
+  using value_type = T;
+  CountingUpstream() = default;
+  template <class U>
+  CountingUpstream(const CountingUpstream<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    ++g_ledger.allocations;
+    g_ledger.bytes += n * sizeof(T);
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    ++g_ledger.deallocations;
+    g_ledger.freed_bytes += n * sizeof(T);
+    std::allocator<T>().deallocate(p, n);
+  }
+  friend bool operator==(const CountingUpstream&, const CountingUpstream&) { return true; }
+  friend bool operator!=(const CountingUpstream&, const CountingUpstream&) { return false; }
+};
+
+template <class T>
+using Alloc = heapprof::allocator<T, CountingUpstream<T>>;
+
+template <class Body>
+void CheckCountedOnce(Body&& body) {
+  g_ledger = Ledger{};
+  const heapprof::Stats s0 = heapprof::GetStats();
+  body();
+  const heapprof::Stats s1 = heapprof::GetStats();
+  CHECK(g_ledger.allocations > 0);
+  CHECK(s1.alloc_objects - s0.alloc_objects == g_ledger.allocations);
+  CHECK(s1.alloc_bytes - s0.alloc_bytes == g_ledger.bytes);
+  CHECK(s1.free_objects - s0.free_objects == g_ledger.deallocations);
+  CHECK(s1.free_bytes - s0.free_bytes == g_ledger.freed_bytes);
+  CHECK(g_ledger.allocations == g_ledger.deallocations);
+}
+
+struct Row {
+  int id;
+  double value;
+};
+
+using String = std::basic_string<char, std::char_traits<char>, Alloc<char>>;
+
+}  // namespace
+
+TEST_CASE("allocator: vector, deque, list, map, unordered_map, basic_string") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  CheckCountedOnce([] {
+    std::vector<Row, Alloc<Row>> v;
+    for (int i = 0; i < 1000; ++i) v.push_back(Row{i, i * 0.5});
+  });
+  CheckCountedOnce([] {
+    std::deque<int, Alloc<int>> d;
+    for (int i = 0; i < 5000; ++i) d.push_front(i);
+  });
+  CheckCountedOnce([] {
+    std::list<int, Alloc<int>> l(100, 7);
+    l.remove(7);
+  });
+  CheckCountedOnce([] {
+    std::map<int, int, std::less<int>, Alloc<std::pair<const int, int>>> m;
+    for (int i = 0; i < 500; ++i) m[i] = i;
+  });
+  CheckCountedOnce([] {
+    std::unordered_map<int, String, std::hash<int>, std::equal_to<int>, Alloc<std::pair<const int, String>>> m;
+    for (int i = 0; i < 500; ++i) m.emplace(i, String(100, 'x'));
+  });
+  CheckCountedOnce([] {
+    String s;
+    for (int i = 0; i < 100; ++i) s += "a longer string than the small buffer";
+  });
+  heapprof::SetSampleRate(saved);
+}
+
+namespace {
+std::vector<int, heapprof::allocator<int>>* g_vec;
+__attribute__((noinline)) void AllocatorLeafCaller() {
+  g_vec = new std::vector<int, heapprof::allocator<int>>();
+  g_vec->reserve(12345);
+  asm volatile("" ::: "memory");
+}
+}  // namespace
+
+TEST_CASE("allocator: samples are attributed to the container code, in the profile") {
+  using namespace heapprof_test;
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  AllocatorLeafCaller();
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(Validate(p, &why), why);
+  // The global operator new is not replaced here: only the allocator counts.
+  bool found = false;
+  for (const Sample& s : p.samples) {
+    const std::vector<std::string> names = FunctionNames(p, s);
+    bool has_caller = false;
+    for (const std::string& n : names) has_caller |= n.find("AllocatorLeafCaller") != std::string::npos;
+    if (!has_caller) continue;
+    found = true;
+    CHECK(s.values.at(1) == 12345 * static_cast<std::int64_t>(sizeof(int)));
+    for (const std::string& n : names) CHECK(n.find("heapprof::") == std::string::npos);
+  }
+  CHECK(found);
+  delete g_vec;
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("allocator: rebinds, compares like its upstream, propagates like its upstream") {
+  using A = heapprof::allocator<int>;
+  using Traits = std::allocator_traits<A>;
+  static_assert(std::is_same<Traits::rebind_alloc<double>, heapprof::allocator<double, std::allocator<double>>>::value,
+                "rebind");
+  static_assert(Traits::is_always_equal::value, "std::allocator is always equal");
+  CHECK(A() == heapprof::allocator<double>());
+
+  using P = heapprof::allocator<int, std::pmr::polymorphic_allocator<int>>;
+  using PTraits = std::allocator_traits<P>;
+  static_assert(!PTraits::is_always_equal::value, "pmr is stateful");
+  static_assert(!PTraits::propagate_on_container_copy_assignment::value, "pmr does not propagate");
+  static_assert(!PTraits::propagate_on_container_move_assignment::value, "pmr does not propagate");
+  std::pmr::monotonic_buffer_resource r1, r2;
+  P a{std::pmr::polymorphic_allocator<int>(&r1)};
+  P b{std::pmr::polymorphic_allocator<int>(&r2)};
+  CHECK(a == P{std::pmr::polymorphic_allocator<int>(&r1)});
+  CHECK(a != b);
+  // A container on a pmr resource: counted by us, served by the resource.
+  const heapprof::Stats s0 = heapprof::GetStats();
+  {
+    std::vector<int, P> v(a);
+    v.resize(1000);
+    CHECK(v.get_allocator() == a);
+  }
+  const heapprof::Stats s1 = heapprof::GetStats();
+  CHECK(s1.alloc_bytes - s0.alloc_bytes == 1000 * sizeof(int));
+  CHECK(s1.free_bytes - s0.free_bytes == 1000 * sizeof(int));
+}
