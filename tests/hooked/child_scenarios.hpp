@@ -100,7 +100,11 @@ inline int RunFork() {
       _exit(heapprof::WriteHeapProfile(f) ? 0 : 3);
     }
     int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failures;
+      std::fprintf(stderr, "fork round %d: child %s %d\n", round, WIFSIGNALED(status) ? "killed by signal" : "exited",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
   }
   stop.store(true);
   for (std::thread& t : threads) t.join();

@@ -187,7 +187,7 @@ TEST_CASE("labels: go tool pprof -tags and -tagfocus read them") {
   REQUIRE(GoPprof("-top -tagfocus=endpoint=/tagged -sample_index=inuse_objects", path, out) == 0);
   INFO(out);
   CHECK(out.find("LabeledLeaf") != std::string::npos);
-  CHECK(out.find("Showing nodes accounting for 5, 100%") != std::string::npos);
+  CHECK(out.find("Showing nodes accounting for 5,") != std::string::npos);  // 5 objects pass the focus
   FreeKept(20, 5);
   std::remove(path.c_str());
   heapprof::SetSampleRate(saved);

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "heapprof/detail/loader_lock.hpp"
 #include "heapprof/config.hpp"
 #include "heapprof/detail/elf_reader.hpp"
 
@@ -409,7 +410,7 @@ inline std::vector<LoadedObject> CollectLoadedObjects() {
   std::uintptr_t page = static_cast<std::uintptr_t>(::getauxval(AT_PAGESZ));
   if (page == 0 || (page & (page - 1)) != 0) page = 4096;
   state.page_mask = page - 1;
-  ::dl_iterate_phdr(&elf::CollectObject, &state);
+  IterateLoadedObjects(&elf::CollectObject, &state);
   if (state.error) std::rethrow_exception(state.error);
   return objects;
 }

@@ -23,6 +23,7 @@
 #include "heapprof/detail/env_config.hpp"
 #include "heapprof/detail/labels.hpp"
 #include "heapprof/detail/live_map.hpp"
+#include "heapprof/detail/loader_lock.hpp"
 #include "heapprof/detail/sampler.hpp"
 #include "heapprof/detail/thread_state.hpp"
 #include "heapprof/detail/unwind_fp.hpp"
@@ -119,8 +120,10 @@ inline void OnThreadExit(void* slot) noexcept {
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
-// Lock order: registry, labels, buckets, live map shards, arena (innermost).
+// Lock order: loader, registry, labels, buckets, live map shards, arena
+// (innermost). The loader lock comes first: see loader_lock.hpp.
 inline void ForkPrepare() noexcept {
+  g_loader_lock.lock();
   g_registry.lock().lock();
   g_labels.lock().lock();
   g_buckets.lock().lock();
@@ -133,6 +136,7 @@ inline void ForkParent() noexcept {
   g_buckets.lock().unlock();
   g_labels.lock().unlock();
   g_registry.lock().unlock();
+  g_loader_lock.unlock();
 }
 inline void ForkChild() noexcept { ForkParent(); }
 
