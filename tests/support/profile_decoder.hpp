@@ -362,21 +362,17 @@ inline bool DecodeProfile(std::string_view bytes, Profile& out, std::string* why
   return true;
 }
 
-inline const Location* FindLocation(const Profile& p, std::uint64_t id) {
-  for (const Location& l : p.locations)
-    if (l.id == id) return &l;
+// Ids are usually 1..N in order (ours are): try that slot first, then search.
+template <class T>
+const T* FindById(const std::vector<T>& items, std::uint64_t id) {
+  if (id >= 1 && id <= items.size() && items[id - 1].id == id) return &items[id - 1];
+  for (const T& item : items)
+    if (item.id == id) return &item;
   return nullptr;
 }
-inline const Function* FindFunction(const Profile& p, std::uint64_t id) {
-  for (const Function& f : p.functions)
-    if (f.id == id) return &f;
-  return nullptr;
-}
-inline const Mapping* FindMapping(const Profile& p, std::uint64_t id) {
-  for (const Mapping& m : p.mappings)
-    if (m.id == id) return &m;
-  return nullptr;
-}
+inline const Location* FindLocation(const Profile& p, std::uint64_t id) { return FindById(p.locations, id); }
+inline const Function* FindFunction(const Profile& p, std::uint64_t id) { return FindById(p.functions, id); }
+inline const Mapping* FindMapping(const Profile& p, std::uint64_t id) { return FindById(p.mappings, id); }
 
 // Function names of a sample's stack, leaf first; inlined frames of one
 // location expand innermost first. A location without lines shows as its
