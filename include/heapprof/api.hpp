@@ -43,6 +43,9 @@ struct Stats {
   std::uint64_t profiler_bytes;              // memory the profiler itself holds
   std::uint64_t label_sets;                  // distinct label sets interned
   std::uint64_t label_set_overflows;         // sets mapped to the overflow set (cap reached)
+  std::uint64_t unwind_objects;              // loaded objects with an unwind table
+  std::uint64_t unwind_rows;                 // rows in those tables
+  std::uint64_t unwind_table_bytes;          // their memory (part of profiler_bytes)
 };
 
 inline Stats GetStats() {
@@ -58,14 +61,31 @@ inline Stats GetStats() {
   s.live_objects = t.alloc_objects > t.free_objects ? t.alloc_objects - t.free_objects : 0;
   s.live_bytes = t.alloc_bytes > t.free_bytes ? t.alloc_bytes - t.free_bytes : 0;
   s.sampled_live_objects = detail::g_live_map.LiveCount();
-  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter);
+  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) +
+                     sizeof(detail::unwind_table::g_rule_cache);
   s.label_sets = detail::g_labels.SetCount();
   s.label_set_overflows = detail::g_labels.Overflows();
+  const detail::UnwindTableStats u = detail::GetUnwindTableStats();
+  s.unwind_objects = u.objects;
+  s.unwind_rows = u.rows;
+  s.unwind_table_bytes = u.bytes;
   return s;
 }
 
-enum class Unwinder { kFramePointer };
+// How sampled stacks are walked. kTable (the default) reads the .eh_frame
+// unwind tables of every loaded object, compiled once into compact rows: full
+// stacks without frame pointers. kFramePointer follows the frame-pointer
+// chain: cheaper per frame, but stops or lies in code built without
+// -fno-omit-frame-pointer (most -O2 code and distro libraries).
+enum class Unwinder { kFramePointer = detail::kUnwinderFramePointer, kTable = detail::kUnwinderTable };
 
-inline void SetUnwinder(Unwinder u) { detail::g_unwinder.store(static_cast<int>(u), std::memory_order_relaxed); }
+inline void SetUnwinder(Unwinder u) {
+  detail::EnsureInit();  // HEAPPROF=unwinder=... must not override a later explicit choice
+  detail::g_unwinder.store(static_cast<int>(u), std::memory_order_relaxed);
+}
+inline Unwinder GetUnwinder() {
+  detail::EnsureInit();
+  return static_cast<Unwinder>(detail::g_unwinder.load(std::memory_order_relaxed));
+}
 
 }  // namespace heapprof

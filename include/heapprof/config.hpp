@@ -46,6 +46,8 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024,
 #define HEAPPROF_TLS_MODEL __attribute__((tls_model("initial-exec")))
 #endif
 
+#define HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((no_sanitize_address))
+
 #if defined(__SANITIZE_THREAD__)
 #define HEAPPROF_TSAN 1
 #elif defined(__has_feature)

@@ -27,6 +27,7 @@
 #include "heapprof/detail/sampler.hpp"
 #include "heapprof/detail/thread_state.hpp"
 #include "heapprof/detail/unwind_fp.hpp"
+#include "heapprof/detail/unwind_table.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -49,7 +50,10 @@ inline std::int64_t FreshCountdown(ThreadState& ts, std::uint64_t rate) noexcept
   return rate == 0 ? kRateRecheckBytes : DrawSampleDistance(ts.rng, rate);
 }
 
-inline std::atomic<int> g_unwinder{0};  // heapprof::Unwinder as int
+// heapprof::Unwinder as int: 0 frame pointers, 1 the eh_frame table (default).
+constexpr int kUnwinderFramePointer = 0;
+constexpr int kUnwinderTable = 1;
+inline std::atomic<int> g_unwinder{kUnwinderTable};
 
 // ---- lazy start-up (invariant 2: nothing runs before the first use) ----
 inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
@@ -72,6 +76,7 @@ inline void EnsureInit() noexcept {
       const EnvConfig cfg = ParseEnvConfig(env);
       if (cfg.has_rate) ApplyRate(cfg.rate);
       if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
+      if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
     }
     g_init_state.store(2, std::memory_order_release);
     return;
@@ -120,10 +125,11 @@ inline void OnThreadExit(void* slot) noexcept {
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
-// Lock order: loader, registry, labels, buckets, live map shards, arena
+// Lock order: loader, unwind tables, registry, labels, buckets, live map shards, arena
 // (innermost). The loader lock comes first: see loader_lock.hpp.
 inline void ForkPrepare() noexcept {
   g_loader_lock.lock();
+  unwind_table::g_lock.lock();
   g_registry.lock().lock();
   g_labels.lock().lock();
   g_buckets.lock().lock();
@@ -136,6 +142,7 @@ inline void ForkParent() noexcept {
   g_buckets.lock().unlock();
   g_labels.lock().unlock();
   g_registry.lock().unlock();
+  unwind_table::g_lock.unlock();
   g_loader_lock.unlock();
 }
 inline void ForkChild() noexcept { ForkParent(); }
@@ -144,7 +151,11 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
   if (lo < ts.stack_lo) lo = ts.stack_lo;
-  UnwindFramePointers(frame, hook_return, lo, ts.stack_hi, out);
+  if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
+    UnwindWithTable(frame, hook_return, lo, ts.stack_hi, out);
+  } else {
+    UnwindFramePointers(frame, hook_return, lo, ts.stack_hi, out);
+  }
 }
 
 inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
@@ -191,6 +202,9 @@ HEAPPROF_NOINLINE inline void OnAllocSlow(void* p, std::size_t n, const void* ho
   ts->countdown.store(FreshCountdown(*ts, rate), std::memory_order_relaxed);
   if (rate == 0 || flags.guard != 0) return;  // off, or the profiler's own allocation
   RecordSample(p, n, rate, hook_return, *ts, __builtin_frame_address(0));
+  // No tail call: the unwinder reads this function's frame record, which a
+  // tail call would pop before RecordSample runs (clang -O2 does that).
+  asm volatile("" ::: "memory");
 }
 
 HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept {

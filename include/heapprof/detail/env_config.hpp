@@ -60,6 +60,8 @@ struct EnvConfig {
   std::uint64_t rate = 0;
   bool has_max_label_sets = false;
   std::uint64_t max_label_sets = 0;
+  bool has_unwinder = false;
+  bool unwinder_table = true;  // unwinder=table; false: unwinder=fp
 };
 
 // A plain count: digits only.
@@ -96,6 +98,13 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         cfg.rate = v;
       } else {
         ReportConfigProblem("bad value for rate (bytes, optional k/m/g suffix):", value);
+      }
+    } else if (key == "unwinder") {
+      if (value == "table" || value == "fp") {
+        cfg.has_unwinder = true;
+        cfg.unwinder_table = value == "table";
+      } else {
+        ReportConfigProblem("bad value for unwinder (fp or table):", value);
       }
     } else if (key == "max_label_sets") {
       std::uint64_t v;

@@ -11,13 +11,17 @@
 #include <link.h>
 
 #include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/thread_state.hpp"
 
 namespace heapprof {
 namespace detail {
 
 inline SpinLock g_loader_lock;
 
+// The guard: a callback that allocates must not sample, which would unwind,
+// which would come back here for a lock this thread already holds.
 inline int IterateLoadedObjects(int (*callback)(dl_phdr_info*, std::size_t, void*), void* data) noexcept {
+  ReentrancyGuard guard;
   LockGuard hold(g_loader_lock);
   return ::dl_iterate_phdr(callback, data);
 }

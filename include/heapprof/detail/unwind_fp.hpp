@@ -45,6 +45,9 @@ struct CapturedStack {
 // hook kept a frame pointer, the next record's return address equals
 // `hook_return` and is skipped as well, so the stack is the same whichever way
 // the user's compiler built the hook.
+// Not instrumented by ASan: in code without frame pointers rbp can point into
+// a live frame's redzone; the bounds checks keep the read itself safe.
+HEAPPROF_NO_SANITIZE_ADDRESS
 inline void UnwindFramePointers(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
                                 std::uintptr_t stack_hi, CapturedStack& out) noexcept {
   out.depth = 0;

@@ -1,0 +1,298 @@
+// bench/unwind: ns per frame of five unwinders on the same 32-deep stack.
+//
+//   frame pointers      heapprof::detail::UnwindFramePointers
+//   table               heapprof::detail::UnwindWithTable (+ the loader-generation check)
+//   table, no gen check the same walk on a snapshot taken beforehand
+//   libgcc              _Unwind_Backtrace from libgcc_s.so.1
+//   libunwind           unw_backtrace (nongnu libunwind, Debian's libunwind8)
+//   glibc backtrace()   <execinfo.h>, libgcc underneath
+//
+// libunwind is dlopen'ed RTLD_LOCAL, not linked with -lunwind: libunwind.so
+// exports _Unwind_Backtrace/_Unwind_GetIP too, and once it is in the global
+// scope glibc's backtrace() silently runs libunwind instead of libgcc
+// (measured: 8 ns/frame instead of ~130), and a direct _Unwind_GetIP call
+// binds to libunwind's, which cannot read a libgcc context.
+//
+// "warm": the best of 9 batches of 20000 unwinds of the same stack, per
+// frame returned (best, not median: on a shared machine the slow batches
+// measure the neighbours); "marginal": the cost of one more frame, from the same
+// measurement on a 96-deep stack (per-call overhead cancels out).
+// "first": the very first unwind in a fresh process (fork per unwinder, before
+// anything was unwound), so it includes whatever that unwinder sets up: our
+// table builds, libunwind's caches, backtrace()'s dlopen of libgcc_s.
+// Also: table build time and size for libc and libstdc++.
+//
+// Build (see tests/unwind/BUILD.md): frame pointers on, so every unwinder
+// walks all 32 frames:
+//   g++ -std=c++17 -O2 -fno-omit-frame-pointer -Iinclude bench/unwind.cpp
+//       -o bench_unwind -ldl -lpthread
+// (needs libunwind.so.8 at run time: Debian's libunwind8, which libunwind-dev
+// pulls in; without it that row is skipped)
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "heapprof/detail/unwind_fp.hpp"
+#include "heapprof/detail/unwind_table.hpp"
+
+namespace {
+
+namespace hd = heapprof::detail;
+namespace ut = heapprof::detail::unwind_table;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kDepth = 32;       // frames of our own recursion under the hook
+constexpr int kDeepDepth = 96;   // the second measurement, for the marginal cost
+constexpr int kBatches = 9;
+constexpr int kPerBatch = 20000;
+
+void* volatile g_sink;
+
+// Both from libgcc_s by dlsym: a direct call would bind to libunwind.so's
+// exports of the same names, and libunwind's _Unwind_GetIP cannot read a
+// libgcc context.
+using UnwindBacktraceFn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*);
+using UnwindGetIpFn = _Unwind_Ptr (*)(_Unwind_Context*);
+UnwindBacktraceFn g_libgcc_backtrace = nullptr;
+UnwindGetIpFn g_libgcc_get_ip = nullptr;
+using UnwBacktraceFn = int (*)(void**, int);
+UnwBacktraceFn g_unw_backtrace = nullptr;
+
+struct Collect {
+  void** pcs;
+  int n, cap;
+};
+_Unwind_Reason_Code CollectFrame(_Unwind_Context* ctx, void* arg) {
+  auto* c = static_cast<Collect*>(arg);
+  if (c->n == c->cap) return _URC_END_OF_STACK;
+  c->pcs[c->n++] = reinterpret_cast<void*>(g_libgcc_get_ip(ctx));
+  return _URC_NO_REASON;
+}
+
+enum Method { kFp, kTable, kTableNoGen, kLibgcc, kLibunwind, kGlibc, kMethods };
+const char* const kNames[kMethods] = {"frame pointers", "table",     "table, no gen check",
+                                      "libgcc _Unwind_Backtrace", "libunwind unw_backtrace", "glibc backtrace()"};
+
+struct Where {
+  const void* frame;
+  const void* hook_return;
+  std::uintptr_t lo, hi;
+};
+
+// One unwind; returns the frame count.
+__attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
+  static thread_local hd::CapturedStack stack;
+  void* buf[256];
+  switch (m) {
+    case kFp:
+      hd::UnwindFramePointers(w.frame, w.hook_return, w.lo, w.hi, stack);
+      return stack.depth;
+    case kTable:
+      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      return stack.depth;
+    case kTableNoGen: {
+      static const ut::ObjectSet* set = ut::CurrentObjects();
+      ut::UnwindFrom(set, reinterpret_cast<std::uintptr_t>(w.frame), reinterpret_cast<std::uintptr_t>(w.hook_return),
+                     w.lo, w.hi, stack);
+      return stack.depth;
+    }
+    case kLibgcc: {
+      Collect c{buf, 0, 256};
+      g_libgcc_backtrace(&CollectFrame, &c);
+      return c.n;
+    }
+    case kLibunwind:
+      return g_unw_backtrace != nullptr ? g_unw_backtrace(buf, 256) : 0;
+    case kGlibc:
+      return backtrace(buf, 256);
+    default:
+      return 0;
+  }
+}
+
+struct Result {
+  double ns_per_call = 0;
+  int frames = 0;
+};
+
+Result Warm(Method m, const Where& w) {
+  Result r;
+  for (int i = 0; i < 1000; ++i) r.frames = UnwindOnce(m, w);
+  std::vector<double> batches;
+  for (int b = 0; b < kBatches; ++b) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kPerBatch; ++i) r.frames = UnwindOnce(m, w);
+    batches.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kPerBatch);
+  }
+  r.ns_per_call = *std::min_element(batches.begin(), batches.end());
+  return r;
+}
+
+// The first unwind of a fresh process: fork, unwind once, report by pipe.
+Result First(Method m, const Where& w) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    const auto t0 = Clock::now();
+    Result r;
+    r.frames = UnwindOnce(m, w);
+    r.ns_per_call = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    if (write(fds[1], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  Result r;
+  if (read(fds[0], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) r = Result{};
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return r;
+}
+
+struct BuildTiming {
+  const void* pc;
+  double ns = 0;
+  std::size_t rows = 0, bytes = 0, fdes = 0;
+  bool found = false;
+};
+
+int RebuildCallback(dl_phdr_info* info, std::size_t, void* data) {
+  auto& t = *static_cast<BuildTiming*>(data);
+  ut::ObjectInfo oi;
+  const auto pc = reinterpret_cast<std::uintptr_t>(t.pc);
+  if (!ut::DescribeObject(*info, oi) || pc < oi.lo || pc >= oi.hi) return 0;
+  ut::Object o;
+  o.lo = oi.lo;
+  o.hi = oi.hi;
+  o.bias = oi.bias;
+  o.hdr = oi.hdr;
+  o.hdr_size = oi.hdr_size;
+  const auto t0 = Clock::now();
+  ut::Table* table = ut::BuildTable(*info, o);
+  t.ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  if (table != nullptr) {
+    t.found = true;
+    t.rows = table->count;
+    t.bytes = table->bytes;
+    t.fdes = table->fdes;
+    hd::g_arena.Free(table, table->bytes);
+  }
+  return 1;
+}
+
+void ReportBuild(const char* name, const void* pc) {
+  // First build: what the first sample through this object pays (page faults
+  // on .eh_frame included). Then the median of rebuilds with warm pages.
+  const ut::Table* t = nullptr;
+  if (!ut::TableFor(pc, t)) {
+    std::printf("  %-12s no table\n", name);
+    return;
+  }
+  std::vector<double> again;
+  BuildTiming bt{pc};
+  for (int i = 0; i < 9; ++i) {
+    dl_iterate_phdr(&RebuildCallback, &bt);
+    again.push_back(bt.ns);
+  }
+  std::sort(again.begin(), again.end());
+  std::printf("  %-12s %6zu FDEs -> %6u rows, %7.1f KiB (%.2f B/row incl. index), first build %.2f ms, rebuild %.2f ms\n",
+              name, t->fdes, t->count, static_cast<double>(t->bytes) / 1024.0,
+              static_cast<double>(t->bytes) / t->count, static_cast<double>(t->build_ns) / 1e6,
+              again[again.size() / 2] / 1e6);
+}
+
+Result g_first[kMethods];
+Result g_warm[kMethods];
+Result g_warm_deep[kMethods];
+
+// The measurement runs here, under kDepth frames of Down() and a fake hook,
+// shaped like the engine: this function has a frame record (it takes its
+// own frame address) and unwinds from it.
+__attribute__((noinline)) void Measure(const void* hook_return, bool deep) {
+  Where w{__builtin_frame_address(0), hook_return, 0, 0};
+  hd::CurrentStackBounds(w.lo, w.hi);
+  w.lo = reinterpret_cast<std::uintptr_t>(w.frame);
+  if (deep) {
+    for (int m = 0; m < kMethods; ++m) g_warm_deep[m] = Warm(static_cast<Method>(m), w);
+    return;
+  }
+  for (int m = 0; m < kMethods; ++m) g_first[m] = First(static_cast<Method>(m), w);
+  for (int m = 0; m < kMethods; ++m) g_warm[m] = Warm(static_cast<Method>(m), w);
+}
+
+void Report() {
+  std::printf("unwinding a %d-deep stack (+ main and libc start-up frames)\n\n", kDepth);
+  std::printf("  %-26s %7s %10s %12s %13s %14s\n", "unwinder", "frames", "warm ns", "warm ns/frm",
+              "marginal ns/f", "first-call us");
+  for (int m = 0; m < kMethods; ++m) {
+    const Result& a = g_warm[m];
+    const Result& b = g_warm_deep[m];
+    const double marginal =
+        b.frames > a.frames ? (b.ns_per_call - a.ns_per_call) / static_cast<double>(b.frames - a.frames) : 0.0;
+    std::printf("  %-26s %7d %10.1f %12.2f %13.2f %14.1f\n", kNames[m], a.frames, a.ns_per_call,
+                a.frames > 0 ? a.ns_per_call / a.frames : 0.0, marginal, g_first[m].ns_per_call / 1000.0);
+  }
+  // The loader-generation check alone (one dl_iterate_phdr visiting one object).
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 200000; ++i) g_sink = const_cast<ut::ObjectSet*>(ut::CurrentObjects());
+  std::printf("\n  generation check (dl_iterate_phdr, 1 object): %.1f ns per unwind\n",
+              std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / 200000);
+
+  std::printf("\ntable builds (arena memory: rows 8 B + block index):\n");
+  ReportBuild("libc", reinterpret_cast<const void*>(&std::qsort));
+  ReportBuild("libstdc++", reinterpret_cast<const void*>(&std::terminate));
+  ReportBuild("this binary", reinterpret_cast<const void*>(&Report));
+  const hd::UnwindTableStats s = hd::GetUnwindTableStats();
+  std::printf("  stats: %zu objects, %zu rows, %.1f KiB, %.2f ms total build\n", s.objects, s.rows,
+              static_cast<double>(s.bytes) / 1024.0, s.build_ms);
+}
+
+__attribute__((noinline)) void Hook(bool deep) {
+  Measure(__builtin_return_address(0), deep);
+  asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) int Down(int depth, bool deep) {
+  if (depth <= 1) {
+    Hook(deep);
+    return 0;
+  }
+  int r = Down(depth - 1, deep);
+  asm volatile("" : "+r"(r));  // a real call per level, no tail call or loop
+  return r + 1;
+}
+
+}  // namespace
+
+int main() {
+  void* libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (libgcc == nullptr) libgcc = dlopen("libgcc_s.so.1", RTLD_NOW);
+  if (libgcc != nullptr) {
+    g_libgcc_backtrace = reinterpret_cast<UnwindBacktraceFn>(dlsym(libgcc, "_Unwind_Backtrace"));
+    g_libgcc_get_ip = reinterpret_cast<UnwindGetIpFn>(dlsym(libgcc, "_Unwind_GetIP"));
+  }
+  if (g_libgcc_backtrace == nullptr || g_libgcc_get_ip == nullptr) {
+    std::fprintf(stderr, "libgcc_s.so.1 not found\n");
+    return 1;
+  }
+  if (void* unw = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
+    g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(dlsym(unw, "unw_backtrace"));
+  if (g_unw_backtrace == nullptr) std::fprintf(stderr, "libunwind.so.8 not found: its row stays 0\n");
+  Down(kDepth - 1, false);  // Down x31 + Hook = 32 frames below main
+  Down(kDeepDepth - 1, true);
+  Report();
+  return 0;
+}

@@ -1,0 +1,760 @@
+// heapprof: the table unwinder. Full stacks through code built without frame
+// pointers, at a few ns per frame.
+//
+// libgcc's _Unwind_Backtrace and libunwind interpret DWARF call frame programs
+// at every step. We do what the Linux kernel's ORC and Go's pclntab do: run
+// each object's programs once (eh_frame.hpp) into a sorted array of 8-byte
+// rows, {pc offset, rule}, plus a coarse index of blocks so that a lookup is
+// one index read and a binary search over a handful of rows. In front of the
+// tables sits a small lock-free PC -> rule cache, so that a warm step is one
+// cache read and two or three bounds-checked stack loads (~4-5 ns/frame; the
+// walk is bound by load latency, see bench/unwind.cpp).
+//
+// Objects: the set of loaded ELF objects (dl_iterate_phdr) is an immutable
+// snapshot published through one atomic pointer. Each object's table is built
+// the first time a PC inside it is unwound, from the internal arena, while
+// dl_iterate_phdr holds the loader's lock for that object (so a concurrent
+// dlclose cannot unmap .eh_frame under the parser). Lookups take no lock.
+//
+// dlopen/dlclose: every unwind first asks the loader for its generation
+// (dlpi_adds, dlpi_subs: one dl_iterate_phdr call that stops at the first
+// object) and, when it moved, publishes a new snapshot; objects still loaded
+// keep their tables. Table and snapshot memory is never freed: a thread may
+// still be reading a retired snapshot, and a dlclose'd object's table is just
+// arena memory, never the object's own pages, so a stale lookup reads valid
+// memory and yields at worst a wrong frame (every stack read is bounds
+// checked, invariant 4). The leak is bounded by the dlopen/dlclose churn.
+//
+// Per frame, a PC without a row, or with a rule the rows cannot express
+// (RA in a register, general DWARF expressions, CFA in a register other than
+// rsp/rbp), falls back to one frame-pointer step when rbp looks like a frame
+// record of this frame (aligned, on the stack, above sp) and the return
+// address it yields lies in a loaded object; otherwise the stack ends there.
+//
+// Fork: the engine's fork handlers (engine.hpp) take g_lock right after the
+// loader lock, so a child never inherits it locked mid-build.
+//
+// x86-64 only. Elsewhere UnwindWithTable is the frame-pointer unwinder (which
+// is what aarch64's ABI keeps anyway) and the table parts compile but are
+// unused.
+#pragma once
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+
+#include "heapprof/detail/loader_lock.hpp"
+#include "heapprof/config.hpp"
+#include "heapprof/detail/arena.hpp"
+#include "heapprof/detail/eh_frame.hpp"
+#include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/unwind_fp.hpp"
+
+// Stack reads below may touch bytes ASan considers poisoned (another frame's
+// redzone, when a frame-pointer guess lands there): they are bounds-checked
+// reads of our own stack, not bugs, so they are not instrumented. Functions
+// with this attribute must not inline instrumented code that has addressable
+// locals: GCC would keep that code's scope poisoning but, the function being
+// uninstrumented, never clear it at return (stale "use-after-scope" shadow).
+// Hence the noinline on the slow paths they call.
+#if defined(__clang__) || defined(__GNUC__)
+#define HEAPPROF_DETAIL_NO_ASAN __attribute__((no_sanitize_address))
+#else
+#define HEAPPROF_DETAIL_NO_ASAN
+#endif
+
+namespace heapprof {
+namespace detail {
+
+struct UnwindTableStats {
+  std::size_t objects = 0;  // objects with a built table (rows > 0)
+  std::size_t rows = 0;     // rows over all built tables
+  std::size_t bytes = 0;    // tables, their block indexes, object snapshots, the rule cache
+  double build_ms = 0;      // total time spent building tables
+};
+
+namespace unwind_table {
+
+// One row of a built table: from `pc` (offset from Table::base) to the next
+// row, `rule` applies.
+struct TableRow {
+  std::uint32_t pc;
+  std::uint32_t rule;
+};
+
+struct Table {
+  std::uintptr_t base = 0;      // address of rows[0]
+  std::uintptr_t span = 0;      // PCs in [base, base + span) have a row
+  const TableRow* rows = nullptr;
+  std::uint32_t count = 0;
+  std::uint32_t shift = 0;      // block = (pc - base) >> shift
+  const std::uint32_t* index = nullptr;  // index[b]: last row with pc <= b << shift; blocks + 1 entries
+  std::uint32_t blocks = 0;
+  std::size_t bytes = 0;        // this table's arena bytes
+  std::uint64_t build_ns = 0;
+  std::size_t fdes = 0;
+  std::size_t fdes_bad = 0;
+};
+
+// The table of objects without one (no PT_GNU_EH_FRAME, unreadable, gone):
+// every lookup misses. Constant-initialised, never written.
+inline constexpr Table kNoTable{};
+
+// One loaded object. Identity is (bias, lo, hi, hdr, fingerprint): a dlopen
+// that lands where a dlclose'd object was gets a new Object unless it is
+// byte-for-byte the same .eh_frame_hdr (then the old table is still right).
+struct Object {
+  std::uintptr_t lo = 0;  // executable PT_LOAD segments, [lo, hi)
+  std::uintptr_t hi = 0;
+  std::uintptr_t bias = 0;  // dlpi_addr
+  std::uintptr_t hdr = 0;   // .eh_frame_hdr in memory; 0 if none
+  std::size_t hdr_size = 0;
+  std::uint64_t fingerprint = 0;
+  std::atomic<const Table*> table{nullptr};  // null until first use
+};
+
+struct ObjectSet {
+  unsigned long long adds = 0;  // the loader's generation this snapshot is of
+  unsigned long long subs = 0;
+  bool generation_known = false;
+  std::uint32_t serial = 0;     // 1, 2, ... in publication order: tags rule-cache entries
+  std::size_t count = 0;
+  Object** objects = nullptr;  // sorted by lo
+  std::size_t bytes = 0;
+};
+
+// A direct-mapped cache, PC -> rule, in front of the tables. A table lookup
+// is three dependent loads (index, rows, rule) after the return address; a
+// hit here is one, which is what gets a warm frame under 5 ns: the walk is
+// bound by load latency, not instructions. Shared by all threads, written only
+// on misses, no lock: an entry is two words, key = (ra ^ Mix(value)) + serial, so a
+// torn read (one word from each of two writers) fails the check and counts as
+// a miss; with the snapshot serial in the key, after a dlopen/dlclose every
+// older entry misses. The value holds the CFA offset ready to add: decoding
+// it from the rule would put two more instructions on the critical path.
+struct alignas(16) RuleCacheEntry {
+  std::atomic<std::uint64_t> key{0};
+  std::atomic<std::uint64_t> value{0};  // cfa offset (int32) << 32 | rule
+};
+constexpr std::size_t kRuleCacheEntries = 4096;  // 64 KiB of .bss, touched only when used
+
+inline RuleCacheEntry g_rule_cache[kRuleCacheEntries];
+
+// ---- global state: constant-initialised (invariant 2), never destroyed
+inline SpinLock g_lock;  // builds and snapshot publication; never held across dl_iterate_phdr
+inline std::atomic<const ObjectSet*> g_objects{nullptr};
+inline std::atomic<std::uint32_t> g_serial{0};
+inline std::atomic<std::size_t> g_stat_objects{0};
+inline std::atomic<std::size_t> g_stat_rows{0};
+inline std::atomic<std::size_t> g_stat_bytes{0};
+inline std::atomic<std::uint64_t> g_stat_build_ns{0};
+
+inline std::uint64_t NowNs() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// ---------------------------------------------------------------- lookup
+
+// The rule for `pc`, or 0 (kCfaNone) if no row covers it. Lock-free: a table
+// is immutable once published.
+HEAPPROF_ALWAYS_INLINE std::uint32_t Lookup(const Table& t, std::uintptr_t pc) noexcept {
+  const std::uintptr_t off = pc - t.base;  // wraps for pc < base: fails the next test
+  if (off >= t.span) return 0;
+  const auto off32 = static_cast<std::uint32_t>(off);
+  const std::uint32_t b = off32 >> t.shift;
+  std::uint32_t lo = t.index[b];
+  std::uint32_t hi = t.index[b + 1];
+  // Last row in [lo, hi] with pc <= off; rows[lo] qualifies by construction.
+  while (lo < hi) {
+    const std::uint32_t mid = (lo + hi + 1) / 2;
+    if (t.rows[mid].pc <= off32)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return t.rows[lo].rule;
+}
+
+// The object holding `pc` in a snapshot, or null.
+inline Object* FindObject(const ObjectSet& set, std::uintptr_t pc) noexcept {
+  std::size_t lo = 0, hi = set.count;
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (set.objects[mid]->lo <= pc)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == 0) return nullptr;
+  Object* o = set.objects[lo - 1];
+  return pc < o->hi ? o : nullptr;
+}
+
+// ---------------------------------------------------------------- building
+
+// `size` bytes at `vaddr` (file address) lie inside a readable PT_LOAD's file
+// bytes: safe to read while the object is loaded.
+inline bool MappedReadable(const dl_phdr_info& info, std::uintptr_t vaddr, std::size_t size) noexcept {
+  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info.dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_R) == 0) continue;
+    if (vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr <= ph.p_filesz && size <= ph.p_filesz - (vaddr - ph.p_vaddr))
+      return true;
+  }
+  return false;
+}
+
+// The readable PT_LOAD bytes from `vaddr` to the end of its segment.
+inline std::size_t MappedBytesFrom(const dl_phdr_info& info, std::uintptr_t vaddr) noexcept {
+  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info.dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_R) == 0) continue;
+    if (vaddr >= ph.p_vaddr && vaddr - ph.p_vaddr < ph.p_filesz) return ph.p_filesz - (vaddr - ph.p_vaddr);
+  }
+  return 0;
+}
+
+// What identifies an object in one dl_iterate_phdr visit.
+struct ObjectInfo {
+  std::uintptr_t lo = 0, hi = 0, bias = 0, hdr = 0;
+  std::size_t hdr_size = 0;
+  std::uint64_t fingerprint = 0;
+};
+
+// False for objects with nothing executable (nothing to unwind through).
+inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
+  out = ObjectInfo{};
+  out.bias = info.dlpi_addr;
+  bool exec = false;
+  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info.dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && ph.p_memsz != 0) {
+      const std::uintptr_t lo = info.dlpi_addr + ph.p_vaddr;
+      const std::uintptr_t hi = lo + ph.p_memsz;
+      if (!exec || lo < out.lo) out.lo = lo;
+      if (!exec || hi > out.hi) out.hi = hi;
+      exec = true;
+    } else if (ph.p_type == PT_GNU_EH_FRAME && ph.p_memsz != 0 && MappedReadable(info, ph.p_vaddr, ph.p_memsz)) {
+      out.hdr = info.dlpi_addr + ph.p_vaddr;
+      out.hdr_size = ph.p_memsz;
+    }
+  }
+  if (!exec) return false;
+  if (out.hdr != 0) {
+    // FNV-1a over the start of .eh_frame_hdr: its table holds PC and FDE
+    // offsets, so different code at the same address differs here.
+    std::uint64_t h = 1469598103934665603ull ^ out.hdr_size;
+    const auto* p = reinterpret_cast<const unsigned char*>(out.hdr);
+    const std::size_t n = out.hdr_size < 512 ? out.hdr_size : 512;
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    out.fingerprint = h;
+  }
+  return true;
+}
+
+inline bool SameObject(const Object& o, const ObjectInfo& i) noexcept {
+  return o.lo == i.lo && o.hi == i.hi && o.bias == i.bias && o.hdr == i.hdr && o.hdr_size == i.hdr_size &&
+         o.fingerprint == i.fingerprint;
+}
+
+// Compacts finished parser rows into a Table in one arena block:
+// [Table][rows][index]. Null if out of memory or no rows.
+inline Table* CompactTable(const eh::RowBuffer& rows) noexcept {
+  std::size_t n = rows.size();
+  if (n == 0) return nullptr;
+  const std::uint64_t base = rows[0].pc;
+  // Offsets are 32-bit: an object's code spans less than 4 GiB; cut the rest.
+  while (n > 1 && rows[n - 1].pc - base > 0xffffffffull) --n;
+  if (n > 0xfffffffeull) n = 0xfffffffeull;
+  const std::uint64_t span = rows[n - 1].pc - base;  // the last row ends coverage
+  if (span == 0) return nullptr;
+  // Aim for about two rows per block: the search is then over 2-4 rows and
+  // the index costs ~2 bytes per row.
+  std::uint32_t shift = 4;
+  const std::uint64_t want_blocks = n / 2 > 1 ? n / 2 : 1;
+  while (shift < 31 && (span >> shift) + 1 > want_blocks) ++shift;
+  const std::uint64_t blocks = (span >> shift) + 1;
+  const std::size_t bytes = sizeof(Table) + n * sizeof(TableRow) + (blocks + 1) * sizeof(std::uint32_t);
+  void* mem = g_arena.Allocate(bytes);
+  if (mem == nullptr) return nullptr;
+  auto* rows_out = reinterpret_cast<TableRow*>(static_cast<char*>(mem) + sizeof(Table));
+  auto* index = reinterpret_cast<std::uint32_t*>(rows_out + n);
+  for (std::size_t i = 0; i < n; ++i) {
+    rows_out[i].pc = static_cast<std::uint32_t>(rows[i].pc - base);
+    rows_out[i].rule = rows[i].rule.bits;
+  }
+  std::uint32_t r = 0;
+  for (std::uint64_t b = 0; b <= blocks; ++b) {
+    const std::uint64_t start = b << shift;
+    while (r + 1 < n && rows_out[r + 1].pc <= start) ++r;
+    index[b] = r;
+  }
+  Table* t = new (mem) Table{};
+  t->base = static_cast<std::uintptr_t>(base);
+  t->span = static_cast<std::uintptr_t>(span);
+  t->rows = rows_out;
+  t->count = static_cast<std::uint32_t>(n);
+  t->shift = shift;
+  t->index = index;
+  t->blocks = static_cast<std::uint32_t>(blocks);
+  t->bytes = bytes;
+  return t;
+}
+
+// Parses one object's .eh_frame (it is mapped: we are inside dl_iterate_phdr's
+// callback for it, under the loader's lock). Null if it has none we can use.
+inline Table* BuildTable(const dl_phdr_info& info, const Object& o) noexcept {
+  if (o.hdr == 0) return nullptr;
+  const std::uint64_t t0 = NowNs();
+  eh::Source src;
+  src.hdr.data = reinterpret_cast<const std::uint8_t*>(o.hdr);
+  src.hdr.size = o.hdr_size;
+  src.hdr.address = o.hdr;
+  eh::Hdr hdr;
+  if (!eh::ParseHdr(src.hdr, hdr)) return nullptr;
+  const std::uintptr_t eh_frame = static_cast<std::uintptr_t>(hdr.eh_frame);
+  if (eh_frame < info.dlpi_addr) return nullptr;
+  const std::size_t avail = MappedBytesFrom(info, eh_frame - info.dlpi_addr);
+  if (avail == 0) return nullptr;
+  src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(eh_frame);
+  src.eh_frame.size = avail;
+  src.eh_frame.address = eh_frame;
+  src.pc_lo = o.lo;
+  src.pc_hi = o.hi;
+  eh::RowBuffer rows;
+  eh::ParseStats stats;
+  eh::ParseEhFrame(src, rows, &stats);  // out of memory: whatever fitted
+  Table* t = CompactTable(rows);
+  rows.Release();
+  if (t == nullptr) return nullptr;
+  t->fdes = stats.fdes;
+  t->fdes_bad = stats.fdes_bad;
+  t->build_ns = NowNs() - t0;
+  return t;
+}
+
+struct BuildRequest {
+  Object* object;
+  bool found;
+};
+
+inline int BuildCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
+  auto& req = *static_cast<BuildRequest*>(data);
+  ObjectInfo oi;
+  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  req.found = true;
+  // Lock order: loader lock (held by dl_iterate_phdr), then g_lock, then the
+  // arena's. g_lock is never held while calling into the loader.
+  LockGuard hold(g_lock);
+  if (req.object->table.load(std::memory_order_acquire) != nullptr) return 1;  // another thread won
+  const Table* t = BuildTable(*info, *req.object);
+  if (t != nullptr) {
+    g_stat_objects.fetch_add(1, std::memory_order_relaxed);
+    g_stat_rows.fetch_add(t->count, std::memory_order_relaxed);
+    g_stat_bytes.fetch_add(t->bytes, std::memory_order_relaxed);
+    g_stat_build_ns.fetch_add(t->build_ns, std::memory_order_relaxed);
+  } else {
+    t = &kNoTable;
+  }
+  req.object->table.store(t, std::memory_order_release);
+  return 1;
+}
+
+// The object's table, built on first use.
+inline const Table* EnsureTable(Object* o) noexcept {
+  const Table* t = o->table.load(std::memory_order_acquire);
+  if (HEAPPROF_LIKELY(t != nullptr)) return t;
+  BuildRequest req{o, false};
+  IterateLoadedObjects(&BuildCallback, &req);
+  t = o->table.load(std::memory_order_acquire);
+  if (t == nullptr) {
+    // Unloaded since the snapshot: nothing to read any more.
+    LockGuard hold(g_lock);
+    const Table* expected = nullptr;
+    o->table.compare_exchange_strong(expected, &kNoTable, std::memory_order_acq_rel);
+    t = o->table.load(std::memory_order_acquire);
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------- snapshots
+
+struct Generation {
+  unsigned long long adds = 0, subs = 0;
+  bool known = false;
+};
+
+inline int GenerationCallback(dl_phdr_info* info, std::size_t size, void* data) noexcept {
+  auto& g = *static_cast<Generation*>(data);
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+    g.adds = info->dlpi_adds;
+    g.subs = info->dlpi_subs;
+    g.known = true;
+  }
+  return 1;  // the counters are the same in every entry: one is enough
+}
+
+// Scratch list of the objects one dl_iterate_phdr pass saw.
+struct Collect {
+  ObjectInfo* items = nullptr;
+  std::size_t count = 0;
+  std::size_t capacity = 0;
+  Generation gen;
+  bool oom = false;
+};
+
+inline int CollectCallback(dl_phdr_info* info, std::size_t size, void* data) noexcept {
+  auto& c = *static_cast<Collect*>(data);
+  if (!c.gen.known) GenerationCallback(info, size, &c.gen);
+  ObjectInfo oi;
+  if (!DescribeObject(*info, oi)) return 0;
+  if (c.count == c.capacity) {
+    const std::size_t cap = c.capacity == 0 ? 64 : c.capacity * 2;
+    auto* fresh = static_cast<ObjectInfo*>(g_arena.Allocate(cap * sizeof(ObjectInfo)));
+    if (fresh == nullptr) {
+      c.oom = true;
+      return 1;
+    }
+    if (c.count != 0) std::memcpy(static_cast<void*>(fresh), c.items, c.count * sizeof(ObjectInfo));
+    g_arena.Free(c.items, c.capacity * sizeof(ObjectInfo));
+    c.items = fresh;
+    c.capacity = cap;
+  }
+  c.items[c.count++] = oi;
+  return 0;
+}
+
+// Takes a fresh snapshot of the loaded objects and publishes it (unless a
+// newer one appeared meanwhile). Returns the current snapshot.
+inline const ObjectSet* Refresh() noexcept {
+  Collect c;
+  IterateLoadedObjects(&CollectCallback, &c);  // the loader lock, without g_lock
+  const ObjectSet* result = nullptr;
+  if (!c.oom) {
+    LockGuard hold(g_lock);
+    const ObjectSet* cur = g_objects.load(std::memory_order_acquire);
+    if (cur != nullptr && c.gen.known && cur->generation_known &&
+        (cur->adds > c.gen.adds || cur->subs > c.gen.subs || (cur->adds == c.gen.adds && cur->subs == c.gen.subs))) {
+      result = cur;  // someone published this generation or a newer one
+    } else {
+      const std::size_t bytes = sizeof(ObjectSet) + c.count * sizeof(Object*);
+      void* mem = g_arena.Allocate(bytes);
+      if (mem != nullptr) {
+        auto* set = new (mem) ObjectSet{};
+        set->adds = c.gen.adds;
+        set->subs = c.gen.subs;
+        set->generation_known = c.gen.known;
+        set->objects = reinterpret_cast<Object**>(static_cast<char*>(mem) + sizeof(ObjectSet));
+        set->bytes = bytes;
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < c.count; ++i) {
+          const ObjectInfo& oi = c.items[i];
+          Object* o = nullptr;
+          if (cur != nullptr) {
+            Object* old = FindObject(*cur, oi.lo);
+            if (old != nullptr && SameObject(*old, oi)) o = old;  // keeps its table
+          }
+          if (o == nullptr) {
+            void* om = g_arena.Allocate(sizeof(Object));
+            if (om == nullptr) continue;
+            o = new (om) Object{};
+            o->lo = oi.lo;
+            o->hi = oi.hi;
+            o->bias = oi.bias;
+            o->hdr = oi.hdr;
+            o->hdr_size = oi.hdr_size;
+            o->fingerprint = oi.fingerprint;
+            set->bytes += sizeof(Object);
+          }
+          // Insertion sort by lo: a few dozen objects, usually in order already.
+          std::size_t at = n;
+          while (at > 0 && set->objects[at - 1]->lo > o->lo) {
+            set->objects[at] = set->objects[at - 1];
+            --at;
+          }
+          set->objects[at] = o;
+          ++n;
+        }
+        set->count = n;
+        set->serial = g_serial.fetch_add(1, std::memory_order_relaxed) + 1;
+        g_stat_bytes.fetch_add(set->bytes, std::memory_order_relaxed);
+        // The old snapshot stays allocated: readers may still hold it.
+        g_objects.store(set, std::memory_order_release);
+        result = set;
+      } else {
+        result = cur;
+      }
+    }
+  } else {
+    result = g_objects.load(std::memory_order_acquire);
+  }
+  g_arena.Free(c.items, c.capacity * sizeof(ObjectInfo));
+  return result;
+}
+
+// The snapshot for this unwind: the published one if the loader's generation
+// has not moved, else a fresh one. One dl_iterate_phdr call that visits one
+// object: the loader's (recursive) lock, ~20-30 ns.
+inline const ObjectSet* CurrentObjects() noexcept {
+  Generation g;
+  IterateLoadedObjects(&GenerationCallback, &g);
+  const ObjectSet* s = g_objects.load(std::memory_order_acquire);
+  if (s != nullptr && g.known && s->generation_known && g.adds == s->adds && g.subs == s->subs) return s;
+  return Refresh();
+}
+
+// ---------------------------------------------------------------- stepping
+
+struct Regs {
+  std::uintptr_t pc;  // a return address (the frame's "current" pc is pc - 1)
+  std::uintptr_t sp;  // the frame's stack pointer: its callee's CFA
+  std::uintptr_t fp;  // rbp as this frame sees it; 0 when unknown
+};
+
+struct Cursor {
+  const ObjectSet* set;
+  std::uintptr_t stack_lo;
+  std::uintptr_t stack_hi;
+  std::uint32_t serial = set->serial;  // a copy: stores to the cache may alias set->serial
+  const Object* object = nullptr;  // the last object a lookup hit: frames cluster
+  const Table* table = nullptr;
+};
+
+// One aligned word of the stack, if it lies in [lo, hi).
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr, const Cursor& c,
+                                                             std::uintptr_t& out) noexcept {
+  if ((addr & 7) != 0 || addr < c.stack_lo || addr >= c.stack_hi || c.stack_hi - addr < 8) return false;
+  out = *reinterpret_cast<const std::uintptr_t*>(addr);
+  return true;
+}
+
+// The rule for the instruction at `pc` from the tables (0 if none). Out of
+// line: it is the cache-miss path, and see HEAPPROF_DETAIL_NO_ASAN.
+__attribute__((noinline)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+  if (c.object == nullptr || pc - c.object->lo >= c.object->hi - c.object->lo) {
+    Object* o = FindObject(*c.set, pc);
+    if (o == nullptr) return 0;
+    c.object = o;
+    c.table = EnsureTable(o);
+  }
+  return Lookup(*c.table, pc);
+}
+
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheMix(std::uint64_t v) noexcept { return v * 0x9e3779b97f4a7c15ull; }
+// The low bits of return addresses are close to uniform; anything more
+// (a multiply, a shift-xor) sits on the critical path of every frame.
+HEAPPROF_ALWAYS_INLINE std::size_t CacheSlot(std::uintptr_t ra) noexcept {
+  return static_cast<std::size_t>(ra) & (kRuleCacheEntries - 1);
+}
+
+// The rule for the frame whose return address is `ra` (the instruction
+// looked up is ra - 1, inside the call), as a cache value: the cache, else
+// the tables.
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE std::uint64_t RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
+  RuleCacheEntry& e = g_rule_cache[CacheSlot(ra)];
+  const std::uint64_t value = e.value.load(std::memory_order_relaxed);
+  const std::uint64_t key = e.key.load(std::memory_order_relaxed);
+  if (HEAPPROF_LIKELY(key == (ra ^ CacheMix(value)) + c.serial)) return value;
+  const eh::Rule rule{TableRuleAt(c, ra - 1)};
+  const std::uint64_t fresh =
+      (static_cast<std::uint64_t>(static_cast<std::uint32_t>(rule.cfa_offset())) << 32) | rule.bits;
+  e.value.store(fresh, std::memory_order_relaxed);
+  e.key.store((ra ^ CacheMix(fresh)) + c.serial, std::memory_order_relaxed);
+  return fresh;
+}
+
+// One frame-pointer step, taken only when rbp plausibly is this frame's
+// record: aligned, inside the stack, at or above sp; and the return address
+// it holds lies in a loaded object.
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FramePointerStep(Cursor& c, Regs& r) noexcept {
+  const std::uintptr_t fp = r.fp;
+  if (fp < r.sp) return false;
+  std::uintptr_t saved_fp, ra;
+  if (!LoadWord(fp, c, saved_fp) || !LoadWord(fp + 8, c, ra)) return false;
+  if (ra == 0 || FindObject(*c.set, ra) == nullptr) return false;
+  r.pc = ra;
+  r.sp = fp + 16;
+  r.fp = saved_fp;
+  return true;
+}
+
+// Completes a step once the CFA is known: the return address at CFA - 8 and
+// the caller's fp. `cfa` must be checked by the caller to be 8-aligned and in
+// [r.sp + 8, stack_hi]: then CFA - 8 lies in [sp, hi) (sp >= stack_lo holds
+// for every frame, by induction from the first) and needs no further check.
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, Regs& r, std::uint32_t bits,
+                                                               std::uintptr_t cfa) noexcept {
+  const std::uintptr_t ra = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
+  if (ra == 0) return false;
+  const eh::Rule rule{bits};
+  std::uintptr_t fp = r.fp;
+  const eh::FpKind fp_kind = rule.fp_kind();
+  if (fp_kind == eh::kFpAtCfa) {  // the common one first: a frame that pushed rbp
+    // cfa is 8-aligned and the offset a multiple of 8: one range check.
+    const std::uintptr_t at = cfa + static_cast<std::uintptr_t>(rule.fp_offset());
+    if (at - c.stack_lo > c.stack_hi - c.stack_lo - 8) return false;
+    fp = *reinterpret_cast<const std::uintptr_t*>(at);
+  } else if (fp_kind == eh::kFpAtFp) {
+    if (!LoadWord(r.fp + static_cast<std::uintptr_t>(rule.fp_offset()), c, fp)) return false;
+  } else if (fp_kind == eh::kFpLost) {
+    fp = 0;  // any later rule that needs it fails its bounds check
+  }
+  r.pc = ra;
+  r.sp = cfa;
+  r.fp = fp;
+  return true;
+}
+
+// The caller's frame lies strictly above ours (so the walk terminates) and
+// below the stack's top; words are aligned.
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool CfaValid(const Cursor& c, const Regs& r,
+                                                             std::uintptr_t cfa) noexcept {
+  return (cfa & 7) == 0 && cfa >= r.sp + 8 && cfa <= c.stack_hi;
+}
+
+// The rare rule kinds, out of line.
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
+                                                                        std::uintptr_t off) noexcept {
+  const eh::Rule rule{bits};
+  std::uintptr_t cfa;
+  switch (rule.cfa_kind()) {
+    case eh::kCfaFpDeref:
+      if (!LoadWord(r.fp + off, c, cfa)) return false;
+      break;
+    case eh::kCfaPlt:
+      // The expression reads rip; like the lookup we take the instruction
+      // inside the call, pc - 1 (only synthetic frames get here: code never
+      // returns into a PLT entry).
+      cfa = r.sp + off + (((r.pc - 1) & 15) >= rule.plt_threshold() ? 8 : 0);
+      break;
+    case eh::kCfaEnd:
+      return false;
+    case eh::kCfaNone:
+      return FramePointerStep(c, r);
+    default:
+      return false;
+  }
+  if (!CfaValid(c, r, cfa)) return false;
+  return FinishStep(c, r, bits, cfa);
+}
+
+// Moves `r` from a frame to its caller. False at the end of the stack or when
+// the caller cannot be found safely. The common rules (CFA = sp/fp + offset)
+// stay inline: this loop is bound by the latency of return address -> cache
+// entry -> return address, so the fewer instructions between, the better.
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noexcept {
+  const std::uint64_t cached = RuleAt(c, r.pc);
+  const auto bits = static_cast<std::uint32_t>(cached);
+  // Sign-extended CFA offset, straight from the cache value.
+  const auto off = static_cast<std::uintptr_t>(static_cast<std::int64_t>(cached) >> 32);
+  const std::uint32_t kind = bits & 7u;
+  if (HEAPPROF_UNLIKELY(kind != eh::kCfaSpRel && kind != eh::kCfaFpRel)) {
+    // Through a copy: were `r` itself passed to an out-of-line call, the
+    // compiler would keep it in memory for the whole walk.
+    Regs copy = r;
+    const bool ok = StepOther(c, copy, bits, off);
+    r = copy;
+    return ok;
+  }
+  // Two paths rather than a select: a conditional move would wait for the
+  // cache entry's kind bits; a predicted branch does not.
+  if (kind == eh::kCfaSpRel) {
+    const std::uintptr_t cfa = r.sp + off;
+    if (!CfaValid(c, r, cfa)) return false;
+    return FinishStep(c, r, bits, cfa);
+  }
+  const std::uintptr_t cfa = r.fp + off;
+  if (!CfaValid(c, r, cfa)) return false;
+  return FinishStep(c, r, bits, cfa);
+}
+
+// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
+// can run it on a hand-built stack.
+HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintptr_t frame, std::uintptr_t leaf,
+                                               std::uintptr_t stack_lo, std::uintptr_t stack_hi,
+                                               CapturedStack& out) noexcept {
+  Cursor c{set, stack_lo, stack_hi};
+  // The slow path's frame record: [frame] = the hook's rbp, [frame + 8] =
+  // return address into the hook; the hook's sp is just above.
+  std::uintptr_t hook_fp, hook_pc;
+  if (!LoadWord(frame, c, hook_fp) || !LoadWord(frame + 8, c, hook_pc)) return false;
+  Regs r{hook_pc, frame + 16, hook_fp};
+  // Step out of the hook: its caller's pc must be the leaf we were given.
+  if (!Step(c, r) || r.pc != leaf) return false;
+  // The depth in a local, not out.depth: stores to out.pcs could alias it
+  // and force a reload every frame.
+  int depth = 0;
+  bool truncated = false;
+  out.pcs[depth++] = leaf;
+  while (Step(c, r)) {
+    if (depth == HEAPPROF_MAX_FRAMES) {
+      truncated = true;
+      break;
+    }
+    out.pcs[depth++] = r.pc;
+  }
+  out.depth = depth;
+  out.truncated = truncated;
+  return true;
+}
+
+// The table of `pc`'s object, built if need be: for tests and the benchmark.
+// False if `pc` is in no loaded object or that object has no table.
+inline bool TableFor(const void* pc, const Table*& out) noexcept {
+  const ObjectSet* set = CurrentObjects();
+  if (set == nullptr) return false;
+  Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
+  if (o == nullptr) return false;
+  out = EnsureTable(o);
+  return out != &kNoTable;
+}
+
+// The rule covering `pc` (0 if none): for tests.
+inline std::uint32_t RuleForPc(const void* pc) noexcept {
+  const Table* t = nullptr;
+  if (!TableFor(pc, t)) return 0;
+  return Lookup(*t, reinterpret_cast<std::uintptr_t>(pc));
+}
+
+}  // namespace unwind_table
+
+// Unwinds from the slow-path frame record `frame` (see unwind_fp.hpp for the
+// contract: leaf = hook_return, the hook's own frame skipped, capped at
+// HEAPPROF_MAX_FRAMES with truncated set). Falls back to the frame-pointer
+// walk when the hook's own frame cannot be stepped with the table.
+inline void UnwindWithTable(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
+                            std::uintptr_t stack_hi, CapturedStack& out) noexcept {
+#if defined(HEAPPROF_ARCH_X86_64)
+  out.depth = 0;
+  out.truncated = false;
+  if (hook_return == nullptr) return;
+  const unwind_table::ObjectSet* set = unwind_table::CurrentObjects();
+  if (set != nullptr && unwind_table::UnwindFrom(set, reinterpret_cast<std::uintptr_t>(frame),
+                                                 reinterpret_cast<std::uintptr_t>(hook_return), stack_lo,
+                                                 stack_hi, out))
+    return;
+#endif
+  UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out);
+}
+
+inline UnwindTableStats GetUnwindTableStats() noexcept {
+  UnwindTableStats s;
+  s.objects = unwind_table::g_stat_objects.load(std::memory_order_relaxed);
+  s.rows = unwind_table::g_stat_rows.load(std::memory_order_relaxed);
+  s.bytes = unwind_table::g_stat_bytes.load(std::memory_order_relaxed);
+  if (s.bytes != 0) s.bytes += sizeof(unwind_table::g_rule_cache);  // .bss, touched once tables exist
+  s.build_ms = static_cast<double>(unwind_table::g_stat_build_ns.load(std::memory_order_relaxed)) / 1e6;
+  return s;
+}
+
+}  // namespace detail
+}  // namespace heapprof

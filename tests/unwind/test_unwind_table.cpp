@@ -1,0 +1,387 @@
+// The table unwinder against libgcc's _Unwind_Backtrace, frame for frame, on
+// code built -O2 -fomit-frame-pointer (frames.cpp, dso.cpp), through libc,
+// libstdc++.so, the PLT, another thread, a dlopen'ed object (then dlclosed),
+// code without unwind tables; plus garbage stacks behind guard pages.
+#include <doctest/doctest.h>
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "frames.hpp"
+#include "heapprof/detail/unwind_table.hpp"
+
+namespace hd = heapprof::detail;
+namespace ut = heapprof::detail::unwind_table;
+using unwind_test::Capture;
+
+namespace {
+
+template <class F>
+std::unique_ptr<Capture> Run(F&& scenario) {
+  auto c = std::make_unique<Capture>();
+  unwind_test::CurrentCapture() = c.get();
+  scenario();
+  unwind_test::CurrentCapture() = nullptr;
+  return c;
+}
+
+std::string Describe(std::uintptr_t pc) {
+  Dl_info info;
+  std::ostringstream os;
+  os << "0x" << std::hex << pc;
+  if (pc != 0 && dladdr(reinterpret_cast<void*>(pc - 1), &info) != 0) {
+    os << " " << (info.dli_sname != nullptr ? info.dli_sname : "?") << " in "
+       << (info.dli_fname != nullptr ? info.dli_fname : "?");
+  }
+  return os.str();
+}
+
+std::string Dump(const std::uintptr_t* a, int na, const std::uintptr_t* b, int nb) {
+  std::ostringstream os;
+  for (int i = 0; i < (na > nb ? na : nb); ++i) {
+    os << (i < na && i < nb && a[i] == b[i] ? "   " : "!! ") << i << ": "
+       << (i < na ? Describe(a[i]) : std::string("-")) << "  |  " << (i < nb ? Describe(b[i]) : std::string("-"))
+       << "\n";
+  }
+  return os.str();
+}
+
+// Ours equals libgcc's, frame for frame (up to our cap).
+bool MatchesLibgcc(const Capture& c) {
+  if (!c.taken || c.table.depth == 0) return false;
+  int want = c.ref_n;
+  if (c.table.truncated) {
+    if (c.ref_n <= c.table.depth) return false;
+    want = c.table.depth;
+  }
+  if (c.table.depth != want) return false;
+  return std::memcmp(c.table.pcs, c.ref, sizeof(std::uintptr_t) * static_cast<std::size_t>(want)) == 0;
+}
+
+void CheckMatchesLibgcc(const Capture& c, int min_depth) {
+  REQUIRE(c.taken);
+  INFO("table unwinder | _Unwind_Backtrace\n" << Dump(c.table.pcs, c.table.depth, c.ref, c.ref_n));
+  CHECK(c.table.depth >= min_depth);
+  CHECK(MatchesLibgcc(c));
+  MESSAGE("depth " << c.table.depth << " (frame pointers alone: " << c.fp.depth << ")");
+}
+
+bool HasFrameIn(const hd::CapturedStack& st, const char* object_substring) {
+  for (int i = 0; i < st.depth; ++i) {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(st.pcs[i] - 1), &info) != 0 && info.dli_fname != nullptr &&
+        std::strstr(info.dli_fname, object_substring) != nullptr)
+      return true;
+  }
+  return false;
+}
+
+std::string DsoPath() {
+  if (const char* env = std::getenv("HEAPPROF_UNWIND_DSO")) return env;
+#ifdef HEAPPROF_UNWIND_DSO_PATH
+  return HEAPPROF_UNWIND_DSO_PATH;
+#else
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "libheapprof_unwind_dso.so";
+  std::string exe(buf, static_cast<std::size_t>(n));
+  return exe.substr(0, exe.rfind('/') + 1) + "libheapprof_unwind_dso.so";
+#endif
+}
+
+}  // namespace
+
+TEST_CASE("user functions: big frame, pushes, alloca, realigned stack, recursion") {
+  auto c = Run([] { unwind_test::UserChain(6); });
+  CheckMatchesLibgcc(*c, 6 + 6);
+  // The shapes we meant to cover did occur on this stack.
+  bool fp_rel = false, fp_deref = false, big = false;
+  for (int i = 0; i < c->table.depth; ++i) {
+    const hd::eh::Rule r{ut::RuleForPc(reinterpret_cast<const void*>(c->table.pcs[i] - 1))};
+    fp_rel |= r.cfa_kind() == hd::eh::kCfaFpRel;
+    fp_deref |= r.cfa_kind() == hd::eh::kCfaFpDeref;
+    big |= r.cfa_kind() == hd::eh::kCfaSpRel && r.cfa_offset() > 5000;
+  }
+  CHECK(fp_rel);
+#if !defined(__clang__)
+  CHECK(fp_deref);  // GCC's DRAP prologue; Clang realigns through rbp/rbx instead
+#else
+  (void)fp_deref;
+#endif
+#if !defined(HEAPPROF_ASAN)
+  CHECK(big);  // ASan may move the buffer to its fake stack: a small frame then
+#else
+  (void)big;
+#endif
+  // Without frame pointers the frame-pointer walk loses most of this.
+#if !defined(HEAPPROF_ASAN)
+  CHECK(c->fp.depth < c->table.depth);
+#endif
+}
+
+TEST_CASE("libc: qsort calls a comparator that allocates (a PLT call into libc)") {
+  auto c = Run([] { unwind_test::QsortWithAllocatingComparator(); });
+  CheckMatchesLibgcc(*c, 4);
+  CHECK(HasFrameIn(c->table, "libc.so"));
+}
+
+TEST_CASE("std::sort with an allocating comparator") {
+  auto c = Run([] { unwind_test::StdSortWithAllocatingComparator(); });
+  CheckMatchesLibgcc(*c, 4);
+}
+
+TEST_CASE("std::function callback") {
+  auto c = Run([] { unwind_test::StdFunctionCallback(); });
+  CheckMatchesLibgcc(*c, 4);
+}
+
+TEST_CASE("libstdc++.so: ostream formatting calls our streambuf") {
+  auto c = Run([] { unwind_test::OstreamCustomStreambuf(); });
+  CheckMatchesLibgcc(*c, 4);
+  CHECK(HasFrameIn(c->table, "libstdc++.so"));
+}
+
+TEST_CASE("libc: std::call_once's callable under pthread_once") {
+  auto c = Run([] { unwind_test::CallOnceCallback(); });
+  CheckMatchesLibgcc(*c, 4);
+  CHECK(HasFrameIn(c->table, "libc.so"));
+}
+
+TEST_CASE("another thread's stack, down to clone") {
+  auto c = Run([] { unwind_test::InThread(); });
+  CheckMatchesLibgcc(*c, 6);
+}
+
+TEST_CASE("deep recursion is cut at HEAPPROF_MAX_FRAMES") {
+  auto c = Run([] { unwind_test::Recurse(HEAPPROF_MAX_FRAMES + 50); });
+  REQUIRE(c->taken);
+  CHECK(c->table.depth == HEAPPROF_MAX_FRAMES);
+  CHECK(c->table.truncated);
+  CHECK(MatchesLibgcc(*c));
+  auto shallow = Run([] { unwind_test::Recurse(10); });
+  CHECK_FALSE(shallow->table.truncated);
+  CHECK(MatchesLibgcc(*shallow));
+}
+
+TEST_CASE("code without unwind tables: frame-pointer steps through it") {
+  auto c = Run([] { unwind_test::ThroughNoCfi(4); });
+  REQUIRE(c->taken);
+  INFO("table unwinder | _Unwind_Backtrace\n" << Dump(c->table.pcs, c->table.depth, c->ref, c->ref_n));
+  // libgcc stops at the first frame without an FDE; up to there we agree.
+  REQUIRE(c->ref_n >= 3);
+  REQUIRE(c->table.depth > c->ref_n);
+  CHECK(std::memcmp(c->table.pcs, c->ref, sizeof(std::uintptr_t) * static_cast<std::size_t>(c->ref_n)) == 0);
+  // Past the table-less frames we are back in ThroughNoCfi, and from there on
+  // the stack is what libgcc saw from ThroughNoCfi itself.
+  int at = -1;
+  for (int i = 0; i < c->table.depth; ++i)
+    if (c->table.pcs[i] == unwind_test_nocfi_return) at = i;
+  REQUIRE(at > 0);
+  REQUIRE(c->outer_n > 0);
+  const int rest = c->table.depth - at - 1;
+  CHECK(rest == c->outer_n);
+  CHECK(std::memcmp(c->table.pcs + at + 1, c->outer,
+                    sizeof(std::uintptr_t) * static_cast<std::size_t>(rest < c->outer_n ? rest : c->outer_n)) == 0);
+}
+
+TEST_CASE("PLT rows: the lazy-binding expression steps like the instructions") {
+  const ut::Table* t = nullptr;
+  REQUIRE(ut::TableFor(reinterpret_cast<const void*>(&unwind_test::FakeNew), t));
+  std::uintptr_t plt = 0;
+  for (std::uint32_t i = 0; i < t->count; ++i) {
+    if (hd::eh::Rule{t->rows[i].rule}.cfa_kind() == hd::eh::kCfaPlt) {
+      plt = t->base + t->rows[i].pc;
+      break;
+    }
+  }
+  REQUIRE(plt != 0);
+  CHECK(plt % 16 == 0);  // the expression's rows start at the first 16-byte entry
+  // A fake stack: [sp] = what `push $index` pushed, [sp + 8] = return address
+  // after it, or [sp] = return address before it.
+  const long page = sysconf(_SC_PAGESIZE);
+  void* mem = mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  auto* words = static_cast<std::uintptr_t*>(mem);
+  const auto ra0 = reinterpret_cast<std::uintptr_t>(&unwind_test::UserChain) + 1;
+  const auto ra1 = reinterpret_cast<std::uintptr_t>(&unwind_test::Recurse) + 1;
+  words[8] = ra0;
+  words[9] = ra1;
+  const auto sp = reinterpret_cast<std::uintptr_t>(&words[8]);
+  const ut::ObjectSet* set = ut::CurrentObjects();
+  REQUIRE(set != nullptr);
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(mem);
+  const std::uintptr_t hi = lo + static_cast<std::uintptr_t>(page);
+  {
+    // Inside `jmp *GOT` (offset < 6, lookup pc = 5): nothing pushed yet.
+    ut::Cursor cur{set, lo, hi};
+    ut::Regs r{plt + 6, sp, 0};
+    REQUIRE(ut::Step(cur, r));
+    CHECK(r.pc == ra0);
+    CHECK(r.sp == sp + 8);
+  }
+  {
+    // Past `push` (lookup pc = 11): one word deeper.
+    ut::Cursor cur{set, lo, hi};
+    ut::Regs r{plt + 12, sp, 0};
+    REQUIRE(ut::Step(cur, r));
+    CHECK(r.pc == ra1);
+    CHECK(r.sp == sp + 16);
+  }
+  munmap(mem, static_cast<std::size_t>(page));
+}
+
+TEST_CASE("dlopen: samples inside a loaded object, then dlclose, then more samples") {
+  const std::string path = DsoPath();
+  INFO("shared object: " << path);
+  const ut::ObjectSet* before = ut::CurrentObjects();
+  REQUIRE(before != nullptr);
+  CHECK(before == ut::CurrentObjects());  // nothing changed: the same snapshot
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  REQUIRE_MESSAGE(h != nullptr, dlerror());
+  auto entry = reinterpret_cast<int (*)(int, unwind_test::AllocFn)>(dlsym(h, "unwind_test_dso_entry"));
+  REQUIRE(reinterpret_cast<void*>(entry) != nullptr);
+  auto c = Run([entry] { entry(5, &unwind_test::FakeNew); });
+  CheckMatchesLibgcc(*c, 5 + 4);
+  CHECK(HasFrameIn(c->table, "libheapprof_unwind_dso"));
+  const ut::ObjectSet* loaded = ut::CurrentObjects();
+  CHECK(loaded->count == before->count + 1);
+  REQUIRE(dlclose(h) == 0);
+  const ut::ObjectSet* after = ut::CurrentObjects();
+  CHECK(after->count == before->count);
+  auto c2 = Run([] { unwind_test::UserChain(2); });
+  CheckMatchesLibgcc(*c2, 8);
+  // Round trips: each dlopen's samples right, table memory bounded.
+  const hd::UnwindTableStats s0 = hd::GetUnwindTableStats();
+  for (int i = 0; i < 20; ++i) {
+    void* h2 = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(h2 != nullptr);
+    auto e2 = reinterpret_cast<int (*)(int, unwind_test::AllocFn)>(dlsym(h2, "unwind_test_dso_entry"));
+    auto c3 = Run([e2] { e2(2, &unwind_test::FakeNew); });
+    CHECK(MatchesLibgcc(*c3));
+    REQUIRE(dlclose(h2) == 0);
+  }
+  const hd::UnwindTableStats s1 = hd::GetUnwindTableStats();
+  MESSAGE("20 dlopen/dlclose rounds: tables " << s0.objects << " -> " << s1.objects << ", bytes " << s0.bytes
+                                               << " -> " << s1.bytes);
+  CHECK(s1.objects <= s0.objects + 20);
+}
+
+TEST_CASE("threads sampling while another thread dlopens and dlcloses") {
+  const std::string path = DsoPath();
+  std::atomic<bool> stop{false};
+  std::atomic<int> samples{0}, mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      while (!stop.load()) {
+        auto c = Run([t] {
+          if (t == 0) unwind_test::QsortWithAllocatingComparator();
+          if (t == 1) unwind_test::UserChain(3);
+          if (t == 2) unwind_test::OstreamCustomStreambuf();
+        });
+        samples.fetch_add(1);
+        if (!MatchesLibgcc(*c)) mismatches.fetch_add(1);
+      }
+    });
+  }
+  // At least 40 rounds, and on until every thread has sampled a few times
+  // (they may start late on a busy machine); bounded in case they never do.
+  int rounds = 0;
+  for (; rounds < 40 || (samples.load() < 30 && rounds < 20000); ++rounds) {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(h != nullptr);
+    auto e = reinterpret_cast<int (*)(int, unwind_test::AllocFn)>(dlsym(h, "unwind_test_dso_entry"));
+    auto c = Run([e] { e(3, &unwind_test::FakeNew); });
+    if (!MatchesLibgcc(*c)) mismatches.fetch_add(1);
+    REQUIRE(dlclose(h) == 0);
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  MESSAGE(samples.load() << " samples on 3 threads during " << rounds << " dlopen/dlclose rounds");
+  CHECK(samples.load() >= 30);
+  CHECK(mismatches.load() == 0);
+}
+
+TEST_CASE("garbage stacks never fault: every read stays inside [lo, hi)") {
+  // One page of random words between two inaccessible pages. Stack-like
+  // values (addresses inside the page) and code-like values (PCs of real
+  // functions) are mixed in, so the walk goes some way before it stops.
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t len = static_cast<std::size_t>(page) * 3;
+  void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  char* base = static_cast<char*>(mem);
+  REQUIRE(mprotect(base, static_cast<std::size_t>(page), PROT_NONE) == 0);
+  REQUIRE(mprotect(base + 2 * page, static_cast<std::size_t>(page), PROT_NONE) == 0);
+  auto* words = reinterpret_cast<std::uintptr_t*>(base + page);
+  const std::size_t n = static_cast<std::size_t>(page) / sizeof(std::uintptr_t);
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(words);
+  const std::uintptr_t hi = lo + static_cast<std::uintptr_t>(page);
+  // Return addresses from real stacks.
+  std::vector<std::uintptr_t> pcs;
+  for (auto* f : {+[] { unwind_test::UserChain(3); }, +[] { unwind_test::QsortWithAllocatingComparator(); },
+                  +[] { unwind_test::OstreamCustomStreambuf(); }}) {
+    auto c = Run(f);
+    pcs.insert(pcs.end(), c->table.pcs, c->table.pcs + c->table.depth);
+  }
+  REQUIRE(pcs.size() > 10);
+  std::mt19937_64 rng(7);
+  int deepest = 0;
+  for (int iter = 0; iter < 50000; ++iter) {
+    for (std::size_t i = 0; i < n; ++i) {
+      switch (rng() % 4) {
+        case 0:
+          words[i] = lo + (rng() % static_cast<std::uintptr_t>(page + 64)) - 32;  // near or in the page
+          break;
+        case 1:
+          words[i] = pcs[rng() % pcs.size()];
+          break;
+        case 2:
+          words[i] = lo + 8 * (i + 1 + rng() % 8);  // a plausible frame chain
+          break;
+        default:
+          words[i] = rng();
+      }
+    }
+    const std::uintptr_t frame = lo + (rng() % static_cast<std::uintptr_t>(page)) - (iter % 3 == 0 ? 0 : rng() % 8);
+    const std::uintptr_t leaf = pcs[rng() % pcs.size()];
+    hd::CapturedStack out;
+    hd::UnwindWithTable(reinterpret_cast<const void*>(frame), reinterpret_cast<const void*>(leaf), lo, hi, out);
+    REQUIRE(out.depth <= HEAPPROF_MAX_FRAMES);
+    if (out.depth > deepest) deepest = out.depth;
+  }
+  MESSAGE("deepest garbage walk: " << deepest << " frames");
+  munmap(mem, len);
+}
+
+TEST_CASE("stats: objects, rows and memory of the built tables") {
+  Run([] { unwind_test::QsortWithAllocatingComparator(); });
+  Run([] { unwind_test::OstreamCustomStreambuf(); });
+  const hd::UnwindTableStats s = hd::GetUnwindTableStats();
+  MESSAGE("tables: " << s.objects << " objects, " << s.rows << " rows, " << s.bytes << " bytes, " << s.build_ms
+                     << " ms to build");
+  CHECK(s.objects >= 3);  // this test, libc, libstdc++
+  CHECK(s.rows > 50000);
+  CHECK(s.bytes > s.rows * sizeof(ut::TableRow));
+  CHECK(s.build_ms > 0);
+  for (const void* pc : {reinterpret_cast<const void*>(&std::qsort), reinterpret_cast<const void*>(&unwind_test::FakeNew)}) {
+    const ut::Table* t = nullptr;
+    REQUIRE(ut::TableFor(pc, t));
+    CHECK(t->count > 0);
+    CHECK(t->fdes_bad == 0);
+  }
+}
