@@ -129,3 +129,52 @@ TEST_CASE("profile metadata: sample types, period type, default sample type") {
   CHECK(!heap.mappings[0].build_id.empty());
   CHECK(heap.mappings[0].has_functions);
 }
+
+namespace {
+void* g_u[4];
+__attribute__((noinline)) void UnwinderLeaf(int slot) {
+  g_u[slot] = ::operator new(64);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void UnwinderMiddle(int slot) {
+  UnwinderLeaf(slot);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void UnwinderOuter(int slot) {
+  UnwinderMiddle(slot);
+  asm volatile("" ::: "memory");
+}
+}  // namespace
+
+TEST_CASE("both unwinders give the same caller chain; the table is the default") {
+  using namespace heapprof_test;
+  CHECK(heapprof::GetUnwinder() == heapprof::Unwinder::kTable);
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  for (const heapprof::Unwinder u : {heapprof::Unwinder::kFramePointer, heapprof::Unwinder::kTable}) {
+    heapprof::SetUnwinder(u);
+    CHECK(heapprof::GetUnwinder() == u);
+    UnwinderOuter(u == heapprof::Unwinder::kTable ? 1 : 0);
+  }
+  heapprof::SetUnwinder(heapprof::Unwinder::kTable);
+  Profile p;
+  REQUIRE(CaptureProfile(p));
+  int chains = 0;
+  for (const Sample& s : p.samples) {
+    const std::vector<std::string> names = FunctionNames(p, s);
+    if (names.empty() || names[0].find("UnwinderLeaf") == std::string::npos) continue;
+    REQUIRE(names.size() >= 4);
+    CHECK(names[1].find("UnwinderMiddle") != std::string::npos);
+    CHECK(names[2].find("UnwinderOuter") != std::string::npos);
+    CHECK(names.back().find("_start") != std::string::npos);  // all the way to the entry point
+    chains += static_cast<int>(s.values.at(0));
+  }
+  CHECK(chains == 2);
+  const heapprof::Stats st = heapprof::GetStats();
+  CHECK(st.unwind_objects >= 2);  // at least the program and libc
+  CHECK(st.unwind_rows > 1000);
+  CHECK(st.unwind_table_bytes > 0);
+  ::operator delete(g_u[0]);
+  ::operator delete(g_u[1]);
+  heapprof::SetSampleRate(saved);
+}

@@ -98,4 +98,14 @@ TEST_CASE("HEAPPROF parser: sizes, suffixes, bad values, unknown keys") {
   CHECK(mixed.has_rate);
   CHECK(mixed.rate == 65536);
   CHECK_FALSE(heapprof::detail::ParseEnvConfig("rate=").has_rate);
+
+  const auto unw = heapprof::detail::ParseEnvConfig("unwinder=fp,max_label_sets=77");
+  CHECK(unw.has_unwinder);
+  CHECK_FALSE(unw.unwinder_table);
+  CHECK(unw.has_max_label_sets);
+  CHECK(unw.max_label_sets == 77);
+  CHECK(heapprof::detail::ParseEnvConfig("unwinder=table").unwinder_table);
+  CHECK_FALSE(heapprof::detail::ParseEnvConfig("unwinder=libunwind").has_unwinder);
+  CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_label_sets=0").has_max_label_sets);
+  CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_label_sets=12x").has_max_label_sets);
 }
