@@ -1,6 +1,6 @@
 // libFuzzer target for the .eh_frame parser and the table built from it.
 //
-//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude
 //       tests/fuzz/fuzz_eh_frame.cpp -o fuzz_eh_frame
 //   ./fuzz_eh_frame -max_total_time=60 [corpus_dir]
 //

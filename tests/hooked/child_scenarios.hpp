@@ -21,18 +21,20 @@ namespace heapprof_test {
 inline void* volatile g_child_sink;
 
 // ---- static_exit: allocations before main and in static destructors ----
+inline char* g_early[10];
+inline char* g_late[7];
+
 __attribute__((noinline)) inline void EarlyAllocatorBeforeMain() {
-  for (int i = 0; i < 10; ++i) {
-    g_child_sink = new char[333];  // deliberately live until exit
-  }
+  for (char*& p : g_early) p = new char[333];  // live until the very end
+  asm volatile("" ::: "memory");
 }
 
 __attribute__((noinline)) inline void LateAllocatorAtExit() {
   for (int i = 0; i < 7; ++i) {
-    char* p = new char[4444];
-    g_child_sink = p;
-    if (i < 3) delete[] p;  // 4 stay live
+    g_late[i] = new char[4444];
+    if (i < 3) delete[] g_late[i];  // 4 stay live
   }
+  asm volatile("" ::: "memory");
 }
 
 struct StaticLifetimeProbe {
@@ -51,8 +53,12 @@ struct StaticLifetimeProbe {
     if (after.alloc_objects - before.alloc_objects != 7) _exit(41);
     if (after.free_objects - before.free_objects != 3) _exit(42);
     const char* out = std::getenv("HEAPPROF_TEST_OUT");
-    std::ofstream f(std::string(out) + ".exit", std::ios::binary);
-    if (!heapprof::WriteHeapProfile(f)) _exit(43);
+    {
+      std::ofstream f(std::string(out) + ".exit", std::ios::binary);
+      if (!heapprof::WriteHeapProfile(f)) _exit(43);
+    }
+    for (int i = 3; i < 7; ++i) delete[] g_late[i];  // LeakSanitizer runs after us
+    for (char* p : g_early) delete[] p;
   }
   bool active = false;
 };

@@ -49,6 +49,14 @@ TEST_CASE("allocations before main and in static destructors are recorded") {
 }
 
 TEST_CASE("fork while threads allocate and a profile is being written: the child allocates and writes") {
+#if defined(HEAPPROF_ASAN)
+  // GCC 12's ASan allocator does not take its own locks around fork: a child
+  // forked while another thread is inside malloc waits forever on ASan's
+  // size-class mutex (seen in CI, no heapprof lock in the stack). The plain
+  // and TSan builds run this test.
+  MESSAGE("skipped under ASan: its allocator is not fork-safe with other threads allocating");
+  return;
+#endif
   std::string output;
   const int rc = RunSelf("HEAPPROF_TEST_CHILD=fork", output);
   INFO(output);

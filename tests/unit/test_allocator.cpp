@@ -126,7 +126,9 @@ TEST_CASE("allocator: samples are attributed to the container code, in the profi
     if (!has_caller) continue;
     found = true;
     CHECK(s.values.at(1) == 12345 * static_cast<std::int64_t>(sizeof(int)));
-    for (const std::string& n : names) CHECK(n.find("heapprof::") == std::string::npos);
+    // No heapprof function in the stack (std:: frames may name heapprof types
+    // in their template arguments: at -O0 allocator_traits is the leaf).
+    for (const std::string& n : names) CHECK(n.rfind("heapprof::", 0) == std::string::npos);
   }
   CHECK(found);
   delete g_vec;
