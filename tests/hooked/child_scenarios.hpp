@@ -86,7 +86,7 @@ inline int RunFork() {
     threads.emplace_back([&stop] {
       while (!stop.load()) {
         std::vector<std::string> v(50, std::string(200, 'y'));
-        g_child_sink = &v;
+        asm volatile("" : : "r"(&v) : "memory");  // keep v; no shared write
       }
     });
   }

@@ -65,42 +65,53 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 // The hook's return address is the leaf frame of the sample.
 #define HEAPPROF_DETAIL_RETURN_ADDRESS __builtin_return_address(0)
 
-void* operator new(std::size_t n) {
+// Each replacement must stay a function of its own: GCC's identical code
+// folding would otherwise turn operator new[] into a call to the identical
+// operator new, and (with TSan's instrumentation) that call puts operator
+// new[] itself in the stack as the leaf. noipa forbids exactly that; clang
+// does not fold functions in the compiler.
+#if defined(__clang__)
+#define HEAPPROF_DETAIL_HOOK
+#else
+#define HEAPPROF_DETAIL_HOOK __attribute__((noipa))
+#endif
+
+HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
   heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new[](std::size_t n) {
+HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
   heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
   if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
   if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new(std::size_t n, std::align_val_t al) {
+HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
   void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
   heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new[](std::size_t n, std::align_val_t al) {
+HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al) {
   void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
   heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
   if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
-void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
   if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
@@ -110,63 +121,65 @@ void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) 
 
 // Unsized forms learn the size from the live map (sampled objects) or from
 // malloc_usable_size; sized forms trust the caller, as the standard lets them.
-void operator delete(void* p) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete[](void* p) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete(void* p, std::size_t n) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFree(p, n);
   std::free(p);
 }
-void operator delete[](void* p, std::size_t n) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFree(p, n);
   std::free(p);
 }
-void operator delete(void* p, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete[](void* p, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete(void* p, std::align_val_t) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete[](void* p, std::align_val_t) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFree(p, n);
   std::free(p);
 }
-void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFree(p, n);
   std::free(p);
 }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
   heapprof::detail::OnFreeUnsized(p);
   std::free(p);
 }
+
+#undef HEAPPROF_DETAIL_HOOK
