@@ -138,7 +138,18 @@ inline int RunLabelCap() {
   return 0;
 }
 
+// ---- scope_misuse: scopes destroyed out of order ----
+inline int RunScopeMisuse() {
+  auto* outer = new heapprof::ScopedLabels{{"a", "1"}};
+  auto* inner = new heapprof::ScopedLabels{{"b", "2"}};
+  delete outer;  // wrong: inner is still open (debug builds abort here)
+  delete inner;
+  std::printf("survived\n");
+  return 0;
+}
+
 inline int RunChild(const char* name) {
+  if (std::strcmp(name, "scope_misuse") == 0) return RunScopeMisuse();
   if (std::strcmp(name, "label_cap") == 0) return RunLabelCap();
   if (std::strcmp(name, "print_rate") == 0) {
     std::printf("rate=%zu\n", heapprof::GetSampleRate());

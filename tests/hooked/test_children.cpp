@@ -12,10 +12,7 @@
 namespace {
 
 int RunSelf(const std::string& env, std::string& output) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return -1;
-  return heapprof_test::RunCommand(env + " " + std::string(exe, static_cast<std::size_t>(n)), output);
+  return heapprof_test::RunCommand(env + " " + heapprof_test::SelfExe(), output);
 }
 
 bool ReadProfileFile(const std::string& path, heapprof_test::Profile& p) {

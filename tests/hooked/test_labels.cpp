@@ -149,17 +149,27 @@ TEST_CASE("labels: heapprof::allocator carries a LabelSet merged over the thread
 
 TEST_CASE("labels: a million distinct request ids stay within the label-set cap (HEAPPROF=max_label_sets)") {
   // In a child process: the cap, once reached, holds for the process's life.
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  REQUIRE(n > 0);
   std::string out;
-  const int rc = heapprof_test::RunCommand(
-      "HEAPPROF=max_label_sets=1000 HEAPPROF_TEST_CHILD=label_cap " + std::string(exe, static_cast<std::size_t>(n)),
-      out);
+  const int rc =
+      heapprof_test::RunCommand("HEAPPROF=max_label_sets=1000 HEAPPROF_TEST_CHILD=label_cap " + heapprof_test::SelfExe(), out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(out.find("label_sets=1000\n") != std::string::npos);
   CHECK(out.find("overflow_label=label-set-overflow\n") != std::string::npos);
+}
+
+TEST_CASE("labels: destroying scopes out of order is reported (and aborts in debug builds)") {
+  std::string out;
+  const int rc = heapprof_test::RunCommand("HEAPPROF_TEST_CHILD=scope_misuse " + heapprof_test::SelfExe(), out);
+  INFO(out);
+  CHECK(out.find("heapprof: ScopedLabels destroyed out of order") != std::string::npos);
+#if defined(NDEBUG)
+  CHECK(rc == 0);
+  CHECK(out.find("survived") != std::string::npos);
+#else
+  CHECK(rc != 0);  // std::abort
+  CHECK(out.find("survived") == std::string::npos);
+#endif
 }
 
 TEST_CASE("labels: go tool pprof -tags and -tagfocus read them") {

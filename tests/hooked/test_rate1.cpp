@@ -122,10 +122,7 @@ TEST_CASE("profile metadata: sample types, period type, default sample type") {
   CHECK(allocs.default_sample_type == "alloc_space");
   // The main program is the first mapping and carries its build id.
   REQUIRE(!heap.mappings.empty());
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  REQUIRE(n > 0);
-  CHECK(heap.mappings[0].filename == std::string(exe, static_cast<std::size_t>(n)));
+  CHECK(heap.mappings[0].filename == SelfExe());
   CHECK(!heap.mappings[0].build_id.empty());
   CHECK(heap.mappings[0].has_functions);
 }

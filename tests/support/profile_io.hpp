@@ -74,6 +74,13 @@ inline int RunCommand(const std::string& cmd, std::string& output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// This test binary's own path (to re-run it as a child process).
+inline std::string SelfExe() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  return n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : std::string();
+}
+
 // A unique temp file path (the file is created empty).
 inline std::string TempPath(const std::string& suffix) {
   std::string tmpl = "/tmp/heapprof_test_XXXXXX" + suffix;

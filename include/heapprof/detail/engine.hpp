@@ -172,16 +172,21 @@ inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
   }
 }
 
+// This thread's slot, registering it on first use; nullptr while it must not
+// register (the profiler's own work, or past our thread-exit destructor).
+inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (ts != &g_empty_thread_state) return ts;
+  return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
+}
+
 HEAPPROF_NOINLINE inline void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;  // heapprof::allocator counts this one itself
-  ThreadState* ts = tls_thread_state;
-  if (ts == &g_empty_thread_state) {
-    ts = (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
-    if (ts == nullptr) {
-      g_registry.CountUnregisteredAlloc(n);
-      return;
-    }
+  ThreadState* ts = CurrentThreadSlot(flags);
+  if (ts == nullptr) {
+    g_registry.CountUnregisteredAlloc(n);
+    return;
   }
   BumpCounter(ts->alloc_objects, 1);
   BumpCounter(ts->alloc_bytes, n);
@@ -219,13 +224,10 @@ HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noe
     }
   }
   if (!sized) n = malloc_usable_size(p);
-  ThreadState* ts = tls_thread_state;
-  if (ts == &g_empty_thread_state) {
-    ts = (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
-    if (ts == nullptr) {
-      g_registry.CountUnregisteredFree(n);
-      return;
-    }
+  ThreadState* ts = CurrentThreadSlot(flags);
+  if (ts == nullptr) {
+    g_registry.CountUnregisteredFree(n);
+    return;
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, n);
