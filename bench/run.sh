@@ -41,11 +41,19 @@ for c in "${configs[@]}"; do
 done
 
 echo
-echo "## one sample at depth 32 (frame-pointer unwinder)"
+echo "## one sample at depth 32 (unwind + record)"
 "$bin/bench_sample_cost" 32
 echo
 echo "## writing a profile with 10,000 stacks"
 "$bin/bench_write_profile" 10000
+echo
+echo "## entering and leaving a label scope"
+"$bin/bench_labels"
+if [[ -x "$bin/bench_unwind" ]]; then
+  echo
+  echo "## unwinders on the same 32-deep stack"
+  "$bin/bench_unwind"
+fi
 
 if command -v valgrind >/dev/null; then
   echo

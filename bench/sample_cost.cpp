@@ -1,7 +1,8 @@
 // bench/sample_cost: what one sample costs, at stack depth 32.
 //  - unwind: the frame-pointer walk alone (ns per stack, ns per frame)
 //  - sampled pair: new+delete at rate 1 (every allocation unwound, interned,
-//    inserted in and removed from the live map) minus the same at rate 0.
+//    inserted in and removed from the live map) minus the same at rate 0, with
+//    each unwinder.
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
 
@@ -55,8 +56,13 @@ int main(int argc, char** argv) {
   heapprof::SetSampleRate(0);
   const double off = AtDepth(depth - 3, [] { return PairsHere(2000000); });
   heapprof::SetSampleRate(1);
-  const double all = AtDepth(depth - 3, [] { return PairsHere(2000000); });
-  std::printf("frames %d\nunwind_ns %.1f\nunwind_ns_per_frame %.2f\npair_rate0_ns %.1f\npair_rate1_ns %.1f\nsample_ns %.1f\n",
-              frames, unwind, unwind / frames, off, all, all - off);
+  heapprof::SetUnwinder(heapprof::Unwinder::kFramePointer);
+  const double all_fp = AtDepth(depth - 3, [] { return PairsHere(1000000); });
+  heapprof::SetUnwinder(heapprof::Unwinder::kTable);
+  AtDepth(depth - 3, [] { return PairsHere(1000); });  // builds the tables once
+  const double all_table = AtDepth(depth - 3, [] { return PairsHere(1000000); });
+  std::printf("frames %d\nfp_unwind_only_ns %.1f (%.2f ns/frame)\npair_rate0_ns %.1f\n"
+              "pair_rate1_fp_ns %.1f\nsample_fp_ns %.1f\npair_rate1_table_ns %.1f\nsample_table_ns %.1f\n",
+              frames, unwind, unwind / frames, off, all_fp, all_fp - off, all_table, all_table - off);
   return 0;
 }
