@@ -34,11 +34,14 @@ __attribute__((noinline)) std::map<std::string, Document> BuildIndex() {
   return index;
 }
 
+char* volatile g_last_buffer;  // keeps the compiler from eliding the buffers
+
 // Allocates ~1 GiB in short-lived buffers: what `-sample_index=alloc_space` shows.
 __attribute__((noinline)) std::size_t ChurnBuffers() {
   std::size_t checksum = 0;
   for (int i = 0; i < 16384; ++i) {
     auto buffer = std::make_unique<char[]>(65536);
+    g_last_buffer = buffer.get();
     buffer[i % 65536] = static_cast<char>(i);
     checksum += static_cast<unsigned char>(buffer[i % 65536]);
   }
