@@ -92,3 +92,33 @@ TEST_CASE("gzip: the system gzip reads our profile and we stay within 1.3x of gz
   std::remove(gz_path.c_str());
   std::remove(raw_path.c_str());
 }
+
+namespace {
+// A stream buffer that accepts `limit` bytes, then fails every write.
+class FailingBuf : public std::streambuf {
+ public:
+  explicit FailingBuf(std::size_t limit) : limit_(limit) {}
+
+ protected:
+  std::streamsize xsputn(const char*, std::streamsize n) override {
+    if (written_ + static_cast<std::size_t>(n) > limit_) return 0;
+    written_ += static_cast<std::size_t>(n);
+    return n;
+  }
+  int_type overflow(int_type c) override { return xsputn(nullptr, 1) == 1 ? c : traits_type::eof(); }
+
+ private:
+  std::size_t limit_;
+  std::size_t written_ = 0;
+};
+}  // namespace
+
+TEST_CASE("a stream that fails makes Write*Profile return false") {
+  std::ofstream bad_dir("/nonexistent-heapprof-dir/heap.pb.gz", std::ios::binary);
+  CHECK_FALSE(heapprof::WriteHeapProfile(bad_dir));
+  FailingBuf midway(100);
+  std::ostream out(&midway);
+  CHECK_FALSE(heapprof::WriteAllocsProfile(out));
+  std::ostringstream good;
+  CHECK(heapprof::WriteHeapProfile(good));
+}
