@@ -879,6 +879,12 @@ HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
 
 inline std::atomic<std::uint16_t> g_free_filter[std::size_t{1} << kFreeFilterBits];
 
+// False only when `p` is certainly not a live sampled object: the one load an
+// unsampled free pays.
+HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
+  return g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0;
+}
+
 class LiveMap {
  public:
   constexpr LiveMap() noexcept = default;
@@ -1159,9 +1165,10 @@ class ThreadRegistry {
     return t;
   }
 
-  // Asks every thread to re-read the sample rate at its next allocation. Best
-  // effort by design: the owner's own load+store may overwrite our 0, and then
-  // it notices at its next sample (or within kRateRecheckBytes when off).
+  // Asks every thread to re-read the sample rate at its next allocation. Exact
+  // for the calling thread (nobody else writes its countdown); best effort for
+  // the others by design: an owner's own load+store may overwrite our 0, and
+  // then it notices at its next sample (or within kRateRecheckBytes when off).
   void PokeAll() noexcept {
     LockGuard hold(lock_);
     for (ThreadState* s = all_; s != nullptr; s = s->next_slot) {
@@ -3520,7 +3527,7 @@ HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noe
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;
   // Even under the guard: a sampled object's free must never be lost.
-  if (g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) {
+  if (MaybeSampled(p)) {
     if (Bucket* b = g_live_map.Remove(p)) {
       b->frees.fetch_add(1, std::memory_order_relaxed);
       if (!sized) n = b->size;
@@ -3557,8 +3564,7 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
 // memory is released: afterwards malloc may hand the address to another thread.
 HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
   ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY((g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) |
-                        (ts == &g_empty_thread_state))) {
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
     OnFreeSlow(p, n, true);
     return;
   }
@@ -3571,8 +3577,7 @@ HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
 // programs built with sized deallocation (GCC's default) never come here.
 HEAPPROF_ALWAYS_INLINE void OnFreeUnsized(void* p) noexcept {
   ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY((g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) |
-                        (ts == &g_empty_thread_state))) {
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
     OnFreeSlow(p, 0, false);
     return;
   }
@@ -5744,10 +5749,7 @@ namespace heapprof {
 // are clamped to it.
 inline void SetSampleRate(std::size_t mean_bytes) {
   detail::EnsureInit();
-  detail::ApplyRate(mean_bytes);
-  // Our own countdown is ours to reset without racing anyone.
-  detail::ThreadState* ts = detail::tls_thread_state;
-  if (ts != &detail::g_empty_thread_state) ts->countdown.store(0, std::memory_order_relaxed);
+  detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
 inline std::size_t GetSampleRate() {

@@ -17,10 +17,7 @@ namespace heapprof {
 // are clamped to it.
 inline void SetSampleRate(std::size_t mean_bytes) {
   detail::EnsureInit();
-  detail::ApplyRate(mean_bytes);
-  // Our own countdown is ours to reset without racing anyone.
-  detail::ThreadState* ts = detail::tls_thread_state;
-  if (ts != &detail::g_empty_thread_state) ts->countdown.store(0, std::memory_order_relaxed);
+  detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
 inline std::size_t GetSampleRate() {

@@ -216,7 +216,7 @@ HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noe
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;
   // Even under the guard: a sampled object's free must never be lost.
-  if (g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) {
+  if (MaybeSampled(p)) {
     if (Bucket* b = g_live_map.Remove(p)) {
       b->frees.fetch_add(1, std::memory_order_relaxed);
       if (!sized) n = b->size;
@@ -253,8 +253,7 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
 // memory is released: afterwards malloc may hand the address to another thread.
 HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
   ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY((g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) |
-                        (ts == &g_empty_thread_state))) {
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
     OnFreeSlow(p, n, true);
     return;
   }
@@ -267,8 +266,7 @@ HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
 // programs built with sized deallocation (GCC's default) never come here.
 HEAPPROF_ALWAYS_INLINE void OnFreeUnsized(void* p) noexcept {
   ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY((g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0) |
-                        (ts == &g_empty_thread_state))) {
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
     OnFreeSlow(p, 0, false);
     return;
   }

@@ -41,6 +41,12 @@ HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
 
 inline std::atomic<std::uint16_t> g_free_filter[std::size_t{1} << kFreeFilterBits];
 
+// False only when `p` is certainly not a live sampled object: the one load an
+// unsampled free pays.
+HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
+  return g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0;
+}
+
 class LiveMap {
  public:
   constexpr LiveMap() noexcept = default;

@@ -131,9 +131,10 @@ class ThreadRegistry {
     return t;
   }
 
-  // Asks every thread to re-read the sample rate at its next allocation. Best
-  // effort by design: the owner's own load+store may overwrite our 0, and then
-  // it notices at its next sample (or within kRateRecheckBytes when off).
+  // Asks every thread to re-read the sample rate at its next allocation. Exact
+  // for the calling thread (nobody else writes its countdown); best effort for
+  // the others by design: an owner's own load+store may overwrite our 0, and
+  // then it notices at its next sample (or within kRateRecheckBytes when off).
   void PokeAll() noexcept {
     LockGuard hold(lock_);
     for (ThreadState* s = all_; s != nullptr; s = s->next_slot) {
