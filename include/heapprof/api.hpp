@@ -43,6 +43,9 @@ struct Stats {
   std::uint64_t unwind_objects;              // loaded objects with an unwind table
   std::uint64_t unwind_rows;                 // rows in those tables
   std::uint64_t unwind_table_bytes;          // their memory (part of profiler_bytes)
+  std::uint64_t stacks;                      // distinct stacks interned (at most HEAPPROF max_stacks)
+  std::uint64_t stack_overflows;             // samples attributed to the overflow stack (cap reached)
+  std::uint64_t samples_dropped;             // samples not recorded: tables full or out of memory
 };
 
 inline Stats GetStats() {
@@ -66,6 +69,9 @@ inline Stats GetStats() {
   s.unwind_objects = u.objects;
   s.unwind_rows = u.rows;
   s.unwind_table_bytes = u.bytes;
+  s.stacks = detail::g_buckets.StackCount();
+  s.stack_overflows = detail::g_buckets.StackOverflows();
+  s.samples_dropped = detail::g_buckets.SamplesDropped();
   return s;
 }
 

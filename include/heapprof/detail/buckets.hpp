@@ -8,6 +8,15 @@
 //
 // Stacks and buckets are arena records that are never freed. Buckets are also
 // pushed on an append-only list so the writer can walk them without the lock.
+//
+// Memory is bounded (README "Limits"): at most max_stacks distinct stacks
+// (HEAPPROF key, kDefaultMaxStacks by default) and kBucketsPerStack * max_stacks
+// buckets. Past either cap a sample goes to the overflow stack, a stack of no
+// frames that the writer shows as one "[heapprof: stack table full]" frame,
+// still keyed by (size, rate, labels) so its totals stay exact; the overflow
+// buckets have a reserve of max_stacks of their own. Only when that is full
+// too is a sample dropped (its object is then never in the profile). Both are
+// counted in Stats (stack_overflows, samples_dropped).
 #pragma once
 
 #include <atomic>
@@ -25,10 +34,14 @@ namespace detail {
 
 struct LabelSetData;  // labels.hpp
 
+constexpr std::uint64_t kDefaultMaxStacks = 16384;
+constexpr std::uint64_t kBucketsPerStack = 4;
+
 struct StackRecord {
   std::uint64_t hash;
   std::uint32_t depth;
   bool truncated;
+  bool overflow;  // the overflow stack: the stack table was full (depth 0)
   // `depth` return addresses, leaf first, stored right after the record.
   const std::uintptr_t* pcs() const noexcept { return reinterpret_cast<const std::uintptr_t*>(this + 1); }
   std::uintptr_t* pcs() noexcept { return reinterpret_cast<std::uintptr_t*>(this + 1); }
@@ -54,40 +67,61 @@ class BucketTable {
   constexpr BucketTable() noexcept = default;
 
   // The bucket for this sample, created on first use; one more alloc counted.
-  // nullptr only when the arena is out of memory (the sample is dropped).
+  // nullptr when the sample is dropped (counted): the arena is out of memory,
+  // or the stack table and the overflow reserve are both full.
   Bucket* RecordAlloc(const std::uintptr_t* pcs, std::uint32_t depth, bool truncated, std::uint64_t size,
                       std::uint64_t rate, const LabelSetData* labels) noexcept {
     const std::uint64_t stack_hash = HashWords(pcs, depth, truncated ? 0x5bd1e995u : 0x1b873593u);
     LockGuard hold(lock_);
-    const StackRecord* stack = InternStack(stack_hash, pcs, depth, truncated);
-    if (stack == nullptr) return nullptr;
-    std::uint64_t h = HashCombine(stack_hash, size);
-    h = HashCombine(h, rate);
-    h = HashCombine(h, reinterpret_cast<std::uintptr_t>(labels));
-    Bucket* b = buckets_.Find(h, [&](const Bucket& x) {
-      return x.stack == stack && x.size == size && x.rate == rate && x.labels == labels;
-    });
+    const std::uint64_t max_stacks = max_stacks_.load(std::memory_order_relaxed);
+    const StackRecord* stack = InternStack(stack_hash, pcs, depth, truncated, max_stacks);
+    if (stack == nullptr) return Dropped();
+    Bucket* b = FindBucket(stack, size, rate, labels);
+    if (b == nullptr && !stack->overflow && normal_buckets_ >= kBucketsPerStack * max_stacks) {
+      // Bucket cap: this stack is known, but not with this size/rate/labels.
+      stack = OverflowStack();
+      if (stack == nullptr) return Dropped();
+      b = FindBucket(stack, size, rate, labels);
+    }
     if (b == nullptr) {
+      std::size_t& count = stack->overflow ? overflow_buckets_ : normal_buckets_;
+      if (stack->overflow && count >= max_stacks) return Dropped();
       void* mem = g_arena.Allocate(sizeof(Bucket));
-      if (mem == nullptr) return nullptr;
-      b = new (mem) Bucket{h, stack, size, rate, labels, {0}, {0}, head_.load(std::memory_order_relaxed)};
+      if (mem == nullptr) return Dropped();
+      b = new (mem) Bucket{BucketHash(stack, size, rate, labels), stack, size, rate, labels, {0}, {0},
+                           head_.load(std::memory_order_relaxed)};
       if (!buckets_.Insert(b)) {
         g_arena.Free(mem, sizeof(Bucket));
-        return nullptr;
+        return Dropped();
       }
+      ++count;
       bucket_bytes_ += sizeof(Bucket);
       head_.store(b, std::memory_order_release);  // publish: the writer walks from head_
     }
     b->allocs.fetch_add(1, std::memory_order_relaxed);
+    if (stack->overflow) stack_overflows_.fetch_add(1, std::memory_order_relaxed);
     return b;
   }
+
+  // Cap on distinct stacks (HEAPPROF=max_stacks); applies to stacks interned
+  // from now on.
+  void SetMaxStacks(std::uint64_t n) noexcept { max_stacks_.store(n, std::memory_order_relaxed); }
+  std::uint64_t MaxStacks() const noexcept { return max_stacks_.load(std::memory_order_relaxed); }
+  // Samples attributed to the overflow stack, and samples not recorded at all.
+  std::uint64_t StackOverflows() const noexcept { return stack_overflows_.load(std::memory_order_relaxed); }
+  std::uint64_t SamplesDropped() const noexcept { return samples_dropped_.load(std::memory_order_relaxed); }
 
   // Newest bucket; walk ->next. Lock-free: buckets are never removed.
   const Bucket* Head() const noexcept { return head_.load(std::memory_order_acquire); }
 
+  // Distinct stacks interned (the overflow stack not included).
   std::size_t StackCount() noexcept {
     LockGuard hold(lock_);
     return stacks_.size();
+  }
+  std::size_t BucketCount() noexcept {
+    LockGuard hold(lock_);
+    return buckets_.size();
   }
   std::size_t MemoryBytes() noexcept {
     LockGuard hold(lock_);
@@ -97,19 +131,55 @@ class BucketTable {
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
 
  private:
+  static std::uint64_t BucketHash(const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
+                                  const LabelSetData* labels) noexcept {
+    std::uint64_t h = HashCombine(stack->hash, size);
+    h = HashCombine(h, rate);
+    return HashCombine(h, reinterpret_cast<std::uintptr_t>(labels));
+  }
+
+  Bucket* FindBucket(const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
+                     const LabelSetData* labels) const noexcept {
+    return buckets_.Find(BucketHash(stack, size, rate, labels), [&](const Bucket& x) {
+      return x.stack == stack && x.size == size && x.rate == rate && x.labels == labels;
+    });
+  }
+
+  Bucket* Dropped() noexcept {
+    samples_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+
+  // Made on first use, outside the stack table: it never counts against the cap.
+  const StackRecord* OverflowStack() noexcept {
+    if (overflow_stack_ == nullptr) {
+      auto* s = static_cast<StackRecord*>(g_arena.Allocate(StackRecord::BytesFor(0)));
+      if (s == nullptr) return nullptr;
+      s->hash = 0x6f766572666c6f77ull;  // "overflow"
+      s->depth = 0;
+      s->truncated = false;
+      s->overflow = true;
+      stack_bytes_ += StackRecord::BytesFor(0);
+      overflow_stack_ = s;
+    }
+    return overflow_stack_;
+  }
+
   const StackRecord* InternStack(std::uint64_t hash, const std::uintptr_t* pcs, std::uint32_t depth,
-                                 bool truncated) noexcept {
+                                 bool truncated, std::uint64_t max_stacks) noexcept {
     const StackRecord* found = stacks_.Find(hash, [&](const StackRecord& s) {
       return s.depth == depth && s.truncated == truncated &&
              std::memcmp(s.pcs(), pcs, depth * sizeof(std::uintptr_t)) == 0;
     });
     if (found != nullptr) return found;
+    if (stacks_.size() >= max_stacks) return OverflowStack();
     const std::size_t bytes = StackRecord::BytesFor(depth);
     auto* s = static_cast<StackRecord*>(g_arena.Allocate(bytes));
     if (s == nullptr) return nullptr;
     s->hash = hash;
     s->depth = depth;
     s->truncated = truncated;
+    s->overflow = false;
     std::memcpy(s->pcs(), pcs, depth * sizeof(std::uintptr_t));
     if (!stacks_.Insert(s)) {
       g_arena.Free(s, bytes);
@@ -125,6 +195,12 @@ class BucketTable {
   std::atomic<Bucket*> head_{nullptr};
   std::size_t stack_bytes_ = 0;
   std::size_t bucket_bytes_ = 0;
+  const StackRecord* overflow_stack_ = nullptr;
+  std::size_t normal_buckets_ = 0;    // buckets of real stacks
+  std::size_t overflow_buckets_ = 0;  // buckets of the overflow stack
+  std::atomic<std::uint64_t> max_stacks_{kDefaultMaxStacks};
+  std::atomic<std::uint64_t> stack_overflows_{0};
+  std::atomic<std::uint64_t> samples_dropped_{0};
 };
 
 inline BucketTable g_buckets;

@@ -77,6 +77,7 @@ inline void EnsureInit() noexcept {
       if (cfg.has_rate) ApplyRate(cfg.rate);
       if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
+      if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
     }
     g_init_state.store(2, std::memory_order_release);
     return;

@@ -62,6 +62,9 @@ struct EnvConfig {
   std::uint64_t max_label_sets = 0;
   bool has_unwinder = false;
   bool unwinder_table = true;  // unwinder=table; false: unwinder=fp
+  // max_stacks=N: cap on distinct stacks (buckets.hpp, README "Limits").
+  bool has_max_stacks = false;
+  std::uint64_t max_stacks = 0;
 };
 
 // A plain count: digits only.
@@ -113,6 +116,14 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         cfg.max_label_sets = v;
       } else {
         ReportConfigProblem("bad value for max_label_sets (a count > 0):", value);
+      }
+    } else if (key == "max_stacks") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0) {
+        cfg.has_max_stacks = true;
+        cfg.max_stacks = v;
+      } else {
+        ReportConfigProblem("bad value for max_stacks (a count > 0):", value);
       }
     } else {
       ReportConfigProblem("unknown key", key);

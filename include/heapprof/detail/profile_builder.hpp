@@ -24,6 +24,7 @@ namespace detail {
 struct ProfileSample {
   std::vector<std::uintptr_t> pcs;  // return addresses, [0] = leaf (the caller of operator new)
   bool truncated = false;           // the stack was cut at HEAPPROF_MAX_FRAMES
+  bool overflow = false;            // the stack table was full: no pcs, one marker frame
   std::int64_t alloc_objects = 0;   // already scaled to estimates
   std::int64_t alloc_bytes = 0;
   std::int64_t inuse_objects = 0;
@@ -197,6 +198,7 @@ class PprofProfileBuilder {
       location_ids.clear();
       for (const std::uintptr_t pc : s.pcs) location_ids.push_back(LocationForPc(pc));
       if (s.truncated) location_ids.push_back(TruncationLocation(s.pcs.size()));
+      if (s.overflow) location_ids.push_back(OverflowLocation());
       const std::int64_t values[4] = {s.alloc_objects, s.alloc_bytes, s.inuse_objects,
                                       s.inuse_bytes};
       const std::size_t sample = w.BeginMessage(pprof_field::profile::kSample);
@@ -319,6 +321,13 @@ class PprofProfileBuilder {
     return id;
   }
 
+  // The one frame of samples whose stack did not fit in the stack table
+  // (HEAPPROF=max_stacks): their totals are right, their callers unknown.
+  std::uint64_t OverflowLocation() {
+    if (overflow_location_ == 0) overflow_location_ = AddLocation({0, 0, FunctionFor("[heapprof: stack table full]")});
+    return overflow_location_;
+  }
+
   std::uint64_t AddLocation(const LocationRecord& record) {
     locations_.push_back(record);
     return locations_.size();
@@ -356,6 +365,7 @@ class PprofProfileBuilder {
   std::vector<std::int64_t> function_names_;   // id = index + 1 -> string index
   PcLocationMap location_by_pc_;
   std::unordered_map<std::size_t, std::uint64_t> truncation_location_;
+  std::uint64_t overflow_location_ = 0;
   std::unordered_map<std::int64_t, std::uint64_t> function_by_name_;
   std::string name_scratch_;
 };

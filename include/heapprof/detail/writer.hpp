@@ -55,6 +55,7 @@ inline ProfileData SnapshotProfile(bool allocs_default) {
     ProfileSample s;
     s.pcs.assign(b->stack->pcs(), b->stack->pcs() + b->stack->depth);
     s.truncated = b->stack->truncated;
+    s.overflow = b->stack->overflow;
     s.alloc_objects = std::llround(static_cast<double>(allocs) * scale);
     s.alloc_bytes = std::llround(static_cast<double>(allocs) * size * scale);
     s.inuse_objects = std::llround(static_cast<double>(live) * scale);
