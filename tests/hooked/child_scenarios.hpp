@@ -5,6 +5,9 @@
 
 #include <heapprof.hpp>
 
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +18,8 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include "support/profile_io.hpp"
 
 namespace heapprof_test {
 
@@ -101,9 +106,19 @@ inline int RunFork() {
     const pid_t pid = fork();
     if (pid == 0) {
       alarm(20);  // a deadlock becomes a SIGALRM death the parent sees
+      heapprof::SetSampleRate(1);
       ChildSideAllocator();
-      std::ofstream f("/dev/null", std::ios::binary);
-      _exit(heapprof::WriteHeapProfile(f) ? 0 : 3);
+      // The child's profile is whole: it decodes, validates, and has the
+      // child's own allocations (all freed: in the alloc totals only).
+      Profile p;
+      std::string why;
+      if (!CaptureProfile(p, false, nullptr, &why) || !Validate(p, &why)) {
+        std::fprintf(stderr, "fork child: bad profile: %s\n", why.c_str());
+        _exit(3);
+      }
+      if (SumForLeaf(p, "ChildSideAllocator", "alloc_objects") < 100) _exit(4);
+      if (SumForLeaf(p, "ChildSideAllocator", "inuse_objects") != 0) _exit(5);
+      _exit(0);
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -148,7 +163,334 @@ inline int RunScopeMisuse() {
   return 0;
 }
 
+// ---- tiny_stack_first: a 16 KiB thread takes the process's first samples ----
+
+// 16 KiB, or the system's minimum if larger; the sanitizers' runtimes need
+// more of their own (and their frames are bigger), so 128 KiB under them.
+inline std::size_t TinyStackSize() {
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  std::size_t size = 128 * 1024;
+#else
+  std::size_t size = 16 * 1024;
+#endif
+  const long min = sysconf(_SC_THREAD_STACK_MIN);
+  if (min > 0 && static_cast<std::size_t>(min) > size) size = static_cast<std::size_t>(min);
+  return size;
+}
+
+inline void* g_tiny_kept[4];
+inline void* (*g_tiny_dso_alloc)(std::size_t) = nullptr;
+
+__attribute__((noinline)) inline void TinyFirstLeaf(int slot, std::size_t size) {
+  g_tiny_kept[slot] = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+
+inline void* TinyFirstMain(void* arg) {
+  const int round = static_cast<int>(reinterpret_cast<std::uintptr_t>(arg));
+  heapprof::SetSampleRate(1);
+  if (round == 0) {
+    heapprof::SetUnwinder(heapprof::Unwinder::kTable);  // builds the unwind tables here
+    TinyFirstLeaf(0, 7701);
+    heapprof::SetUnwinder(heapprof::Unwinder::kFramePointer);
+    TinyFirstLeaf(1, 7702);
+  } else {
+    heapprof::SetUnwinder(heapprof::Unwinder::kTable);  // the new object's table, built here
+    g_tiny_kept[2] = g_tiny_dso_alloc(7703);
+  }
+  heapprof::SetSampleRate(0);
+  return nullptr;
+}
+
+inline bool RunOnTinyStack(int round) {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return false;
+  if (pthread_attr_setstacksize(&attr, TinyStackSize()) != 0) return false;
+  pthread_t t;
+  if (pthread_create(&t, &attr, &TinyFirstMain, reinterpret_cast<void*>(static_cast<std::uintptr_t>(round))) != 0)
+    return false;
+  pthread_attr_destroy(&attr);
+  return pthread_join(t, nullptr) == 0;
+}
+
+inline int RunTinyStackFirst() {
+  // HEAPPROF=rate=0: nothing sampled before the tiny thread turns it on.
+  if (!RunOnTinyStack(0)) return 3;
+  int expected = 2;
+#ifdef HEAPPROF_HOOKED_DSO_PATH
+  void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return 4;
+  g_tiny_dso_alloc = reinterpret_cast<void* (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_alloc"));
+  if (g_tiny_dso_alloc == nullptr) return 5;
+  if (!RunOnTinyStack(1)) return 6;
+  expected = 3;
+#endif
+  Profile p;
+  std::string why;
+  if (!CaptureProfile(p, false, nullptr, &why) || !Validate(p, &why)) {
+    std::printf("bad profile: %s\n", why.c_str());
+    return 7;
+  }
+  int found = 0;
+  for (const Sample& s : p.samples) {
+    const std::vector<std::string> names = FunctionNames(p, s);
+    for (std::size_t i = 0; i < names.size(); ++i) std::printf("%s%s", i ? " <- " : "sample: ", names[i].c_str());
+    std::printf("\n");
+    if (names.size() >= 2 && names[0].find("TinyFirstLeaf") != std::string::npos &&
+        names[1].find("TinyFirstMain") != std::string::npos)
+      ++found;
+    if (names.size() >= 4 && names[0].find("DsoInner") != std::string::npos &&
+        names[3].find("TinyFirstMain") != std::string::npos)
+      ++found;
+  }
+  std::printf("found=%d expected=%d\n", found, expected);
+  return found == expected ? 0 : 8;
+}
+
+// ---- stack_cap: a million distinct stacks (HEAPPROF=rate=1, default cap) ----
+
+inline void* volatile g_cap_sink;
+
+__attribute__((noinline)) inline void* CapLeaf(std::size_t size) {
+  void* p = ::operator new(size);
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+// Level by level, bit `level - 1` of `path` picks A or B: 2^levels distinct
+// call paths. No tail calls (the asm after each call). Static members: they
+// call each other without a forward declaration.
+struct CapPath {
+  __attribute__((noinline)) static void* A(unsigned path, int level, std::size_t size) {
+    if (level == 0) return CapLeaf(size);
+    void* p = ((path >> (level - 1)) & 1) ? A(path, level - 1, size) : B(path, level - 1, size);
+    asm volatile("" ::"r"(p) : "memory");
+    return p;
+  }
+  __attribute__((noinline)) static void* B(unsigned path, int level, std::size_t size) {
+    if (level == 0) return CapLeaf(size);
+    void* p = ((path >> (level - 1)) & 1) ? A(path, level - 1, size) : B(path, level - 1, size);
+    asm volatile("" ::"r"(p) : "memory");
+    return p;
+  }
+};
+// A varying extra depth on top of the path.
+__attribute__((noinline)) inline void* CapDeep(unsigned path, int extra, int levels, std::size_t size) {
+  void* p = extra == 0 ? CapPath::A(path, levels, size) : CapDeep(path, extra - 1, levels, size);
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+
+// The documented bound (README "Limits"): per allowed stack, a stack record
+// of at most 2 KiB (128 frames, power-of-two arena class) plus 64 B of table
+// slots, and kBucketsPerStack + 1 buckets of 64 B with 64 B of slots each.
+inline std::uint64_t StackTablesBound(std::uint64_t max_stacks) {
+  return max_stacks * (2048 + 64 + (heapprof::detail::kBucketsPerStack + 1) * 128);
+}
+
+struct CapCounters {
+  std::uint64_t allocs = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Allocates through `paths` distinct stacks (plus a varying extra depth);
+// keeps every `keep_every`-th object.
+inline void CapWorkload(unsigned paths, int levels, std::size_t size, unsigned keep_every,
+                        std::vector<std::pair<void*, std::size_t>>& kept, CapCounters& c) {
+  for (unsigned path = 0; path < paths; ++path) {
+    const int extra = static_cast<int>((path * 2654435761u) >> 29);  // 0..7
+    void* p = CapDeep(path, extra, levels, size);
+    ++c.allocs;
+    c.bytes += size;
+    if (path % keep_every == 0) {
+      kept.emplace_back(p, size);
+    } else {
+      ::operator delete(p, size);
+    }
+  }
+}
+
+// Sums `type` over samples of object size `size`; split by whether the
+// sample is the overflow stack's.
+inline void SumBySize(const Profile& p, std::int64_t size, const char* type, std::int64_t& normal,
+                      std::int64_t& overflow) {
+  const int idx = SampleTypeIndex(p, type);
+  normal = overflow = 0;
+  for (const Sample& s : p.samples) {
+    bool match = false;
+    for (const Label& l : s.labels) match = match || (l.key == "bytes" && l.num == size);
+    if (!match) continue;
+    const std::vector<std::string> names = FunctionNames(p, s);
+    if (names.size() == 1 && names[0] == "[heapprof: stack table full]") {
+      overflow += s.values.at(idx);
+    } else {
+      normal += s.values.at(idx);
+    }
+  }
+}
+
+#define HEAPPROF_CHILD_CHECK(cond)                                   \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      std::printf("check failed, line %d: %s\n", __LINE__, #cond);   \
+      return 1;                                                      \
+    }                                                                \
+  } while (0)
+
+inline int RunStackCap() {
+#if defined(HEAPPROF_TSAN) || defined(HEAPPROF_ASAN)
+  const int levels = 16;  // 65,536 distinct stacks: still four times the cap
+#else
+  const int levels = 20;  // 1,048,576 distinct stacks
+#endif
+  const unsigned paths = 1u << levels;
+  const std::uint64_t cap = heapprof::detail::g_buckets.MaxStacks();
+  std::vector<std::pair<void*, std::size_t>> kept;
+  kept.reserve(paths / 1024 + 1);
+  const heapprof::Stats s0 = heapprof::GetStats();
+  CapCounters c;
+  CapWorkload(paths, levels, 7501, 1024, kept, c);
+  const heapprof::Stats s1 = heapprof::GetStats();
+  std::printf("paths=%u cap=%llu stacks %llu -> %llu, overflows %llu, dropped %llu, profiler_bytes %llu -> %llu (bound %llu)\n",
+              paths, static_cast<unsigned long long>(cap), static_cast<unsigned long long>(s0.stacks),
+              static_cast<unsigned long long>(s1.stacks),
+              static_cast<unsigned long long>(s1.stack_overflows - s0.stack_overflows),
+              static_cast<unsigned long long>(s1.samples_dropped),
+              static_cast<unsigned long long>(s0.profiler_bytes), static_cast<unsigned long long>(s1.profiler_bytes),
+              static_cast<unsigned long long>(StackTablesBound(cap)));
+  HEAPPROF_CHILD_CHECK(cap == heapprof::detail::kDefaultMaxStacks);
+  HEAPPROF_CHILD_CHECK(s0.stacks < cap);
+  HEAPPROF_CHILD_CHECK(s1.stacks == cap);
+  // Every path is a new stack: those that found the table full, exactly, went
+  // to the overflow stack; none was dropped.
+  HEAPPROF_CHILD_CHECK(s1.stack_overflows - s0.stack_overflows == paths - (cap - s0.stacks));
+  HEAPPROF_CHILD_CHECK(s1.samples_dropped == 0);
+  HEAPPROF_CHILD_CHECK(s1.sampled_live_objects - s0.sampled_live_objects == kept.size());
+  // Bounded: the tables, plus 2 MiB for the arena's chunk granularity and the
+  // live map of the kept objects.
+  HEAPPROF_CHILD_CHECK(s1.profiler_bytes - s0.profiler_bytes <= StackTablesBound(cap) + (std::uint64_t{2} << 20));
+
+  std::int64_t normal = 0, overflow = 0;
+  {
+  Profile p;
+  std::string why;
+  if (!CaptureProfile(p, false, nullptr, &why) || !Validate(p, &why)) {
+    std::printf("bad profile: %s\n", why.c_str());
+    return 1;
+  }
+  SumBySize(p, 7501, "alloc_objects", normal, overflow);
+  std::printf("profile: %zu samples; alloc_objects normal %lld overflow %lld\n", p.samples.size(),
+              static_cast<long long>(normal), static_cast<long long>(overflow));
+  HEAPPROF_CHILD_CHECK(static_cast<std::uint64_t>(overflow) == s1.stack_overflows - s0.stack_overflows);
+  HEAPPROF_CHILD_CHECK(static_cast<std::uint64_t>(normal + overflow) == c.allocs);
+  SumBySize(p, 7501, "inuse_space", normal, overflow);
+  HEAPPROF_CHILD_CHECK(static_cast<std::uint64_t>(normal + overflow) == kept.size() * 7501);
+  HEAPPROF_CHILD_CHECK(p.samples.size() <= cap + 8);
+  }
+
+  for (const auto& k : kept) ::operator delete(k.first, k.second);
+  const heapprof::Stats s2 = heapprof::GetStats();
+  HEAPPROF_CHILD_CHECK(s2.sampled_live_objects - s0.sampled_live_objects == 0);
+  Profile after;
+  HEAPPROF_CHILD_CHECK(CaptureProfile(after));
+  SumBySize(after, 7501, "inuse_objects", normal, overflow);
+  HEAPPROF_CHILD_CHECK(normal == 0 && overflow == 0);
+  std::printf("stack_cap: ok\n");
+  return 0;
+}
+
+// ---- stack_cap_small: HEAPPROF=max_stacks=1000; the bucket cap and the reserve too ----
+
+__attribute__((noinline)) inline void* OneSiteManySizes(std::size_t size) {
+  void* p = ::operator new(size);
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+
+inline int RunStackCapSmall() {
+  const std::uint64_t cap = heapprof::detail::g_buckets.MaxStacks();
+  HEAPPROF_CHILD_CHECK(cap == 1000);
+  std::vector<std::pair<void*, std::size_t>> kept;
+  kept.reserve(4096);
+  const heapprof::Stats s0 = heapprof::GetStats();
+  std::printf("stacks at start: %llu\n", static_cast<unsigned long long>(s0.stacks));
+  HEAPPROF_CHILD_CHECK(s0.stacks < cap);
+  // One call site, 6000 distinct sizes: past kBucketsPerStack * cap buckets
+  // they go to the overflow stack (cap of its own), and past that they are
+  // dropped. Whatever happens, each sample is in the profile or counted.
+  std::uint64_t allocs = 0;
+  for (std::size_t size = 20000; size < 26000; ++size) {
+    void* p = OneSiteManySizes(size);
+    ++allocs;
+    if (size % 3 == 0) {
+      kept.emplace_back(p, size);
+    } else {
+      ::operator delete(p, size);
+    }
+  }
+  // Then more distinct stacks than the cap, of one more size.
+  CapCounters c;
+  CapWorkload(1024, 10, 7601, 4, kept, c);
+  const heapprof::Stats s1 = heapprof::GetStats();
+  std::printf("stacks %llu, overflows %llu, dropped %llu, profiler_bytes %llu -> %llu\n",
+              static_cast<unsigned long long>(s1.stacks),
+              static_cast<unsigned long long>(s1.stack_overflows - s0.stack_overflows),
+              static_cast<unsigned long long>(s1.samples_dropped - s0.samples_dropped),
+              static_cast<unsigned long long>(s0.profiler_bytes), static_cast<unsigned long long>(s1.profiler_bytes));
+  HEAPPROF_CHILD_CHECK(s1.stacks == cap);
+  HEAPPROF_CHILD_CHECK(s1.stack_overflows > s0.stack_overflows);
+  HEAPPROF_CHILD_CHECK(s1.samples_dropped > s0.samples_dropped);
+  HEAPPROF_CHILD_CHECK(s1.profiler_bytes - s0.profiler_bytes <= StackTablesBound(cap) + (std::uint64_t{2} << 20));
+
+  Profile p;
+  std::string why;
+  if (!CaptureProfile(p, false, nullptr, &why) || !Validate(p, &why)) {
+    std::printf("bad profile: %s\n", why.c_str());
+    return 1;
+  }
+  // Every sample is either in the profile (under its stack or the overflow
+  // stack) or counted as dropped; the live map holds exactly the kept
+  // objects that were recorded.
+  std::int64_t recorded = 0, recorded_overflow = 0, live = 0, live_bytes = 0;
+  std::uint64_t expected_live_bytes = 0;
+  for (std::size_t size = 20000; size < 26000; ++size) {
+    std::int64_t n = 0, o = 0;
+    SumBySize(p, static_cast<std::int64_t>(size), "alloc_objects", n, o);
+    recorded += n + o;
+    recorded_overflow += o;
+    SumBySize(p, static_cast<std::int64_t>(size), "inuse_objects", n, o);
+    const std::int64_t objects = n + o;
+    live += objects;
+    // At most the one kept object of this size; freed sizes have none.
+    if (objects > (size % 3 == 0 ? 1 : 0)) return 2;
+    expected_live_bytes += size * static_cast<std::uint64_t>(objects);
+    SumBySize(p, static_cast<std::int64_t>(size), "inuse_space", n, o);
+    live_bytes += n + o;
+  }
+  std::int64_t n = 0, o = 0;
+  SumBySize(p, 7601, "alloc_objects", n, o);
+  recorded += n + o;
+  recorded_overflow += o;
+  SumBySize(p, 7601, "inuse_objects", n, o);
+  live += n + o;
+  std::printf("recorded %lld (overflow stack %lld), live %lld\n", static_cast<long long>(recorded),
+              static_cast<long long>(recorded_overflow), static_cast<long long>(live));
+  HEAPPROF_CHILD_CHECK(static_cast<std::uint64_t>(recorded) + (s1.samples_dropped - s0.samples_dropped) ==
+                       allocs + c.allocs);
+  HEAPPROF_CHILD_CHECK(static_cast<std::uint64_t>(recorded_overflow) == s1.stack_overflows - s0.stack_overflows);
+  HEAPPROF_CHILD_CHECK(static_cast<std::uint64_t>(live_bytes) == expected_live_bytes);
+  HEAPPROF_CHILD_CHECK(s1.sampled_live_objects - s0.sampled_live_objects == static_cast<std::uint64_t>(live));
+  // Freeing everything, recorded or dropped, balances the live map.
+  for (const auto& k : kept) ::operator delete(k.first, k.second);
+  const heapprof::Stats s2 = heapprof::GetStats();
+  HEAPPROF_CHILD_CHECK(s2.sampled_live_objects == s0.sampled_live_objects);
+  std::printf("stack_cap_small: ok\n");
+  return 0;
+}
+
 inline int RunChild(const char* name) {
+  if (std::strcmp(name, "tiny_stack_first") == 0) return RunTinyStackFirst();
+  if (std::strcmp(name, "stack_cap") == 0) return RunStackCap();
+  if (std::strcmp(name, "stack_cap_small") == 0) return RunStackCapSmall();
   if (std::strcmp(name, "scope_misuse") == 0) return RunScopeMisuse();
   if (std::strcmp(name, "label_cap") == 0) return RunLabelCap();
   if (std::strcmp(name, "print_rate") == 0) {

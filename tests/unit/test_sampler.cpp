@@ -108,4 +108,10 @@ TEST_CASE("HEAPPROF parser: sizes, suffixes, bad values, unknown keys") {
   CHECK_FALSE(heapprof::detail::ParseEnvConfig("unwinder=libunwind").has_unwinder);
   CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_label_sets=0").has_max_label_sets);
   CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_label_sets=12x").has_max_label_sets);
+  const auto stacks = heapprof::detail::ParseEnvConfig("max_stacks=100000,rate=1");
+  CHECK(stacks.has_max_stacks);
+  CHECK(stacks.max_stacks == 100000);
+  CHECK(stacks.rate == 1);
+  CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_stacks=0").has_max_stacks);
+  CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_stacks=-5").has_max_stacks);
 }

@@ -1,0 +1,414 @@
+// Extremes a profiler inside someone else's process meets: very deep
+// recursion, a thread with a tiny stack, a corrupted frame-pointer chain,
+// allocation in thread-exit destructors, a dlopen'ed library that allocates
+// through the hook and is dlclosed while its objects live, and a million
+// distinct stacks. Every one must end in a valid profile, never a crash.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_scenarios.hpp"
+#include "support/profile_io.hpp"
+
+namespace {
+
+using heapprof_test::Profile;
+using heapprof_test::Sample;
+
+// The object size each scenario allocates, found again through the sample's
+// numeric "bytes" label.
+std::int64_t BytesLabel(const Sample& s) {
+  for (const auto& l : s.labels) {
+    if (l.key == "bytes") return l.num;
+  }
+  return -1;
+}
+
+std::vector<const Sample*> SamplesOfSize(const Profile& p, std::int64_t size) {
+  std::vector<const Sample*> out;
+  for (const Sample& s : p.samples) {
+    if (BytesLabel(s) == size) out.push_back(&s);
+  }
+  return out;
+}
+
+std::int64_t SumOfSize(const Profile& p, std::int64_t size, const char* type) {
+  const int idx = heapprof_test::SampleTypeIndex(p, type);
+  std::int64_t total = 0;
+  for (const Sample* s : SamplesOfSize(p, size)) total += s->values.at(idx);
+  return total;
+}
+
+const heapprof::Unwinder kUnwinders[] = {heapprof::Unwinder::kFramePointer, heapprof::Unwinder::kTable};
+
+// ---- recursion 10,000 deep ----
+
+__attribute__((noinline)) int DeepRecurse(int n, std::size_t size, void** out) {
+  if (n == 0) {
+    *out = ::operator new(size);
+    asm volatile("" ::: "memory");
+    return 1;
+  }
+  int r = DeepRecurse(n - 1, size, out);
+  asm volatile("" : "+r"(r)::"memory");  // no tail call: every level is a frame
+  return r + 1;
+}
+
+}  // namespace
+
+TEST_CASE("recursion 10,000 deep: the stack is cut at HEAPPROF_MAX_FRAMES, marked, not overflowed") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  void* objects[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    heapprof::SetUnwinder(kUnwinders[i]);
+    CHECK(DeepRecurse(10000, 7001 + static_cast<std::size_t>(i), &objects[i]) == 10001);
+  }
+  heapprof::SetUnwinder(saved_unwinder);
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+  for (int i = 0; i < 2; ++i) {
+    INFO("unwinder " << (i == 0 ? "fp" : "table"));
+    const auto samples = SamplesOfSize(p, 7001 + i);
+    REQUIRE(samples.size() == 1);
+    const std::vector<std::string> names = heapprof_test::FunctionNames(p, *samples[0]);
+    REQUIRE(names.size() == HEAPPROF_MAX_FRAMES + 1);
+    for (int f = 0; f < HEAPPROF_MAX_FRAMES; ++f) CHECK(names[f].find("DeepRecurse") != std::string::npos);
+    CHECK(names.back() == "[heapprof: stack truncated at " + std::to_string(HEAPPROF_MAX_FRAMES) + " frames]");
+    ::operator delete(objects[i]);
+  }
+  heapprof::SetSampleRate(saved);
+}
+
+namespace {
+
+// ---- a thread with a tiny stack ----
+
+struct TinyResult {
+  void* objects[4] = {};
+  int done = 0;
+};
+
+__attribute__((noinline)) void TinyStackLeaf(TinyResult* r, std::size_t size) {
+  r->objects[r->done++] = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+
+void* TinyStackMain(void* arg) {
+  auto* r = static_cast<TinyResult*>(arg);
+  for (int i = 0; i < 2; ++i) {
+    heapprof::SetUnwinder(kUnwinders[i]);
+    TinyStackLeaf(r, 7101 + static_cast<std::size_t>(i));
+    TinyStackLeaf(r, 7101 + static_cast<std::size_t>(i));
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a thread with a tiny stack samples with both unwinders") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  TinyResult r;
+  pthread_attr_t attr;
+  REQUIRE(pthread_attr_init(&attr) == 0);
+  REQUIRE(pthread_attr_setstacksize(&attr, heapprof_test::TinyStackSize()) == 0);
+  pthread_t t;
+  REQUIRE(pthread_create(&t, &attr, &TinyStackMain, &r) == 0);
+  REQUIRE(pthread_join(t, nullptr) == 0);
+  pthread_attr_destroy(&attr);
+  heapprof::SetUnwinder(saved_unwinder);
+  REQUIRE(r.done == 4);
+  Profile p;
+  REQUIRE(heapprof_test::CaptureProfile(p));
+  for (int i = 0; i < 2; ++i) {
+    CHECK(SumOfSize(p, 7101 + i, "inuse_objects") == 2);
+    for (const Sample* s : SamplesOfSize(p, 7101 + i)) {
+      const auto names = heapprof_test::FunctionNames(p, *s);
+      REQUIRE(names.size() >= 2);
+      CHECK(names[0].find("TinyStackLeaf") != std::string::npos);
+      CHECK(names[1].find("TinyStackMain") != std::string::npos);
+    }
+  }
+  for (void* o : r.objects) ::operator delete(o);
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("a tiny-stack thread is the first to sample: unwind tables built there, also after a dlopen") {
+  // In a child: the first sample of the process (which builds the unwind
+  // tables) must happen on the tiny stack.
+  std::string out;
+  const int rc = heapprof_test::RunCommand(
+      "HEAPPROF=rate=0 HEAPPROF_TEST_CHILD=tiny_stack_first " + heapprof_test::SelfExe(), out);
+  INFO(out);
+  CHECK(rc == 0);
+}
+
+namespace {
+
+// ---- hostile frame pointers ----
+
+void* g_hostile_object = nullptr;
+std::uintptr_t g_fake_chain[8];  // a fake frame chain outside every stack
+
+__attribute__((noinline)) void HostileLeaf(std::size_t size) {
+  g_hostile_object = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+
+// Overwrites this function's own frame record (saved frame pointer and,
+// optionally, return address) while it calls the allocating leaf, then puts
+// it back before returning: the unwinders walk a corrupted chain.
+__attribute__((noinline)) void HostileFrame(std::size_t size, std::uintptr_t bad_fp, bool bad_ret,
+                                            std::uintptr_t ret_value) {
+  auto* record = static_cast<volatile std::uintptr_t*>(__builtin_frame_address(0));
+  const std::uintptr_t saved_fp = record[0];
+  const std::uintptr_t saved_ret = record[1];
+  record[0] = bad_fp;
+  if (bad_ret) record[1] = ret_value;
+  HostileLeaf(size);
+  record[0] = saved_fp;
+  record[1] = saved_ret;
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with both unwinders") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  // A frame chain on this stack that loops back on itself.
+  volatile std::uintptr_t loop[4];
+  loop[0] = reinterpret_cast<std::uintptr_t>(&loop[2]);
+  loop[1] = reinterpret_cast<std::uintptr_t>(&HostileLeaf) + 4;
+  loop[2] = reinterpret_cast<std::uintptr_t>(&loop[0]);
+  loop[3] = reinterpret_cast<std::uintptr_t>(&HostileFrame) + 4;
+  // One outside every stack (in .bss), looping too.
+  g_fake_chain[0] = reinterpret_cast<std::uintptr_t>(&g_fake_chain[2]);
+  g_fake_chain[1] = reinterpret_cast<std::uintptr_t>(&HostileLeaf) + 4;
+  g_fake_chain[2] = reinterpret_cast<std::uintptr_t>(&g_fake_chain[0]);
+  g_fake_chain[3] = reinterpret_cast<std::uintptr_t>(&HostileFrame) + 4;
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  const std::uintptr_t bad_fps[] = {
+      0,                                              // null
+      0x10,                                           // unmapped, low
+      here + 3,                                       // misaligned
+      here - 256,                                     // below: into callees' frames
+      reinterpret_cast<std::uintptr_t>(&loop[0]),     // a cycle on the stack
+      reinterpret_cast<std::uintptr_t>(g_fake_chain),  // outside the stack
+      ~std::uintptr_t{0} & ~std::uintptr_t{7},        // top of the address space
+      std::uintptr_t{0xffff800000000000ull},          // kernel half
+      std::uintptr_t{0x00007ffffffff000ull},          // near the user-space top
+  };
+  const std::uintptr_t bad_rets[] = {0, 1, 0xdeadbeef, reinterpret_cast<std::uintptr_t>(g_fake_chain),
+                                     std::uintptr_t{0xffff800000001234ull}};
+  std::size_t size = 7200;
+  int cases = 0;
+  for (const heapprof::Unwinder u : kUnwinders) {
+    heapprof::SetUnwinder(u);
+    for (const std::uintptr_t fp : bad_fps) {
+      for (int r = -1; r < static_cast<int>(sizeof bad_rets / sizeof bad_rets[0]); ++r) {
+        HostileFrame(++size, fp, r >= 0, r >= 0 ? bad_rets[r] : 0);
+        ::operator delete(g_hostile_object);
+        ++cases;
+      }
+    }
+  }
+  heapprof::SetUnwinder(saved_unwinder);
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+  int seen = 0;
+  for (std::size_t s = 7201; s <= size; ++s) {
+    const auto samples = SamplesOfSize(p, static_cast<std::int64_t>(s));
+    REQUIRE(samples.size() == 1);
+    const auto names = heapprof_test::FunctionNames(p, *samples[0]);
+    INFO("case " << s - 7201 << ": " << names.size() << " frames");
+    // The leaf and its caller are intact; what follows the corrupted record
+    // is cut or garbage, but bounded and never a crash.
+    REQUIRE(names.size() >= 2);
+    CHECK(names[0].find("HostileLeaf") != std::string::npos);
+    CHECK(names[1].find("HostileFrame") != std::string::npos);
+    CHECK(names.size() <= HEAPPROF_MAX_FRAMES + 1);
+    CHECK(SumOfSize(p, static_cast<std::int64_t>(s), "alloc_objects") == 1);
+    ++seen;
+  }
+  CHECK(seen == cases);
+  // The unwinders are unharmed: a clean stack afterwards goes all the way up.
+  for (const heapprof::Unwinder u : kUnwinders) {
+    heapprof::SetUnwinder(u);
+    HostileLeaf(7199);
+    Profile after;
+    REQUIRE(heapprof_test::CaptureProfile(after));
+    const auto samples = SamplesOfSize(after, 7199);
+    REQUIRE(!samples.empty());
+    const auto names = heapprof_test::FunctionNames(after, *samples.back());
+    CHECK(std::any_of(names.begin(), names.end(), [](const std::string& n) { return n == "main"; }));
+    ::operator delete(g_hostile_object);
+  }
+  heapprof::SetUnwinder(saved_unwinder);
+  heapprof::SetSampleRate(saved);
+}
+
+namespace {
+
+// ---- thread exit: thread_local destructors and pthread key destructors ----
+
+void* g_exit_kept = nullptr;
+
+__attribute__((noinline)) void* ExitAlloc(std::size_t size) {
+  void* p = ::operator new(size);
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+
+struct ThreadLocalProbe {
+  void* mine = nullptr;
+  ~ThreadLocalProbe() {
+    // Runs at thread exit, before pthread key destructors: frees what the
+    // thread allocated, allocates and frees, and leaves one object behind.
+    ::operator delete(mine, 7801);
+    ::operator delete(ExitAlloc(7802), 7802);
+    g_exit_kept = ExitAlloc(7803);
+  }
+};
+
+pthread_key_t g_late_key;
+void LateKeyDestructor(void* value) {
+  // A key created after heapprof's runs after heapprof's own thread-exit
+  // destructor: the thread is unregistered by now, and still every free of
+  // a sampled object must find it.
+  ::operator delete(value, 7804);
+  ::operator delete(ExitAlloc(7805), 7805);
+}
+
+void* ThreadExitMain(void*) {
+  static thread_local ThreadLocalProbe probe;
+  probe.mine = ExitAlloc(7801);
+  pthread_setspecific(g_late_key, ExitAlloc(7804));
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("thread exit: thread_local and pthread key destructors allocate and free") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  REQUIRE(pthread_key_create(&g_late_key, &LateKeyDestructor) == 0);
+  const heapprof::Stats s0 = heapprof::GetStats();
+  // pthread_create, not std::thread: its state object would be one more
+  // allocation in the totals.
+  pthread_t t;
+  REQUIRE(pthread_create(&t, nullptr, &ThreadExitMain, nullptr) == 0);
+  REQUIRE(pthread_join(t, nullptr) == 0);
+  const heapprof::Stats s1 = heapprof::GetStats();
+  pthread_key_delete(g_late_key);
+  // 7801, 7802, 7803, 7804, 7805 allocated; all but 7803 freed.
+  CHECK(s1.alloc_objects - s0.alloc_objects == 5);
+  CHECK(s1.free_objects - s0.free_objects == 4);
+  CHECK(s1.alloc_bytes - s0.alloc_bytes == 7801 + 7802 + 7803 + 7804 + 7805);
+  CHECK(s1.free_bytes - s0.free_bytes == 7801 + 7802 + 7804 + 7805);
+  CHECK(s1.sampled_live_objects - s0.sampled_live_objects == 1);
+  Profile p;
+  REQUIRE(heapprof_test::CaptureProfile(p));
+  CHECK(SumOfSize(p, 7801, "alloc_objects") == 1);
+  CHECK(SumOfSize(p, 7801, "inuse_objects") == 0);
+  CHECK(SumOfSize(p, 7802, "alloc_objects") == 1);
+  CHECK(SumOfSize(p, 7803, "inuse_space") == 7803);
+  CHECK(SumOfSize(p, 7804, "inuse_objects") == 0);
+  // 7805 comes after heapprof's own thread-exit destructor: counted in Stats
+  // (above), not sampled.
+  CHECK(SumOfSize(p, 7805, "alloc_objects") == 0);
+  ::operator delete(g_exit_kept, 7803);
+  heapprof::SetSampleRate(saved);
+}
+
+// ---- a dlopen'ed library allocating through the hook, then dlclosed ----
+
+#ifdef HEAPPROF_HOOKED_DSO_PATH
+TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its objects live; profiles still write") {
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  void* objects[2][3] = {};
+  for (int round = 0; round < 2; ++round) {
+    void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
+    REQUIRE_MESSAGE(h != nullptr, dlerror());
+    auto alloc = reinterpret_cast<void* (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_alloc"));
+    auto release = reinterpret_cast<void (*)(void*)>(dlsym(h, "heapprof_hooked_dso_free"));
+    REQUIRE(reinterpret_cast<void*>(alloc) != nullptr);
+    REQUIRE(reinterpret_cast<void*>(release) != nullptr);
+    heapprof::SetUnwinder(kUnwinders[round]);
+    for (int i = 0; i < 3; ++i) objects[round][i] = alloc(7401 + static_cast<std::size_t>(round));
+    release(alloc(7401 + static_cast<std::size_t>(round)));
+    Profile loaded;
+    std::string why;
+    REQUIRE_MESSAGE(heapprof_test::CaptureProfile(loaded, false, nullptr, &why), why);
+    REQUIRE_MESSAGE(heapprof_test::Validate(loaded, &why), why);
+    CHECK(SumOfSize(loaded, 7401 + round, "inuse_objects") == 3);
+    CHECK(SumOfSize(loaded, 7401 + round, "alloc_objects") == 4);
+    for (const Sample* s : SamplesOfSize(loaded, 7401 + round)) {
+      const auto names = heapprof_test::FunctionNames(loaded, *s);
+      REQUIRE(names.size() >= 3);
+      CHECK(names[0].find("DsoInner") != std::string::npos);
+      CHECK(names[1].find("DsoMiddle") != std::string::npos);
+      CHECK(names[2].find("heapprof_hooked_dso_alloc") != std::string::npos);
+    }
+    REQUIRE(dlclose(h) == 0);
+  }
+  heapprof::SetUnwinder(saved_unwinder);
+  // The library is gone; its samples' addresses now point at nothing (or
+  // at whatever got mapped there since): the profile still writes.
+  Profile closed;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(closed, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(closed, &why), why);
+  CHECK(SumOfSize(closed, 7401, "inuse_objects") == 3);
+  CHECK(SumOfSize(closed, 7402, "inuse_space") == 3 * 7402);
+  // Its objects are freed by the program after the library is gone.
+  for (auto& round : objects) {
+    for (void* o : round) delete[] static_cast<char*>(o);
+  }
+  Profile freed;
+  REQUIRE(heapprof_test::CaptureProfile(freed));
+  CHECK(SumOfSize(freed, 7401, "inuse_objects") == 0);
+  CHECK(SumOfSize(freed, 7402, "inuse_objects") == 0);
+  CHECK(SumOfSize(freed, 7402, "alloc_objects") == 4);
+  heapprof::SetSampleRate(saved);
+}
+#endif
+
+// ---- a million distinct stacks ----
+
+TEST_CASE("a million distinct stacks: the stack table stops at max_stacks, the rest is counted and exact") {
+  std::string out;
+  const int rc = heapprof_test::RunCommand("HEAPPROF=rate=1 HEAPPROF_TEST_CHILD=stack_cap " + heapprof_test::SelfExe(), out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("stack_cap: ok") != std::string::npos);
+}
+
+TEST_CASE("HEAPPROF=max_stacks: a small cap, and past it both tables' limits") {
+  std::string out;
+  const int rc = heapprof_test::RunCommand(
+      "HEAPPROF=rate=1,max_stacks=1000 HEAPPROF_TEST_CHILD=stack_cap_small " + heapprof_test::SelfExe(), out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("stack_cap_small: ok") != std::string::npos);
+}
