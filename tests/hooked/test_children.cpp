@@ -54,6 +54,15 @@ TEST_CASE("fork while threads allocate and a profile is being written: the child
   MESSAGE("skipped under ASan: its allocator is not fork-safe with other threads allocating");
   return;
 #endif
+#if defined(HEAPPROF_TSAN)
+  // GCC 12's TSan allocator has the same problem: about one run in twenty a
+  // child waited forever in SizeClassAllocator64::GetFromAllocator (a size
+  // class's region mutex, held by a parent thread at fork time) under
+  // operator new from the child's profile write; no heapprof lock in the
+  // stack (gdb). The plain gcc and clang builds run this test.
+  MESSAGE("skipped under TSan: its allocator is not fork-safe with other threads allocating");
+  return;
+#endif
   std::string output;
   const int rc = RunSelf("HEAPPROF_TEST_CHILD=fork", output);
   INFO(output);
