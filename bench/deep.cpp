@@ -7,14 +7,15 @@
 // Built twice from this file, like churn: bench_deep_plain and
 // bench_deep_heapprof (HEAPPROF_BENCH_HOOKED; rate from the HEAPPROF
 // environment variable). Usage: bench_deep_{plain,heapprof} [pairs]
-// Prints one line: deep pairs=N ns_per_op=X (per new+delete pair, the
-// recursion included) mean_depth=D
+// Prints one line: deep pairs=N ns_per_op=X (thread CPU time per new+delete
+// pair, the recursion included) mean_depth=D
 #if defined(HEAPPROF_BENCH_HOOKED)
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
 #endif
 
-#include <chrono>
+#include <time.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -56,19 +57,24 @@ __attribute__((noinline)) void RecurseB(int depth, unsigned path, unsigned round
   asm volatile("" ::: "memory");
 }
 
+double ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
 __attribute__((noinline)) double Run(long rounds, double* mean_depth) {
   long depth_sum = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = ThreadCpuNs();
   for (long r = 0; r < rounds; ++r) {
     const unsigned round = static_cast<unsigned>(r);
     const int depth = 64 + static_cast<int>((round * 2654435761u >> 16) % 65);
     depth_sum += depth;
     RecurseA(depth, (round * 40503u) & 0x1ff, round);
   }
-  const auto t1 = std::chrono::steady_clock::now();
+  const double t1 = ThreadCpuNs();
   *mean_depth = static_cast<double>(depth_sum) / static_cast<double>(rounds);
-  return std::chrono::duration<double, std::nano>(t1 - t0).count() /
-         static_cast<double>(rounds * kPairsPerRound);
+  return (t1 - t0) / static_cast<double>(rounds * kPairsPerRound);
 }
 
 }  // namespace

@@ -10,12 +10,16 @@
 // bench_kv_heapprof (HEAPPROF_BENCH_HOOKED: the global operator new/delete
 // replacement; the rate comes from the HEAPPROF environment variable).
 // Usage: bench_kv_{plain,heapprof} [threads] [ops per thread] [depth]
-// Prints one line: kv threads=T ops=N ns_per_op=X (wall time / all ops, so
-// with perfect scaling 2 threads halve it) checksum=C
+// Prints one line: kv threads=T ops=N ns_per_op=X wall_ns_per_op=W checksum=C
+// where X is the threads' CPU time per op (the same at 1 and 2 threads when
+// they share nothing; time spent descheduled on a busy machine is not
+// counted) and W is wall time / all ops (2 threads halve it on 2 idle cores).
 #if defined(HEAPPROF_BENCH_HOOKED)
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
 #endif
+
+#include <time.h>
 
 #include <chrono>
 #include <cstdint>
@@ -73,6 +77,12 @@ __attribute__((noinline)) std::uint64_t AtDepth(int depth, std::uint64_t seed, l
   return r;
 }
 
+double ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,21 +90,27 @@ int main(int argc, char** argv) {
   const long ops = argc > 2 ? std::atol(argv[2]) : 1000000;
   const int depth = argc > 3 ? std::atoi(argv[3]) : 16;
   std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
+  std::vector<double> cpu(static_cast<std::size_t>(threads));
   // Warm-up: the allocator's arenas and (with heapprof) the unwind tables.
   AtDepth(depth, 12345, ops / 10);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&sums, t, depth, ops] {
+    pool.emplace_back([&sums, &cpu, t, depth, ops] {
+      const double c0 = ThreadCpuNs();
       sums[static_cast<std::size_t>(t)] = AtDepth(depth, 0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(t + 1), ops);
+      cpu[static_cast<std::size_t>(t)] = ThreadCpuNs() - c0;
     });
   }
   for (auto& th : pool) th.join();
   const auto t1 = std::chrono::steady_clock::now();
   std::uint64_t checksum = 0;
   for (auto s : sums) checksum += s;
-  const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
-  std::printf("kv threads=%d ops=%ld ns_per_op=%.3f checksum=%llu\n", threads, ops * threads,
-              ns / static_cast<double>(ops * threads), static_cast<unsigned long long>(checksum));
+  double cpu_ns = 0;
+  for (auto c : cpu) cpu_ns += c;
+  const double wall_ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+  const double all = static_cast<double>(ops * threads);
+  std::printf("kv threads=%d ops=%ld ns_per_op=%.3f wall_ns_per_op=%.3f checksum=%llu\n", threads,
+              ops * threads, cpu_ns / all, wall_ns / all, static_cast<unsigned long long>(checksum));
   return 0;
 }
