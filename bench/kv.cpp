@@ -91,8 +91,12 @@ int main(int argc, char** argv) {
   const int depth = argc > 3 ? std::atoi(argv[3]) : 16;
   std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
   std::vector<double> cpu(static_cast<std::size_t>(threads));
-  // Warm-up: the allocator's arenas and (with heapprof) the unwind tables.
-  AtDepth(depth, 12345, ops / 10);
+  // Warm-up, on a thread of its own like the measured ones: the allocator's
+  // arenas and, with heapprof, the unwind tables of every object on a worker
+  // thread's stack (libstdc++'s thread entry, libc's start_thread). Building
+  // them is a one-time cost (a few ms, see bench/RESULTS.md) that would
+  // otherwise land in the first measured samples.
+  std::thread([depth, ops] { AtDepth(depth, 12345, ops / 10); }).join();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
