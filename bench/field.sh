@@ -15,20 +15,22 @@
 # alike; the table shows medians (thread CPU time per op: see the workloads)
 # and the ratio to the matching plain allocator. Full-recording
 # configurations (rate 1, HEAPPROFILE, heaptrack) run a twentieth of the ops.
-# Then: the scaling check (1 vs 2 threads), callgrind instructions per pair,
-# one sample's cost, profile writing, and the accuracy comparison with
-# jemalloc (bench/accuracy.cpp; ACC_REPS runs each, default 10).
+# Then: full recording measured as CPU of the whole process tree (heaptrack's
+# second process included), the scaling check (1 vs 2 threads), callgrind
+# instructions per pair, one sample's cost, profile writing, and the accuracy
+# comparison with jemalloc (bench/accuracy.sh; ACC_REPS runs each, default 10).
 #
 # A missing tool (jemalloc, tcmalloc, heaptrack, valgrind, jeprof, go) skips
-# its configurations with a message. SECTIONS=table,scaling,callgrind,sample,
-# accuracy selects sections (default all). Needs: awk, sort; the Debian
+# its configurations with a message. SECTIONS=table,fullrec,scaling,callgrind,
+# sample,accuracy selects sections (default all); CHURN_PAIRS, KV_OPS (per
+# thread), DEEP_PAIRS set the op counts. Needs: awk, sort; the Debian
 # packages libjemalloc-dev (or libjemalloc2), libgoogle-perftools4
 # (google-perftools for HEAPPROFILE), heaptrack, valgrind, golang-go.
 set -uo pipefail
 build=${1:?usage: bench/field.sh BUILD_DIR [REPS]}
 reps=${2:-5}
 bin=$build/bench
-sections=${SECTIONS:-table,scaling,callgrind,sample,accuracy}
+sections=${SECTIONS:-table,fullrec,scaling,callgrind,sample,accuracy}
 acc_reps=${ACC_REPS:-10}
 churn_pairs=${CHURN_PAIRS:-10000000}
 kv_ops=${KV_OPS:-300000}       # per thread
@@ -191,6 +193,51 @@ if has table; then
     "$(awk -v a="${med["churn|heaptrack"]:-0}" -v b="${med["churn|heapprof rate 1 table"]:-0}" 'BEGIN {if (a && b) printf "%.1fx", a / b; else print "n/a"}');" \
     "HEAPPROFILE / heapprof rate 1 (table) =" \
     "$(awk -v a="${med["churn|tcmalloc HEAPPROFILE"]:-0}" -v b="${med["churn|heapprof rate 1 table"]:-0}" 'BEGIN {if (a && b) printf "%.1fx", a / b; else print "n/a"}')"
+  echo
+fi
+
+if has fullrec; then
+  # The table above counts the benchmark thread's CPU only; heaptrack also
+  # runs heaptrack_interpret in a second process (on the other core), and
+  # every tool has start-up and exit work. Here: CPU time (user + sys) of the
+  # whole process tree, marginal per pair between a long and a short run, so
+  # start-up and exit cancel out.
+  echo "## Full recording on churn: whole-process-tree CPU per pair (median of $reps)"
+  echo
+  echo "CPU(user+sys of the run and its children) for N pairs minus the same for N/10,"
+  echo "divided by the difference in pairs (the warm-up's tenth included)."
+  echo
+  tree_cpu() {  # tree_cpu CMD...: user+sys seconds of CMD and everything it waited for
+    local TIMEFORMAT='%U %S' t
+    t=$( { time "$@" >/dev/null 2>&1; } 2>&1 )
+    awk '{print $1 + $2}' <<<"$t"
+  }
+  fr=("glibc|1000000|$bin/bench_churn_plain 0 @N 24 sized"
+      "heapprof rate 1 table|1000000|env HEAPPROF=unwinder=table $bin/bench_churn_heapprof 1 @N 24 sized"
+      "heapprof rate 1 fp|1000000|env HEAPPROF=unwinder=fp $bin/bench_churn_heapprof 1 @N 24 sized")
+  [[ -n $heaptrack ]] && fr+=("heaptrack|1000000|$heaptrack -o $tmp/fr-heaptrack $bin/bench_churn_plain 0 @N 24 sized")
+  [[ -n $tcmalloc ]] && fr+=("tcmalloc|1000000|env LD_PRELOAD=$tcmalloc $bin/bench_churn_plain 0 @N 24 sized"
+                             "tcmalloc HEAPPROFILE|200000|env LD_PRELOAD=$tcmalloc HEAPPROFILE=$tmp/fr-gperf $bin/bench_churn_plain 0 @N 24 sized")
+  declare -A frv
+  for ((r = 0; r < reps; r++)); do
+    for c in "${fr[@]}"; do
+      IFS='|' read -r name n cmd <<<"$c"
+      # shellcheck disable=SC2086  # cmd is a word list built above
+      big=$(tree_cpu ${cmd//@N/$n})
+      # shellcheck disable=SC2086
+      small=$(tree_cpu ${cmd//@N/$((n / 10))})
+      rm -rf "$tmp"/fr-*
+      frv[$name]+="$(awk -v b="$big" -v s="$small" -v n="$n" 'BEGIN {printf "%.1f", (b - s) * 1e9 / (1.1 * (n - n / 10))}') "
+    done
+  done
+  echo "| configuration | N | CPU ns/pair | vs heapprof rate 1 table |"
+  echo "| --- | ---: | ---: | ---: |"
+  hp1=$(tr ' ' '\n' <<<"${frv["heapprof rate 1 table"]}" | grep . | median)
+  for c in "${fr[@]}"; do
+    IFS='|' read -r name n _ <<<"$c"
+    m=$(tr ' ' '\n' <<<"${frv[$name]}" | grep . | median)
+    echo "| $name | $n | $m | $(awk -v m="$m" -v h="$hp1" 'BEGIN {printf "%.2f", m / h}') |"
+  done
   echo
 fi
 
