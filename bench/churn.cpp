@@ -31,6 +31,19 @@ namespace {
 
 void* volatile g_sink;
 
+// Sized operator delete, as GCC calls it by default. Clang < 19 does not
+// declare it without -fsized-deallocation (heapprof's replacement defines it,
+// so the hooked build always has it): the plain build then deletes unsized.
+inline void DeleteSized(void* p, std::size_t n) {
+#if defined(__cpp_sized_deallocation) || defined(HEAPPROF_BENCH_HOOKED)
+  ::operator delete(p, n);
+#else
+  (void)n;
+  ::operator delete(p);
+#endif
+}
+
+
 bool g_sized = true;
 
 // Sizes cycle through 8 small classes, like typical C++ node/string churn.
@@ -42,7 +55,7 @@ __attribute__((noinline)) double Churn(long pairs) {
       const std::size_t n = kSizes[i & 7];
       void* p = ::operator new(n);
       g_sink = p;
-      ::operator delete(p, n);
+      DeleteSized(p, n);
     }
   } else {
     for (long i = 0; i < pairs; ++i) {

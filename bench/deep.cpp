@@ -23,6 +23,19 @@
 namespace {
 
 void* volatile g_sink;
+
+// Sized operator delete, as GCC calls it by default. Clang < 19 does not
+// declare it without -fsized-deallocation (heapprof's replacement defines it,
+// so the hooked build always has it): the plain build then deletes unsized.
+inline void DeleteSized(void* p, std::size_t n) {
+#if defined(__cpp_sized_deallocation) || defined(HEAPPROF_BENCH_HOOKED)
+  ::operator delete(p, n);
+#else
+  (void)n;
+  ::operator delete(p);
+#endif
+}
+
 constexpr int kPairsPerRound = 4;
 
 __attribute__((noinline)) void Leaf(unsigned round) {
@@ -31,7 +44,7 @@ __attribute__((noinline)) void Leaf(unsigned round) {
     const std::size_t n = kSizes[(round + static_cast<unsigned>(i)) & 7];
     void* p = ::operator new(n);
     g_sink = p;
-    ::operator delete(p, n);
+    DeleteSized(p, n);
   }
 }
 
