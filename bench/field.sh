@@ -202,41 +202,50 @@ if has fullrec; then
   # every tool has start-up and exit work. Here: CPU time (user + sys) of the
   # whole process tree, marginal per pair between a long and a short run, so
   # start-up and exit cancel out.
-  echo "## Full recording on churn: whole-process-tree CPU per pair (median of $reps)"
+  echo "## Full recording: whole-process-tree CPU per pair (median of $reps)"
   echo
-  echo "CPU(user+sys of the run and its children) for N pairs minus the same for N/10,"
-  echo "divided by the difference in pairs (the warm-up's tenth included)."
+  echo "CPU (user+sys of the run and its children) for N pairs minus the same for N/10,"
+  echo "divided by the difference in pairs (the warm-up's tenth included). churn: depth 24;"
+  echo "deep: depth 64-128."
   echo
   tree_cpu() {  # tree_cpu CMD...: user+sys seconds of CMD and everything it waited for
     local TIMEFORMAT='%U %S' t
     t=$( { time "$@" >/dev/null 2>&1; } 2>&1 )
     awk '{print $1 + $2}' <<<"$t"
   }
-  fr=("glibc|1000000|$bin/bench_churn_plain 0 @N 24 sized"
-      "heapprof rate 1 table|1000000|env HEAPPROF=unwinder=table $bin/bench_churn_heapprof 1 @N 24 sized"
-      "heapprof rate 1 fp|1000000|env HEAPPROF=unwinder=fp $bin/bench_churn_heapprof 1 @N 24 sized")
-  [[ -n $heaptrack ]] && fr+=("heaptrack|1000000|$heaptrack -o $tmp/fr-heaptrack $bin/bench_churn_plain 0 @N 24 sized")
-  [[ -n $tcmalloc ]] && fr+=("tcmalloc|1000000|env LD_PRELOAD=$tcmalloc $bin/bench_churn_plain 0 @N 24 sized"
-                             "tcmalloc HEAPPROFILE|200000|env LD_PRELOAD=$tcmalloc HEAPPROFILE=$tmp/fr-gperf $bin/bench_churn_plain 0 @N 24 sized")
+  # name|N churn|N deep|command, @W = churn or deep, @A = its arguments
+  fr=("glibc|1000000|400000|$bin/bench_@W_plain @A"
+      "heapprof rate 1 table|1000000|400000|env HEAPPROF=rate=1,unwinder=table $bin/bench_@W_heapprof @A"
+      "heapprof rate 1 fp|1000000|400000|env HEAPPROF=rate=1,unwinder=fp $bin/bench_@W_heapprof @A")
+  [[ -n $heaptrack ]] && fr+=("heaptrack|1000000|400000|$heaptrack -o $tmp/fr-heaptrack $bin/bench_@W_plain @A")
+  [[ -n $tcmalloc ]] && fr+=("tcmalloc|1000000|400000|env LD_PRELOAD=$tcmalloc $bin/bench_@W_plain @A"
+                             "tcmalloc HEAPPROFILE|200000|40000|env LD_PRELOAD=$tcmalloc HEAPPROFILE=$tmp/fr-gperf $bin/bench_@W_plain @A")
   declare -A frv
   for ((r = 0; r < reps; r++)); do
     for c in "${fr[@]}"; do
-      IFS='|' read -r name n cmd <<<"$c"
-      # shellcheck disable=SC2086  # cmd is a word list built above
-      big=$(tree_cpu ${cmd//@N/$n})
-      # shellcheck disable=SC2086
-      small=$(tree_cpu ${cmd//@N/$((n / 10))})
-      rm -rf "$tmp"/fr-*
-      frv[$name]+="$(awk -v b="$big" -v s="$small" -v n="$n" 'BEGIN {printf "%.1f", (b - s) * 1e9 / (1.1 * (n - n / 10))}') "
+      IFS='|' read -r name nc nd cmd <<<"$c"
+      for w in churn deep; do
+        if [[ $w == churn ]]; then n=$nc; args_big="1 $n 24 sized"; args_small="1 $((n / 10)) 24 sized"
+        else n=$nd; args_big=$n; args_small=$((n / 10)); fi
+        c1=${cmd//@W/$w}
+        # shellcheck disable=SC2086  # the command is a word list built above
+        big=$(tree_cpu ${c1//@A/$args_big})
+        # shellcheck disable=SC2086
+        small=$(tree_cpu ${c1//@A/$args_small})
+        rm -rf "$tmp"/fr-*
+        frv["$w|$name"]+="$(awk -v b="$big" -v s="$small" -v n="$n" 'BEGIN {printf "%.1f", (b - s) * 1e9 / (1.1 * (n - n / 10))}') "
+      done
     done
   done
-  echo "| configuration | N | CPU ns/pair | vs heapprof rate 1 table |"
-  echo "| --- | ---: | ---: | ---: |"
-  hp1=$(tr ' ' '\n' <<<"${frv["heapprof rate 1 table"]}" | grep . | median)
+  echo "| configuration | churn N | churn CPU ns/pair | vs heapprof rate 1 table | deep N | deep CPU ns/pair | vs heapprof rate 1 table |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  hpc=$(tr ' ' '\n' <<<"${frv["churn|heapprof rate 1 table"]}" | grep . | median)
+  hpd=$(tr ' ' '\n' <<<"${frv["deep|heapprof rate 1 table"]}" | grep . | median)
   for c in "${fr[@]}"; do
-    IFS='|' read -r name n _ <<<"$c"
-    m=$(tr ' ' '\n' <<<"${frv[$name]}" | grep . | median)
-    echo "| $name | $n | $m | $(awk -v m="$m" -v h="$hp1" 'BEGIN {printf "%.2f", m / h}') |"
+    IFS='|' read -r name nc nd _ <<<"$c"
+    mc=$(tr ' ' '\n' <<<"${frv["churn|$name"]}" | grep . | median)
+    md=$(tr ' ' '\n' <<<"${frv["deep|$name"]}" | grep . | median)
+    echo "| $name | $nc | $mc | $(awk -v m="$mc" -v h="$hpc" 'BEGIN {printf "%.2f", m / h}') | $nd | $md | $(awk -v m="$md" -v h="$hpd" 'BEGIN {printf "%.2f", m / h}') |"
   done
   echo
 fi
