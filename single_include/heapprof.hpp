@@ -85,6 +85,7 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024,
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 // ---- begin heapprof/detail/engine.hpp ----
 // heapprof: the sampling engine: what every hooked allocation and free runs.
@@ -104,6 +105,7 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024,
 #include <ctime>
 #include <malloc.h>
 #include <pthread.h>
+#include <unistd.h>
 
 // ---- begin heapprof/detail/arena.hpp ----
 // heapprof: the profiler's own memory.
@@ -544,6 +546,7 @@ inline BucketTable g_buckets;
 // it runs from inside the first operator new.
 
 #include <cstdint>
+#include <csignal>
 #include <cstring>
 #include <string_view>
 #include <unistd.h>
@@ -599,7 +602,51 @@ struct EnvConfig {
   std::uint64_t max_label_sets = 0;
   bool has_unwinder = false;
   bool unwinder_table = true;  // unwinder=table; false: unwinder=fp
+
+  // Automatic dumps and the exit report (dumps.hpp). Strings are copied into
+  // the struct: parsing must not allocate.
+  static constexpr std::size_t kMaxPath = 1024;
+  char dump_prefix[kMaxPath] = {};  // empty: "heapprof" in the working directory
+  std::uint64_t dump_interval = 0;  // bytes allocated between dumps; 0 off
+  std::uint64_t inuse_interval = 0; // growth of the in-use high-water mark between dumps; 0 off
+  std::uint64_t dump_time = 0;      // seconds between dumps; 0 off
+  int dump_signal = 0;              // signal number; 0 off
+  bool dump_at_exit = false;
+  bool leak_report = false;
+  // HTTP endpoint (http.hpp), "host:port"; empty: off.
+  static constexpr std::size_t kMaxListen = 256;
+  char http[kMaxListen] = {};
+
+  bool WantsDumper() const noexcept {
+    return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0;
+  }
 };
+
+// Signal names for dump_signal: "USR1", "SIGUSR1", case-sensitive like kill -l.
+// Only signals whose default action a dump may reasonably replace.
+inline int ParseSignalName(std::string_view name) noexcept {
+  if (name.size() > 3 && name.substr(0, 3) == "SIG") name.remove_prefix(3);
+  struct Entry {
+    const char* name;
+    int number;
+  };
+  static constexpr Entry kSignals[] = {{"HUP", SIGHUP}, {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
+                                       {"USR2", SIGUSR2}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"URG", SIGURG},
+                                       {"WINCH", SIGWINCH}, {"PWR", SIGPWR},  {"PROF", SIGPROF}, {"VTALRM", SIGVTALRM}};
+  for (const Entry& e : kSignals) {
+    if (name == e.name) return e.number;
+  }
+  return 0;
+}
+
+// Copies `value` into a fixed buffer; false if it does not fit or is empty.
+template <std::size_t N>
+inline bool CopyConfigString(std::string_view value, char (&out)[N]) noexcept {
+  if (value.empty() || value.size() >= N) return false;
+  std::memcpy(out, value.data(), value.size());
+  out[value.size()] = '\0';
+  return true;
+}
 
 // A plain count: digits only.
 inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
@@ -650,6 +697,47 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         cfg.max_label_sets = v;
       } else {
         ReportConfigProblem("bad value for max_label_sets (a count > 0):", value);
+      }
+    } else if (key == "dump_prefix") {
+      if (!CopyConfigString(value, cfg.dump_prefix)) {
+        ReportConfigProblem("bad value for dump_prefix (a non-empty path under 1024 bytes):", value);
+      }
+    } else if (key == "dump_interval" || key == "inuse_interval") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v) && v > 0) {
+        (key == "dump_interval" ? cfg.dump_interval : cfg.inuse_interval) = v;
+      } else {
+        ReportConfigProblem(key == "dump_interval"
+                                ? "bad value for dump_interval (bytes > 0, optional k/m/g suffix):"
+                                : "bad value for inuse_interval (bytes > 0, optional k/m/g suffix):",
+                            value);
+      }
+    } else if (key == "dump_time") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0 && v <= 10u * 365 * 24 * 3600) {
+        cfg.dump_time = v;
+      } else {
+        ReportConfigProblem("bad value for dump_time (whole seconds > 0):", value);
+      }
+    } else if (key == "dump_signal") {
+      const int sig = ParseSignalName(value);
+      if (sig != 0) {
+        cfg.dump_signal = sig;
+      } else {
+        ReportConfigProblem("bad value for dump_signal (HUP INT QUIT USR1 USR2 ALRM TERM URG WINCH PWR PROF VTALRM):",
+                            value);
+      }
+    } else if (key == "dump_at_exit" || key == "leak_report") {
+      if (value == "1" || value == "0" || value == "true" || value == "false") {
+        (key == "dump_at_exit" ? cfg.dump_at_exit : cfg.leak_report) = value == "1" || value == "true";
+      } else {
+        ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
+                                                  : "bad value for leak_report (0 or 1):",
+                            value);
+      }
+    } else if (key == "http") {
+      if (!CopyConfigString(value, cfg.http)) {
+        ReportConfigProblem("bad value for http (host:port):", value);
       }
     } else {
       ReportConfigProblem("unknown key", key);
@@ -3386,6 +3474,22 @@ inline std::atomic<int> g_unwinder{kUnwinderTable};
 // ---- lazy start-up (invariant 2: nothing runs before the first use) ----
 inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
 inline pthread_key_t g_thread_key;
+// HEAPPROF as parsed at start-up (dumps.hpp, http.hpp read the rest of it).
+inline EnvConfig g_env_config;
+// The process that started the profiler: exit actions run there only, not in
+// forked children that call exit().
+inline pid_t g_init_pid = 0;
+// What runs at exit (dumps.hpp sets it). Registered with atexit() by the very
+// first allocation, so it runs after the destructors of every static object
+// that allocated: the latest moment a leak report can look.
+inline std::atomic<void (*)()> g_exit_hook{nullptr};
+inline void RunExitHook() {
+  if (getpid() != g_init_pid) return;
+  if (void (*hook)() = g_exit_hook.exchange(nullptr)) {
+    ReentrancyGuard guard;
+    hook();
+  }
+}
 
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
@@ -3400,8 +3504,11 @@ inline void EnsureInit() noexcept {
     ReentrancyGuard guard;
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
+    g_init_pid = getpid();
+    std::atexit(&RunExitHook);
     if (const char* env = std::getenv("HEAPPROF")) {
-      const EnvConfig cfg = ParseEnvConfig(env);
+      g_env_config = ParseEnvConfig(env);
+      const EnvConfig& cfg = g_env_config;
       if (cfg.has_rate) ApplyRate(cfg.rate);
       if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
@@ -3636,12 +3743,22 @@ class SuppressHooks {
 // Runs under the reentrancy guard: what the writer allocates is counted in
 // Stats but never sampled, and no engine lock is held while it allocates.
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
 #include <new>
 #include <ostream>
 #include <string>
+#include <vector>
+#include <functional>
 
 // ---- begin heapprof/detail/elf.hpp ----
 // heapprof: the loaded objects of this process (executable and shared objects)
@@ -5695,27 +5812,86 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   }
 }
 
-inline ProfileData SnapshotProfile(bool allocs_default) {
-  ProfileData data;
-  data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
+inline std::int64_t RealtimeNanos() noexcept {
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
-  data.time_nanos = static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// Per-bucket counters at one moment: the start of a delta profile
+// (/debug/pprof/heap?seconds=N). Buckets are never freed, so a bucket's
+// address identifies it for the life of the process.
+struct BucketCounts {
+  const Bucket* bucket;
+  std::uint64_t allocs, frees;
+};
+struct ProfileBaseline {
+  std::vector<BucketCounts> counts;  // sorted by bucket address
+  std::int64_t time_nanos = 0;
+};
+
+inline ProfileBaseline TakeBaseline() {
+  ReentrancyGuard guard;
+  EnsureInit();
+  ProfileBaseline base;
+  base.time_nanos = RealtimeNanos();
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+    const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
+    const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+    base.counts.push_back(BucketCounts{b, allocs, frees});
+  }
+  std::sort(base.counts.begin(), base.counts.end(),
+            [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });
+  return base;
+}
+
+// The bucket's counters at the baseline; zero for a bucket created after it.
+inline BucketCounts BaselineFor(const ProfileBaseline& base, const Bucket* b) noexcept {
+  auto it = std::lower_bound(
+      base.counts.begin(), base.counts.end(), b,
+      [](const BucketCounts& c, const Bucket* key) { return std::less<const Bucket*>()(c.bucket, key); });
+  if (it != base.counts.end() && it->bucket == b) return *it;
+  return BucketCounts{b, 0, 0};
+}
+
+// The sampled heap as estimates. With `since`, a delta profile like Go's
+// net/http/pprof ?seconds=N: every value is (now - baseline), so the alloc
+// values count only allocations made in the window and the inuse values are
+// the change in use (negative where more was freed than allocated); stacks
+// with no change are left out; time_nanos is the end of the window and
+// duration_nanos its length.
+inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* since = nullptr) {
+  ProfileData data;
+  data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
+  data.time_nanos = RealtimeNanos();
+  if (since != nullptr) {
+    data.duration_nanos = data.time_nanos > since->time_nanos ? data.time_nanos - since->time_nanos : 1;
+  }
   data.allocs_default = allocs_default;
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
     // frees first: it never exceeds allocs, which only grows.
     const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
     const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
-    const std::uint64_t live = allocs > frees ? allocs - frees : 0;
+    double alloc_count = 0, live_count = 0;
+    if (since == nullptr) {
+      alloc_count = static_cast<double>(allocs);
+      live_count = allocs > frees ? static_cast<double>(allocs - frees) : 0.0;
+    } else {
+      const BucketCounts before = BaselineFor(*since, b);
+      if (allocs == before.allocs && frees == before.frees) continue;
+      alloc_count = static_cast<double>(allocs - before.allocs);
+      live_count = static_cast<double>(allocs) - static_cast<double>(frees) -
+                   (static_cast<double>(before.allocs) - static_cast<double>(before.frees));
+    }
     const double scale = HeapSampleScale(b->size, b->rate);
     const double size = static_cast<double>(b->size);
     ProfileSample s;
     s.pcs.assign(b->stack->pcs(), b->stack->pcs() + b->stack->depth);
     s.truncated = b->stack->truncated;
-    s.alloc_objects = std::llround(static_cast<double>(allocs) * scale);
-    s.alloc_bytes = std::llround(static_cast<double>(allocs) * size * scale);
-    s.inuse_objects = std::llround(static_cast<double>(live) * scale);
-    s.inuse_bytes = std::llround(static_cast<double>(live) * size * scale);
+    s.alloc_objects = std::llround(alloc_count * scale);
+    s.alloc_bytes = std::llround(alloc_count * size * scale);
+    s.inuse_objects = std::llround(live_count * scale);
+    s.inuse_bytes = std::llround(live_count * size * scale);
     s.object_size = static_cast<std::int64_t>(b->size);
     FillLabels(b->labels, s);
     data.samples.push_back(std::move(s));
@@ -5724,11 +5900,13 @@ inline ProfileData SnapshotProfile(bool allocs_default) {
 }
 
 // Serialised, compressed profile; empty on failure.
-inline bool BuildProfileBytes(bool allocs_default, std::string& gz) noexcept {
+// With `since`, the delta profile from that baseline (see SnapshotProfile).
+inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
+                              const ProfileBaseline* since = nullptr) noexcept {
   ReentrancyGuard guard;
   EnsureInit();
   try {
-    const ProfileData data = SnapshotProfile(allocs_default);
+    const ProfileData data = SnapshotProfile(allocs_default, since);
     const std::vector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
     const std::string raw = EncodeProfile(data, objects, symbolizer);
@@ -5739,6 +5917,180 @@ inline bool BuildProfileBytes(bool allocs_default, std::string& gz) noexcept {
     gz.clear();
     return false;
   }
+}
+
+// Go's legacy text heap profile (net/http/pprof ?debug=1), which `go tool
+// pprof` also parses:
+//   heap profile: <inuse objs>: <inuse bytes> [<alloc objs>: <alloc bytes>] @ heap/<2*rate>
+//   <inuse objs>: <inuse bytes> [<alloc objs>: <alloc bytes>] @ 0x<ret addr> ...
+//   #	0x<ret addr>	<function>+0x<offset>
+// then our Stats as comments and MAPPED_LIBRARIES: (the /proc/self/maps lines
+// of the executable segments) so pprof can symbolize from the files. The
+// counts are raw sample counts that the reader scales with Go's formula at
+// the header's rate (2*rate, a quirk pprof expects). One record per bucket, so
+// the mean object size the formula needs is exact; a bucket sampled at an
+// older rate has its counts converted to the header's rate. At rate 0 or 1
+// the counts are the estimates themselves (pprof does not scale those).
+inline void AppendFormat(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void AppendFormat(std::string& out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) out.append(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1);
+}
+
+struct TextRecord {
+  const Bucket* bucket;
+  std::int64_t inuse_objects, alloc_objects;  // raw counts at the header's rate
+};
+
+inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
+  ReentrancyGuard guard;
+  EnsureInit();
+  try {
+    out.clear();
+    const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
+    std::vector<TextRecord> records;
+    for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+      const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
+      const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+      const std::uint64_t live = allocs > frees ? allocs - frees : 0;
+      if (allocs == 0 || b->size == 0) continue;
+      // What the reader will multiply by; what the bucket's counts stand for.
+      const double reader_scale = rate <= 1 ? 1.0 : HeapSampleScale(b->size, rate);
+      const double ratio = HeapSampleScale(b->size, b->rate) / reader_scale;
+      TextRecord r{b, static_cast<std::int64_t>(live), static_cast<std::int64_t>(allocs)};
+      if (b->rate != rate && !(rate <= 1 && b->rate <= 1)) {
+        r.inuse_objects = std::llround(static_cast<double>(live) * ratio);
+        r.alloc_objects = std::llround(static_cast<double>(allocs) * ratio);
+      }
+      records.push_back(r);
+    }
+    std::sort(records.begin(), records.end(), [](const TextRecord& a, const TextRecord& b) {
+      return a.inuse_objects * static_cast<std::int64_t>(a.bucket->size) >
+             b.inuse_objects * static_cast<std::int64_t>(b.bucket->size);
+    });
+    std::int64_t ti = 0, tib = 0, ta = 0, tab = 0;
+    for (const TextRecord& r : records) {
+      const auto size = static_cast<std::int64_t>(r.bucket->size);
+      ti += r.inuse_objects;
+      tib += r.inuse_objects * size;
+      ta += r.alloc_objects;
+      tab += r.alloc_objects * size;
+    }
+    AppendFormat(out, "heap profile: %lld: %lld [%lld: %lld] @ heap/%llu\n", static_cast<long long>(ti),
+                 static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
+                 static_cast<unsigned long long>(2 * rate));
+    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    Symbolizer symbolizer(objects);
+    std::string name;
+    for (const TextRecord& r : records) {
+      const auto size = static_cast<std::int64_t>(r.bucket->size);
+      AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
+                   static_cast<long long>(r.inuse_objects * size), static_cast<long long>(r.alloc_objects),
+                   static_cast<long long>(r.alloc_objects * size));
+      const StackRecord* stack = r.bucket->stack;
+      for (std::uint32_t i = 0; i < stack->depth; ++i) {
+        AppendFormat(out, " %#llx", static_cast<unsigned long long>(stack->pcs()[i]));
+      }
+      out += '\n';
+      for (std::uint32_t i = 0; i < stack->depth; ++i) {
+        const std::uintptr_t pc = stack->pcs()[i];
+        std::uintptr_t start = 0;
+        if (symbolizer.Lookup(pc - 1, name, start)) {
+          AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
+          out += name;
+          AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
+        } else {
+          AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+        }
+      }
+      if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {
+        out += "# labels:";
+        for (std::uint32_t i = 0; i < r.bucket->labels->count; ++i) {
+          out += ' ';
+          out += r.bucket->labels->entries()[i].key;
+          out += '=';
+          out += r.bucket->labels->entries()[i].value;
+        }
+        out += '\n';
+      }
+      out += '\n';
+    }
+    if (extra_comments) extra_comments(out);
+    out += "\nMAPPED_LIBRARIES:\n";
+    for (const LoadedObject& o : objects) {
+      AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
+                   static_cast<unsigned long long>(o.limit), static_cast<unsigned long long>(o.file_offset));
+      out += o.path;
+      out += '\n';
+    }
+    return true;
+  } catch (...) {
+    out.clear();
+    return false;
+  }
+}
+
+// Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
+// file in the same directory, fsync, rename over `path`. On failure the
+// temporary is removed, `path` is untouched, and `error` says why.
+inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) noexcept {
+  ReentrancyGuard guard;
+  static std::atomic<std::uint32_t> counter{0};
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
+                counter.fetch_add(1, std::memory_order_relaxed));
+  try {
+    const std::string tmp = path + suffix;
+    auto fail = [&](const char* what, int err, bool unlink_tmp) {
+      if (unlink_tmp) ::unlink(tmp.c_str());
+      if (error != nullptr) *error = std::string(what) + " " + (unlink_tmp ? tmp : path) + ": " + std::strerror(err);
+      return false;
+    };
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return fail("cannot create", errno, false);
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        ::close(fd);
+        return fail("cannot write", err, true);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+      const int err = errno;
+      ::close(fd);
+      return fail("cannot fsync", err, true);
+    }
+    if (::close(fd) != 0) return fail("cannot close", errno, true);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      if (error != nullptr) *error = "cannot rename " + tmp + " to " + path + ": " + std::strerror(err);
+      return false;
+    }
+    return true;
+  } catch (...) {
+    if (error != nullptr) error->clear();
+    return false;
+  }
+}
+
+// The profile, gzip'ed, written atomically to `path`.
+inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) noexcept {
+  ReentrancyGuard guard;
+  std::string gz;
+  if (!BuildProfileBytes(allocs_default, gz)) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
+  return WriteFileAtomic(path, gz, error);
 }
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default) noexcept {
@@ -5780,6 +6132,12 @@ inline bool WriteHeapProfile(std::ostream& out) { return detail::WriteProfile(ou
 
 // The same data with default_sample_type "alloc_space".
 inline bool WriteAllocsProfile(std::ostream& out) { return detail::WriteProfile(out, true); }
+
+// The same, to a file: written to a temporary name in the same directory and
+// renamed, so a reader never sees half a profile. False (and `path` untouched)
+// if the file could not be written.
+inline bool WriteHeapProfile(const std::string& path) { return detail::WriteProfileFile(path, false); }
+inline bool WriteAllocsProfile(const std::string& path) { return detail::WriteProfileFile(path, true); }
 
 struct Stats {
   std::uint64_t alloc_objects, alloc_bytes;  // cumulative, every allocation the hooks saw
@@ -6059,6 +6417,436 @@ class allocator {
 
 }  // namespace heapprof
 // ---- end heapprof/allocator.hpp ----
+// ---- begin heapprof/detail/dumps.hpp ----
+// heapprof: automatic heap profile dumps and the exit-time leak report.
+//
+// What gperftools' HEAPPROFILE and jemalloc's prof_prefix give, driven by
+// HEAPPROF keys (env_config.hpp):
+//   dump_prefix=PATH      files PATH.<pid>.<seq>.heap.pb.gz (default prefix "heapprof")
+//   dump_interval=SIZE    a dump each time SIZE more bytes have been allocated
+//   inuse_interval=SIZE   a dump each time the in-use high-water mark grows by SIZE
+//   dump_time=SECONDS     a dump every SECONDS
+//   dump_signal=SIGNAME   a dump when the process receives SIGNAME
+//   dump_at_exit=1        a last dump at exit
+//   leak_report=1         at exit: the in-use profile to PATH.<pid>.leaks.pb.gz
+//                         and a table of the top in-use stacks on stderr
+//
+// Dumps are written by one background thread, never from inside an allocation:
+// it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
+// timeout that is the next dump_time deadline, or 10 ms while a byte trigger is
+// set, when it reads Stats (a walk of the thread slots). Each file is written
+// to a temporary name and renamed (WriteFileAtomic). A failed write prints one
+// line and the program runs on.
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <map>
+#include <poll.h>
+#include <pthread.h>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+
+namespace heapprof {
+namespace detail {
+
+// How often the dumper thread reads Stats while a byte trigger is set.
+constexpr int kDumpPollMillis = 10;
+// Rows in the leak report table.
+constexpr std::size_t kLeakReportRows = 10;
+// Frames shown per row.
+constexpr std::size_t kLeakReportFrames = 4;
+
+// One line to stderr with a single write(2), so lines from threads don't mix.
+inline void ReportLine(const std::string& line) noexcept {
+  std::string out = "heapprof: " + line + "\n";
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::write(2, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+inline std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t u = 0;
+  const bool negative = bytes < 0;
+  double v = negative ? -bytes : bytes;
+  while (v >= 1024 && u + 1 < sizeof units / sizeof units[0]) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%s%.0f %s", negative ? "-" : "", v, units[u]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%s%.2f %s", negative ? "-" : "", v, units[u]);
+  }
+  return buf;
+}
+
+class Dumper {
+ public:
+  constexpr Dumper() noexcept = default;
+
+  // Starts the thread if a trigger is configured. Called once, at start-up.
+  void Start(const EnvConfig& cfg) noexcept {
+    cfg_ = &cfg;
+    if (!cfg.WantsDumper()) return;
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ReportLine(std::string("cannot start the dump thread: pipe: ") + std::strerror(errno));
+      return;
+    }
+    if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
+    // The thread takes no signals: the program's handlers run on its threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (rc != 0) {
+      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
+      return;
+    }
+    running_.store(true, std::memory_order_release);
+  }
+
+  // Stops and joins the thread (exit path); later Dump() calls still work.
+  void Stop() noexcept {
+    if (!running_.exchange(false, std::memory_order_acq_rel)) return;
+    stop_.store(true, std::memory_order_release);
+    Wake();
+    pthread_join(thread_, nullptr);
+  }
+
+  // Writes the next <prefix>.<pid>.<seq>.heap.pb.gz; `why` goes in the log line.
+  bool Dump(const char* why) noexcept {
+    ReentrancyGuard guard;
+    pthread_mutex_lock(&write_mutex_);
+    bool ok = false;
+    try {
+      const unsigned seq = ++seq_;
+      char name[64];
+      std::snprintf(name, sizeof name, ".%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), seq);
+      const std::string path = Prefix() + name;
+      std::string error;
+      ok = WriteProfileFile(path, false, &error);
+      if (ok) {
+        ReportLine("wrote " + path + " (" + why + ")");
+      } else {
+        ReportLine("cannot write heap profile (" + std::string(why) + "): " + error);
+      }
+    } catch (...) {
+      ok = false;
+    }
+    pthread_mutex_unlock(&write_mutex_);
+    return ok;
+  }
+
+  std::string Prefix() const {
+    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? std::string(cfg_->dump_prefix) : std::string("heapprof");
+  }
+
+  // The signal handler's end of the pipe (async-signal-safe: one write(2)).
+  void OnSignal() noexcept {
+    signal_pending_.store(true, std::memory_order_relaxed);
+    Wake();
+  }
+
+ private:
+  void Wake() noexcept {
+    const int saved = errno;
+    const char byte = 1;
+    ssize_t ignored = ::write(wake_[1], &byte, 1);  // full pipe: a wake-up is already pending
+    (void)ignored;
+    errno = saved;
+  }
+
+  static void SignalHandler(int) noexcept;
+
+  void InstallSignalHandler(int sig) noexcept {
+    struct sigaction sa {};
+    sa.sa_handler = &Dumper::SignalHandler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(sig, &sa, nullptr) != 0) {
+      ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
+    }
+  }
+
+  static std::int64_t MonotonicMillis() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  }
+
+  static void* Main(void* self) noexcept {
+    ReentrancyGuard guard;  // the thread's own allocations are counted, never sampled
+    static_cast<Dumper*>(self)->Loop();
+    return nullptr;
+  }
+
+  void Loop() noexcept {
+    const EnvConfig& cfg = *cfg_;
+    const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
+    std::uint64_t next_alloc_mark = cfg.dump_interval;
+    std::uint64_t next_inuse_mark = cfg.inuse_interval;
+    const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
+    std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
+    char drain[64];
+    while (!stop_.load(std::memory_order_acquire)) {
+      int timeout = -1;
+      if (byte_triggers) timeout = kDumpPollMillis;
+      if (next_time != 0) {
+        const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
+        if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
+      }
+      pollfd pfd{wake_[0], POLLIN, 0};
+      ::poll(&pfd, 1, timeout);
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+      if (stop_.load(std::memory_order_acquire)) break;
+      if (signal_pending_.exchange(false, std::memory_order_relaxed)) Dump("dump_signal");
+      if (next_time != 0) {
+        const std::int64_t now = MonotonicMillis();
+        if (now >= next_time) {
+          while (next_time <= now) next_time += period_ms;  // missed periods are not replayed
+          Dump("dump_time");
+        }
+      }
+      if (byte_triggers) {
+        const Stats s = GetStats();
+        if (cfg.dump_interval != 0 && s.alloc_bytes >= next_alloc_mark) {
+          next_alloc_mark = (s.alloc_bytes / cfg.dump_interval + 1) * cfg.dump_interval;
+          Dump("dump_interval");
+        }
+        if (cfg.inuse_interval != 0 && s.live_bytes >= next_inuse_mark) {
+          next_inuse_mark = s.live_bytes + cfg.inuse_interval;
+          Dump("inuse_interval");
+        }
+      }
+    }
+  }
+
+  const EnvConfig* cfg_ = nullptr;
+  int wake_[2] = {-1, -1};
+  pthread_t thread_{};
+  std::atomic<bool> running_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> signal_pending_{false};
+  pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  unsigned seq_ = 0;  // under write_mutex_
+};
+
+inline Dumper g_dumper;
+
+inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
+
+// ---------------------------------------------------------------- leak report
+
+// "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
+// → "std::vector::_M_realloc_insert": template arguments, parameter lists and
+// a leading return type dropped, as pprof's default (simplified) names do.
+inline std::string SimplifyFunctionName(std::string name) {
+  const std::size_t clone = name.find(" [clone ");  // GCC's ".isra.0", ".constprop.0" copies
+  if (clone != std::string::npos) name.resize(clone);
+  std::string out;
+  int angle = 0, paren = 0;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (paren == 0 && angle == 0 && name.compare(i, 21, "(anonymous namespace)") == 0) {
+      out += "(anonymous namespace)";
+      i += 20;
+      continue;
+    }
+    if (c == '(' && paren == 0 && angle == 0 && i >= 8 && name.compare(i - 8, 10, "operator()") == 0) {
+      out += "()";
+      ++i;
+      continue;
+    }
+    if (c == '(' && angle == 0) {
+      ++paren;
+      continue;
+    }
+    if (c == ')' && paren > 0) {
+      --paren;
+      continue;
+    }
+    if (paren > 0) continue;
+    // "operator<" / "operator<<" are names, not template brackets.
+    if (c == '<' && !(i >= 8 && name.compare(i - 8, 8, "operator") == 0)) {
+      ++angle;
+      continue;
+    }
+    if (c == '>' && angle > 0) {
+      --angle;
+      continue;
+    }
+    if (angle > 0) continue;
+    out += c;
+  }
+  // Qualifiers after the parameter list.
+  for (bool again = true; again;) {
+    again = false;
+    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
+      const std::size_t n = std::strlen(q);
+      if (out.size() > n && out.compare(out.size() - n, n, q) == 0) {
+        out.resize(out.size() - n);
+        again = true;
+      }
+    }
+  }
+  // A return type ("void ", "int* ") before the qualified name.
+  std::size_t space = std::string::npos;
+  for (std::size_t i = 0, depth = 0; i < out.size(); ++i) {
+    if (out[i] == '(') ++depth;
+    if (out[i] == ')' && depth > 0) --depth;
+    if (out[i] == ' ' && depth == 0) space = i;
+  }
+  if (space != std::string::npos) out = out.substr(space + 1);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out.empty() ? name : out;
+}
+
+struct LeakRow {
+  std::vector<std::string> frames;  // simplified names, innermost first
+  std::int64_t objects = 0, bytes = 0;
+};
+
+// The in-use part of `data`, summed per stack of function names (call sites,
+// object sizes and labels merged), largest first, as lines for stderr.
+inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
+                                                std::int64_t& total_objects, std::int64_t& total_bytes) {
+  std::map<std::vector<std::string>, LeakRow> by_stack;
+  std::map<std::uintptr_t, std::string> names;  // pc → simplified name
+  total_objects = total_bytes = 0;
+  std::string name;
+  for (const ProfileSample& s : data.samples) {
+    if (s.inuse_objects <= 0) continue;
+    std::vector<std::string> frames;
+    for (std::uintptr_t pc : s.pcs) {
+      auto it = names.find(pc);
+      if (it == names.end()) {
+        std::uintptr_t start = 0;
+        std::string shown;
+        if (symbolizer.Lookup(pc - 1, name, start)) {
+          shown = SimplifyFunctionName(name);
+        } else {
+          char hex[32];
+          std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
+          shown = hex;
+        }
+        it = names.emplace(pc, std::move(shown)).first;
+      }
+      frames.push_back(it->second);
+    }
+    if (s.truncated) frames.emplace_back("[truncated]");
+    LeakRow& row = by_stack[frames];
+    row.objects += s.inuse_objects;
+    row.bytes += s.inuse_bytes;
+    total_objects += s.inuse_objects;
+    total_bytes += s.inuse_bytes;
+  }
+  std::vector<LeakRow> rows;
+  for (auto& entry : by_stack) {
+    entry.second.frames = entry.first;
+    rows.push_back(std::move(entry.second));
+  }
+  std::sort(rows.begin(), rows.end(), [](const LeakRow& a, const LeakRow& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.objects > b.objects;
+  });
+  std::vector<std::string> lines;
+  char head[128];
+  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects", "allocated at (innermost first)");
+  lines.emplace_back(head);
+  for (std::size_t i = 0; i < rows.size() && i < kLeakReportRows; ++i) {
+    const LeakRow& row = rows[i];
+    char cols[64];
+    std::snprintf(cols, sizeof cols, "%14s %10lld  ", FormatBytes(static_cast<double>(row.bytes)).c_str(),
+                  static_cast<long long>(row.objects));
+    std::string line = cols;
+    for (std::size_t f = 0; f < row.frames.size() && f < kLeakReportFrames; ++f) {
+      if (f != 0) line += " < ";
+      line += row.frames[f];
+    }
+    if (row.frames.size() > kLeakReportFrames) line += " < ...";
+    lines.push_back(std::move(line));
+  }
+  if (rows.size() > kLeakReportRows) {
+    lines.push_back("... and " + std::to_string(rows.size() - kLeakReportRows) + " more stacks in the profile");
+  }
+  return lines;
+}
+
+inline void LeakReport(const std::string& prefix) noexcept {
+  ReentrancyGuard guard;
+  try {
+    char name[64];
+    std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
+    const std::string path = prefix + name;
+    std::string error;
+    const bool written = WriteProfileFile(path, false, &error);
+    const ProfileData data = SnapshotProfile(false);
+    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    Symbolizer symbolizer(objects);
+    std::int64_t objects_in_use = 0, bytes_in_use = 0;
+    const std::vector<std::string> table = FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use);
+    const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
+    std::string how = rate <= 1 ? std::string(rate == 1 ? "every allocation recorded" : "sampling off")
+                                : "estimated from samples, rate " + std::to_string(rate) + " bytes";
+    std::string out = "leak report: " + std::to_string(objects_in_use) + " objects, " +
+                      FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" + how + ")";
+    if (objects_in_use == 0) out += ": nothing to report";
+    ReportLine(out);
+    if (objects_in_use != 0) {
+      for (const std::string& line : table) ReportLine("  " + line);
+    }
+    if (written) {
+      ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
+    } else {
+      ReportLine("cannot write the leak profile: " + error);
+    }
+  } catch (...) {
+    ReportLine("leak report: out of memory");
+  }
+}
+
+// atexit (see engine.hpp): the last dump and the leak report.
+inline void RunExitActions() {
+  g_dumper.Stop();
+  const EnvConfig& cfg = g_env_config;
+  if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
+  if (cfg.leak_report) LeakReport(g_dumper.Prefix());
+}
+
+// Starts what HEAPPROF asks for. Runs during static initialisation (the inline
+// variable below); without HEAPPROF in the environment it does nothing at all,
+// so the profiler still starts only at its first use.
+inline bool StartDumpsFromEnv() noexcept {
+  if (std::getenv("HEAPPROF") == nullptr) return false;
+  EnsureInit();  // parses HEAPPROF unless the first allocation already did
+  const EnvConfig& cfg = g_env_config;
+  if (cfg.dump_at_exit || cfg.leak_report || cfg.WantsDumper()) g_exit_hook.store(&RunExitActions);
+  g_dumper.Start(cfg);
+  return true;
+}
+
+inline const bool g_dumps_started = StartDumpsFromEnv();
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/dumps.hpp ----
 
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 // ---- begin heapprof/detail/new_delete.hpp ----

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/engine.hpp"
@@ -31,6 +32,12 @@ inline bool WriteHeapProfile(std::ostream& out) { return detail::WriteProfile(ou
 
 // The same data with default_sample_type "alloc_space".
 inline bool WriteAllocsProfile(std::ostream& out) { return detail::WriteProfile(out, true); }
+
+// The same, to a file: written to a temporary name in the same directory and
+// renamed, so a reader never sees half a profile. False (and `path` untouched)
+// if the file could not be written.
+inline bool WriteHeapProfile(const std::string& path) { return detail::WriteProfileFile(path, false); }
+inline bool WriteAllocsProfile(const std::string& path) { return detail::WriteProfileFile(path, true); }
 
 struct Stats {
   std::uint64_t alloc_objects, alloc_bytes;  // cumulative, every allocation the hooks saw
