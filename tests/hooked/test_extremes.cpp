@@ -34,18 +34,22 @@ std::int64_t BytesLabel(const Sample& s) {
   return -1;
 }
 
-std::vector<const Sample*> SamplesOfSize(const Profile& p, std::int64_t size) {
+// Samples of this object size whose leaf function contains `leaf`: the
+// profile also holds whatever the other tests of this process allocated.
+std::vector<const Sample*> SamplesOfSize(const Profile& p, std::int64_t size, const char* leaf) {
   std::vector<const Sample*> out;
   for (const Sample& s : p.samples) {
-    if (BytesLabel(s) == size) out.push_back(&s);
+    if (BytesLabel(s) != size) continue;
+    const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
+    if (!names.empty() && names[0].find(leaf) != std::string::npos) out.push_back(&s);
   }
   return out;
 }
 
-std::int64_t SumOfSize(const Profile& p, std::int64_t size, const char* type) {
+std::int64_t SumOfSize(const Profile& p, std::int64_t size, const char* type, const char* leaf) {
   const int idx = heapprof_test::SampleTypeIndex(p, type);
   std::int64_t total = 0;
-  for (const Sample* s : SamplesOfSize(p, size)) total += s->values.at(idx);
+  for (const Sample* s : SamplesOfSize(p, size, leaf)) total += s->values.at(idx);
   return total;
 }
 
@@ -82,7 +86,7 @@ TEST_CASE("recursion 10,000 deep: the stack is cut at HEAPPROF_MAX_FRAMES, marke
   REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
   for (int i = 0; i < 2; ++i) {
     INFO("unwinder " << (i == 0 ? "fp" : "table"));
-    const auto samples = SamplesOfSize(p, 7001 + i);
+    const auto samples = SamplesOfSize(p, 7001 + i, "DeepRecurse");
     REQUIRE(samples.size() == 1);
     const std::vector<std::string> names = heapprof_test::FunctionNames(p, *samples[0]);
     REQUIRE(names.size() == HEAPPROF_MAX_FRAMES + 1);
@@ -136,8 +140,8 @@ TEST_CASE("a thread with a tiny stack samples with both unwinders") {
   Profile p;
   REQUIRE(heapprof_test::CaptureProfile(p));
   for (int i = 0; i < 2; ++i) {
-    CHECK(SumOfSize(p, 7101 + i, "inuse_objects") == 2);
-    for (const Sample* s : SamplesOfSize(p, 7101 + i)) {
+    CHECK(SumOfSize(p, 7101 + i, "inuse_objects", "TinyStackLeaf") == 2);
+    for (const Sample* s : SamplesOfSize(p, 7101 + i, "TinyStackLeaf")) {
       const auto names = heapprof_test::FunctionNames(p, *s);
       REQUIRE(names.size() >= 2);
       CHECK(names[0].find("TinyStackLeaf") != std::string::npos);
@@ -236,7 +240,7 @@ TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with
   REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
   int seen = 0;
   for (std::size_t s = 7201; s <= size; ++s) {
-    const auto samples = SamplesOfSize(p, static_cast<std::int64_t>(s));
+    const auto samples = SamplesOfSize(p, static_cast<std::int64_t>(s), "HostileLeaf");
     REQUIRE(samples.size() == 1);
     const auto names = heapprof_test::FunctionNames(p, *samples[0]);
     INFO("case " << s - 7201 << ": " << names.size() << " frames");
@@ -246,7 +250,7 @@ TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with
     CHECK(names[0].find("HostileLeaf") != std::string::npos);
     CHECK(names[1].find("HostileFrame") != std::string::npos);
     CHECK(names.size() <= HEAPPROF_MAX_FRAMES + 1);
-    CHECK(SumOfSize(p, static_cast<std::int64_t>(s), "alloc_objects") == 1);
+    CHECK(SumOfSize(p, static_cast<std::int64_t>(s), "alloc_objects", "HostileLeaf") == 1);
     ++seen;
   }
   CHECK(seen == cases);
@@ -256,7 +260,7 @@ TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with
     HostileLeaf(7199);
     Profile after;
     REQUIRE(heapprof_test::CaptureProfile(after));
-    const auto samples = SamplesOfSize(after, 7199);
+    const auto samples = SamplesOfSize(after, 7199, "HostileLeaf");
     REQUIRE(!samples.empty());
     const auto names = heapprof_test::FunctionNames(after, *samples.back());
     CHECK(std::any_of(names.begin(), names.end(), [](const std::string& n) { return n == "main"; }));
@@ -327,14 +331,14 @@ TEST_CASE("thread exit: thread_local and pthread key destructors allocate and fr
   CHECK(s1.sampled_live_objects - s0.sampled_live_objects == 1);
   Profile p;
   REQUIRE(heapprof_test::CaptureProfile(p));
-  CHECK(SumOfSize(p, 7801, "alloc_objects") == 1);
-  CHECK(SumOfSize(p, 7801, "inuse_objects") == 0);
-  CHECK(SumOfSize(p, 7802, "alloc_objects") == 1);
-  CHECK(SumOfSize(p, 7803, "inuse_space") == 7803);
-  CHECK(SumOfSize(p, 7804, "inuse_objects") == 0);
+  CHECK(SumOfSize(p, 7801, "alloc_objects", "ExitAlloc") == 1);
+  CHECK(SumOfSize(p, 7801, "inuse_objects", "ExitAlloc") == 0);
+  CHECK(SumOfSize(p, 7802, "alloc_objects", "ExitAlloc") == 1);
+  CHECK(SumOfSize(p, 7803, "inuse_space", "ExitAlloc") == 7803);
+  CHECK(SumOfSize(p, 7804, "inuse_objects", "ExitAlloc") == 0);
   // 7805 comes after heapprof's own thread-exit destructor: counted in Stats
   // (above), not sampled.
-  CHECK(SumOfSize(p, 7805, "alloc_objects") == 0);
+  CHECK(SumOfSize(p, 7805, "alloc_objects", "ExitAlloc") == 0);
   ::operator delete(g_exit_kept, 7803);
   heapprof::SetSampleRate(saved);
 }
@@ -361,9 +365,9 @@ TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its obje
     std::string why;
     REQUIRE_MESSAGE(heapprof_test::CaptureProfile(loaded, false, nullptr, &why), why);
     REQUIRE_MESSAGE(heapprof_test::Validate(loaded, &why), why);
-    CHECK(SumOfSize(loaded, 7401 + round, "inuse_objects") == 3);
-    CHECK(SumOfSize(loaded, 7401 + round, "alloc_objects") == 4);
-    for (const Sample* s : SamplesOfSize(loaded, 7401 + round)) {
+    CHECK(SumOfSize(loaded, 7401 + round, "inuse_objects", "DsoInner") == 3);
+    CHECK(SumOfSize(loaded, 7401 + round, "alloc_objects", "DsoInner") == 4);
+    for (const Sample* s : SamplesOfSize(loaded, 7401 + round, "DsoInner")) {
       const auto names = heapprof_test::FunctionNames(loaded, *s);
       REQUIRE(names.size() >= 3);
       CHECK(names[0].find("DsoInner") != std::string::npos);
@@ -374,22 +378,23 @@ TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its obje
   }
   heapprof::SetUnwinder(saved_unwinder);
   // The library is gone; its samples' addresses now point at nothing (or
-  // at whatever got mapped there since): the profile still writes.
+  // at whatever got mapped there since): the profile still writes. (Found by
+  // size alone from here on: the leaf has no name any more.)
   Profile closed;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::CaptureProfile(closed, false, nullptr, &why), why);
   REQUIRE_MESSAGE(heapprof_test::Validate(closed, &why), why);
-  CHECK(SumOfSize(closed, 7401, "inuse_objects") == 3);
-  CHECK(SumOfSize(closed, 7402, "inuse_space") == 3 * 7402);
+  CHECK(SumOfSize(closed, 7401, "inuse_objects", "") == 3);
+  CHECK(SumOfSize(closed, 7402, "inuse_space", "") == 3 * 7402);
   // Its objects are freed by the program after the library is gone.
   for (auto& round : objects) {
     for (void* o : round) delete[] static_cast<char*>(o);
   }
   Profile freed;
   REQUIRE(heapprof_test::CaptureProfile(freed));
-  CHECK(SumOfSize(freed, 7401, "inuse_objects") == 0);
-  CHECK(SumOfSize(freed, 7402, "inuse_objects") == 0);
-  CHECK(SumOfSize(freed, 7402, "alloc_objects") == 4);
+  CHECK(SumOfSize(freed, 7401, "inuse_objects", "") == 0);
+  CHECK(SumOfSize(freed, 7402, "inuse_objects", "") == 0);
+  CHECK(SumOfSize(freed, 7402, "alloc_objects", "") == 4);
   heapprof::SetSampleRate(saved);
 }
 #endif
