@@ -6344,10 +6344,12 @@ class allocator {
 //   request line   METHOD SP origin-form-target SP HTTP/1.0|HTTP/1.1
 //   header lines   name ":" OWS value OWS, ended by an empty line
 //   line ends      CRLF or a bare LF (as Go's net/http accepts)
-// No request bodies: a non-zero Content-Length or any Transfer-Encoding is
-// refused (the profile endpoints take everything from the query). Limits:
-// the head (request line + headers + empty line) is at most kMaxHeadBytes and
-// has at most kMaxHeaders header lines, else 431.
+// Request bodies: only POST /debug/pprof/symbol has one (pprof's symbolz
+// protocol), sized by Content-Length, at most kMaxBodyBytes (else 413); any
+// Transfer-Encoding is refused, and so is a body on any other request (the
+// profile endpoints take everything from the query). Limits: the head
+// (request line + headers + empty line) is at most kMaxHeadBytes and has at
+// most kMaxHeaders header lines, else 431.
 
 #include <cstddef>
 #include <cstdint>
@@ -6361,6 +6363,7 @@ namespace http {
 constexpr std::size_t kMaxHeadBytes = 8192;
 constexpr std::size_t kMaxHeaders = 64;
 constexpr std::size_t kMaxMethodBytes = 16;
+constexpr std::uint64_t kMaxBodyBytes = 1 << 20;
 // ?seconds=N above this is refused: a delta request holds a connection slot
 // for its whole window.
 constexpr std::int64_t kMaxDeltaSeconds = 3600;
@@ -6376,6 +6379,8 @@ struct Request {
   std::string_view target;  // as sent
   int minor_version = 1;    // HTTP/1.<minor>
   std::string path;         // percent-decoded
+  std::string_view raw_query;  // after '?', as sent (the symbolz GET form)
+  std::uint64_t content_length = 0;
   // Query parameters the profile endpoints read; the first occurrence wins
   // (Go's FormValue). Unknown parameters are ignored, as Go does.
   bool has_seconds = false, has_debug = false, has_gc = false;
@@ -6538,7 +6543,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
 
   // Headers.
   std::size_t count = 0;
-  bool chunked_or_te = false, has_body = false, ended = false;
+  bool has_length = false, ended = false;
   while (NextLine(rest, line)) {
     if (line.empty()) {
       ended = true;
@@ -6563,19 +6568,23 @@ inline Error ParseHead(std::string_view head, Request& req) {
       if (req.has_host) return Error{400, "duplicate Host header"};
       req.has_host = true;
     } else if (EqualsNoCase(name, "content-length")) {
-      if (value.empty()) return Error{400, "malformed Content-Length"};
+      if (value.empty() || value.size() > 19) return Error{400, "malformed Content-Length"};
+      std::uint64_t length = 0;
       for (char c : value) {
         if (c < '0' || c > '9') return Error{400, "malformed Content-Length"};
-        if (c != '0') has_body = true;
+        length = length * 10 + static_cast<std::uint64_t>(c - '0');
       }
+      if (has_length && length != req.content_length) return Error{400, "conflicting Content-Length headers"};
+      has_length = true;
+      req.content_length = length;
     } else if (EqualsNoCase(name, "transfer-encoding")) {
-      chunked_or_te = true;
+      return Error{400, "Transfer-Encoding not supported: send Content-Length"};
     } else if (EqualsNoCase(name, "connection")) {
       if (EqualsNoCase(value, "close")) req.close = true;
     }
   }
   if (!ended) return Error{400, "incomplete request head"};
-  if (chunked_or_te || has_body) return Error{400, "request body not supported"};
+  if (req.content_length > kMaxBodyBytes) return Error{413, "request body too large"};
   if (req.minor_version >= 1 && !req.has_host) return Error{400, "missing required Host header"};
 
   // Path and query.
@@ -6588,6 +6597,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
     std::string_view query = req.target.substr(q + 1);
     const std::size_t qhash = query.find('#');
     if (qhash != std::string_view::npos) query = query.substr(0, qhash);
+    req.raw_query = query;
     const Error e = ParseQuery(query, req);
     if (e.status != 0) return e;
   }
@@ -6602,6 +6612,7 @@ enum class Action {
   kProfile,   // gzip'ed pprof, now
   kDelta,     // gzip'ed pprof delta after `seconds`
   kText,      // legacy text heap profile (debug != 0)
+  kSymbol,    // pprof's symbolz: addresses from the body (POST) or the query
 };
 
 struct Plan {
@@ -6610,6 +6621,7 @@ struct Plan {
   bool head_only = false;  // HEAD: the same headers, no body
   bool allocs = false;     // /allocs (default sample type alloc_space)
   std::int64_t seconds = 0;
+  std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
 };
 
 // strconv.ParseInt(s, 10, 64) as Go's handler uses it: optional sign, decimal.
@@ -6632,16 +6644,64 @@ inline bool ParseInt64(std::string_view s, std::int64_t& out) noexcept {
   return true;
 }
 
+// strconv.ParseUint(s, 0, 64): "0x" hex, leading "0" octal, else decimal.
+inline bool ParseUintBase0(std::string_view s, std::uint64_t& out) noexcept {
+  unsigned base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+  } else if (s.size() > 1 && s[0] == '0') {
+    base = 8;
+    s.remove_prefix(1);
+  }
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    const int d = HexValue(c);
+    if (d < 0 || static_cast<unsigned>(d) >= base) return false;
+    if (v > (UINT64_MAX - static_cast<unsigned>(d)) / base) return false;
+    v = v * base + static_cast<unsigned>(d);
+  }
+  out = v;
+  return true;
+}
+
+// The symbolz request "0xaddr+0xaddr+...": calls f(addr) for each non-zero,
+// parseable address (Go skips the others too).
+template <typename F>
+void ForEachSymbolAddress(std::string_view text, F&& f) {
+  while (!text.empty()) {
+    const std::size_t plus = text.find('+');
+    std::uint64_t pc = 0;
+    if (ParseUintBase0(text.substr(0, plus), pc) && pc != 0) f(pc);
+    if (plus == std::string_view::npos) break;
+    text.remove_prefix(plus + 1);
+  }
+}
+
 // Routes a request the way Go's net/http/pprof does, with Go's messages.
 inline Plan PlanRequest(const Request& req) {
   Plan plan;
-  const bool get = req.method == "GET", head = req.method == "HEAD";
+  const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
   plan.head_only = head;
+  constexpr std::string_view kPrefix = "/debug/pprof/";
+  if (req.path == "/debug/pprof/symbol" && (get || head || post)) {
+    plan.action = Action::kSymbol;
+    plan.body_bytes = post ? req.content_length : 0;
+    if (!post && req.content_length != 0) {
+      plan.action = Action::kError;
+      plan.error = Error{400, "request body not supported"};
+    }
+    return plan;
+  }
   if (!get && !head) {
     plan.error = Error{405, "method not allowed: use GET or HEAD"};
     return plan;
   }
-  constexpr std::string_view kPrefix = "/debug/pprof/";
+  if (req.content_length != 0) {
+    plan.error = Error{400, "request body not supported"};
+    return plan;
+  }
   if (req.path == "/debug/pprof") {
     plan.action = Action::kRedirect;
     return plan;
@@ -6704,6 +6764,13 @@ constexpr std::int64_t kWriteTimeoutMs = 60000;
 // it (the 431 answer to an oversized head, say).
 constexpr std::int64_t kDrainTimeoutMs = 2000;
 constexpr std::size_t kDrainBytes = 1 << 20;
+
+// The limits above, as one value a test can shrink.
+struct Limits {
+  std::size_t max_connections = kMaxConnections;
+  std::int64_t head_timeout_ms = kHeadTimeoutMs;
+  std::int64_t write_timeout_ms = kWriteTimeoutMs;
+};
 
 // Delta windows (?seconds=N) whose baseline has been taken, over all servers:
 // lets a test allocate strictly inside a window without sleeping.
@@ -6778,6 +6845,7 @@ inline const char* StatusText(int status) noexcept {
     case 301: return "Moved Permanently";
     case 400: return "Bad Request";
     case 404: return "Not Found";
+    case 413: return "Content Too Large";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 431: return "Request Header Fields Too Large";
@@ -6855,8 +6923,28 @@ inline void AppendStatsComments(std::string& out) {
   for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
 }
 
-// The complete response for a plan (other than kDelta before its window ends).
-inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr) {
+// Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
+// address that resolves.
+inline std::string SymbolBody(std::string_view addresses) {
+  std::string body = "num_symbols: 1\n";
+  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  Symbolizer symbolizer(objects);
+  std::string name;
+  ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
+    std::uintptr_t start = 0;
+    if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
+      AppendFormat(body, "%#llx ", static_cast<unsigned long long>(pc));
+      body += name;
+      body += '\n';
+    }
+  });
+  return body;
+}
+
+// The complete response for a plan (other than kDelta before its window
+// ends). `symbol_request`: kSymbol's addresses (the body or the query).
+inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
+                                 std::string_view symbol_request = {}) {
   const char* name = plan.allocs ? "allocs" : "heap";
   std::string out, body;
   switch (plan.action) {
@@ -6871,6 +6959,11 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/html; charset=utf-8"}},
                      IndexHtml(), plan.head_only);
+      return out;
+    case Action::kSymbol:
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
+                     SymbolBody(symbol_request), plan.head_only);
       return out;
     case Action::kText:
       if (!BuildTextHeapProfile(body, AppendStatsComments)) {
@@ -6901,11 +6994,12 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
 }
 
 struct Connection {
-  enum class State { kReading, kWaiting, kWriting, kDraining };
+  enum class State { kReading, kReadingBody, kWaiting, kWriting, kDraining };
   int fd = -1;
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
+  std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
   std::string in;
   std::string out;
   std::size_t sent = 0;
@@ -6915,7 +7009,7 @@ struct Connection {
 
 class Server {
  public:
-  explicit Server(std::string_view listen) {
+  explicit Server(std::string_view listen, Limits limits = {}) : limits_(limits) {
     const ListenAddress addr = ParseListenAddress(listen);
     listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (listen_fd_ < 0) throw std::system_error(errno, std::generic_category(), "heapprof::HttpServer: socket");
@@ -7010,7 +7104,7 @@ class Server {
     for (int i = 0; i < 64; ++i) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or EMFILE etc.: try again on the next poll
-      if (conns_.size() >= kMaxConnections) {
+      if (conns_.size() >= limits_.max_connections) {
         const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
         (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         ::close(fd);
@@ -7018,7 +7112,7 @@ class Server {
       }
       Connection c;
       c.fd = fd;
-      c.deadline_ms = MonotonicMs() + kHeadTimeoutMs;
+      c.deadline_ms = MonotonicMs() + limits_.head_timeout_ms;
       c.in.reserve(1024);
       conns_.push_back(std::move(c));
     }
@@ -7041,6 +7135,9 @@ class Server {
       if (got == 0) {  // the client is done sending
         if (c.state == Connection::State::kDraining) return Close(c);
         if (c.state == Connection::State::kWaiting) return Close(c);  // hung up: cancel the window
+        if (c.state == Connection::State::kReadingBody) {
+          return Respond(c, ErrorResponse(400, "incomplete request body"));
+        }
         return Respond(c, ErrorResponse(400, "incomplete request head"));
       }
       if (c.state == Connection::State::kDraining) {
@@ -7049,8 +7146,14 @@ class Server {
         continue;
       }
       if (c.state == Connection::State::kWaiting) continue;  // bytes after the head: ignored
-      const std::size_t room = kMaxHeadBytes + 1 - c.in.size();
+      const std::size_t cap = c.state == Connection::State::kReadingBody ? c.head_end + c.plan.body_bytes
+                                                                           : kMaxHeadBytes + 1;
+      const std::size_t room = cap > c.in.size() ? cap - c.in.size() : 0;
       c.in.append(buf, static_cast<std::size_t>(got) < room ? static_cast<std::size_t>(got) : room);
+      if (c.state == Connection::State::kReadingBody) {
+        if (OnBody(c)) return;
+        continue;
+      }
       if (OnInput(c)) return;
     }
   }
@@ -7077,6 +7180,18 @@ class Server {
       return true;
     }
     c.plan = PlanRequest(req);
+    if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
+      Respond(c, BuildResponse(c.plan, nullptr, req.raw_query));
+      return true;
+    }
+    if (c.plan.action == Action::kSymbol) {
+      c.head_end = end;
+      c.state = Connection::State::kReadingBody;
+      if (c.in.size() > end + c.plan.body_bytes) c.in.resize(end + c.plan.body_bytes);
+      c.in.reserve(end + c.plan.body_bytes);
+      OnBody(c);
+      return true;
+    }
     if (c.plan.action == Action::kDelta) {
       c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
@@ -7089,12 +7204,19 @@ class Server {
     return true;
   }
 
+  // True once the body is complete and answered.
+  bool OnBody(Connection& c) {
+    if (c.in.size() < c.head_end + c.plan.body_bytes) return false;
+    Respond(c, BuildResponse(c.plan, nullptr, std::string_view(c.in).substr(c.head_end)));
+    return true;
+  }
+
   void Respond(Connection& c, std::string response) {
     std::string().swap(c.in);
     c.out = std::move(response);
     c.sent = 0;
     c.state = Connection::State::kWriting;
-    c.deadline_ms = MonotonicMs() + kWriteTimeoutMs;
+    c.deadline_ms = MonotonicMs() + limits_.write_timeout_ms;
     Flush(c);
   }
 
@@ -7120,6 +7242,9 @@ class Server {
     switch (c.state) {
       case Connection::State::kReading:
         Respond(c, ErrorResponse(408, "timed out reading the request head"));
+        break;
+      case Connection::State::kReadingBody:
+        Respond(c, ErrorResponse(408, "timed out reading the request body"));
         break;
       case Connection::State::kWaiting: {
         const std::unique_ptr<ProfileBaseline> base = std::move(c.baseline);
@@ -7148,6 +7273,7 @@ class Server {
     conns_.resize(keep);
   }
 
+  const Limits limits_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::uint16_t port_ = 0;

@@ -57,6 +57,13 @@ constexpr std::int64_t kWriteTimeoutMs = 60000;
 constexpr std::int64_t kDrainTimeoutMs = 2000;
 constexpr std::size_t kDrainBytes = 1 << 20;
 
+// The limits above, as one value a test can shrink.
+struct Limits {
+  std::size_t max_connections = kMaxConnections;
+  std::int64_t head_timeout_ms = kHeadTimeoutMs;
+  std::int64_t write_timeout_ms = kWriteTimeoutMs;
+};
+
 // Delta windows (?seconds=N) whose baseline has been taken, over all servers:
 // lets a test allocate strictly inside a window without sleeping.
 inline std::atomic<std::uint64_t> g_delta_windows_started{0};
@@ -130,6 +137,7 @@ inline const char* StatusText(int status) noexcept {
     case 301: return "Moved Permanently";
     case 400: return "Bad Request";
     case 404: return "Not Found";
+    case 413: return "Content Too Large";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 431: return "Request Header Fields Too Large";
@@ -207,8 +215,28 @@ inline void AppendStatsComments(std::string& out) {
   for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
 }
 
-// The complete response for a plan (other than kDelta before its window ends).
-inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr) {
+// Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
+// address that resolves.
+inline std::string SymbolBody(std::string_view addresses) {
+  std::string body = "num_symbols: 1\n";
+  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  Symbolizer symbolizer(objects);
+  std::string name;
+  ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
+    std::uintptr_t start = 0;
+    if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
+      AppendFormat(body, "%#llx ", static_cast<unsigned long long>(pc));
+      body += name;
+      body += '\n';
+    }
+  });
+  return body;
+}
+
+// The complete response for a plan (other than kDelta before its window
+// ends). `symbol_request`: kSymbol's addresses (the body or the query).
+inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
+                                 std::string_view symbol_request = {}) {
   const char* name = plan.allocs ? "allocs" : "heap";
   std::string out, body;
   switch (plan.action) {
@@ -223,6 +251,11 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/html; charset=utf-8"}},
                      IndexHtml(), plan.head_only);
+      return out;
+    case Action::kSymbol:
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
+                     SymbolBody(symbol_request), plan.head_only);
       return out;
     case Action::kText:
       if (!BuildTextHeapProfile(body, AppendStatsComments)) {
@@ -253,11 +286,12 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
 }
 
 struct Connection {
-  enum class State { kReading, kWaiting, kWriting, kDraining };
+  enum class State { kReading, kReadingBody, kWaiting, kWriting, kDraining };
   int fd = -1;
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
+  std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
   std::string in;
   std::string out;
   std::size_t sent = 0;
@@ -267,7 +301,7 @@ struct Connection {
 
 class Server {
  public:
-  explicit Server(std::string_view listen) {
+  explicit Server(std::string_view listen, Limits limits = {}) : limits_(limits) {
     const ListenAddress addr = ParseListenAddress(listen);
     listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (listen_fd_ < 0) throw std::system_error(errno, std::generic_category(), "heapprof::HttpServer: socket");
@@ -362,7 +396,7 @@ class Server {
     for (int i = 0; i < 64; ++i) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or EMFILE etc.: try again on the next poll
-      if (conns_.size() >= kMaxConnections) {
+      if (conns_.size() >= limits_.max_connections) {
         const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
         (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         ::close(fd);
@@ -370,7 +404,7 @@ class Server {
       }
       Connection c;
       c.fd = fd;
-      c.deadline_ms = MonotonicMs() + kHeadTimeoutMs;
+      c.deadline_ms = MonotonicMs() + limits_.head_timeout_ms;
       c.in.reserve(1024);
       conns_.push_back(std::move(c));
     }
@@ -393,6 +427,9 @@ class Server {
       if (got == 0) {  // the client is done sending
         if (c.state == Connection::State::kDraining) return Close(c);
         if (c.state == Connection::State::kWaiting) return Close(c);  // hung up: cancel the window
+        if (c.state == Connection::State::kReadingBody) {
+          return Respond(c, ErrorResponse(400, "incomplete request body"));
+        }
         return Respond(c, ErrorResponse(400, "incomplete request head"));
       }
       if (c.state == Connection::State::kDraining) {
@@ -401,8 +438,14 @@ class Server {
         continue;
       }
       if (c.state == Connection::State::kWaiting) continue;  // bytes after the head: ignored
-      const std::size_t room = kMaxHeadBytes + 1 - c.in.size();
+      const std::size_t cap = c.state == Connection::State::kReadingBody ? c.head_end + c.plan.body_bytes
+                                                                           : kMaxHeadBytes + 1;
+      const std::size_t room = cap > c.in.size() ? cap - c.in.size() : 0;
       c.in.append(buf, static_cast<std::size_t>(got) < room ? static_cast<std::size_t>(got) : room);
+      if (c.state == Connection::State::kReadingBody) {
+        if (OnBody(c)) return;
+        continue;
+      }
       if (OnInput(c)) return;
     }
   }
@@ -429,6 +472,18 @@ class Server {
       return true;
     }
     c.plan = PlanRequest(req);
+    if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
+      Respond(c, BuildResponse(c.plan, nullptr, req.raw_query));
+      return true;
+    }
+    if (c.plan.action == Action::kSymbol) {
+      c.head_end = end;
+      c.state = Connection::State::kReadingBody;
+      if (c.in.size() > end + c.plan.body_bytes) c.in.resize(end + c.plan.body_bytes);
+      c.in.reserve(end + c.plan.body_bytes);
+      OnBody(c);
+      return true;
+    }
     if (c.plan.action == Action::kDelta) {
       c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
@@ -441,12 +496,19 @@ class Server {
     return true;
   }
 
+  // True once the body is complete and answered.
+  bool OnBody(Connection& c) {
+    if (c.in.size() < c.head_end + c.plan.body_bytes) return false;
+    Respond(c, BuildResponse(c.plan, nullptr, std::string_view(c.in).substr(c.head_end)));
+    return true;
+  }
+
   void Respond(Connection& c, std::string response) {
     std::string().swap(c.in);
     c.out = std::move(response);
     c.sent = 0;
     c.state = Connection::State::kWriting;
-    c.deadline_ms = MonotonicMs() + kWriteTimeoutMs;
+    c.deadline_ms = MonotonicMs() + limits_.write_timeout_ms;
     Flush(c);
   }
 
@@ -472,6 +534,9 @@ class Server {
     switch (c.state) {
       case Connection::State::kReading:
         Respond(c, ErrorResponse(408, "timed out reading the request head"));
+        break;
+      case Connection::State::kReadingBody:
+        Respond(c, ErrorResponse(408, "timed out reading the request body"));
         break;
       case Connection::State::kWaiting: {
         const std::unique_ptr<ProfileBaseline> base = std::move(c.baseline);
@@ -500,6 +565,7 @@ class Server {
     conns_.resize(keep);
   }
 
+  const Limits limits_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::uint16_t port_ = 0;

@@ -7,10 +7,12 @@
 //   request line   METHOD SP origin-form-target SP HTTP/1.0|HTTP/1.1
 //   header lines   name ":" OWS value OWS, ended by an empty line
 //   line ends      CRLF or a bare LF (as Go's net/http accepts)
-// No request bodies: a non-zero Content-Length or any Transfer-Encoding is
-// refused (the profile endpoints take everything from the query). Limits:
-// the head (request line + headers + empty line) is at most kMaxHeadBytes and
-// has at most kMaxHeaders header lines, else 431.
+// Request bodies: only POST /debug/pprof/symbol has one (pprof's symbolz
+// protocol), sized by Content-Length, at most kMaxBodyBytes (else 413); any
+// Transfer-Encoding is refused, and so is a body on any other request (the
+// profile endpoints take everything from the query). Limits: the head
+// (request line + headers + empty line) is at most kMaxHeadBytes and has at
+// most kMaxHeaders header lines, else 431.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +27,7 @@ namespace http {
 constexpr std::size_t kMaxHeadBytes = 8192;
 constexpr std::size_t kMaxHeaders = 64;
 constexpr std::size_t kMaxMethodBytes = 16;
+constexpr std::uint64_t kMaxBodyBytes = 1 << 20;
 // ?seconds=N above this is refused: a delta request holds a connection slot
 // for its whole window.
 constexpr std::int64_t kMaxDeltaSeconds = 3600;
@@ -40,6 +43,8 @@ struct Request {
   std::string_view target;  // as sent
   int minor_version = 1;    // HTTP/1.<minor>
   std::string path;         // percent-decoded
+  std::string_view raw_query;  // after '?', as sent (the symbolz GET form)
+  std::uint64_t content_length = 0;
   // Query parameters the profile endpoints read; the first occurrence wins
   // (Go's FormValue). Unknown parameters are ignored, as Go does.
   bool has_seconds = false, has_debug = false, has_gc = false;
@@ -202,7 +207,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
 
   // Headers.
   std::size_t count = 0;
-  bool chunked_or_te = false, has_body = false, ended = false;
+  bool has_length = false, ended = false;
   while (NextLine(rest, line)) {
     if (line.empty()) {
       ended = true;
@@ -227,19 +232,23 @@ inline Error ParseHead(std::string_view head, Request& req) {
       if (req.has_host) return Error{400, "duplicate Host header"};
       req.has_host = true;
     } else if (EqualsNoCase(name, "content-length")) {
-      if (value.empty()) return Error{400, "malformed Content-Length"};
+      if (value.empty() || value.size() > 19) return Error{400, "malformed Content-Length"};
+      std::uint64_t length = 0;
       for (char c : value) {
         if (c < '0' || c > '9') return Error{400, "malformed Content-Length"};
-        if (c != '0') has_body = true;
+        length = length * 10 + static_cast<std::uint64_t>(c - '0');
       }
+      if (has_length && length != req.content_length) return Error{400, "conflicting Content-Length headers"};
+      has_length = true;
+      req.content_length = length;
     } else if (EqualsNoCase(name, "transfer-encoding")) {
-      chunked_or_te = true;
+      return Error{400, "Transfer-Encoding not supported: send Content-Length"};
     } else if (EqualsNoCase(name, "connection")) {
       if (EqualsNoCase(value, "close")) req.close = true;
     }
   }
   if (!ended) return Error{400, "incomplete request head"};
-  if (chunked_or_te || has_body) return Error{400, "request body not supported"};
+  if (req.content_length > kMaxBodyBytes) return Error{413, "request body too large"};
   if (req.minor_version >= 1 && !req.has_host) return Error{400, "missing required Host header"};
 
   // Path and query.
@@ -252,6 +261,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
     std::string_view query = req.target.substr(q + 1);
     const std::size_t qhash = query.find('#');
     if (qhash != std::string_view::npos) query = query.substr(0, qhash);
+    req.raw_query = query;
     const Error e = ParseQuery(query, req);
     if (e.status != 0) return e;
   }
@@ -266,6 +276,7 @@ enum class Action {
   kProfile,   // gzip'ed pprof, now
   kDelta,     // gzip'ed pprof delta after `seconds`
   kText,      // legacy text heap profile (debug != 0)
+  kSymbol,    // pprof's symbolz: addresses from the body (POST) or the query
 };
 
 struct Plan {
@@ -274,6 +285,7 @@ struct Plan {
   bool head_only = false;  // HEAD: the same headers, no body
   bool allocs = false;     // /allocs (default sample type alloc_space)
   std::int64_t seconds = 0;
+  std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
 };
 
 // strconv.ParseInt(s, 10, 64) as Go's handler uses it: optional sign, decimal.
@@ -296,16 +308,64 @@ inline bool ParseInt64(std::string_view s, std::int64_t& out) noexcept {
   return true;
 }
 
+// strconv.ParseUint(s, 0, 64): "0x" hex, leading "0" octal, else decimal.
+inline bool ParseUintBase0(std::string_view s, std::uint64_t& out) noexcept {
+  unsigned base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+  } else if (s.size() > 1 && s[0] == '0') {
+    base = 8;
+    s.remove_prefix(1);
+  }
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    const int d = HexValue(c);
+    if (d < 0 || static_cast<unsigned>(d) >= base) return false;
+    if (v > (UINT64_MAX - static_cast<unsigned>(d)) / base) return false;
+    v = v * base + static_cast<unsigned>(d);
+  }
+  out = v;
+  return true;
+}
+
+// The symbolz request "0xaddr+0xaddr+...": calls f(addr) for each non-zero,
+// parseable address (Go skips the others too).
+template <typename F>
+void ForEachSymbolAddress(std::string_view text, F&& f) {
+  while (!text.empty()) {
+    const std::size_t plus = text.find('+');
+    std::uint64_t pc = 0;
+    if (ParseUintBase0(text.substr(0, plus), pc) && pc != 0) f(pc);
+    if (plus == std::string_view::npos) break;
+    text.remove_prefix(plus + 1);
+  }
+}
+
 // Routes a request the way Go's net/http/pprof does, with Go's messages.
 inline Plan PlanRequest(const Request& req) {
   Plan plan;
-  const bool get = req.method == "GET", head = req.method == "HEAD";
+  const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
   plan.head_only = head;
+  constexpr std::string_view kPrefix = "/debug/pprof/";
+  if (req.path == "/debug/pprof/symbol" && (get || head || post)) {
+    plan.action = Action::kSymbol;
+    plan.body_bytes = post ? req.content_length : 0;
+    if (!post && req.content_length != 0) {
+      plan.action = Action::kError;
+      plan.error = Error{400, "request body not supported"};
+    }
+    return plan;
+  }
   if (!get && !head) {
     plan.error = Error{405, "method not allowed: use GET or HEAD"};
     return plan;
   }
-  constexpr std::string_view kPrefix = "/debug/pprof/";
+  if (req.content_length != 0) {
+    plan.error = Error{400, "request body not supported"};
+    return plan;
+  }
   if (req.path == "/debug/pprof") {
     plan.action = Action::kRedirect;
     return plan;
