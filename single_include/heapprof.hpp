@@ -7034,7 +7034,7 @@ class Server {
       throw std::system_error(err, std::generic_category(), "heapprof::HttpServer: eventfd");
     }
     try {
-      thread_ = std::thread([this] { Run(); });
+      thread_ = new std::thread([this] { Run(); });
     } catch (...) {
       ::close(listen_fd_);
       ::close(wake_fd_);
@@ -7047,7 +7047,13 @@ class Server {
     const std::uint64_t one = 1;
     while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
     }
-    if (thread_.joinable()) thread_.join();
+    if (::getpid() == owner_pid_) {
+      thread_->join();
+      delete thread_;
+    }
+    // else: a forked child, where the server thread does not exist. Joining
+    // would wait forever and destroying a joinable std::thread terminates,
+    // so its few bytes are left behind.
     for (Connection& c : conns_) ::close(c.fd);
     ::close(listen_fd_);
     ::close(wake_fd_);
@@ -7066,8 +7072,11 @@ class Server {
       try {
         fds.clear();
         fds.push_back(pollfd{wake_fd_, POLLIN, 0});
-        fds.push_back(pollfd{listen_fd_, POLLIN, 0});
-        std::int64_t next = -1;
+        // Out of file descriptors: accept() keeps failing while the listen
+        // socket stays readable, so stop watching it for a moment.
+        const bool accept_paused = MonotonicMs() < accept_paused_until_ms_;
+        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
+        std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
         for (const Connection& c : conns_) {
           // Waiting connections are watched for reads too: the client
           // hanging up cancels its window (as in Go, where the request's
@@ -7103,7 +7112,12 @@ class Server {
   void Accept() {
     for (int i = 0; i < 64; ++i) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or EMFILE etc.: try again on the next poll
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_paused_until_ms_ = MonotonicMs() + 100;
+        }
+        return;  // EAGAIN, a connection reset before we took it, ...
+      }
       if (conns_.size() >= limits_.max_connections) {
         const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
         (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -7279,7 +7293,9 @@ class Server {
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::vector<Connection> conns_;  // the server thread's only
-  std::thread thread_;
+  std::int64_t accept_paused_until_ms_ = 0;
+  const pid_t owner_pid_ = ::getpid();
+  std::thread* thread_ = nullptr;
 };
 
 }  // namespace http

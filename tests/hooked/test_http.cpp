@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <csignal>
+#include <sys/wait.h>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -477,4 +479,25 @@ TEST_CASE("http: go tool pprof fetches heap, allocs, deltas and debug=1 text ove
   CHECK(out.find("HttpGoFetchLeaf") == std::string::npos);  // before the window
   FreeAll(g_http_keep_go);
   FreeAll(g_http_keep_text);
+}
+
+TEST_CASE("http: a forked child can destroy its copy of the server") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child has the object but not the thread: the destructor must not
+    // wait for it (nor terminate).
+    server.~HttpServer();
+    ::_exit(0);
+  }
+  int status = -1;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);  // the parent's still serves
 }
