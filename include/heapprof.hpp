@@ -16,6 +16,7 @@
 #include "heapprof/labels.hpp"
 #include "heapprof/allocator.hpp"
 #include "heapprof/http.hpp"
+#include "heapprof/detail/dumps.hpp"
 
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 #include "heapprof/detail/new_delete.hpp"

@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "dump_scenarios.hpp"
+
 namespace heapprof_test {
 
 inline void* volatile g_child_sink;
@@ -157,6 +159,9 @@ inline int RunChild(const char* name) {
   }
   if (std::strcmp(name, "static_exit") == 0) return RunStaticExit();
   if (std::strcmp(name, "fork") == 0) return RunFork();
+  bool known = false;
+  const int rc = RunDumpScenario(name, known);
+  if (known) return rc;
   std::fprintf(stderr, "unknown HEAPPROF_TEST_CHILD %s\n", name);
   return 2;
 }

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <malloc.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/arena.hpp"
@@ -58,6 +59,22 @@ inline std::atomic<int> g_unwinder{kUnwinderTable};
 // ---- lazy start-up (invariant 2: nothing runs before the first use) ----
 inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
 inline pthread_key_t g_thread_key;
+// HEAPPROF as parsed at start-up (dumps.hpp, http.hpp read the rest of it).
+inline EnvConfig g_env_config;
+// The process that started the profiler: exit actions run there only, not in
+// forked children that call exit().
+inline pid_t g_init_pid = 0;
+// What runs at exit (dumps.hpp sets it). Registered with atexit() by the very
+// first allocation, so it runs after the destructors of every static object
+// that allocated: the latest moment a leak report can look.
+inline std::atomic<void (*)()> g_exit_hook{nullptr};
+inline void RunExitHook() {
+  if (getpid() != g_init_pid) return;
+  if (void (*hook)() = g_exit_hook.exchange(nullptr)) {
+    ReentrancyGuard guard;
+    hook();
+  }
+}
 
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
@@ -72,8 +89,11 @@ inline void EnsureInit() noexcept {
     ReentrancyGuard guard;
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
+    g_init_pid = getpid();
+    std::atexit(&RunExitHook);
     if (const char* env = std::getenv("HEAPPROF")) {
-      const EnvConfig cfg = ParseEnvConfig(env);
+      g_env_config = ParseEnvConfig(env);
+      const EnvConfig& cfg = g_env_config;
       if (cfg.has_rate) ApplyRate(cfg.rate);
       if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);

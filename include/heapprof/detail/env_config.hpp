@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <csignal>
 #include <cstring>
 #include <string_view>
 #include <unistd.h>
@@ -62,7 +63,51 @@ struct EnvConfig {
   std::uint64_t max_label_sets = 0;
   bool has_unwinder = false;
   bool unwinder_table = true;  // unwinder=table; false: unwinder=fp
+
+  // Automatic dumps and the exit report (dumps.hpp). Strings are copied into
+  // the struct: parsing must not allocate.
+  static constexpr std::size_t kMaxPath = 1024;
+  char dump_prefix[kMaxPath] = {};  // empty: "heapprof" in the working directory
+  std::uint64_t dump_interval = 0;  // bytes allocated between dumps; 0 off
+  std::uint64_t inuse_interval = 0; // growth of the in-use high-water mark between dumps; 0 off
+  std::uint64_t dump_time = 0;      // seconds between dumps; 0 off
+  int dump_signal = 0;              // signal number; 0 off
+  bool dump_at_exit = false;
+  bool leak_report = false;
+  // HTTP endpoint (http.hpp), "host:port"; empty: off.
+  static constexpr std::size_t kMaxListen = 256;
+  char http[kMaxListen] = {};
+
+  bool WantsDumper() const noexcept {
+    return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0;
+  }
 };
+
+// Signal names for dump_signal: "USR1", "SIGUSR1", case-sensitive like kill -l.
+// Only signals whose default action a dump may reasonably replace.
+inline int ParseSignalName(std::string_view name) noexcept {
+  if (name.size() > 3 && name.substr(0, 3) == "SIG") name.remove_prefix(3);
+  struct Entry {
+    const char* name;
+    int number;
+  };
+  static constexpr Entry kSignals[] = {{"HUP", SIGHUP}, {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
+                                       {"USR2", SIGUSR2}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"URG", SIGURG},
+                                       {"WINCH", SIGWINCH}, {"PWR", SIGPWR},  {"PROF", SIGPROF}, {"VTALRM", SIGVTALRM}};
+  for (const Entry& e : kSignals) {
+    if (name == e.name) return e.number;
+  }
+  return 0;
+}
+
+// Copies `value` into a fixed buffer; false if it does not fit or is empty.
+template <std::size_t N>
+inline bool CopyConfigString(std::string_view value, char (&out)[N]) noexcept {
+  if (value.empty() || value.size() >= N) return false;
+  std::memcpy(out, value.data(), value.size());
+  out[value.size()] = '\0';
+  return true;
+}
 
 // A plain count: digits only.
 inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
@@ -113,6 +158,47 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         cfg.max_label_sets = v;
       } else {
         ReportConfigProblem("bad value for max_label_sets (a count > 0):", value);
+      }
+    } else if (key == "dump_prefix") {
+      if (!CopyConfigString(value, cfg.dump_prefix)) {
+        ReportConfigProblem("bad value for dump_prefix (a non-empty path under 1024 bytes):", value);
+      }
+    } else if (key == "dump_interval" || key == "inuse_interval") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v) && v > 0) {
+        (key == "dump_interval" ? cfg.dump_interval : cfg.inuse_interval) = v;
+      } else {
+        ReportConfigProblem(key == "dump_interval"
+                                ? "bad value for dump_interval (bytes > 0, optional k/m/g suffix):"
+                                : "bad value for inuse_interval (bytes > 0, optional k/m/g suffix):",
+                            value);
+      }
+    } else if (key == "dump_time") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0 && v <= 10u * 365 * 24 * 3600) {
+        cfg.dump_time = v;
+      } else {
+        ReportConfigProblem("bad value for dump_time (whole seconds > 0):", value);
+      }
+    } else if (key == "dump_signal") {
+      const int sig = ParseSignalName(value);
+      if (sig != 0) {
+        cfg.dump_signal = sig;
+      } else {
+        ReportConfigProblem("bad value for dump_signal (HUP INT QUIT USR1 USR2 ALRM TERM URG WINCH PWR PROF VTALRM):",
+                            value);
+      }
+    } else if (key == "dump_at_exit" || key == "leak_report") {
+      if (value == "1" || value == "0" || value == "true" || value == "false") {
+        (key == "dump_at_exit" ? cfg.dump_at_exit : cfg.leak_report) = value == "1" || value == "true";
+      } else {
+        ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
+                                                  : "bad value for leak_report (0 or 1):",
+                            value);
+      }
+    } else if (key == "http") {
+      if (!CopyConfigString(value, cfg.http)) {
+        ReportConfigProblem("bad value for http (host:port):", value);
       }
     } else {
       ReportConfigProblem("unknown key", key);

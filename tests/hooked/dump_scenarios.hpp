@@ -1,0 +1,88 @@
+// Child processes for the automatic-dump tests (test_dumps.cpp). Each runs
+// with its own HEAPPROF; HEAPPROF_TEST_DIR is where the dumps go.
+#pragma once
+
+#include <heapprof.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+#include <chrono>
+#include <vector>
+
+namespace heapprof_test {
+
+inline void* volatile g_dump_sink;
+
+// True once `path` exists; waits for the dump thread (a condition with a
+// deadline, not a fixed sleep).
+inline bool WaitForFile(const std::string& path, int seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  struct stat st {};
+  while (::stat(path.c_str(), &st) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+inline std::string DumpPath(unsigned seq) {
+  char name[96];
+  std::snprintf(name, sizeof name, "/p.%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), seq);
+  return std::string(std::getenv("HEAPPROF_TEST_DIR")) + name;
+}
+
+__attribute__((noinline)) inline char* LeakedByTest(std::size_t n) {
+  char* p = new char[n];
+  g_dump_sink = p;
+  return p;
+}
+
+// dump_interval / inuse_interval: allocate (and keep) 1 MiB + 64 KiB at a time
+// and wait for the dump each step must trigger. The extra 64 KiB absorbs the
+// few hundred bytes by which in-use bytes read low after each dump (unsized
+// deletes inside libstdc++ count malloc_usable_size, see README).
+inline int RunDumpBytes() {
+  std::vector<char*> keep;
+  for (unsigned i = 1; i <= 3; ++i) {
+    keep.push_back(LeakedByTest((std::size_t{1} << 20) + (64 << 10)));
+    if (!WaitForFile(DumpPath(i))) return 10 + static_cast<int>(i);
+  }
+  for (char* p : keep) delete[] p;
+  return 0;
+}
+
+// dump_time=1: one dump within a few seconds, unprompted.
+inline int RunDumpTime() { return WaitForFile(DumpPath(1)) && WaitForFile(DumpPath(2)) ? 0 : 10; }
+
+// dump_signal=USR1: each signal gives one dump.
+inline int RunDumpSignal() {
+  for (unsigned i = 1; i <= 2; ++i) {
+    std::raise(SIGUSR1);
+    if (!WaitForFile(DumpPath(i))) return 10 + static_cast<int>(i);
+  }
+  return 0;
+}
+
+// dump_at_exit / leak_report: leave 5 x 3000 B from LeakedByTest live.
+inline int RunDumpExit() {
+  for (int i = 0; i < 5; ++i) LeakedByTest(3000);
+  for (int i = 0; i < 50; ++i) delete[] LeakedByTest(100);
+  return 0;
+}
+
+inline int RunDumpScenario(const char* name, bool& known) {
+  known = true;
+  if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
+  if (std::strcmp(name, "dump_time") == 0) return RunDumpTime();
+  if (std::strcmp(name, "dump_signal") == 0) return RunDumpSignal();
+  if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
+  known = false;
+  return 2;
+}
+
+}  // namespace heapprof_test
