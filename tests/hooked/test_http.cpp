@@ -456,7 +456,7 @@ TEST_CASE("http: go tool pprof fetches heap, allocs, deltas and debug=1 text ove
   CHECK(out.find("HttpGoFetchLeaf") != std::string::npos);
   CHECK(out.find("20     140000         20     140000") != std::string::npos);
 
-  rc = GoPprofUrl("-top -sample_index=alloc_space", Url(server, "/debug/pprof/allocs"), out);
+  rc = GoPprofUrl("-top -sample_index=alloc_space -focus=HttpGoFetchLeaf", Url(server, "/debug/pprof/allocs"), out);
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("Type: alloc_space") != std::string::npos);
