@@ -501,3 +501,26 @@ TEST_CASE("http: a forked child can destroy its copy of the server") {
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);  // the parent's still serves
 }
+
+TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
+  heapprof::detail::http::Limits limits;
+  limits.max_connections = 1;  // the window's slot must come back
+  heapprof::detail::http::Server server("127.0.0.1:0", limits);
+  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+         std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() > started);
+  ::close(fd);
+  // The only slot is free again once the server has seen the hang-up.
+  HttpResponse r;
+  for (int attempt = 0; attempt < 100 && r.status != 200; ++attempt) {
+    r = HttpGet(server.port(), "/debug/pprof/");
+    if (r.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(r.status == 200);
+}
