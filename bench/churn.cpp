@@ -3,23 +3,46 @@
 // Built twice from this file: `bench_churn_plain` (no heapprof at all) and
 // `bench_churn_heapprof` (HEAPPROF_BENCH_HOOKED: the global operator new/delete
 // replacement). bench/run.sh runs them interleaved and prints medians and
-// ratios. Usage: bench_churn_{plain,heapprof} [rate] [pairs] [depth] [sized|unsized]
+// ratios. Usage: bench_churn_{plain,heapprof} [rate] [pairs] [depth] [sized|unsized] [threads]
 //   rate: heapprof sample rate (ignored by the plain build), default 524288
 //   sized: `delete` of a complete type (GCC's default sized deallocation);
 //   unsized: `delete[]` of chars, which calls the unsized operator delete[].
+//   threads: run the same loop in that many threads at once (default 1) and
+//   print the mean of their ns/pair: about the one-thread figure when nothing
+//   is shared between threads, much more when they write to a common cache
+//   line (bench/field.sh's scaling check).
+// Prints ns per pair in thread CPU time, so that time the noisy machine spent
+// running someone else is not counted.
 #if defined(HEAPPROF_BENCH_HOOKED)
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
 #endif
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace {
 
 void* volatile g_sink;
+
+// Sized operator delete, as GCC calls it by default. Clang < 19 does not
+// declare it without -fsized-deallocation (heapprof's replacement defines it,
+// so the hooked build always has it): the plain build then deletes unsized.
+inline void DeleteSized(void* p, std::size_t n) {
+#if defined(__cpp_sized_deallocation) || defined(HEAPPROF_BENCH_HOOKED)
+  ::operator delete(p, n);
+#else
+  (void)n;
+  ::operator delete(p);
+#endif
+}
+
 
 bool g_sized = true;
 
@@ -32,7 +55,7 @@ __attribute__((noinline)) double Churn(long pairs) {
       const std::size_t n = kSizes[i & 7];
       void* p = ::operator new(n);
       g_sink = p;
-      ::operator delete(p, n);
+      DeleteSized(p, n);
     }
   } else {
     for (long i = 0; i < pairs; ++i) {
@@ -53,6 +76,21 @@ __attribute__((noinline)) double AtDepth(int depth, long pairs) {
   return r;
 }
 
+double ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+// The calling thread's CPU time per pair, not wall time: on a busy machine a
+// thread that is descheduled does not count the wait (Churn's own wall-clock
+// figure would).
+double CpuNsPerPair(int depth, long pairs) {
+  const double t0 = ThreadCpuNs();
+  AtDepth(depth, pairs);
+  return (ThreadCpuNs() - t0) / static_cast<double>(pairs);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,7 +103,25 @@ int main(int argc, char** argv) {
 #else
   (void)rate;
 #endif
-  AtDepth(depth, pairs / 10);  // warm up caches, tcache, branch predictors
-  std::printf("%.3f\n", AtDepth(depth, pairs));
+  const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
+  if (threads <= 1) {
+    AtDepth(depth, pairs / 10);  // warm up caches, tcache, branch predictors
+    std::printf("%.3f\n", CpuNsPerPair(depth, pairs));
+    return 0;
+  }
+  std::vector<double> ns(static_cast<std::size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&ns, t, depth, pairs] {
+      AtDepth(depth, pairs / 10);
+      ns[static_cast<std::size_t>(t)] = CpuNsPerPair(depth, pairs);
+    });
+  }
+  double sum = 0;
+  for (int t = 0; t < threads; ++t) {
+    pool[static_cast<std::size_t>(t)].join();
+    sum += ns[static_cast<std::size_t>(t)];
+  }
+  std::printf("%.3f\n", sum / threads);
   return 0;
 }

@@ -20,10 +20,27 @@ inline std::uint64_t HashCombine(std::uint64_t seed, std::uint64_t value) noexce
   return Mix64(seed ^ (value + 0x9E3779B97F4A7C15ull + (seed << 6) + (seed >> 2)));
 }
 
+// A sampled stack's PCs, on every sample: one multiply and one xor-shift per
+// word, in two independent lanes (so two words hash in the latency of one),
+// then a full mix. HashCombine per word cost ~20 instructions in a serial
+// chain: a quarter of a rate-1 sample at depth 24 (callgrind).
 inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::uint64_t seed) noexcept {
-  std::uint64_t h = seed;
-  for (std::size_t i = 0; i < n; ++i) h = HashCombine(h, words[i]);
-  return h;
+  constexpr std::uint64_t kMulA = 0x9E3779B97F4A7C15ull;
+  constexpr std::uint64_t kMulB = 0xC2B2AE3D27D4EB4Full;
+  std::uint64_t a = (seed ^ n) * kMulA;
+  std::uint64_t b = seed * kMulB + n;
+  std::size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    a = (a ^ words[i]) * kMulA;
+    a ^= a >> 29;
+    b = (b ^ words[i + 1]) * kMulB;
+    b ^= b >> 29;
+  }
+  if (i < n) {
+    a = (a ^ words[i]) * kMulA;
+    a ^= a >> 29;
+  }
+  return Mix64(a ^ Mix64(b));
 }
 
 // One multiply per 8 bytes (no full mix per word: the caller finishes with

@@ -1,0 +1,56 @@
+// Pieces of the dump/leak-report code that need no process of their own.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <string>
+
+using heapprof::detail::FormatBytes;
+using heapprof::detail::ParseEnvConfig;
+using heapprof::detail::SimplifyFunctionName;
+
+TEST_CASE("leak report names: template arguments, parameters, return types and clones dropped") {
+  CHECK(SimplifyFunctionName("main") == "main");
+  CHECK(SimplifyFunctionName("LoadConfig(char const*)") == "LoadConfig");
+  CHECK(SimplifyFunctionName("void std::vector<std::__cxx11::basic_string<char, std::char_traits<char>, "
+                             "std::allocator<char> >, std::allocator<std::__cxx11::basic_string<char> > >::"
+                             "_M_realloc_insert<char const*>(__gnu_cxx::__normal_iterator<int*, int>, int&&) "
+                             "[clone .isra.0]") == "std::vector::_M_realloc_insert");
+  CHECK(SimplifyFunctionName("(anonymous namespace)::Leaf(unsigned long)") == "(anonymous namespace)::Leaf");
+  CHECK(SimplifyFunctionName("Foo::operator<(Foo const&) const") == "Foo::operator<");
+  CHECK(SimplifyFunctionName("Foo::operator()(int)") == "Foo::operator()");
+  CHECK(SimplifyFunctionName("int* Make<int>(unsigned long)") == "Make");
+}
+
+TEST_CASE("FormatBytes: binary units, two decimals") {
+  CHECK(FormatBytes(0) == "0 B");
+  CHECK(FormatBytes(1023) == "1023 B");
+  CHECK(FormatBytes(15000) == "14.65 KiB");
+  CHECK(FormatBytes(3 << 20) == "3.00 MiB");
+  CHECK(FormatBytes(-2048) == "-2.00 KiB");
+}
+
+TEST_CASE("HEAPPROF dump keys parse into the config without allocating") {
+  const auto cfg = ParseEnvConfig(
+      "dump_prefix=/var/tmp/srv,dump_interval=1g,inuse_interval=64m,dump_time=600,dump_signal=SIGUSR2,"
+      "dump_at_exit=1,leak_report=true,http=127.0.0.1:6060");
+  CHECK(std::string(cfg.dump_prefix) == "/var/tmp/srv");
+  CHECK(cfg.dump_interval == (std::uint64_t{1} << 30));
+  CHECK(cfg.inuse_interval == (std::uint64_t{64} << 20));
+  CHECK(cfg.dump_time == 600);
+  CHECK(cfg.dump_signal == SIGUSR2);
+  CHECK(cfg.dump_at_exit);
+  CHECK(cfg.leak_report);
+  CHECK(std::string(cfg.http) == "127.0.0.1:6060");
+  CHECK(cfg.WantsDumper());
+  CHECK(ParseEnvConfig("dump_signal=USR1").dump_signal == SIGUSR1);
+  CHECK(ParseEnvConfig("dump_signal=HUP").dump_signal == SIGHUP);
+  CHECK(ParseEnvConfig("dump_at_exit=1").WantsDumper() == false);  // exit-only: no thread
+  // Too long a prefix is refused whole, never cut.
+  const std::string long_prefix = "dump_prefix=/" + std::string(2000, 'a');
+  CHECK(ParseEnvConfig(long_prefix).dump_prefix[0] == '\0');
+  CHECK(ParseEnvConfig("dump_signal=KILL").dump_signal == 0);
+  CHECK(ParseEnvConfig("dump_signal=SEGV").dump_signal == 0);
+  CHECK(ParseEnvConfig("dump_time=0").dump_time == 0);
+}
