@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "heapprof/api.hpp"
+#include "heapprof/detail/dumps.hpp"
 #include "heapprof/detail/http_parser.hpp"
 #include "heapprof/detail/thread_state.hpp"
 #include "heapprof/detail/writer.hpp"
@@ -623,4 +625,42 @@ class HttpServer {
   std::unique_ptr<detail::http::Server> server_;
 };
 
+namespace detail {
+
+// HEAPPROF=http=host:port: a server for the life of the process, started
+// during static initialisation (only when HEAPPROF asks for it) and stopped by
+// the exit actions, before the exit dump and the leak report.
+inline HttpServer* g_env_http_server = nullptr;
+
+inline void StopEnvHttpServer() {
+  ReentrancyGuard guard;
+  HttpServer* server = g_env_http_server;
+  g_env_http_server = nullptr;
+  delete server;
+}
+
+inline bool StartHttpFromEnv() noexcept {
+  if (std::getenv("HEAPPROF") == nullptr) return false;
+  EnsureInit();  // parses HEAPPROF unless the first allocation already did
+  const char* listen = g_env_config.http;
+  if (listen[0] == '\0') return false;
+  ReentrancyGuard guard;
+  try {
+    g_env_http_server = new HttpServer(listen);
+    std::string host(listen, std::strrchr(listen, ':') - listen);
+    if (host.empty() || host == "localhost") host = "127.0.0.1";
+    ReportLine("serving http://" + host + ":" + std::to_string(g_env_http_server->port()) +
+               "/debug/pprof/ (go tool pprof http://" + host + ":" + std::to_string(g_env_http_server->port()) +
+               "/debug/pprof/heap)");
+    g_stop_http.store(&StopEnvHttpServer);
+    g_exit_hook.store(&RunExitActions);
+  } catch (const std::exception& e) {
+    ReportLine(std::string("HEAPPROF http=") + listen + ": " + e.what() + "; not serving");
+  }
+  return g_env_http_server != nullptr;
+}
+
+inline const bool g_env_http_started = StartHttpFromEnv();
+
+}  // namespace detail
 }  // namespace heapprof
