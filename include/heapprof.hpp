@@ -15,6 +15,7 @@
 #include "heapprof/api.hpp"
 #include "heapprof/labels.hpp"
 #include "heapprof/allocator.hpp"
+#include "heapprof/http.hpp"
 #include "heapprof/detail/dumps.hpp"
 
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)

@@ -6522,6 +6522,47 @@ class allocator {
 
 }  // namespace heapprof
 // ---- end heapprof/allocator.hpp ----
+// ---- begin heapprof/http.hpp ----
+// heapprof: serving profiles over HTTP the way Go's net/http/pprof does.
+//
+//   heapprof::HttpServer server("127.0.0.1:6060");
+//   // go tool pprof -http=: http://127.0.0.1:6060/debug/pprof/heap
+//
+// One background thread runs a poll() loop over non-blocking sockets; every
+// allocation it makes is under the reentrancy guard, so the server never shows
+// up in the profiles it serves. Paths, parameters, headers and messages follow
+// net/http/pprof (see README.md, "Serving profiles over HTTP"):
+//   /debug/pprof/                 HTML index
+//   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
+//                                 ?seconds=N: the delta over the next N s)
+// Every response closes its connection. Limits (why: a profiling port must
+// never hurt the service): kMaxConnections open at once (more get a 503),
+// kHeadTimeoutMs to send the request head (slow clients get a 408),
+// kWriteTimeoutMs to take the response, heads of at most 8 KiB / 64 fields.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <vector>
+
 // ---- begin heapprof/detail/dumps.hpp ----
 // heapprof: automatic heap profile dumps and the exit-time leak report.
 //
@@ -6928,8 +6969,12 @@ inline void LeakReport(const std::string& prefix) noexcept {
   }
 }
 
+// Stops the HEAPPROF=http server (http.hpp sets it).
+inline std::atomic<void (*)()> g_stop_http{nullptr};
+
 // atexit (see engine.hpp): the last dump and the leak report.
 inline void RunExitActions() {
+  if (void (*stop)() = g_stop_http.exchange(nullptr)) stop();
   g_dumper.Stop();
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
@@ -6953,6 +6998,1043 @@ inline const bool g_dumps_started = StartDumpsFromEnv();
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/dumps.hpp ----
+// ---- begin heapprof/detail/http_parser.hpp ----
+// heapprof: the HTTP/1.x request head parser and the /debug/pprof/ router
+// behind heapprof::HttpServer. Pure functions over bytes: no sockets, no
+// globals, so the fuzz target (tests/fuzz/fuzz_http_request.cpp) drives
+// exactly what the server runs.
+//
+// What is accepted (RFC 9112, the subset a profile scraper needs):
+//   request line   METHOD SP origin-form-target SP HTTP/1.0|HTTP/1.1
+//   header lines   name ":" OWS value OWS, ended by an empty line
+//   line ends      CRLF or a bare LF (as Go's net/http accepts)
+// Request bodies: only POST /debug/pprof/symbol has one (pprof's symbolz
+// protocol), sized by Content-Length, at most kMaxBodyBytes (else 413); any
+// Transfer-Encoding is refused, and so is a body on any other request (the
+// profile endpoints take everything from the query). Limits: the head
+// (request line + headers + empty line) is at most kMaxHeadBytes and has at
+// most kMaxHeaders header lines, else 431.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace heapprof {
+namespace detail {
+namespace http {
+
+constexpr std::size_t kMaxHeadBytes = 8192;
+constexpr std::size_t kMaxHeaders = 64;
+constexpr std::size_t kMaxMethodBytes = 16;
+constexpr std::uint64_t kMaxBodyBytes = 1 << 20;
+// ?seconds=N above this is refused: a delta request holds a connection slot
+// for its whole window.
+constexpr std::int64_t kMaxDeltaSeconds = 3600;
+
+// A refusal: the status and the one-line reason sent as the body.
+struct Error {
+  int status = 0;  // 0: no error
+  const char* reason = "";
+};
+
+struct Request {
+  std::string_view method;  // views into the parsed head
+  std::string_view target;  // as sent
+  int minor_version = 1;    // HTTP/1.<minor>
+  std::string path;         // percent-decoded
+  std::string_view raw_query;  // after '?', as sent (the symbolz GET form)
+  std::uint64_t content_length = 0;
+  // Query parameters the profile endpoints read; the first occurrence wins
+  // (Go's FormValue). Unknown parameters are ignored, as Go does.
+  bool has_seconds = false, has_debug = false, has_gc = false;
+  std::string seconds, debug, gc;  // percent-decoded values
+  bool has_host = false;
+  bool close = false;  // Connection: close asked for (we always close anyway)
+};
+
+inline bool IsTokenChar(unsigned char c) noexcept {
+  // RFC 9110 tchar
+  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
+  switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
+    case '.': case '^': case '_': case '`': case '|': case '~':
+      return true;
+    default:
+      return false;
+  }
+}
+
+inline bool EqualsNoCase(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    unsigned char x = static_cast<unsigned char>(a[i]), y = static_cast<unsigned char>(b[i]);
+    if (x >= 'A' && x <= 'Z') x = static_cast<unsigned char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<unsigned char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// Offset one past the empty line that ends the head, or 0 while it has not
+// arrived. Monotone in the input: for a prefix of the bytes it returns 0 or the
+// same offset, so the server can call it again after every read.
+inline std::size_t FindHeadEnd(std::string_view buf) noexcept {
+  // An empty line is "\n\n" or "\n\r\n". Leading empty lines before the
+  // request line are tolerated by RFC 9112 but no scraper sends them; they
+  // are a request line error below.
+  for (std::size_t i = 0; i < buf.size(); ++i) {
+    if (buf[i] != '\n') continue;
+    if (i + 1 < buf.size() && buf[i + 1] == '\n') return i + 2;
+    if (i + 2 < buf.size() && buf[i + 1] == '\r' && buf[i + 2] == '\n') return i + 3;
+  }
+  return 0;
+}
+
+// Splits off one line (without its CRLF/LF) from `rest`; false if none.
+inline bool NextLine(std::string_view& rest, std::string_view& line) noexcept {
+  const std::size_t nl = rest.find('\n');
+  if (nl == std::string_view::npos) return false;
+  line = rest.substr(0, nl);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  rest.remove_prefix(nl + 1);
+  return true;
+}
+
+inline int HexValue(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// %XX decoding; in a query, '+' is a space. False on a bad escape or a NUL.
+inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '%') {
+      if (i + 2 >= in.size()) return false;
+      const int hi = HexValue(in[i + 1]), lo = HexValue(in[i + 2]);
+      if (hi < 0 || lo < 0) return false;
+      c = static_cast<char>(hi * 16 + lo);
+      if (c == '\0') return false;
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      c = ' ';
+    }
+    out += c;
+  }
+  return true;
+}
+
+inline Error ParseQuery(std::string_view query, Request& req) {
+  std::string key, value;
+  while (!query.empty()) {
+    std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
+    if (pair.empty()) continue;
+    const std::size_t eq = pair.find('=');
+    const std::string_view raw_key = pair.substr(0, eq);
+    const std::string_view raw_value = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (!PercentDecode(raw_key, true, key) || !PercentDecode(raw_value, true, value)) {
+      return Error{400, "malformed percent-encoding in the query"};
+    }
+    if (key == "seconds" && !req.has_seconds) {
+      req.has_seconds = true;
+      req.seconds = value;
+    } else if (key == "debug" && !req.has_debug) {
+      req.has_debug = true;
+      req.debug = value;
+    } else if (key == "gc" && !req.has_gc) {
+      req.has_gc = true;
+      req.gc = value;
+    }
+  }
+  return Error{};
+}
+
+// The request line of a head whose first line may not have arrived yet:
+// rejects junk as soon as it is certainly junk, so a client sending garbage
+// without ever sending an empty line gets its 400 at once instead of at the
+// read deadline. {0} while the prefix could still be a request.
+inline Error CheckPartialHead(std::string_view buf) noexcept {
+  const std::size_t limit = buf.size() < kMaxMethodBytes + 1 ? buf.size() : kMaxMethodBytes + 1;
+  for (std::size_t i = 0; i < limit; ++i) {
+    const unsigned char c = static_cast<unsigned char>(buf[i]);
+    if (c == ' ') return i == 0 ? Error{400, "malformed request line"} : Error{};
+    if (!IsTokenChar(c)) return Error{400, "malformed request line"};
+  }
+  if (buf.size() > kMaxMethodBytes) return Error{400, "malformed request line: method too long"};
+  return Error{};
+}
+
+// Parses a complete head (FindHeadEnd's bytes). `req` views into `head`.
+inline Error ParseHead(std::string_view head, Request& req) {
+  req = Request{};
+  if (head.size() > kMaxHeadBytes) return Error{431, "request header fields too large"};
+  std::string_view rest = head, line;
+  if (!NextLine(rest, line)) return Error{400, "malformed request line"};
+
+  // METHOD SP target SP HTTP/1.x, single spaces.
+  const std::size_t sp1 = line.find(' ');
+  if (sp1 == std::string_view::npos || sp1 == 0 || sp1 > kMaxMethodBytes) {
+    return Error{400, "malformed request line"};
+  }
+  req.method = line.substr(0, sp1);
+  for (char c : req.method) {
+    if (!IsTokenChar(static_cast<unsigned char>(c))) return Error{400, "malformed request line"};
+  }
+  const std::size_t sp2 = line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return Error{400, "malformed request line"};
+  req.target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' || version[5] < '0' ||
+      version[5] > '9' || version[7] < '0' || version[7] > '9') {
+    return Error{400, "malformed HTTP version"};
+  }
+  if (version[5] != '1') return Error{505, "HTTP version not supported"};
+  req.minor_version = version[7] - '0';
+  for (char c : req.target) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) return Error{400, "malformed request target"};
+  }
+  if (req.target.empty() || req.target[0] != '/') {
+    return Error{400, "unsupported request target: expected a path such as /debug/pprof/heap"};
+  }
+
+  // Headers.
+  std::size_t count = 0;
+  bool has_length = false, ended = false;
+  while (NextLine(rest, line)) {
+    if (line.empty()) {
+      ended = true;
+      break;
+    }
+    if (++count > kMaxHeaders) return Error{431, "too many header fields"};
+    if (line[0] == ' ' || line[0] == '\t') return Error{400, "obsolete header line folding"};
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0) return Error{400, "malformed header field"};
+    const std::string_view name = line.substr(0, colon);
+    for (char c : name) {
+      if (!IsTokenChar(static_cast<unsigned char>(c))) return Error{400, "malformed header field name"};
+    }
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    for (char c : value) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && u != '\t') || u == 0x7f) return Error{400, "malformed header field value"};
+    }
+    if (EqualsNoCase(name, "host")) {
+      if (req.has_host) return Error{400, "duplicate Host header"};
+      req.has_host = true;
+    } else if (EqualsNoCase(name, "content-length")) {
+      if (value.empty() || value.size() > 19) return Error{400, "malformed Content-Length"};
+      std::uint64_t length = 0;
+      for (char c : value) {
+        if (c < '0' || c > '9') return Error{400, "malformed Content-Length"};
+        length = length * 10 + static_cast<std::uint64_t>(c - '0');
+      }
+      if (has_length && length != req.content_length) return Error{400, "conflicting Content-Length headers"};
+      has_length = true;
+      req.content_length = length;
+    } else if (EqualsNoCase(name, "transfer-encoding")) {
+      return Error{400, "Transfer-Encoding not supported: send Content-Length"};
+    } else if (EqualsNoCase(name, "connection")) {
+      if (EqualsNoCase(value, "close")) req.close = true;
+    }
+  }
+  if (!ended) return Error{400, "incomplete request head"};
+  if (req.content_length > kMaxBodyBytes) return Error{413, "request body too large"};
+  if (req.minor_version >= 1 && !req.has_host) return Error{400, "missing required Host header"};
+
+  // Path and query.
+  const std::size_t q = req.target.find('?');
+  std::string_view raw_path = req.target.substr(0, q);
+  const std::size_t hash = raw_path.find('#');
+  if (hash != std::string_view::npos) raw_path = raw_path.substr(0, hash);
+  if (!PercentDecode(raw_path, false, req.path)) return Error{400, "malformed percent-encoding in the path"};
+  if (q != std::string_view::npos) {
+    std::string_view query = req.target.substr(q + 1);
+    const std::size_t qhash = query.find('#');
+    if (qhash != std::string_view::npos) query = query.substr(0, qhash);
+    req.raw_query = query;
+    const Error e = ParseQuery(query, req);
+    if (e.status != 0) return e;
+  }
+  return Error{};
+}
+
+// What the server does with a parsed request.
+enum class Action {
+  kError,     // send `error`
+  kRedirect,  // 301 to /debug/pprof/
+  kIndex,     // the HTML index
+  kProfile,   // gzip'ed pprof, now
+  kDelta,     // gzip'ed pprof delta after `seconds`
+  kText,      // legacy text heap profile (debug != 0)
+  kSymbol,    // pprof's symbolz: addresses from the body (POST) or the query
+};
+
+struct Plan {
+  Action action = Action::kError;
+  Error error;
+  bool head_only = false;  // HEAD: the same headers, no body
+  bool allocs = false;     // /allocs (default sample type alloc_space)
+  std::int64_t seconds = 0;
+  std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
+};
+
+// strconv.ParseInt(s, 10, 64) as Go's handler uses it: optional sign, decimal.
+inline bool ParseInt64(std::string_view s, std::int64_t& out) noexcept {
+  if (s.empty()) return false;
+  bool neg = false;
+  if (s[0] == '+' || s[0] == '-') {
+    neg = s[0] == '-';
+    s.remove_prefix(1);
+    if (s.empty()) return false;
+  }
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    if (v > (static_cast<std::uint64_t>(INT64_MAX) + 1 - static_cast<std::uint64_t>(c - '0')) / 10) return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
+  out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
+  return true;
+}
+
+// strconv.ParseUint(s, 0, 64): "0x" hex, leading "0" octal, else decimal.
+inline bool ParseUintBase0(std::string_view s, std::uint64_t& out) noexcept {
+  unsigned base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+  } else if (s.size() > 1 && s[0] == '0') {
+    base = 8;
+    s.remove_prefix(1);
+  }
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    const int d = HexValue(c);
+    if (d < 0 || static_cast<unsigned>(d) >= base) return false;
+    if (v > (UINT64_MAX - static_cast<unsigned>(d)) / base) return false;
+    v = v * base + static_cast<unsigned>(d);
+  }
+  out = v;
+  return true;
+}
+
+// The symbolz request "0xaddr+0xaddr+...": calls f(addr) for each non-zero,
+// parseable address (Go skips the others too).
+template <typename F>
+void ForEachSymbolAddress(std::string_view text, F&& f) {
+  while (!text.empty()) {
+    const std::size_t plus = text.find('+');
+    std::uint64_t pc = 0;
+    if (ParseUintBase0(text.substr(0, plus), pc) && pc != 0) f(pc);
+    if (plus == std::string_view::npos) break;
+    text.remove_prefix(plus + 1);
+  }
+}
+
+// Routes a request the way Go's net/http/pprof does, with Go's messages.
+inline Plan PlanRequest(const Request& req) {
+  Plan plan;
+  const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
+  plan.head_only = head;
+  constexpr std::string_view kPrefix = "/debug/pprof/";
+  if (req.path == "/debug/pprof/symbol" && (get || head || post)) {
+    plan.action = Action::kSymbol;
+    plan.body_bytes = post ? req.content_length : 0;
+    if (!post && req.content_length != 0) {
+      plan.action = Action::kError;
+      plan.error = Error{400, "request body not supported"};
+    }
+    return plan;
+  }
+  if (!get && !head) {
+    plan.error = Error{405, "method not allowed: use GET or HEAD"};
+    return plan;
+  }
+  if (req.content_length != 0) {
+    plan.error = Error{400, "request body not supported"};
+    return plan;
+  }
+  if (req.path == "/debug/pprof") {
+    plan.action = Action::kRedirect;
+    return plan;
+  }
+  if (req.path.compare(0, kPrefix.size(), kPrefix) != 0) {
+    plan.error = Error{404, "404 page not found"};
+    return plan;
+  }
+  const std::string_view name = std::string_view(req.path).substr(kPrefix.size());
+  if (name.empty()) {
+    plan.action = Action::kIndex;
+    return plan;
+  }
+  if (name != "heap" && name != "allocs") {
+    plan.error = Error{404, "Unknown profile"};
+    return plan;
+  }
+  plan.allocs = name == "allocs";
+  // Go's Atoi with the error ignored: anything not an integer is debug=0.
+  std::int64_t debug = 0;
+  if (req.has_debug && !ParseInt64(req.debug, debug)) debug = 0;
+  if (req.has_seconds && !req.seconds.empty()) {
+    std::int64_t sec = 0;
+    if (!ParseInt64(req.seconds, sec) || sec <= 0) {
+      plan.error = Error{400, "invalid value for \"seconds\" - must be a positive integer"};
+      return plan;
+    }
+    if (sec > kMaxDeltaSeconds) {
+      plan.error = Error{400, "profile duration exceeds the server's limit of 3600 seconds"};
+      return plan;
+    }
+    if (debug != 0) {
+      plan.error = Error{400, "seconds and debug params are incompatible"};
+      return plan;
+    }
+    plan.action = Action::kDelta;
+    plan.seconds = sec;
+    return plan;
+  }
+  // gc=1: Go runs a GC first; there is nothing to collect here. Accepted, ignored.
+  plan.action = debug != 0 ? Action::kText : Action::kProfile;
+  return plan;
+}
+
+}  // namespace http
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/http_parser.hpp ----
+
+namespace heapprof {
+namespace detail {
+namespace http {
+
+constexpr std::size_t kMaxConnections = 64;
+constexpr std::int64_t kHeadTimeoutMs = 10000;
+constexpr std::int64_t kWriteTimeoutMs = 60000;
+// After the response, unread request bytes are read and dropped for up to
+// this long (or kDrainBytes) before closing: closing a socket with unread
+// input sends a reset, which can destroy the response before the client reads
+// it (the 431 answer to an oversized head, say).
+constexpr std::int64_t kDrainTimeoutMs = 2000;
+constexpr std::size_t kDrainBytes = 1 << 20;
+
+// The limits above, as one value a test can shrink.
+struct Limits {
+  std::size_t max_connections = kMaxConnections;
+  std::int64_t head_timeout_ms = kHeadTimeoutMs;
+  std::int64_t write_timeout_ms = kWriteTimeoutMs;
+};
+
+// Delta windows (?seconds=N) whose baseline has been taken, over all servers:
+// lets a test allocate strictly inside a window without sleeping.
+inline std::atomic<std::uint64_t> g_delta_windows_started{0};
+
+inline std::int64_t MonotonicMs() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
+// loopback, unlike Go, which binds every interface), "localhost:6060",
+// "[::1]:6060", "0.0.0.0:6060" / "[::]:6060" (every interface, on request
+// only). Hosts are numeric (no DNS lookups from inside a profiler) except
+// "localhost". Port 0 picks a free one.
+struct ListenAddress {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+inline ListenAddress ParseListenAddress(std::string_view listen) {
+  const auto bad = [&](const char* why) {
+    return std::invalid_argument("heapprof::HttpServer: bad listen address \"" + std::string(listen) + "\": " + why +
+                                 " (expected host:port, e.g. 127.0.0.1:6060, [::1]:6060 or :0)");
+  };
+  std::string_view host, port;
+  if (!listen.empty() && listen[0] == '[') {
+    const std::size_t close = listen.find(']');
+    if (close == std::string_view::npos) throw bad("missing ']'");
+    host = listen.substr(1, close - 1);
+    if (close + 1 >= listen.size() || listen[close + 1] != ':') throw bad("missing :port");
+    port = listen.substr(close + 2);
+    if (host.empty()) throw bad("empty IPv6 address");
+  } else {
+    const std::size_t colon = listen.rfind(':');
+    if (colon == std::string_view::npos) throw bad("missing :port");
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) throw bad("an IPv6 address needs brackets");
+  }
+  if (port.empty() || port.size() > 5) throw bad("bad port");
+  unsigned value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') throw bad("bad port");
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value > 65535) throw bad("port out of range");
+
+  ListenAddress out;
+  if (listen[0] == '[') {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.addr);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<std::uint16_t>(value));
+    const std::string h(host);
+    if (inet_pton(AF_INET6, h.c_str(), &a6->sin6_addr) != 1) throw bad("not a numeric IPv6 address");
+    out.len = sizeof(sockaddr_in6);
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&out.addr);
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<std::uint16_t>(value));
+    const std::string h = host.empty() || host == "localhost" ? std::string("127.0.0.1") : std::string(host);
+    if (inet_pton(AF_INET, h.c_str(), &a4->sin_addr) != 1) throw bad("not a numeric IPv4 address or localhost");
+    out.len = sizeof(sockaddr_in);
+  }
+  return out;
+}
+
+inline const char* StatusText(int status) noexcept {
+  switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 413: return "Content Too Large";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+  }
+}
+
+// Status line, headers, Content-Length, Connection: close, then the body
+// unless head_only.
+inline void AppendResponse(std::string& out, int status, const std::vector<std::pair<const char*, std::string>>& headers,
+                           const std::string& body, bool head_only) {
+  char line[96];
+  std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
+  out += line;
+  for (const auto& h : headers) {
+    out += h.first;
+    out += ": ";
+    out += h.second;
+    out += "\r\n";
+  }
+  std::snprintf(line, sizeof line, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.size());
+  out += line;
+  if (!head_only) out += body;
+}
+
+// Go's serveError / http.Error: one line of text.
+inline std::string ErrorResponse(int status, const char* reason, bool head_only = false) {
+  std::string out;
+  std::vector<std::pair<const char*, std::string>> headers = {
+      {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
+  if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
+  AppendResponse(out, status, headers, std::string(reason) + "\n", head_only);
+  return out;
+}
+
+inline std::string IndexHtml() {
+  std::string b =
+      "<html>\n<head>\n<title>/debug/pprof/</title>\n<style>\n.profile-name{\n\tdisplay:inline-block;\n"
+      "\twidth:6rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/<br>\n<br>\nTypes of profiles available:\n"
+      "<table>\n<thead><td>Count</td><td>Profile</td></thead>\n";
+  char line[160];
+  const std::uint64_t live = GetStats().sampled_live_objects;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
+                static_cast<unsigned long long>(live));
+  b += line;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
+                static_cast<unsigned long long>(live));
+  b += line;
+  b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
+       "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
+       "(<a href='allocs'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
+       "You can specify the gc GET parameter to run GC before taking the heap sample "
+       "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
+       "</ul>\n</p>\n</body>\n</html>\n";
+  return b;
+}
+
+// Stats as `# name = value` lines after the records, like Go's
+// `# runtime.MemStats` block.
+inline void AppendStatsComments(std::string& out) {
+  const Stats s = GetStats();
+  out += "\n# heapprof.Stats\n";
+  const std::pair<const char*, std::uint64_t> rows[] = {
+      {"alloc_objects", s.alloc_objects}, {"alloc_bytes", s.alloc_bytes},
+      {"free_objects", s.free_objects},   {"free_bytes", s.free_bytes},
+      {"live_objects", s.live_objects},   {"live_bytes", s.live_bytes},
+      {"sampled_live_objects", s.sampled_live_objects}, {"profiler_bytes", s.profiler_bytes},
+      {"label_sets", s.label_sets},       {"label_set_overflows", s.label_set_overflows},
+      {"sample_rate", GetSampleRate()},
+  };
+  for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
+}
+
+// Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
+// address that resolves.
+inline std::string SymbolBody(std::string_view addresses) {
+  std::string body = "num_symbols: 1\n";
+  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  Symbolizer symbolizer(objects);
+  std::string name;
+  ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
+    std::uintptr_t start = 0;
+    if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
+      AppendFormat(body, "%#llx ", static_cast<unsigned long long>(pc));
+      body += name;
+      body += '\n';
+    }
+  });
+  return body;
+}
+
+// The complete response for a plan (other than kDelta before its window
+// ends). `symbol_request`: kSymbol's addresses (the body or the query).
+inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
+                                 std::string_view symbol_request = {}) {
+  const char* name = plan.allocs ? "allocs" : "heap";
+  std::string out, body;
+  switch (plan.action) {
+    case Action::kError:
+      return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only);
+    case Action::kRedirect:
+      AppendResponse(out, 301,
+                     {{"Location", "/debug/pprof/"}, {"Content-Type", "text/html; charset=utf-8"}},
+                     "<a href=\"/debug/pprof/\">Moved Permanently</a>.\n\n", plan.head_only);
+      return out;
+    case Action::kIndex:
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/html; charset=utf-8"}},
+                     IndexHtml(), plan.head_only);
+      return out;
+    case Action::kSymbol:
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
+                     SymbolBody(symbol_request), plan.head_only);
+      return out;
+    case Action::kText:
+      if (!BuildTextHeapProfile(body, AppendStatsComments)) {
+        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      }
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
+                     plan.head_only);
+      return out;
+    case Action::kProfile:
+    case Action::kDelta: {
+      if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
+        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      }
+      std::string disposition = "attachment; filename=\"";
+      disposition += name;
+      if (plan.action == Action::kDelta) disposition += "-delta";
+      disposition += '"';
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"},
+                      {"Content-Type", "application/octet-stream"},
+                      {"Content-Disposition", disposition}},
+                     body, plan.head_only);
+      return out;
+    }
+  }
+  return ErrorResponse(500, "internal error", plan.head_only);
+}
+
+struct Connection {
+  enum class State { kReading, kReadingBody, kWaiting, kWriting, kDraining };
+  int fd = -1;
+  State state = State::kReading;
+  std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
+  std::size_t drained = 0;
+  std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
+  std::string in;
+  std::string out;
+  std::size_t sent = 0;
+  Plan plan;
+  std::unique_ptr<ProfileBaseline> baseline;
+};
+
+class Server {
+ public:
+  explicit Server(std::string_view listen, Limits limits = {}) : limits_(limits) {
+    const ListenAddress addr = ParseListenAddress(listen);
+    listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) throw std::system_error(errno, std::generic_category(), "heapprof::HttpServer: socket");
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
+        ::listen(listen_fd_, 128) != 0) {
+      const int err = errno;
+      ::close(listen_fd_);
+      throw std::system_error(err, std::generic_category(),
+                              "heapprof::HttpServer: cannot listen on " + std::string(listen));
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) {
+      const int err = errno;
+      ::close(listen_fd_);
+      throw std::system_error(err, std::generic_category(), "heapprof::HttpServer: eventfd");
+    }
+    try {
+      thread_ = new std::thread([this] { Run(); });
+    } catch (...) {
+      ::close(listen_fd_);
+      ::close(wake_fd_);
+      throw;
+    }
+  }
+
+  ~Server() {
+    stop_.store(true, std::memory_order_release);
+    const std::uint64_t one = 1;
+    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+    if (::getpid() == owner_pid_) {
+      thread_->join();
+      delete thread_;
+    }
+    // else: a forked child, where the server thread does not exist. Joining
+    // would wait forever and destroying a joinable std::thread terminates,
+    // so its few bytes are left behind.
+    for (Connection& c : conns_) ::close(c.fd);
+    ::close(listen_fd_);
+    ::close(wake_fd_);
+  }
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+
+ private:
+  void Run() noexcept {
+    ReentrancyGuard guard;  // nothing the server allocates is sampled
+    std::vector<pollfd> fds;
+    while (!stop_.load(std::memory_order_acquire)) {
+      try {
+        fds.clear();
+        fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+        // Out of file descriptors: accept() keeps failing while the listen
+        // socket stays readable, so stop watching it for a moment.
+        const bool accept_paused = MonotonicMs() < accept_paused_until_ms_;
+        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
+        std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
+        for (const Connection& c : conns_) {
+          // Waiting connections are watched for reads too: the client
+          // hanging up cancels its window (as in Go, where the request's
+          // context ends).
+          fds.push_back(pollfd{c.fd, static_cast<short>(c.state == Connection::State::kWriting ? POLLOUT : POLLIN), 0});
+          if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
+        }
+        int timeout = -1;
+        if (next >= 0) {
+          const std::int64_t wait = next - MonotonicMs();
+          timeout = wait <= 0 ? 0 : static_cast<int>(wait > 60000 ? 60000 : wait);
+        }
+        const int n = ::poll(fds.data(), fds.size(), timeout);
+        if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
+        if (stop_.load(std::memory_order_acquire)) break;
+        // Connections first (their indices match fds[2..]), then new ones.
+        const std::int64_t now = MonotonicMs();
+        for (std::size_t i = 0; i < conns_.size(); ++i) {
+          if (n > 0 && fds[i + 2].revents != 0) Service(conns_[i], fds[i + 2].revents);
+          Connection& c = conns_[i];
+          if (c.fd >= 0 && now >= c.deadline_ms) Expire(c);
+        }
+        Reap();
+        if (n > 0 && (fds[1].revents & POLLIN)) Accept();
+      } catch (...) {
+        // bad_alloc somewhere: drop every connection rather than the thread.
+        for (Connection& c : conns_) Close(c);
+        Reap();
+      }
+    }
+  }
+
+  void Accept() {
+    for (int i = 0; i < 64; ++i) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_paused_until_ms_ = MonotonicMs() + 100;
+        }
+        return;  // EAGAIN, a connection reset before we took it, ...
+      }
+      if (conns_.size() >= limits_.max_connections) {
+        const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
+        (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::close(fd);
+        continue;
+      }
+      Connection c;
+      c.fd = fd;
+      c.deadline_ms = MonotonicMs() + limits_.head_timeout_ms;
+      c.in.reserve(1024);
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  void Service(Connection& c, short revents) {
+    if (c.state == Connection::State::kWriting) {
+      if (revents & (POLLERR | POLLHUP | POLLNVAL)) return Close(c);
+      Flush(c);
+      return;
+    }
+    char buf[4096];
+    for (;;) {
+      const ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return Close(c);
+      }
+      if (got == 0) {  // the client is done sending
+        if (c.state == Connection::State::kDraining) return Close(c);
+        if (c.state == Connection::State::kWaiting) return Close(c);  // hung up: cancel the window
+        if (c.state == Connection::State::kReadingBody) {
+          return Respond(c, ErrorResponse(400, "incomplete request body"));
+        }
+        return Respond(c, ErrorResponse(400, "incomplete request head"));
+      }
+      if (c.state == Connection::State::kDraining) {
+        c.drained += static_cast<std::size_t>(got);
+        if (c.drained > kDrainBytes) return Close(c);
+        continue;
+      }
+      if (c.state == Connection::State::kWaiting) continue;  // bytes after the head: ignored
+      const std::size_t cap = c.state == Connection::State::kReadingBody ? c.head_end + c.plan.body_bytes
+                                                                           : kMaxHeadBytes + 1;
+      const std::size_t room = cap > c.in.size() ? cap - c.in.size() : 0;
+      c.in.append(buf, static_cast<std::size_t>(got) < room ? static_cast<std::size_t>(got) : room);
+      if (c.state == Connection::State::kReadingBody) {
+        if (OnBody(c)) return;
+        continue;
+      }
+      if (OnInput(c)) return;
+    }
+  }
+
+  // True when the connection has moved past reading.
+  bool OnInput(Connection& c) {
+    const std::size_t end = FindHeadEnd(c.in);
+    if (end == 0) {
+      if (c.in.size() > kMaxHeadBytes) {
+        Respond(c, ErrorResponse(431, "request header fields too large"));
+        return true;
+      }
+      const Error e = CheckPartialHead(c.in);
+      if (e.status != 0) {
+        Respond(c, ErrorResponse(e.status, e.reason));
+        return true;
+      }
+      return false;
+    }
+    Request req;
+    const Error e = ParseHead(std::string_view(c.in).substr(0, end), req);
+    if (e.status != 0) {
+      Respond(c, ErrorResponse(e.status, e.reason, req.method == "HEAD"));
+      return true;
+    }
+    c.plan = PlanRequest(req);
+    if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
+      Respond(c, BuildResponse(c.plan, nullptr, req.raw_query));
+      return true;
+    }
+    if (c.plan.action == Action::kSymbol) {
+      c.head_end = end;
+      c.state = Connection::State::kReadingBody;
+      if (c.in.size() > end + c.plan.body_bytes) c.in.resize(end + c.plan.body_bytes);
+      c.in.reserve(end + c.plan.body_bytes);
+      OnBody(c);
+      return true;
+    }
+    if (c.plan.action == Action::kDelta) {
+      c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
+      g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
+      c.state = Connection::State::kWaiting;
+      c.deadline_ms = MonotonicMs() + c.plan.seconds * 1000;
+      std::string().swap(c.in);
+      return true;
+    }
+    Respond(c, BuildResponse(c.plan));
+    return true;
+  }
+
+  // True once the body is complete and answered.
+  bool OnBody(Connection& c) {
+    if (c.in.size() < c.head_end + c.plan.body_bytes) return false;
+    Respond(c, BuildResponse(c.plan, nullptr, std::string_view(c.in).substr(c.head_end)));
+    return true;
+  }
+
+  void Respond(Connection& c, std::string response) {
+    std::string().swap(c.in);
+    c.out = std::move(response);
+    c.sent = 0;
+    c.state = Connection::State::kWriting;
+    c.deadline_ms = MonotonicMs() + limits_.write_timeout_ms;
+    Flush(c);
+  }
+
+  void Flush(Connection& c) {
+    while (c.sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return Close(c);
+      }
+      c.sent += static_cast<std::size_t>(n);
+    }
+    // All sent: half-close so the client sees the end of the response, then
+    // drain (see kDrainTimeoutMs).
+    ::shutdown(c.fd, SHUT_WR);
+    std::string().swap(c.out);
+    c.state = Connection::State::kDraining;
+    c.deadline_ms = MonotonicMs() + kDrainTimeoutMs;
+  }
+
+  void Expire(Connection& c) {
+    switch (c.state) {
+      case Connection::State::kReading:
+        Respond(c, ErrorResponse(408, "timed out reading the request head"));
+        break;
+      case Connection::State::kReadingBody:
+        Respond(c, ErrorResponse(408, "timed out reading the request body"));
+        break;
+      case Connection::State::kWaiting: {
+        const std::unique_ptr<ProfileBaseline> base = std::move(c.baseline);
+        Respond(c, BuildResponse(c.plan, base.get()));
+        break;
+      }
+      case Connection::State::kWriting:   // a client that does not read its response
+      case Connection::State::kDraining:  // or does not stop sending
+        Close(c);
+        break;
+    }
+  }
+
+  void Close(Connection& c) noexcept {
+    if (c.fd >= 0) ::close(c.fd);
+    c.fd = -1;
+  }
+
+  void Reap() {
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      if (conns_[i].fd < 0) continue;
+      if (keep != i) conns_[keep] = std::move(conns_[i]);
+      ++keep;
+    }
+    conns_.resize(keep);
+  }
+
+  const Limits limits_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<Connection> conns_;  // the server thread's only
+  std::int64_t accept_paused_until_ms_ = 0;
+  const pid_t owner_pid_ = ::getpid();
+  std::thread* thread_ = nullptr;
+};
+
+}  // namespace http
+}  // namespace detail
+
+// Serves /debug/pprof/ (index), /debug/pprof/heap and /debug/pprof/allocs as
+// Go's net/http/pprof does, from one background thread; stops and joins on
+// destruction. `listen` is "host:port": numeric IPv4, "localhost", or
+// bracketed IPv6; an empty host is 127.0.0.1 (not every interface, unlike
+// Go); "0.0.0.0:port" or "[::]:port" to serve every interface; port 0 picks a
+// free port (see port()). Throws std::invalid_argument for a malformed
+// address, std::system_error when it cannot listen (port in use, ...).
+class HttpServer {
+ public:
+  explicit HttpServer(std::string_view listen = "127.0.0.1:6060") {
+    detail::ReentrancyGuard guard;  // the server's own memory is never sampled
+    detail::EnsureInit();
+    server_ = std::make_unique<detail::http::Server>(listen);
+  }
+  ~HttpServer() {
+    detail::ReentrancyGuard guard;
+    server_.reset();
+  }
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  HttpServer(HttpServer&&) = delete;
+  HttpServer& operator=(HttpServer&&) = delete;
+
+  // The bound port (the chosen one for port 0).
+  std::uint16_t port() const noexcept { return server_->port(); }
+
+ private:
+  std::unique_ptr<detail::http::Server> server_;
+};
+
+namespace detail {
+
+// HEAPPROF=http=host:port: a server for the life of the process, started
+// during static initialisation (only when HEAPPROF asks for it) and stopped by
+// the exit actions, before the exit dump and the leak report.
+inline HttpServer* g_env_http_server = nullptr;
+
+inline void StopEnvHttpServer() {
+  ReentrancyGuard guard;
+  HttpServer* server = g_env_http_server;
+  g_env_http_server = nullptr;
+  delete server;
+}
+
+inline bool StartHttpFromEnv() noexcept {
+  if (std::getenv("HEAPPROF") == nullptr) return false;
+  EnsureInit();  // parses HEAPPROF unless the first allocation already did
+  const char* listen = g_env_config.http;
+  if (listen[0] == '\0') return false;
+  ReentrancyGuard guard;
+  try {
+    g_env_http_server = new HttpServer(listen);
+    std::string host(listen, std::strrchr(listen, ':') - listen);
+    if (host.empty() || host == "localhost") host = "127.0.0.1";
+    ReportLine("serving http://" + host + ":" + std::to_string(g_env_http_server->port()) +
+               "/debug/pprof/ (go tool pprof http://" + host + ":" + std::to_string(g_env_http_server->port()) +
+               "/debug/pprof/heap)");
+    g_stop_http.store(&StopEnvHttpServer);
+    g_exit_hook.store(&RunExitActions);
+  } catch (const std::exception& e) {
+    ReportLine(std::string("HEAPPROF http=") + listen + ": " + e.what() + "; not serving");
+  }
+  return g_env_http_server != nullptr;
+}
+
+inline const bool g_env_http_started = StartHttpFromEnv();
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/http.hpp ----
 
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 // ---- begin heapprof/detail/new_delete.hpp ----

@@ -14,6 +14,10 @@
 #include <chrono>
 #include <vector>
 
+#include "support/http_client.hpp"
+#include "support/inflate.hpp"
+#include "support/profile_decoder.hpp"
+
 namespace heapprof_test {
 
 inline void* volatile g_dump_sink;
@@ -77,12 +81,27 @@ inline int RunDumpExit() {
   return 0;
 }
 
+// HEAPPROF=http=127.0.0.1:0: the server started from the environment answers
+// its own process, and the leak report at exit runs after it is stopped.
+inline int RunHttpEnv() {
+  heapprof::HttpServer* server = heapprof::detail::g_env_http_server;
+  if (server == nullptr) return 10;
+  const HttpResponse r = HttpGet(server->port(), "/debug/pprof/heap");
+  if (r.status != 200) return 11;
+  std::string raw;
+  Profile p;
+  if (!Gunzip(r.body, raw) || !DecodeProfile(raw, p) || !Validate(p)) return 12;
+  for (char*& q : g_left_at_exit) q = LeakedByTest(3000);
+  return 0;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
   if (std::strcmp(name, "dump_time") == 0) return RunDumpTime();
   if (std::strcmp(name, "dump_signal") == 0) return RunDumpSignal();
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
+  if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   known = false;
   return 2;
 }

@@ -247,6 +247,30 @@ TEST_CASE("bad dump and http values in HEAPPROF are reported one line each and i
   CHECK(out.find("rate=4096") != std::string::npos);  // the good pair still applies
 }
 
+TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops before the leak report") {
+  std::string out;
+  const int rc = RunChild("HEAPPROF=rate=1,http=127.0.0.1:0,leak_report=1,dump_prefix=/tmp/heapprof_http_env "
+                          "HEAPPROF_TEST_CHILD=http_env",
+                          out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(std::regex_search(out, std::regex(R"(heapprof: serving http://127\.0\.0\.1:[0-9]+/debug/pprof/ )")));
+  CHECK(std::regex_search(out, std::regex(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest)")));
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(R"(leak profile: (\S+))"))) std::remove(m[1].str().c_str());
+}
+
+TEST_CASE("HEAPPROF=http with a bad address: one line, no server, the program runs") {
+  std::string out;
+  const int rc = RunChild("HEAPPROF=http=localhost:99999 HEAPPROF_TEST_CHILD=print_rate", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("heapprof: HEAPPROF http=localhost:99999: ") != std::string::npos);
+  CHECK(out.find("port out of range") != std::string::npos);
+  CHECK(out.find("; not serving\n") != std::string::npos);
+  CHECK(out.find("rate=524288") != std::string::npos);
+}
+
 TEST_CASE("WriteHeapProfile(path): atomic replace; a reader never sees a partial file") {
   const std::string dir = MakeTempDir();
   const std::string path = dir + "/heap.pb.gz";

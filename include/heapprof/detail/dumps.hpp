@@ -407,8 +407,12 @@ inline void LeakReport(const std::string& prefix) noexcept {
   }
 }
 
+// Stops the HEAPPROF=http server (http.hpp sets it).
+inline std::atomic<void (*)()> g_stop_http{nullptr};
+
 // atexit (see engine.hpp): the last dump and the leak report.
 inline void RunExitActions() {
+  if (void (*stop)() = g_stop_http.exchange(nullptr)) stop();
   g_dumper.Stop();
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");

@@ -1,0 +1,526 @@
+// heapprof::HttpServer over real loopback sockets: Go's net/http/pprof paths,
+// headers and messages; `go tool pprof` fetching over HTTP; delta profiles;
+// hostile clients (junk, oversized, slow, many, not reading).
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <csignal>
+#include <sys/wait.h>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.hpp"
+#include "support/profile_io.hpp"
+
+namespace {
+
+using namespace heapprof_test;
+
+void* g_http_keep_a[40];
+void* g_http_keep_b[30];
+void* g_http_keep_text[50];
+void* g_http_keep_go[20];
+
+__attribute__((noinline)) void HttpAllocBeforeWindow() {
+  for (auto& p : g_http_keep_a) p = new char[3000];
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void HttpAllocInsideWindow() {
+  for (auto& p : g_http_keep_b) p = new char[5000];
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void HttpTextLeaf() {
+  for (auto& p : g_http_keep_text) p = new char[2000];
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void HttpGoFetchLeaf() {
+  for (auto& p : g_http_keep_go) p = new char[7000];
+  asm volatile("" ::: "memory");
+}
+template <std::size_t N>
+void FreeAll(void* (&ptrs)[N]) {
+  for (auto& p : ptrs) {
+    delete[] static_cast<char*>(p);
+    p = nullptr;
+  }
+}
+
+struct RateScope {
+  std::size_t saved = heapprof::GetSampleRate();
+  explicit RateScope(std::size_t rate) { heapprof::SetSampleRate(rate); }
+  ~RateScope() { heapprof::SetSampleRate(saved); }
+};
+
+bool DecodeBody(const std::string& gz, Profile& p) {
+  std::string raw, why;
+  if (!Gunzip(gz, raw)) return false;
+  if (!DecodeProfile(raw, p, &why)) return false;
+  return Validate(p, &why);
+}
+
+bool AnyFrameContains(const Profile& p, const std::string& needle) {
+  for (const Sample& s : p.samples) {
+    for (const std::string& name : FunctionNames(p, s)) {
+      if (name.find(needle) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+// `go tool pprof <args> <url>`, with caches out of $HOME; -2 when go is absent.
+int GoPprofUrl(const std::string& args, const std::string& url, std::string& out) {
+  const std::string go = GoBinary();
+  if (go.empty()) return -2;
+  const char* cache = std::getenv("GOCACHE");
+  std::string env = "PPROF_TMPDIR=/tmp/heapprof-pprof-tmp HOME=${HOME:-/tmp} ";
+  if (cache == nullptr) env += "GOCACHE=/tmp/heapprof-gocache ";
+  return RunCommand(env + go + " tool pprof " + args + " '" + url + "'", out);
+}
+
+std::string Url(const heapprof::HttpServer& s, const std::string& path) {
+  return "http://127.0.0.1:" + std::to_string(s.port()) + path;
+}
+
+}  // namespace
+
+TEST_CASE("http: index, redirect and the profile endpoints with Go's headers") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  REQUIRE(server.port() != 0);
+
+  HttpResponse r = HttpGet(server.port(), "/debug/pprof/");
+  REQUIRE(r.status == 200);
+  CHECK(r.Header("content-type") == "text/html; charset=utf-8");
+  CHECK(r.Header("x-content-type-options") == "nosniff");
+  CHECK(r.Header("connection") == "close");
+  CHECK(r.Header("content-length") == std::to_string(r.body.size()));
+  CHECK(r.body.find("<a href='heap?debug=1'>heap</a>") != std::string::npos);
+  CHECK(r.body.find("<a href='allocs?debug=1'>allocs</a>") != std::string::npos);
+
+  r = HttpGet(server.port(), "/debug/pprof");
+  CHECK(r.status == 301);
+  CHECK(r.Header("location") == "/debug/pprof/");
+
+  r = HttpGet(server.port(), "/debug/pprof/heap");
+  REQUIRE(r.status == 200);
+  CHECK(r.Header("content-type") == "application/octet-stream");
+  CHECK(r.Header("content-disposition") == "attachment; filename=\"heap\"");
+  CHECK(r.Header("x-content-type-options") == "nosniff");
+  Profile heap;
+  REQUIRE(DecodeBody(r.body, heap));
+  CHECK(heap.default_sample_type.empty());  // the first type, inuse_space
+  CHECK_FALSE(heap.has_duration_nanos);
+
+  r = HttpGet(server.port(), "/debug/pprof/allocs?gc=1");
+  REQUIRE(r.status == 200);
+  CHECK(r.Header("content-disposition") == "attachment; filename=\"allocs\"");
+  Profile allocs;
+  REQUIRE(DecodeBody(r.body, allocs));
+  CHECK(allocs.default_sample_type == "alloc_space");
+
+  for (const char* path : {"/debug/pprof/heap?debug=1", "/debug/pprof/allocs?debug=1", "/debug/pprof/heap?debug=2"}) {
+    r = HttpGet(server.port(), path);
+    INFO(path);
+    REQUIRE(r.status == 200);
+    CHECK(r.Header("content-type") == "text/plain; charset=utf-8");
+    CHECK(r.Header("content-disposition").empty());
+    CHECK(r.body.compare(0, 14, "heap profile: ") == 0);
+    CHECK(r.body.find("# heapprof.Stats\n# alloc_objects = ") != std::string::npos);
+    CHECK(r.body.find("\nMAPPED_LIBRARIES:\n") != std::string::npos);
+  }
+
+  // HEAD: the headers GET would send, no body.
+  r = HttpGet(server.port(), "/debug/pprof/heap", "HEAD");
+  CHECK(r.status == 200);
+  CHECK(r.Header("content-disposition") == "attachment; filename=\"heap\"");
+  CHECK(std::atoi(r.Header("content-length").c_str()) > 0);
+  CHECK(r.body.empty());
+}
+
+TEST_CASE("http: /debug/pprof/symbol answers pprof's symbolz protocol") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  HttpResponse r = HttpGet(server.port(), "/debug/pprof/symbol");
+  REQUIRE(r.status == 200);
+  CHECK(r.body == "num_symbols: 1\n");
+  CHECK(r.Header("content-type") == "text/plain; charset=utf-8");
+
+  char addr[64];
+  std::snprintf(addr, sizeof addr, "%#llx",
+                static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(&HttpTextLeaf) + 4));
+  const std::string body = std::string("0x0+junk+") + addr;
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(fd >= 0);
+  // The head and the body in pieces, as a slow network would deliver them.
+  REQUIRE(SendAll(fd, "POST /debug/pprof/symbol HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 5)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(SendAll(fd, body.substr(5)));
+  r = ParseHttpResponse(ReadAll(fd));
+  ::close(fd);
+  REQUIRE(r.status == 200);
+  INFO(r.body);
+  CHECK(r.body.compare(0, 15, "num_symbols: 1\n") == 0);
+  CHECK(r.body.find(std::string(addr) + " ") != std::string::npos);
+  CHECK(r.body.find("HttpTextLeaf") != std::string::npos);
+  CHECK(r.body.find("junk") == std::string::npos);
+
+  r = HttpGet(server.port(), std::string("/debug/pprof/symbol?") + addr);
+  CHECK(r.body.find("HttpTextLeaf") != std::string::npos);
+}
+
+TEST_CASE("http: bad and unknown requests get a 4xx with a one-line reason") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  const std::uint16_t port = server.port();
+  struct Case {
+    std::string request;
+    int status;
+    std::string body;
+  };
+  const std::string host = " HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::vector<Case> cases = {
+      {"GET /debug/pprof/goroutine" + host, 404, "Unknown profile\n"},
+      {"GET /nope" + host, 404, "404 page not found\n"},
+      {"POST /debug/pprof/heap" + host, 405, "method not allowed: use GET or HEAD\n"},
+      {"GET /debug/pprof/heap?seconds=abc" + host, 400, "invalid value for \"seconds\" - must be a positive integer\n"},
+      {"GET /debug/pprof/heap?seconds=0" + host, 400, "invalid value for \"seconds\" - must be a positive integer\n"},
+      {"GET /debug/pprof/heap?seconds=-5" + host, 400, "invalid value for \"seconds\" - must be a positive integer\n"},
+      {"GET /debug/pprof/allocs?seconds=3601" + host, 400,
+       "profile duration exceeds the server's limit of 3600 seconds\n"},
+      {"GET /debug/pprof/heap?seconds=1&debug=1" + host, 400, "seconds and debug params are incompatible\n"},
+      {"GET /debug/pprof/heap?x=%zz" + host, 400, "malformed percent-encoding in the query\n"},
+      {"GET /debug/pprof/heap HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP version not supported\n"},
+      {"GET /debug/pprof/heap HTTP/1.1\r\n\r\n", 400, "missing required Host header\n"},
+      {"GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 400,
+       "request body not supported\n"},
+      {"GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
+       "Transfer-Encoding not supported: send Content-Length\n"},
+      {"POST /debug/pprof/symbol HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", 413,
+       "request body too large\n"},
+      {"POST /debug/pprof/symbol HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0x1", 400,
+       "incomplete request body\n"},
+      {"GET http://x/debug/pprof/heap" + host, 400,
+       "unsupported request target: expected a path such as /debug/pprof/heap\n"},
+      {std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11), 400, "malformed request line\n"},  // TLS
+      {"\r\n\r\n", 400, "malformed request line\n"},
+      {"GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\n bad fold\r\n\r\n", 400, "obsolete header line folding\n"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.request);
+    const HttpResponse r = RawRequest(port, c.request);
+    CHECK(r.status == c.status);
+    CHECK(r.body == c.body);
+    CHECK(r.Header("content-type") == "text/plain; charset=utf-8");
+    CHECK(r.Header("x-content-type-options") == "nosniff");
+    if (c.status == 405) CHECK(r.Header("allow") == "GET, HEAD");
+  }
+  // HTTP/1.0 needs no Host.
+  CHECK(RawRequest(port, "GET /debug/pprof/ HTTP/1.0\r\n\r\n").status == 200);
+  // Percent-encoded paths are decoded.
+  CHECK(HttpGet(port, "/debug/pprof/%68eap").status == 200);
+  // A client that sends part of a request and then ends its sending side.
+  const HttpResponse half = RawRequest(port, "GET /debug/pp");
+  CHECK(half.status == 400);
+  CHECK(half.body == "incomplete request head\n");
+  CHECK(HttpGet(port, "/debug/pprof/").status == 200);
+}
+
+TEST_CASE("http: oversized heads get 431 and the server serves the next request") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  std::string big = "GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100 * 1024, 'a') + "\r\n\r\n";
+  HttpResponse r = RawRequest(server.port(), big);
+  CHECK(r.status == 431);
+  CHECK(r.body == "request header fields too large\n");
+
+  std::string many = "GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 65; ++i) many += "X-H" + std::to_string(i) + ": v\r\n";
+  many += "\r\n";
+  r = RawRequest(server.port(), many);
+  CHECK(r.status == 431);
+  CHECK(r.body == "too many header fields\n");
+
+  const std::string long_target = "GET /debug/pprof/heap?" + std::string(9000, 'x') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  CHECK(RawRequest(server.port(), long_target).status == 431);
+
+  CHECK(HttpGet(server.port(), "/debug/pprof/heap").status == 200);
+}
+
+TEST_CASE("http: a slow client does not block others, and times out with 408") {
+  heapprof::detail::http::Limits limits;
+  limits.head_timeout_ms = 500;
+  heapprof::detail::http::Server server("127.0.0.1:0", limits);
+  const int slow = ConnectLoopback(server.port());
+  REQUIRE(slow >= 0);
+  REQUIRE(SendAll(slow, "GET /debug/pp"));  // and then nothing
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResponse fast = HttpGet(server.port(), "/debug/pprof/heap");
+  CHECK(fast.status == 200);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(450));
+
+  bool timed_out = false;
+  const HttpResponse late = ParseHttpResponse(ReadAll(slow, 10000, &timed_out));
+  ::close(slow);
+  CHECK_FALSE(timed_out);
+  CHECK(late.status == 408);
+  CHECK(late.body == "timed out reading the request head\n");
+}
+
+TEST_CASE("http: many connections at once: the excess gets 503, the server lives on") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  std::vector<int> fds;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = ConnectLoopback(server.port());
+    if (fd >= 0) fds.push_back(fd);
+  }
+  CHECK(fds.size() == 200);
+  // The connections beyond the cap are answered 503 and closed; the first
+  // kMaxConnections wait for a request head.
+  const std::size_t expect_busy = fds.size() - heapprof::detail::http::kMaxConnections;
+  std::vector<pollfd> polls;
+  for (int fd : fds) polls.push_back(pollfd{fd, POLLIN, 0});
+  std::size_t readable = 0;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (readable < expect_busy && std::chrono::steady_clock::now() < limit) {
+    ::poll(polls.data(), polls.size(), 100);
+    readable = 0;
+    for (const pollfd& p : polls) readable += (p.revents & (POLLIN | POLLHUP)) != 0;
+  }
+  int busy = 0;
+  for (const pollfd& p : polls) {
+    if ((p.revents & (POLLIN | POLLHUP)) == 0) continue;
+    const HttpResponse r = ParseHttpResponse(ReadAll(p.fd, 2000));
+    if (r.status == 503 && r.body == "too many connections to the profiling server\n") ++busy;
+  }
+  CHECK(static_cast<std::size_t>(busy) == expect_busy);
+  for (int fd : fds) ::close(fd);
+  // The server sees the held connections close; until it has, new ones may
+  // still be turned away.
+  HttpResponse r;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    r = HttpGet(server.port(), "/debug/pprof/");
+    if (r.status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(r.status == 200);
+}
+
+TEST_CASE("http: a client that never reads does not block another") {
+  RateScope rate(1);
+  for (int i = 0; i < 300; ++i) {  // many buckets: a large text profile
+    g_http_keep_text[i % 50] = new char[static_cast<std::size_t>(64 + i)];
+    delete[] static_cast<char*>(g_http_keep_text[i % 50]);
+  }
+  heapprof::HttpServer server("127.0.0.1:0");
+  std::vector<int> stuck;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ConnectLoopback(server.port(), 1024);
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?debug=1")));
+    stuck.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  for (int fd : stuck) ::close(fd);
+}
+
+TEST_CASE("http: ?seconds=N serves the allocations of the window only") {
+  RateScope rate(1);
+  heapprof::HttpServer server("127.0.0.1:0");
+  HttpAllocBeforeWindow();  // live through the window: unchanged, so absent
+
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(fd >= 0);
+  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=2")));
+  // Allocate only once the server holds its baseline; the window is 2 s.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+         std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() > started);
+  HttpAllocInsideWindow();
+  // Meanwhile the server answers others.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
+
+  const HttpResponse r = ParseHttpResponse(ReadAll(fd, 30000));
+  ::close(fd);
+  REQUIRE(r.status == 200);
+  CHECK(r.Header("content-disposition") == "attachment; filename=\"heap-delta\"");
+  CHECK(r.Header("content-type") == "application/octet-stream");
+  Profile p;
+  REQUIRE(DecodeBody(r.body, p));
+  CHECK(p.has_duration_nanos);
+  CHECK(p.duration_nanos >= 1900000000);
+  CHECK(p.duration_nanos < 30000000000);
+  CHECK(SumForLeaf(p, "HttpAllocBeforeWindow", "alloc_space") == 0);
+  CHECK_FALSE(AnyFrameContains(p, "HttpAllocBeforeWindow"));
+  CHECK(SumForLeaf(p, "HttpAllocInsideWindow", "alloc_space") == 30 * 5000);
+  CHECK(SumForLeaf(p, "HttpAllocInsideWindow", "inuse_space") == 30 * 5000);
+  FreeAll(g_http_keep_a);
+  FreeAll(g_http_keep_b);
+}
+
+TEST_CASE("http: the server's own allocations are never sampled") {
+  RateScope rate(1);
+  {
+    heapprof::HttpServer server("127.0.0.1:0");
+    for (const char* path : {"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/allocs?debug=1", "/nope"}) {
+      CHECK(HttpGet(server.port(), path).status != 0);
+    }
+    const int fd = ConnectLoopback(server.port());
+    SendAll(fd, RequestHead("GET", "/debug/pprof/allocs?seconds=1"));
+    CHECK(ParseHttpResponse(ReadAll(fd)).status == 200);
+    ::close(fd);
+  }
+  Profile p;
+  REQUIRE(CaptureProfile(p, true));
+  CHECK_FALSE(AnyFrameContains(p, "heapprof::detail::http::"));
+  CHECK_FALSE(AnyFrameContains(p, "heapprof::HttpServer"));
+}
+
+TEST_CASE("http: listen strings and bind failures") {
+  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", "abc:80", "127.0.0.1:99999", "127.0.0.1:6x",
+                          "[::1:80", "::1:80", "[::1]80", "[]:80", "1.2.3.4.5:80", "127.0.0.1:123456"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(heapprof::HttpServer{bad}, std::invalid_argument);
+  }
+  heapprof::HttpServer first(":0");  // empty host: loopback
+  const std::string taken = "127.0.0.1:" + std::to_string(first.port());
+  CHECK_THROWS_AS(heapprof::HttpServer{taken}, std::system_error);
+  CHECK(HttpGet(first.port(), "/debug/pprof/").status == 200);
+  heapprof::HttpServer local("localhost:0");
+  CHECK(HttpGet(local.port(), "/debug/pprof/").status == 200);
+  try {
+    heapprof::HttpServer v6("[::1]:0");
+    CHECK(v6.port() != 0);
+  } catch (const std::system_error& e) {
+    MESSAGE("no IPv6 loopback here: " << e.what());
+  }
+}
+
+TEST_CASE("http: the destructor returns at once with a pending delta and idle connections") {
+  std::vector<int> fds;
+  std::chrono::steady_clock::duration took{};
+  {
+    std::optional<heapprof::HttpServer> server;
+    server.emplace("127.0.0.1:0");
+    const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+    const int pending = ConnectLoopback(server->port());
+    REQUIRE(SendAll(pending, RequestHead("GET", "/debug/pprof/allocs?seconds=3600")));
+    fds.push_back(pending);
+    for (int i = 0; i < 5; ++i) fds.push_back(ConnectLoopback(server->port()));
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+           std::chrono::steady_clock::now() < limit) {
+      std::this_thread::yield();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    server.reset();
+    took = std::chrono::steady_clock::now() - t0;
+  }
+  CHECK(took < std::chrono::seconds(2));
+  // The held connections were closed, not left hanging.
+  for (int fd : fds) {
+    bool timed_out = false;
+    ReadAll(fd, 5000, &timed_out);
+    CHECK_FALSE(timed_out);
+    ::close(fd);
+  }
+}
+
+TEST_CASE("http: go tool pprof fetches heap, allocs, deltas and debug=1 text over HTTP") {
+  if (GoBinary().empty()) {
+    MESSAGE("go not installed (Debian golang-go): skipped");
+    return;
+  }
+  RateScope rate(1);
+  heapprof::HttpServer server("127.0.0.1:0");
+  HttpGoFetchLeaf();
+  HttpTextLeaf();
+  std::string out;
+
+  int rc = GoPprofUrl("-raw", Url(server, "/debug/pprof/heap"), out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("HttpGoFetchLeaf") != std::string::npos);
+  CHECK(out.find("20     140000         20     140000") != std::string::npos);
+
+  rc = GoPprofUrl("-top -sample_index=alloc_space -focus=HttpGoFetchLeaf", Url(server, "/debug/pprof/allocs"), out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("Type: alloc_space") != std::string::npos);
+  CHECK(out.find("HttpGoFetchLeaf") != std::string::npos);
+
+  // debug=1: Go's legacy text format; at rate 1 the counts are exact. Its
+  // addresses are symbolized through /debug/pprof/symbol (what pprof does on
+  // a machine without the binaries).
+  rc = GoPprofUrl("-raw -symbolize=remote", Url(server, "/debug/pprof/heap?debug=1"), out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("HttpTextLeaf") != std::string::npos);
+  CHECK(out.find("50     100000         50     100000") != std::string::npos);
+
+  // -seconds: pprof asks for heap?seconds=1 and gets the delta.
+  rc = GoPprofUrl("-raw -seconds 1", Url(server, "/debug/pprof/heap"), out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("Duration: 1") != std::string::npos);
+  CHECK(out.find("HttpGoFetchLeaf") == std::string::npos);  // before the window
+  FreeAll(g_http_keep_go);
+  FreeAll(g_http_keep_text);
+}
+
+TEST_CASE("http: a forked child can destroy its copy of the server") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child has the object but not the thread: the destructor must not
+    // wait for it (nor terminate).
+    server.~HttpServer();
+    ::_exit(0);
+  }
+  int status = -1;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);  // the parent's still serves
+}
+
+TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
+  heapprof::detail::http::Limits limits;
+  limits.max_connections = 1;  // the window's slot must come back
+  heapprof::detail::http::Server server("127.0.0.1:0", limits);
+  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+         std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() > started);
+  ::close(fd);
+  // The only slot is free again once the server has seen the hang-up.
+  HttpResponse r;
+  for (int attempt = 0; attempt < 100 && r.status != 200; ++attempt) {
+    r = HttpGet(server.port(), "/debug/pprof/");
+    if (r.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(r.status == 200);
+}
