@@ -316,6 +316,9 @@ TEST_CASE("WriteHeapProfile(path): atomic replace; a reader never sees a partial
 TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go tool pprof") {
   RateGuard rate(1);
   std::vector<char*> keep;
+#if defined(__clang__)
+#pragma clang loop unroll(disable)
+#endif
   for (int i = 0; i < 10; ++i) keep.push_back(TextLeaf(4000));  // one call site: one stack
   for (int i = 0; i < 3; ++i) {
     delete[] keep.back();

@@ -30,19 +30,31 @@ void* g_http_keep_b[30];
 void* g_http_keep_text[50];
 void* g_http_keep_go[20];
 
+// One call site per leaf, so each leaf is one sample: clang -O2 fully unrolls
+// a 20-iteration loop into 20 call sites (20 stacks) unless told not to.
+#if defined(__clang__)
+#define HEAPPROF_TEST_NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define HEAPPROF_TEST_NO_UNROLL _Pragma("GCC unroll 1")
+#endif
+
 __attribute__((noinline)) void HttpAllocBeforeWindow() {
+  HEAPPROF_TEST_NO_UNROLL
   for (auto& p : g_http_keep_a) p = new char[3000];
   asm volatile("" ::: "memory");
 }
 __attribute__((noinline)) void HttpAllocInsideWindow() {
+  HEAPPROF_TEST_NO_UNROLL
   for (auto& p : g_http_keep_b) p = new char[5000];
   asm volatile("" ::: "memory");
 }
 __attribute__((noinline)) void HttpTextLeaf() {
+  HEAPPROF_TEST_NO_UNROLL
   for (auto& p : g_http_keep_text) p = new char[2000];
   asm volatile("" ::: "memory");
 }
 __attribute__((noinline)) void HttpGoFetchLeaf() {
+  HEAPPROF_TEST_NO_UNROLL
   for (auto& p : g_http_keep_go) p = new char[7000];
   asm volatile("" ::: "memory");
 }
