@@ -645,8 +645,9 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   std::uint64_t value = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
-    if (value > (UINT64_MAX - 9) / 10) return false;
-    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;  // exact: UINT64_MAX itself parses
+    value = value * 10 + digit;
   }
   if (shift != 0 && value > (UINT64_MAX >> shift)) return false;
   out = value << shift;

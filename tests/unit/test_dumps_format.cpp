@@ -54,3 +54,15 @@ TEST_CASE("HEAPPROF dump keys parse into the config without allocating") {
   CHECK(ParseEnvConfig("dump_signal=SEGV").dump_signal == 0);
   CHECK(ParseEnvConfig("dump_time=0").dump_time == 0);
 }
+
+TEST_CASE("ParseByteSize takes every value up to UINT64_MAX and nothing past it (found by fuzz_env_config)") {
+  std::uint64_t v = 0;
+  CHECK(heapprof::detail::ParseByteSize("18446744073709551615", v));
+  CHECK(v == UINT64_MAX);
+  CHECK(heapprof::detail::ParseByteSize("0000000000000018446744073709551615", v));
+  CHECK(v == UINT64_MAX);
+  CHECK_FALSE(heapprof::detail::ParseByteSize("18446744073709551616", v));
+  CHECK_FALSE(heapprof::detail::ParseByteSize("18446744073709551620", v));
+  CHECK(heapprof::detail::ParseByteSize("17179869183g", v));  // (2^34 - 1) << 30 fits
+  CHECK_FALSE(heapprof::detail::ParseByteSize("17179869184g", v));
+}
