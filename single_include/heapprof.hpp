@@ -5929,16 +5929,20 @@ struct ProfileBaseline {
   std::int64_t time_nanos = 0;
 };
 
+// A bucket's counters as one reading. Frees first: it never exceeds allocs,
+// which only grows, so live = allocs - frees is never negative.
+inline BucketCounts ReadCounts(const Bucket* b) noexcept {
+  const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
+  const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+  return BucketCounts{b, allocs, frees};
+}
+
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
   EnsureInit();
   ProfileBaseline base;
   base.time_nanos = RealtimeNanos();
-  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-    const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-    const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
-    base.counts.push_back(BucketCounts{b, allocs, frees});
-  }
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) base.counts.push_back(ReadCounts(b));
   std::sort(base.counts.begin(), base.counts.end(),
             [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });
   return base;
@@ -5968,9 +5972,8 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
   }
   data.allocs_default = allocs_default;
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-    // frees first: it never exceeds allocs, which only grows.
-    const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-    const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+    const BucketCounts now = ReadCounts(b);
+    const std::uint64_t allocs = now.allocs, frees = now.frees;
     double alloc_count = 0, live_count = 0;
     if (since == nullptr) {
       alloc_count = static_cast<double>(allocs);
@@ -5999,6 +6002,14 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
   return data;
 }
 
+// `data` as a gzip'ed profile.proto message. Throws bad_alloc.
+inline std::string EncodeGzipped(const ProfileData& data, const std::vector<LoadedObject>& objects,
+                                 Symbolizer& symbolizer) {
+  std::string gz;
+  GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
+  return gz;
+}
+
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
 inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
@@ -6009,9 +6020,7 @@ inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
     const ProfileData data = SnapshotProfile(allocs_default, since);
     const std::vector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
-    const std::string raw = EncodeProfile(data, objects, symbolizer);
-    gz.clear();
-    GzipCompress(raw, gz);
+    gz = EncodeGzipped(data, objects, symbolizer);
     return true;
   } catch (...) {  // bad_alloc: a profile is never worth the process
     gz.clear();
@@ -6054,8 +6063,8 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     std::vector<TextRecord> records;
     for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-      const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-      const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+      const BucketCounts now = ReadCounts(b);
+      const std::uint64_t allocs = now.allocs, frees = now.frees;
       const std::uint64_t live = allocs > frees ? allocs - frees : 0;
       if (allocs == 0 || b->size == 0) continue;
       // What the reader will multiply by; what the bucket's counts stand for.
@@ -6625,6 +6634,12 @@ inline void ReportLine(const std::string& line) noexcept {
   }
 }
 
+inline std::int64_t MonotonicMillis() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 inline std::string FormatBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   std::size_t u = 0;
@@ -6730,12 +6745,6 @@ class Dumper {
     if (sigaction(sig, &sa, nullptr) != 0) {
       ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
-  }
-
-  static std::int64_t MonotonicMillis() noexcept {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
   }
 
   static void* Main(void* self) noexcept {
@@ -6943,11 +6952,13 @@ inline void LeakReport(const std::string& prefix) noexcept {
     char name[64];
     std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
     const std::string path = prefix + name;
-    std::string error;
-    const bool written = WriteProfileFile(path, false, &error);
+    // One snapshot and one symbolizer for both the file and the table, so
+    // they agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
     const std::vector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
+    std::string error;
+    const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
     const std::vector<std::string> table = FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
@@ -7441,12 +7452,6 @@ struct Limits {
 // lets a test allocate strictly inside a window without sleeping.
 inline std::atomic<std::uint64_t> g_delta_windows_started{0};
 
-inline std::int64_t MonotonicMs() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 // A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
 // loopback, unlike Go, which binds every interface), "localhost:6060",
 // "[::1]:6060", "0.0.0.0:6060" / "[::]:6060" (every interface, on request
@@ -7739,7 +7744,7 @@ class Server {
         fds.push_back(pollfd{wake_fd_, POLLIN, 0});
         // Out of file descriptors: accept() keeps failing while the listen
         // socket stays readable, so stop watching it for a moment.
-        const bool accept_paused = MonotonicMs() < accept_paused_until_ms_;
+        const bool accept_paused = MonotonicMillis() < accept_paused_until_ms_;
         fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
         std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
         for (const Connection& c : conns_) {
@@ -7751,14 +7756,14 @@ class Server {
         }
         int timeout = -1;
         if (next >= 0) {
-          const std::int64_t wait = next - MonotonicMs();
+          const std::int64_t wait = next - MonotonicMillis();
           timeout = wait <= 0 ? 0 : static_cast<int>(wait > 60000 ? 60000 : wait);
         }
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
         // Connections first (their indices match fds[2..]), then new ones.
-        const std::int64_t now = MonotonicMs();
+        const std::int64_t now = MonotonicMillis();
         for (std::size_t i = 0; i < conns_.size(); ++i) {
           if (n > 0 && fds[i + 2].revents != 0) Service(conns_[i], fds[i + 2].revents);
           Connection& c = conns_[i];
@@ -7779,7 +7784,7 @@ class Server {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          accept_paused_until_ms_ = MonotonicMs() + 100;
+          accept_paused_until_ms_ = MonotonicMillis() + 100;
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
@@ -7791,7 +7796,7 @@ class Server {
       }
       Connection c;
       c.fd = fd;
-      c.deadline_ms = MonotonicMs() + limits_.head_timeout_ms;
+      c.deadline_ms = MonotonicMillis() + limits_.head_timeout_ms;
       c.in.reserve(1024);
       conns_.push_back(std::move(c));
     }
@@ -7875,7 +7880,7 @@ class Server {
       c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
-      c.deadline_ms = MonotonicMs() + c.plan.seconds * 1000;
+      c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
       std::string().swap(c.in);
       return true;
     }
@@ -7895,7 +7900,7 @@ class Server {
     c.out = std::move(response);
     c.sent = 0;
     c.state = Connection::State::kWriting;
-    c.deadline_ms = MonotonicMs() + limits_.write_timeout_ms;
+    c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
     Flush(c);
   }
 
@@ -7914,7 +7919,7 @@ class Server {
     ::shutdown(c.fd, SHUT_WR);
     std::string().swap(c.out);
     c.state = Connection::State::kDraining;
-    c.deadline_ms = MonotonicMs() + kDrainTimeoutMs;
+    c.deadline_ms = MonotonicMillis() + kDrainTimeoutMs;
   }
 
   void Expire(Connection& c) {

@@ -70,12 +70,6 @@ struct Limits {
 // lets a test allocate strictly inside a window without sleeping.
 inline std::atomic<std::uint64_t> g_delta_windows_started{0};
 
-inline std::int64_t MonotonicMs() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 // A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
 // loopback, unlike Go, which binds every interface), "localhost:6060",
 // "[::1]:6060", "0.0.0.0:6060" / "[::]:6060" (every interface, on request
@@ -368,7 +362,7 @@ class Server {
         fds.push_back(pollfd{wake_fd_, POLLIN, 0});
         // Out of file descriptors: accept() keeps failing while the listen
         // socket stays readable, so stop watching it for a moment.
-        const bool accept_paused = MonotonicMs() < accept_paused_until_ms_;
+        const bool accept_paused = MonotonicMillis() < accept_paused_until_ms_;
         fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
         std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
         for (const Connection& c : conns_) {
@@ -380,14 +374,14 @@ class Server {
         }
         int timeout = -1;
         if (next >= 0) {
-          const std::int64_t wait = next - MonotonicMs();
+          const std::int64_t wait = next - MonotonicMillis();
           timeout = wait <= 0 ? 0 : static_cast<int>(wait > 60000 ? 60000 : wait);
         }
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
         // Connections first (their indices match fds[2..]), then new ones.
-        const std::int64_t now = MonotonicMs();
+        const std::int64_t now = MonotonicMillis();
         for (std::size_t i = 0; i < conns_.size(); ++i) {
           if (n > 0 && fds[i + 2].revents != 0) Service(conns_[i], fds[i + 2].revents);
           Connection& c = conns_[i];
@@ -408,7 +402,7 @@ class Server {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          accept_paused_until_ms_ = MonotonicMs() + 100;
+          accept_paused_until_ms_ = MonotonicMillis() + 100;
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
@@ -420,7 +414,7 @@ class Server {
       }
       Connection c;
       c.fd = fd;
-      c.deadline_ms = MonotonicMs() + limits_.head_timeout_ms;
+      c.deadline_ms = MonotonicMillis() + limits_.head_timeout_ms;
       c.in.reserve(1024);
       conns_.push_back(std::move(c));
     }
@@ -504,7 +498,7 @@ class Server {
       c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
-      c.deadline_ms = MonotonicMs() + c.plan.seconds * 1000;
+      c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
       std::string().swap(c.in);
       return true;
     }
@@ -524,7 +518,7 @@ class Server {
     c.out = std::move(response);
     c.sent = 0;
     c.state = Connection::State::kWriting;
-    c.deadline_ms = MonotonicMs() + limits_.write_timeout_ms;
+    c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
     Flush(c);
   }
 
@@ -543,7 +537,7 @@ class Server {
     ::shutdown(c.fd, SHUT_WR);
     std::string().swap(c.out);
     c.state = Connection::State::kDraining;
-    c.deadline_ms = MonotonicMs() + kDrainTimeoutMs;
+    c.deadline_ms = MonotonicMillis() + kDrainTimeoutMs;
   }
 
   void Expire(Connection& c) {

@@ -62,6 +62,12 @@ inline void ReportLine(const std::string& line) noexcept {
   }
 }
 
+inline std::int64_t MonotonicMillis() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 inline std::string FormatBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   std::size_t u = 0;
@@ -167,12 +173,6 @@ class Dumper {
     if (sigaction(sig, &sa, nullptr) != 0) {
       ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
-  }
-
-  static std::int64_t MonotonicMillis() noexcept {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
   }
 
   static void* Main(void* self) noexcept {
@@ -380,11 +380,13 @@ inline void LeakReport(const std::string& prefix) noexcept {
     char name[64];
     std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
     const std::string path = prefix + name;
-    std::string error;
-    const bool written = WriteProfileFile(path, false, &error);
+    // One snapshot and one symbolizer for both the file and the table, so
+    // they agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
     const std::vector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
+    std::string error;
+    const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
     const std::vector<std::string> table = FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));

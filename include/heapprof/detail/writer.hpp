@@ -66,16 +66,20 @@ struct ProfileBaseline {
   std::int64_t time_nanos = 0;
 };
 
+// A bucket's counters as one reading. Frees first: it never exceeds allocs,
+// which only grows, so live = allocs - frees is never negative.
+inline BucketCounts ReadCounts(const Bucket* b) noexcept {
+  const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
+  const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+  return BucketCounts{b, allocs, frees};
+}
+
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
   EnsureInit();
   ProfileBaseline base;
   base.time_nanos = RealtimeNanos();
-  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-    const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-    const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
-    base.counts.push_back(BucketCounts{b, allocs, frees});
-  }
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) base.counts.push_back(ReadCounts(b));
   std::sort(base.counts.begin(), base.counts.end(),
             [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });
   return base;
@@ -105,9 +109,8 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
   }
   data.allocs_default = allocs_default;
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-    // frees first: it never exceeds allocs, which only grows.
-    const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-    const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+    const BucketCounts now = ReadCounts(b);
+    const std::uint64_t allocs = now.allocs, frees = now.frees;
     double alloc_count = 0, live_count = 0;
     if (since == nullptr) {
       alloc_count = static_cast<double>(allocs);
@@ -136,6 +139,14 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
   return data;
 }
 
+// `data` as a gzip'ed profile.proto message. Throws bad_alloc.
+inline std::string EncodeGzipped(const ProfileData& data, const std::vector<LoadedObject>& objects,
+                                 Symbolizer& symbolizer) {
+  std::string gz;
+  GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
+  return gz;
+}
+
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
 inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
@@ -146,9 +157,7 @@ inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
     const ProfileData data = SnapshotProfile(allocs_default, since);
     const std::vector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
-    const std::string raw = EncodeProfile(data, objects, symbolizer);
-    gz.clear();
-    GzipCompress(raw, gz);
+    gz = EncodeGzipped(data, objects, symbolizer);
     return true;
   } catch (...) {  // bad_alloc: a profile is never worth the process
     gz.clear();
@@ -191,8 +200,8 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     std::vector<TextRecord> records;
     for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-      const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-      const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+      const BucketCounts now = ReadCounts(b);
+      const std::uint64_t allocs = now.allocs, frees = now.frees;
       const std::uint64_t live = allocs > frees ? allocs - frees : 0;
       if (allocs == 0 || b->size == 0) continue;
       // What the reader will multiply by; what the bucket's counts stand for.
