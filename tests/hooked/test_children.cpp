@@ -9,21 +9,8 @@
 
 #include "support/profile_io.hpp"
 
-namespace {
-
-int RunSelf(const std::string& env, std::string& output) {
-  return heapprof_test::RunCommand(env + " " + heapprof_test::SelfExe(), output);
-}
-
-bool ReadProfileFile(const std::string& path, heapprof_test::Profile& p) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string raw;
-  return heapprof_test::Gunzip(ss.str(), raw) && heapprof_test::DecodeProfile(raw, p);
-}
-
-}  // namespace
+using heapprof_test::ReadProfileFile;
+using heapprof_test::RunSelf;
 
 TEST_CASE("allocations before main and in static destructors are recorded") {
   using namespace heapprof_test;

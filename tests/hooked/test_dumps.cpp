@@ -47,22 +47,9 @@ void RemoveDir(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-bool ReadProfileFile(const std::string& path, Profile& p) {
-  std::string raw;
-  return heapprof_test::Gunzip(ReadAll(path), raw) && heapprof_test::DecodeProfile(raw, p) &&
-         heapprof_test::Validate(p);
-}
-
-int RunChild(const std::string& env, std::string& output) {
-  return heapprof_test::RunCommand(env + " " + heapprof_test::SelfExe(), output);
-}
+using heapprof_test::ReadFile;
+using heapprof_test::ReadProfileFile;
+using heapprof_test::RunSelf;
 
 // Names in `dir` matching `pattern`.
 std::vector<std::string> Matching(const std::string& dir, const std::string& pattern) {
@@ -106,18 +93,12 @@ __attribute__((noinline)) char* DeltaDuring(std::size_t n) {
   return p;
 }
 
-struct RateGuard {
-  explicit RateGuard(std::size_t rate) : saved(heapprof::GetSampleRate()) { heapprof::SetSampleRate(rate); }
-  ~RateGuard() { heapprof::SetSampleRate(saved); }
-  std::size_t saved;
-};
-
 }  // namespace
 
 TEST_CASE("dump_interval: one dump per SIZE allocated, each a complete profile") {
   const std::string dir = MakeTempDir();
   std::string out;
-  const int rc = RunChild("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,dump_interval=1m HEAPPROF_TEST_DIR=" + dir +
+  const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,dump_interval=1m HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_bytes",
                           out);
   INFO(out);
@@ -139,7 +120,7 @@ TEST_CASE("dump_interval: one dump per SIZE allocated, each a complete profile")
 TEST_CASE("inuse_interval: a dump each time the in-use high-water mark grows by SIZE") {
   const std::string dir = MakeTempDir();
   std::string out;
-  const int rc = RunChild("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,inuse_interval=1m HEAPPROF_TEST_DIR=" + dir +
+  const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,inuse_interval=1m HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_bytes",
                           out);
   INFO(out);
@@ -152,7 +133,7 @@ TEST_CASE("inuse_interval: a dump each time the in-use high-water mark grows by 
 TEST_CASE("dump_time: dumps every SECONDS without any allocation") {
   const std::string dir = MakeTempDir();
   std::string out;
-  const int rc = RunChild("HEAPPROF=dump_prefix=" + dir + "/p,dump_time=1 HEAPPROF_TEST_DIR=" + dir +
+  const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_time=1 HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_time",
                           out);
   INFO(out);
@@ -165,7 +146,7 @@ TEST_CASE("dump_time: dumps every SECONDS without any allocation") {
 TEST_CASE("dump_signal: each signal gives one dump and the program carries on") {
   const std::string dir = MakeTempDir();
   std::string out;
-  const int rc = RunChild("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=SIGUSR1 HEAPPROF_TEST_DIR=" + dir +
+  const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=SIGUSR1 HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_signal",
                           out);
   INFO(out);
@@ -178,7 +159,7 @@ TEST_CASE("dump_signal: each signal gives one dump and the program carries on") 
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = MakeTempDir();
   std::string out;
-  const int rc = RunChild("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1 HEAPPROF_TEST_DIR=" +
+  const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1 HEAPPROF_TEST_DIR=" +
                               dir + " HEAPPROF_TEST_CHILD=dump_exit",
                           out);
   INFO(out);
@@ -219,7 +200,7 @@ TEST_CASE("leak_report without dump_prefix writes heapprof.<pid>.leaks.pb.gz in 
 
 TEST_CASE("a dump that cannot be written prints one line and the program exits normally") {
   std::string out;
-  const int rc = RunChild(
+  const int rc = RunSelf(
       "HEAPPROF=rate=1,dump_prefix=/nonexistent-heapprof-dir/p,dump_at_exit=1,leak_report=1 HEAPPROF_TEST_DIR=/tmp "
       "HEAPPROF_TEST_CHILD=dump_exit",
       out);
@@ -234,7 +215,7 @@ TEST_CASE("a dump that cannot be written prints one line and the program exits n
 
 TEST_CASE("bad dump and http values in HEAPPROF are reported one line each and ignored") {
   std::string out;
-  const int rc = RunChild(
+  const int rc = RunSelf(
       "HEAPPROF='dump_interval=0,inuse_interval=lots,dump_time=-1,dump_signal=KILL,dump_at_exit=yes,"
       "leak_report=2,dump_prefix=,http=,rate=4k' HEAPPROF_TEST_CHILD=print_rate",
       out);
@@ -249,7 +230,7 @@ TEST_CASE("bad dump and http values in HEAPPROF are reported one line each and i
 
 TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops before the leak report") {
   std::string out;
-  const int rc = RunChild("HEAPPROF=rate=1,http=127.0.0.1:0,leak_report=1,dump_prefix=/tmp/heapprof_http_env "
+  const int rc = RunSelf("HEAPPROF=rate=1,http=127.0.0.1:0,leak_report=1,dump_prefix=/tmp/heapprof_http_env "
                           "HEAPPROF_TEST_CHILD=http_env",
                           out);
   INFO(out);
@@ -262,7 +243,7 @@ TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops
 
 TEST_CASE("HEAPPROF=http with a bad address: one line, no server, the program runs") {
   std::string out;
-  const int rc = RunChild("HEAPPROF=http=localhost:99999 HEAPPROF_TEST_CHILD=print_rate", out);
+  const int rc = RunSelf("HEAPPROF=http=localhost:99999 HEAPPROF_TEST_CHILD=print_rate", out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(out.find("heapprof: HEAPPROF http=localhost:99999: ") != std::string::npos);
@@ -306,19 +287,17 @@ TEST_CASE("WriteHeapProfile(path): atomic replace; a reader never sees a partial
   CHECK(ListDir(dir).size() == 1);  // no temporaries left behind
 
   // A path that cannot be written: false, nothing created, old file untouched.
-  const std::string before = ReadAll(path);
+  const std::string before = ReadFile(path);
   CHECK_FALSE(heapprof::WriteHeapProfile(dir + "/missing/heap.pb.gz"));
   CHECK(ListDir(dir).size() == 1);
-  CHECK(ReadAll(path) == before);
+  CHECK(ReadFile(path) == before);
   RemoveDir(dir);
 }
 
 TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go tool pprof") {
-  RateGuard rate(1);
+  heapprof_test::RateScope rate(1);
   std::vector<char*> keep;
-#if defined(__clang__)
-#pragma clang loop unroll(disable)
-#endif
+  HEAPPROF_TEST_NO_UNROLL
   for (int i = 0; i < 10; ++i) keep.push_back(TextLeaf(4000));  // one call site: one stack
   for (int i = 0; i < 3; ++i) {
     delete[] keep.back();
@@ -352,7 +331,7 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
 }
 
 TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the counts back to estimates") {
-  RateGuard rate(65536);
+  heapprof_test::RateScope rate(65536);
   std::vector<char*> keep;
   // 32 MiB of 64 KiB objects: about 320 samples.
   for (int i = 0; i < 512; ++i) keep.push_back(TextLeaf(65536));
@@ -387,7 +366,7 @@ TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the count
 }
 
 TEST_CASE("delta profile: only what happened after the baseline, with duration_nanos") {
-  RateGuard rate(1);
+  heapprof_test::RateScope rate(1);
   std::vector<char*> before;
   for (int i = 0; i < 4; ++i) before.push_back(DeltaBefore(2000));
   const heapprof::detail::ProfileBaseline base = heapprof::detail::TakeBaseline();

@@ -30,14 +30,7 @@ void* g_http_keep_b[30];
 void* g_http_keep_text[50];
 void* g_http_keep_go[20];
 
-// One call site per leaf, so each leaf is one sample: clang -O2 fully unrolls
-// a 20-iteration loop into 20 call sites (20 stacks) unless told not to.
-#if defined(__clang__)
-#define HEAPPROF_TEST_NO_UNROLL _Pragma("clang loop unroll(disable)")
-#else
-#define HEAPPROF_TEST_NO_UNROLL _Pragma("GCC unroll 1")
-#endif
-
+// One call site per leaf, so each leaf is one sample (HEAPPROF_TEST_NO_UNROLL).
 __attribute__((noinline)) void HttpAllocBeforeWindow() {
   HEAPPROF_TEST_NO_UNROLL
   for (auto& p : g_http_keep_a) p = new char[3000];
@@ -65,12 +58,6 @@ void FreeAll(void* (&ptrs)[N]) {
     p = nullptr;
   }
 }
-
-struct RateScope {
-  std::size_t saved = heapprof::GetSampleRate();
-  explicit RateScope(std::size_t rate) { heapprof::SetSampleRate(rate); }
-  ~RateScope() { heapprof::SetSampleRate(saved); }
-};
 
 bool DecodeBody(const std::string& gz, Profile& p) {
   std::string raw, why;

@@ -95,6 +95,40 @@ inline bool WriteFile(const std::string& path, const std::string& bytes) {
   return static_cast<bool>(f);
 }
 
+// The whole file, "" if it cannot be read.
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A gzip'ed profile file: inflated, decoded and validated.
+inline bool ReadProfileFile(const std::string& path, Profile& p) {
+  std::string raw;
+  return Gunzip(ReadFile(path), raw) && DecodeProfile(raw, p) && Validate(p);
+}
+
+// This test binary again, as a child process with `env` prepended.
+inline int RunSelf(const std::string& env, std::string& output) { return RunCommand(env + " " + SelfExe(), output); }
+
+// Sets the sample rate for a scope and restores the previous one.
+struct RateScope {
+  std::size_t saved = heapprof::GetSampleRate();
+  explicit RateScope(std::size_t rate) { heapprof::SetSampleRate(rate); }
+  ~RateScope() { heapprof::SetSampleRate(saved); }
+  RateScope(const RateScope&) = delete;
+  RateScope& operator=(const RateScope&) = delete;
+};
+
+// Before a test loop whose iterations must share one call site (one stack):
+// clang -O2 fully unrolls a short constant-count loop into a call site each.
+#if defined(__clang__)
+#define HEAPPROF_TEST_NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define HEAPPROF_TEST_NO_UNROLL _Pragma("GCC unroll 1")
+#endif
+
 // `go tool pprof <args> <file>` with a private GOCACHE; "" go means skip.
 inline int GoPprof(const std::string& args, const std::string& file, std::string& output) {
   const std::string go = GoBinary();
