@@ -3,6 +3,7 @@
 //    a bounded set of endpoints and tenants)
 //  - nested: a one-label scope inside it
 //  - capture + carry: CurrentLabels() then ScopedLabels(set) on the same thread
+#define HEAPPROF_IMPLEMENTATION  // a one-file program: the implementation is compiled here
 #include <heapprof.hpp>
 
 #include <chrono>

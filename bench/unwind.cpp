@@ -43,8 +43,8 @@
 #include <exception>
 #include <vector>
 
-#include "heapprof/detail/unwind_fp.hpp"
-#include "heapprof/detail/unwind_table.hpp"
+#include "heapprof/detail/3_unwinding/frame_pointers.hpp"
+#include "heapprof/detail/3_unwinding/table.hpp"
 
 namespace {
 

@@ -1,23 +1,51 @@
 // heapprof: always-on sampled heap profiles in the pprof format for C++17.
 //
-//   #define HEAPPROF_REPLACE_NEW_DELETE   // in exactly one .cpp of the program
-//   #include <heapprof.hpp>
-//   ...
-//   std::ofstream f("heap.pb.gz", std::ios::binary);
-//   heapprof::WriteHeapProfile(f);       // go tool pprof -http=: ./app heap.pb.gz
-//   heapprof::ScopedLabels req{{"endpoint", "/search"}};  // per-request attribution
+// Two modes of one header (the doctest/stb pattern):
 //
-// Without HEAPPROF_REPLACE_NEW_DELETE this header adds no hook and no cost;
-// heapprof::allocator still profiles the containers that use it.
-#pragma once
+//   #include <heapprof.hpp>                  anywhere: the light API below
+//
+//   #define HEAPPROF_REPLACE_NEW_DELETE      in exactly one .cpp of the program:
+//   #include <heapprof.hpp>                  the light API, the implementation
+//                                            (compiled once, here) and the
+//                                            global operator new/delete hooks
+//
+// HEAPPROF_IMPLEMENTATION instead of HEAPPROF_REPLACE_NEW_DELETE compiles the
+// implementation without the global hooks (heapprof::allocator then profiles
+// just the containers that use it). Forgetting both is a link error that names
+// HEAPPROF_IMPLEMENTATION; defining them in two units is one too.
+//
+//   heapprof::ScopedLabels req{{"endpoint", "/search"}};  // per-request attribution
+//   heapprof::WriteHeapProfile("heap.pb.gz");            // go tool pprof -http=: ./app heap.pb.gz
+//
+// No #pragma once: a unit may include this header first without, then again
+// with HEAPPROF_IMPLEMENTATION defined. Each part below has its own guard.
 
+#ifndef HEAPPROF_HPP_API_INCLUDED
+#define HEAPPROF_HPP_API_INCLUDED
 #include "heapprof/config.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/labels.hpp"
 #include "heapprof/allocator.hpp"
 #include "heapprof/http.hpp"
-#include "heapprof/detail/dumps.hpp"
+#endif  // HEAPPROF_HPP_API_INCLUDED
 
+#if defined(HEAPPROF_REPLACE_NEW_DELETE) && !defined(HEAPPROF_IMPLEMENTATION)
+#define HEAPPROF_IMPLEMENTATION
+#endif
+
+// The implementation's internals, inline: the implementation unit compiles
+// them. HEAPPROF_INTERNALS alone gives them to tests and benchmarks without
+// defining the API (single_include/ has no other way to reach them).
+#if (defined(HEAPPROF_IMPLEMENTATION) || defined(HEAPPROF_INTERNALS)) && !defined(HEAPPROF_HPP_INTERNALS_INCLUDED)
+#define HEAPPROF_HPP_INTERNALS_INCLUDED
+#include "heapprof/detail/internals.hpp"
+#endif
+
+// The out-of-line half of the API and the hooks: exactly one unit.
+#if defined(HEAPPROF_IMPLEMENTATION) && !defined(HEAPPROF_HPP_IMPLEMENTATION_INCLUDED)
+#define HEAPPROF_HPP_IMPLEMENTATION_INCLUDED
+#include "heapprof/detail/implementation.hpp"
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
-#include "heapprof/detail/new_delete.hpp"
+#include "heapprof/detail/1_hooks/new_delete.hpp"
+#endif
 #endif

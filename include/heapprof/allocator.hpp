@@ -8,12 +8,28 @@
 // hook (its caller is the sample's leaf frame).
 #pragma once
 
-#include <cstddef>
-#include <memory>
-#include <type_traits>
-
 #include "heapprof/config.hpp"
-#include "heapprof/detail/engine.hpp"
+
+#if defined(HEAPPROF_CXX17)
+
+#include <cstddef>
+#include <type_traits>
+// std::allocator and std::allocator_traits. libstdc++ has them in two small
+// headers that <vector>, <string> and <map> include anyway; <memory> would
+// add ~10,000 lines of shared_ptr and friends to every unit using labels.
+#if defined(__GLIBCXX__) && defined(__has_include)
+#if __has_include(<bits/allocator.h>) && __has_include(<bits/alloc_traits.h>)
+#define HEAPPROF_DETAIL_SMALL_ALLOC_TRAITS 1
+#endif
+#endif
+#if defined(HEAPPROF_DETAIL_SMALL_ALLOC_TRAITS)
+#include <bits/allocator.h>
+#include <bits/alloc_traits.h>
+#else
+#include <memory>
+#endif
+
+#include "heapprof/detail/1_hooks/fast_path.hpp"
 #include "heapprof/labels.hpp"
 
 namespace heapprof {
@@ -56,6 +72,7 @@ class allocator {
 
   // noinline: its return address is the sample's leaf (the container code).
   HEAPPROF_NOINLINE T* allocate(size_type n) {
+#if HEAPPROF_ENABLED
     T* p;
     {
       detail::SuppressHooks quiet;
@@ -65,6 +82,9 @@ class allocator {
     detail::OnAlloc(p, static_cast<std::size_t>(n) * sizeof(T), __builtin_return_address(0));
     detail::tls_allocator_labels = nullptr;
     return p;
+#else
+    return upstream_traits::allocate(upstream_, n);
+#endif
   }
 
   void deallocate(T* p, size_type n) noexcept {
@@ -101,3 +121,5 @@ class allocator {
 };
 
 }  // namespace heapprof
+
+#endif  // HEAPPROF_CXX17

@@ -1,43 +1,18 @@
-// heapprof: the public API (see README.md).
+// heapprof: sample rate, Stats, profile writers, unwinder choice.
+//
+// Declarations only: the definitions are compiled once, by the translation
+// unit that defines HEAPPROF_IMPLEMENTATION (see <heapprof.hpp>).
 #pragma once
+
+#include "heapprof/config.hpp"
+
+#if defined(HEAPPROF_CXX17)
 
 #include <cstddef>
 #include <cstdint>
-#include <ostream>
-#include <string>
-
-#include "heapprof/config.hpp"
-#include "heapprof/detail/engine.hpp"
-#include "heapprof/detail/writer.hpp"
+#include <iosfwd>
 
 namespace heapprof {
-
-// Mean bytes between samples. 0 turns sampling off (Stats still count), 1
-// records every allocation. Any thread, any time; samples keep the rate they
-// were taken at, so estimates stay right across a change. Values above 2^40-1
-// are clamped to it.
-inline void SetSampleRate(std::size_t mean_bytes) {
-  detail::EnsureInit();
-  detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
-}
-
-inline std::size_t GetSampleRate() {
-  detail::EnsureInit();
-  return static_cast<std::size_t>(detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire)));
-}
-
-// gzip'ed pprof profile of the sampled heap; default sample type inuse_space.
-// False if the profile could not be built or the stream failed.
-inline bool WriteHeapProfile(std::ostream& out) { return detail::WriteProfile(out, false); }
-
-// The same data with default_sample_type "alloc_space".
-inline bool WriteAllocsProfile(std::ostream& out) { return detail::WriteProfile(out, true); }
-
-// The same, to a file: written to a temporary name in the same directory and
-// renamed, so a reader never sees half a profile. False (and `path` untouched)
-// if the file could not be written.
-inline bool WriteHeapProfile(const std::string& path) { return detail::WriteProfileFile(path, false); }
-inline bool WriteAllocsProfile(const std::string& path) { return detail::WriteProfileFile(path, true); }
 
 struct Stats {
   std::uint64_t alloc_objects, alloc_bytes;  // cumulative, every allocation the hooks saw
@@ -55,47 +30,47 @@ struct Stats {
   std::uint64_t samples_dropped;             // samples not recorded: tables full or out of memory
 };
 
-inline Stats GetStats() {
-  detail::EnsureInit();
-  const detail::Totals t = detail::g_registry.Sum();
-  Stats s{};
-  s.alloc_objects = t.alloc_objects;
-  s.alloc_bytes = t.alloc_bytes;
-  s.free_objects = t.free_objects;
-  s.free_bytes = t.free_bytes;
-  // Counters from different threads are read one after another: while others
-  // run, a free can be seen before its allocation. Never report a wrapped value.
-  s.live_objects = t.alloc_objects > t.free_objects ? t.alloc_objects - t.free_objects : 0;
-  s.live_bytes = t.alloc_bytes > t.free_bytes ? t.alloc_bytes - t.free_bytes : 0;
-  s.sampled_live_objects = detail::g_live_map.LiveCount();
-  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) +
-                     sizeof(detail::unwind_table::g_rule_cache);
-  s.label_sets = detail::g_labels.SetCount();
-  s.label_set_overflows = detail::g_labels.Overflows();
-  const detail::UnwindTableStats u = detail::GetUnwindTableStats();
-  s.unwind_objects = u.objects;
-  s.unwind_rows = u.rows;
-  s.unwind_table_bytes = u.bytes;
-  s.stacks = detail::g_buckets.StackCount();
-  s.stack_overflows = detail::g_buckets.StackOverflows();
-  s.samples_dropped = detail::g_buckets.SamplesDropped();
-  return s;
-}
-
 // How sampled stacks are walked. kTable (the default) reads the .eh_frame
 // unwind tables of every loaded object, compiled once into compact rows: full
 // stacks without frame pointers. kFramePointer follows the frame-pointer
 // chain: cheaper per frame, but stops or lies in code built without
 // -fno-omit-frame-pointer (most -O2 code and distro libraries).
-enum class Unwinder { kFramePointer = detail::kUnwinderFramePointer, kTable = detail::kUnwinderTable };
+enum class Unwinder { kFramePointer = 0, kTable = 1 };
 
-inline void SetUnwinder(Unwinder u) {
-  detail::EnsureInit();  // HEAPPROF=unwinder=... must not override a later explicit choice
-  detail::g_unwinder.store(static_cast<int>(u), std::memory_order_relaxed);
-}
-inline Unwinder GetUnwinder() {
-  detail::EnsureInit();
-  return static_cast<Unwinder>(detail::g_unwinder.load(std::memory_order_relaxed));
-}
+HEAPPROF_LINKED_BEGIN
+
+// Mean bytes between samples. 0 turns sampling off (Stats still count), 1
+// records every allocation. Any thread, any time; samples keep the rate they
+// were taken at, so estimates stay right across a change. Values above 2^40-1
+// are clamped to it.
+void SetSampleRate(std::size_t mean_bytes) noexcept;
+std::size_t GetSampleRate() noexcept;
+
+// Counters of every allocation and free the hooks saw, folded from per-thread
+// counters on read.
+Stats GetStats() noexcept;
+
+// gzip'ed pprof profile of the sampled heap; default sample type inuse_space.
+// False if the profile could not be built or the stream failed. The writers
+// throw nothing, but are not noexcept: a pthread_cancel of the writing thread
+// unwinds through them, as through any function that writes a file.
+bool WriteHeapProfile(std::ostream& out);
+// The same data with default_sample_type "alloc_space".
+bool WriteAllocsProfile(std::ostream& out);
+
+// The same, to a file: written to a temporary name in the same directory and
+// renamed, so a reader never sees half a profile. False (and `path` untouched)
+// if the file could not be written.
+bool WriteHeapProfile(const char* path);
+bool WriteAllocsProfile(const char* path);
+bool WriteHeapProfile(const std::string& path);
+bool WriteAllocsProfile(const std::string& path);
+
+void SetUnwinder(Unwinder u) noexcept;
+Unwinder GetUnwinder() noexcept;
+
+HEAPPROF_LINKED_END
 
 }  // namespace heapprof
+
+#endif  // HEAPPROF_CXX17

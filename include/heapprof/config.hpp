@@ -1,16 +1,37 @@
-// heapprof: compile-time switches and platform detection.
-// Every platform #ifdef of the library lives here or in the few files that must
-// touch the OS (arena, elf, unwind_fp, new_delete).
+// heapprof: version, compile-time switches, and every compiler and platform
+// test of the library. The rest of the code reads only the HEAPPROF_* macros
+// defined here.
+//
+// Included first by every public header. Before C++17 this file stops the
+// compilation with one #error line, and the headers that include it compile
+// to nothing, so that line is all a user sees.
 #pragma once
+
+#if !defined(__cplusplus) || __cplusplus < 201703L
+#error "heapprof needs C++17 or later: compile with -std=c++17 (or gnu++17, c++20, c++23)"
+#else
+#define HEAPPROF_CXX17 1
+#endif
+
+#if defined(HEAPPROF_CXX17)
 
 #include <cstddef>
 #include <cstdint>
 
-#if !defined(__linux__)
-#error "heapprof supports Linux (glibc or musl) only for now"
-#endif
-#if !defined(__GNUC__)
-#error "heapprof needs GCC or Clang (builtins for frame addresses and branch hints)"
+#define HEAPPROF_VERSION_MAJOR 0
+#define HEAPPROF_VERSION_MINOR 2
+#define HEAPPROF_VERSION_PATCH 0
+
+// ---------------------------------------------------------------- platform
+// heapprof profiles on Linux with glibc, x86-64 or aarch64, built by GCC or
+// Clang. Anywhere else (or with HEAPPROF_DISABLE defined) the whole API still
+// compiles and does nothing: no hook, Stats all zero, Write* return false,
+// HttpServer serves nothing. Portable code needs no #ifdef of its own.
+#if !defined(HEAPPROF_DISABLE) && defined(__linux__) && defined(__GNUC__) && \
+    (defined(__x86_64__) || defined(__aarch64__))
+#define HEAPPROF_ENABLED 1
+#else
+#define HEAPPROF_ENABLED 0
 #endif
 
 #if defined(__x86_64__)
@@ -19,34 +40,33 @@
 #define HEAPPROF_ARCH_AARCH64 1
 #endif
 
-// Deepest stack recorded, leaf first. A deeper stack is cut and ends with a
-// marker frame so the cut shows in every viewer.
-#ifndef HEAPPROF_MAX_FRAMES
-#define HEAPPROF_MAX_FRAMES 128
-#endif
-static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024,
-              "HEAPPROF_MAX_FRAMES out of range");
-
-// Default mean distance between samples in bytes: Go's and jemalloc's 512 KiB.
-#ifndef HEAPPROF_DEFAULT_SAMPLE_RATE
-#define HEAPPROF_DEFAULT_SAMPLE_RATE 524288
-#endif
-
+// ---------------------------------------------------------------- compiler
+#if defined(__GNUC__)
 #define HEAPPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HEAPPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HEAPPROF_NOINLINE __attribute__((noinline))
 #define HEAPPROF_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define HEAPPROF_LIKELY(x) (x)
+#define HEAPPROF_UNLIKELY(x) (x)
+#define HEAPPROF_NOINLINE
+#define HEAPPROF_ALWAYS_INLINE inline
+#endif
 
 // The fast path reads one thread-local pointer. initial-exec makes that a single
 // %fs-relative load instead of a __tls_get_addr call when heapprof lives in a
 // shared object; glibc reserves static TLS surplus for exactly this use.
-#if defined(HEAPPROF_NO_INITIAL_EXEC_TLS)
+#if defined(HEAPPROF_NO_INITIAL_EXEC_TLS) || !defined(__GNUC__)
 #define HEAPPROF_TLS_MODEL
 #else
 #define HEAPPROF_TLS_MODEL __attribute__((tls_model("initial-exec")))
 #endif
 
+#if defined(__GNUC__)
 #define HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((no_sanitize_address))
+#else
+#define HEAPPROF_NO_SANITIZE_ADDRESS
+#endif
 
 #if defined(__SANITIZE_THREAD__)
 #define HEAPPROF_TSAN 1
@@ -62,3 +82,55 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024,
 #define HEAPPROF_ASAN 1
 #endif
 #endif
+
+// Exceptions may be off (-fno-exceptions, as Google-style code bases build).
+// The implementation then never throws or catches: HEAPPROF_TRY/CATCH_ALL
+// compile to an if/else whose else is dead, and what would throw
+// std::bad_alloc still does, through the standard library (see
+// ThrowBadAlloc in detail/0_base/errors.hpp).
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#define HEAPPROF_EXCEPTIONS 1
+#define HEAPPROF_TRY try
+#define HEAPPROF_CATCH_ALL catch (...)
+#else
+#define HEAPPROF_EXCEPTIONS 0
+#define HEAPPROF_TRY if (true)
+#define HEAPPROF_CATCH_ALL else
+#endif
+// Where the standard library declares its out-of-line throw helpers: the way
+// to throw from code compiled without exceptions (the library itself was
+// built with them).
+#if defined(__has_include)
+#if __has_include(<bits/functexcept.h>)
+#define HEAPPROF_HAVE_FUNCTEXCEPT_H 1
+#endif
+#endif
+
+// ---------------------------------------------------------------- knobs
+// Deepest stack recorded, leaf first. A deeper stack is cut and ends with a
+// marker frame so the cut shows in every viewer.
+#ifndef HEAPPROF_MAX_FRAMES
+#define HEAPPROF_MAX_FRAMES 128
+#endif
+static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024, "HEAPPROF_MAX_FRAMES out of range");
+
+// Default mean distance between samples in bytes: Go's and jemalloc's 512 KiB.
+#ifndef HEAPPROF_DEFAULT_SAMPLE_RATE
+#define HEAPPROF_DEFAULT_SAMPLE_RATE 524288
+#endif
+
+// ---------------------------------------------------------------- linking
+// The API is in two halves. The light half (declarations, the inline
+// allocation fast path) is what every #include <heapprof.hpp> compiles. The
+// rest is compiled once, by the one translation unit that defines
+// HEAPPROF_IMPLEMENTATION (or HEAPPROF_REPLACE_NEW_DELETE, which implies it)
+// before including <heapprof.hpp>. Every function of that half is declared in
+// this inline namespace, so a program without that unit fails to link with a
+// message that says what to do:
+//   undefined reference to `heapprof::define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file::GetStats()'
+// and a program with two such units gets "multiple definition of" the same
+// names. Callers never spell it: heapprof::GetStats() finds it.
+#define HEAPPROF_LINKED_BEGIN inline namespace define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file {
+#define HEAPPROF_LINKED_END }
+
+#endif  // HEAPPROF_CXX17

@@ -9,43 +9,55 @@
 // group by them.
 #pragma once
 
+#include "heapprof/config.hpp"
+
+#if defined(HEAPPROF_CXX17)
+
 #include <cstddef>
-#include <cstdlib>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
 
-#include "heapprof/detail/engine.hpp"
-#include "heapprof/detail/labels.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"
 
 namespace heapprof {
 
-class ScopedLabels;
+using Label = std::pair<std::string_view, std::string_view>;
+
+namespace detail {
+HEAPPROF_LINKED_BEGIN
+// The interned set of `base`'s labels with `labels` merged over them (a later
+// value for a key wins); nullptr for the empty set.
+const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, std::size_t count) noexcept;
+const LabelSetData* MergeLabels(const LabelSetData* base, const LabelSetData* over) noexcept;
+std::size_t LabelCount(const LabelSetData* set) noexcept;
+Label LabelAt(const LabelSetData* set, std::size_t i) noexcept;
+// Says once on stderr that scopes were destroyed out of order; aborts when
+// `abort_after` (the caller's debug build).
+void ReportScopeMisuse(bool abort_after) noexcept;
+HEAPPROF_LINKED_END
+}  // namespace detail
 
 // An immutable, interned set of labels: copying is a pointer copy and two sets
 // are equal exactly when they hold the same (key, value) pairs.
 class LabelSet {
  public:
   LabelSet() noexcept = default;  // the empty set
-  LabelSet(std::initializer_list<std::pair<std::string_view, std::string_view>> labels) noexcept {
-    detail::LabelBuilder b;
-    for (const auto& kv : labels) b.Put(kv.first, kv.second);
-    data_ = Intern(b);
-  }
+  LabelSet(std::initializer_list<Label> labels) noexcept
+      : data_(detail::InternLabels(nullptr, labels.begin(), labels.size())) {}
 
   bool empty() const noexcept { return data_ == nullptr; }
-  std::size_t size() const noexcept { return data_ == nullptr ? 0 : data_->count; }
+  std::size_t size() const noexcept { return data_ == nullptr ? 0 : detail::LabelCount(data_); }
   // The value for `key`, or an empty view when absent.
   std::string_view Get(std::string_view key) const noexcept {
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (data_->entries()[i].key == key) return data_->entries()[i].value;
+    for (std::size_t i = 0, n = size(); i < n; ++i) {
+      const Label kv = detail::LabelAt(data_, i);
+      if (kv.first == key) return kv.second;
     }
     return {};
   }
   // The i-th (key, value) pair, in key order.
-  std::pair<std::string_view, std::string_view> operator[](std::size_t i) const noexcept {
-    return {data_->entries()[i].key, data_->entries()[i].value};
-  }
+  Label operator[](std::size_t i) const noexcept { return detail::LabelAt(data_, i); }
 
   friend bool operator==(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ == b.data_; }
   friend bool operator!=(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ != b.data_; }
@@ -58,13 +70,10 @@ class LabelSet {
   }
 
  private:
-  static const detail::LabelSetData* Intern(const detail::LabelBuilder& b) noexcept {
-    detail::EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
-    return detail::g_labels.Intern(b);
-  }
   const detail::LabelSetData* data_ = nullptr;
-  friend class ScopedLabels;
 };
+
+#if HEAPPROF_ENABLED
 
 // The calling thread's current label set.
 inline LabelSet CurrentLabels() noexcept { return LabelSet::FromData(detail::tls_current_labels); }
@@ -74,34 +83,26 @@ inline LabelSet CurrentLabels() noexcept { return LabelSet::FromData(detail::tls
 // thread: the destructor restores exactly the set that was current before.
 class ScopedLabels {
  public:
-  ScopedLabels(std::initializer_list<std::pair<std::string_view, std::string_view>> labels) noexcept
-      : previous_(detail::tls_current_labels) {
-    detail::LabelBuilder b;
-    b.AddAll(previous_);
-    for (const auto& kv : labels) b.Put(kv.first, kv.second);
-    Enter(b);
+  ScopedLabels(std::initializer_list<Label> labels) noexcept
+      : previous_(detail::tls_current_labels),
+        installed_(detail::InternLabels(previous_, labels.begin(), labels.size())) {
+    detail::tls_current_labels = installed_;
   }
   // Makes `set` current here, merged over this thread's set: how a thread
   // pool carries a request's labels (captured with CurrentLabels()) to a worker.
-  explicit ScopedLabels(const LabelSet& set) noexcept : previous_(detail::tls_current_labels) {
-    if (previous_ == nullptr || set.data_ == nullptr) {
-      installed_ = previous_ == nullptr ? set.data_ : previous_;
-      detail::tls_current_labels = installed_;
-      return;
-    }
-    detail::LabelBuilder b;
-    b.AddAll(previous_);
-    b.AddAll(set.data_);
-    Enter(b);
+  explicit ScopedLabels(const LabelSet& set) noexcept
+      : previous_(detail::tls_current_labels), installed_(detail::MergeLabels(previous_, set.data())) {
+    detail::tls_current_labels = installed_;
   }
   ~ScopedLabels() {
     // Only a scope's own exit may find its set current; anything else means a
     // scope in between was destroyed out of order. Debug builds stop there;
     // release builds say so once and restore this scope's predecessor.
     if (HEAPPROF_UNLIKELY(detail::tls_current_labels != installed_)) {
-      detail::ReportScopeMisuse();
-#if !defined(NDEBUG)
-      std::abort();
+#if defined(NDEBUG)
+      detail::ReportScopeMisuse(false);
+#else
+      detail::ReportScopeMisuse(true);
 #endif
     }
     detail::tls_current_labels = previous_;
@@ -112,12 +113,26 @@ class ScopedLabels {
   ScopedLabels& operator=(ScopedLabels&&) = delete;
 
  private:
-  void Enter(const detail::LabelBuilder& b) noexcept {
-    installed_ = LabelSet::Intern(b);
-    detail::tls_current_labels = installed_;
-  }
   const detail::LabelSetData* previous_;
-  const detail::LabelSetData* installed_ = nullptr;
+  const detail::LabelSetData* installed_;
 };
 
+#else  // !HEAPPROF_ENABLED: labels are accepted and dropped.
+
+inline LabelSet CurrentLabels() noexcept { return LabelSet(); }
+
+class ScopedLabels {
+ public:
+  ScopedLabels(std::initializer_list<Label>) noexcept {}
+  explicit ScopedLabels(const LabelSet&) noexcept {}
+  ScopedLabels(const ScopedLabels&) = delete;
+  ScopedLabels& operator=(const ScopedLabels&) = delete;
+  ScopedLabels(ScopedLabels&&) = delete;
+  ScopedLabels& operator=(ScopedLabels&&) = delete;
+};
+
+#endif  // HEAPPROF_ENABLED
+
 }  // namespace heapprof
+
+#endif  // HEAPPROF_CXX17

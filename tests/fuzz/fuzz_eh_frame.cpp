@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "heapprof/detail/eh_frame.hpp"
-#include "heapprof/detail/unwind_table.hpp"
+#include "heapprof/detail/3_unwinding/eh_frame.hpp"
+#include "heapprof/detail/3_unwinding/table.hpp"
 
 namespace eh = heapprof::detail::eh;
 namespace ut = heapprof::detail::unwind_table;

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "heapprof/detail/env_config.hpp"
+#include "heapprof/detail/0_base/env_config.hpp"
 
 namespace hd = heapprof::detail;
 

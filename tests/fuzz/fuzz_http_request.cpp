@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "heapprof/detail/http_parser.hpp"
+#include "heapprof/detail/6_serving/http_parser.hpp"
 
 namespace http = heapprof::detail::http;
 

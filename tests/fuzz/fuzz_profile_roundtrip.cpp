@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "heapprof/detail/gzip.hpp"
-#include "heapprof/detail/profile_builder.hpp"
+#include "heapprof/detail/5_encoding/gzip.hpp"
+#include "heapprof/detail/5_encoding/profile_builder.hpp"
 #include "support/inflate.hpp"
 #include "support/profile_decoder.hpp"
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <heapprof.hpp>
+#include "heapprof/detail/2_sampling/buckets.hpp"
 
 #include <dlfcn.h>
 #include <pthread.h>

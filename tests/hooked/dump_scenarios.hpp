@@ -3,6 +3,7 @@
 #pragma once
 
 #include <heapprof.hpp>
+#include "heapprof/detail/6_serving/startup.hpp"
 
 #include <csignal>
 #include <cstdio>

@@ -1,6 +1,8 @@
 // Automatic dumps, the leak report, profile files, the legacy text format and
 // delta profiles (issue 4, without the HTTP server).
 #include <heapprof.hpp>
+#include "heapprof/detail/5_encoding/snapshot.hpp"
+#include "heapprof/detail/5_encoding/text_profile.hpp"
 
 #include <doctest/doctest.h>
 

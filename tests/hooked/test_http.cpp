@@ -2,6 +2,7 @@
 // headers and messages; `go tool pprof` fetching over HTTP; delta profiles;
 // hostile clients (junk, oversized, slow, many, not reading).
 #include <heapprof.hpp>
+#include "heapprof/detail/6_serving/http_server.hpp"
 
 #include <doctest/doctest.h>
 

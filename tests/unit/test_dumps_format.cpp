@@ -1,5 +1,8 @@
 // Pieces of the dump/leak-report code that need no process of their own.
 #include <heapprof.hpp>
+#include "heapprof/detail/0_base/env_config.hpp"
+#include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/6_serving/leak_report.hpp"
 
 #include <doctest/doctest.h>
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "heapprof/detail/elf.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
 
 // Hand-written functions with and without .size, to pin down the rules for
 // size-0 symbols: one is trusted up to the next symbol, a sized function is

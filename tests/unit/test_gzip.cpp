@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "heapprof/detail/gzip.hpp"
+#include "heapprof/detail/5_encoding/gzip.hpp"
 #include "support/inflate.hpp"
 
 namespace {

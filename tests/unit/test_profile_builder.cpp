@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "heapprof/detail/elf.hpp"
-#include "heapprof/detail/profile_builder.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/profile_builder.hpp"
 #include "support/profile_decoder.hpp"
 
 // Real functions of this binary whose addresses stand in for unwound frames.

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "heapprof/detail/protobuf.hpp"
+#include "heapprof/detail/5_encoding/protobuf.hpp"
 #include "support/profile_decoder.hpp"
 
 namespace {

@@ -1,5 +1,8 @@
 // The sampler's draw: an exponential distribution with mean = rate.
 #include <heapprof.hpp>
+#include "heapprof/detail/0_base/env_config.hpp"
+#include "heapprof/detail/2_sampling/sampler.hpp"
+#include "heapprof/detail/5_encoding/snapshot.hpp"
 
 #include <doctest/doctest.h>
 

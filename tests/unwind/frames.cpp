@@ -16,7 +16,7 @@
 #include <streambuf>
 #include <thread>
 
-#include "heapprof/detail/unwind_table.hpp"
+#include "heapprof/detail/3_unwinding/table.hpp"
 
 namespace unwind_test {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "heapprof/detail/unwind_fp.hpp"
+#include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 
 namespace unwind_test {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "frames.hpp"
-#include "heapprof/detail/unwind_table.hpp"
+#include "heapprof/detail/3_unwinding/table.hpp"
 
 namespace hd = heapprof::detail;
 namespace ut = heapprof::detail::unwind_table;

@@ -33,7 +33,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "heapprof/detail/arena.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
 
 namespace heapprof {
 namespace detail {

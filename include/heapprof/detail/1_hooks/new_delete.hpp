@@ -2,6 +2,7 @@
 // Included by <heapprof.hpp> only when HEAPPROF_REPLACE_NEW_DELETE is defined,
 // which a program does in exactly one translation unit (these are ordinary,
 // non-inline definitions: a second copy is a link error, as it should be).
+// Without a supported platform (HEAPPROF_ENABLED 0) nothing is replaced.
 //
 // Behaviour is the standard library's (invariant 6): the new_handler loop and
 // std::bad_alloc, nullptr from the nothrow forms, alignment honoured. Each
@@ -9,54 +10,80 @@
 // a subtract, a branch and three stores to the allocation.
 #pragma once
 
+#include "heapprof/config.hpp"
+
+#if HEAPPROF_ENABLED
+
 #include <cstddef>
 #include <cstdlib>
 #include <new>
 
-#include "heapprof/detail/engine.hpp"
+#include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
 
 namespace heapprof {
 namespace detail {
 
-// malloc, then the standard's retry loop: call the new_handler until it
-// throws or malloc succeeds; no handler means bad_alloc.
-HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
-  if (n == 0) n = 1;  // every new returns a distinct pointer
+// What the standard asks of a replaceable operator new when the allocation
+// fails: call the new_handler until it throws or the allocation succeeds; no
+// handler means std::bad_alloc. `nothrow`: a throwing handler or the missing
+// one means nullptr instead. Built without exceptions, a handler that throws
+// cannot be caught here: it ends the program, as it would in any unit built
+// that way.
+template <class Allocate>
+HEAPPROF_ALWAYS_INLINE void* RetryWithNewHandler(Allocate allocate, bool nothrow) {
   for (;;) {
-    if (void* p = std::malloc(n)) return p;
+    if (void* p = allocate()) return p;
     std::new_handler handler = std::get_new_handler();
-    if (handler == nullptr) throw std::bad_alloc();
+    if (handler == nullptr) {
+      if (nothrow) return nullptr;
+      ThrowBadAlloc();
+    }
+#if HEAPPROF_EXCEPTIONS
+    if (nothrow) {
+      try {
+        handler();
+      } catch (...) {
+        return nullptr;
+      }
+      continue;
+    }
+#endif
     handler();
   }
 }
 
-HEAPPROF_ALWAYS_INLINE void* AllocateAlignedOrThrow(std::size_t n, std::align_val_t al) {
-  std::size_t align = static_cast<std::size_t>(al);
-  if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
-  if (n == 0) n = 1;
-  for (;;) {
-    void* p = nullptr;
-    if (posix_memalign(&p, align, n) == 0) return p;
-    std::new_handler handler = std::get_new_handler();
-    if (handler == nullptr) throw std::bad_alloc();
-    handler();
-  }
+HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
+  if (n == 0) n = 1;  // every new returns a distinct pointer
+  if (void* p = std::malloc(n)) return p;
+  return RetryWithNewHandler([n] { return std::malloc(n); }, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
-  try {
-    return AllocateOrThrow(n);
-  } catch (...) {
-    return nullptr;
-  }
+  if (n == 0) n = 1;
+  if (void* p = std::malloc(n)) return p;
+  return RetryWithNewHandler([n] { return std::malloc(n); }, true);
+}
+
+HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noexcept {
+  void* p = nullptr;
+  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+}
+
+HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
+  std::size_t align = static_cast<std::size_t>(al);
+  if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
+  if (n == 0) n = 1;
+  if (void* p = AlignedMalloc(n, align)) return p;
+  return RetryWithNewHandler([n, align] { return AlignedMalloc(n, align); }, nothrow);
+}
+
+HEAPPROF_ALWAYS_INLINE void* AllocateAlignedOrThrow(std::size_t n, std::align_val_t al) {
+  return AllocateAligned(n, al, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_val_t al) noexcept {
-  try {
-    return AllocateAlignedOrThrow(n, al);
-  } catch (...) {
-    return nullptr;
-  }
+  return AllocateAligned(n, al, true);
 }
 
 }  // namespace detail
@@ -183,3 +210,5 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 }
 
 #undef HEAPPROF_DETAIL_HOOK
+
+#endif  // HEAPPROF_ENABLED

@@ -1,12 +1,12 @@
-// heapprof: the sampling engine: what every hooked allocation and free runs.
+// heapprof: the sampling engine: the slow paths behind the inline fast paths
+// of 1_hooks/fast_path.hpp, start-up, fork handling.
 //
-//   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
-//     └─ OnAllocSlow (noinline)       register thread / redraw / sample
-//          └─ RecordSample            unwind → bucket → live map
-//   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
-//     └─ OnFreeSlow (noinline)        live map lookup, bucket frees++
+//   OnAllocSlow (out of line)        register thread / redraw / sample
+//     └─ RecordSample                unwind → bucket → live map
+//   OnFreeSlow (out of line)         live map lookup, bucket frees++
 //
-// The fast paths are the few lines below; everything else is out of line.
+// OnAllocSlow and OnFreeSlow themselves are defined by the implementation
+// unit (detail/implementation.hpp) around AllocSlowPath and FreeSlowPath.
 #pragma once
 
 #include <atomic>
@@ -19,16 +19,17 @@
 #include <unistd.h>
 
 #include "heapprof/config.hpp"
-#include "heapprof/detail/arena.hpp"
-#include "heapprof/detail/buckets.hpp"
-#include "heapprof/detail/env_config.hpp"
-#include "heapprof/detail/labels.hpp"
-#include "heapprof/detail/live_map.hpp"
-#include "heapprof/detail/loader_lock.hpp"
-#include "heapprof/detail/sampler.hpp"
-#include "heapprof/detail/thread_state.hpp"
-#include "heapprof/detail/unwind_fp.hpp"
-#include "heapprof/detail/unwind_table.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/2_sampling/buckets.hpp"
+#include "heapprof/detail/0_base/env_config.hpp"
+#include "heapprof/detail/2_sampling/labels.hpp"
+#include "heapprof/detail/2_sampling/live_map.hpp"
+#include "heapprof/detail/3_unwinding/loader_lock.hpp"
+#include "heapprof/detail/2_sampling/sampler.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"
+#include "heapprof/detail/2_sampling/thread_registry.hpp"
+#include "heapprof/detail/3_unwinding/frame_pointers.hpp"
+#include "heapprof/detail/3_unwinding/table.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -134,7 +135,7 @@ HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
   ts->rng = SeedFor(ts);
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   ts->rate_epoch = EpochOf(state);
-  ts->countdown.store(FreshCountdown(*ts, RateOf(state)), std::memory_order_relaxed);
+  StoreRelaxed(ts->countdown, FreshCountdown(*ts, RateOf(state)));
   pthread_setspecific(g_thread_key, ts);
   tls_thread_state = ts;
   return ts;
@@ -201,7 +202,11 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
-HEAPPROF_NOINLINE inline void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
+// The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
+// unwinders' starting point: its saved rbp is the hook's and its return
+// address points into the hook.
+HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return,
+                                          const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;  // heapprof::allocator counts this one itself
   ThreadState* ts = CurrentThreadSlot(flags);
@@ -213,7 +218,7 @@ HEAPPROF_NOINLINE inline void OnAllocSlow(void* p, std::size_t n, const void* ho
   BumpCounter(ts->alloc_bytes, n);
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   const std::uint64_t rate = RateOf(state);
-  std::int64_t left = ts->countdown.load(std::memory_order_relaxed);
+  std::int64_t left = LoadRelaxed(ts->countdown);
   if (ts->rate_epoch != EpochOf(state)) {
     // The rate changed: restart the sampling process at the new rate from
     // this allocation on (memorylessness makes the restart unbiased).
@@ -222,18 +227,16 @@ HEAPPROF_NOINLINE inline void OnAllocSlow(void* p, std::size_t n, const void* ho
   }
   left -= static_cast<std::int64_t>(n);
   if (left > 0) {
-    ts->countdown.store(left, std::memory_order_relaxed);
+    StoreRelaxed(ts->countdown, left);
     return;
   }
-  ts->countdown.store(FreshCountdown(*ts, rate), std::memory_order_relaxed);
+  StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
   if (rate == 0 || flags.guard != 0) return;  // off, or the profiler's own allocation
-  RecordSample(p, n, rate, hook_return, *ts, __builtin_frame_address(0));
-  // No tail call: the unwinder reads this function's frame record, which a
-  // tail call would pop before RecordSample runs (clang -O2 does that).
-  asm volatile("" ::: "memory");
+  RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
-HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept {
+// The body of OnFreeSlow.
+HEAPPROF_ALWAYS_INLINE void FreeSlowPath(void* p, std::size_t n, bool sized) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;
   // Even under the guard: a sampled object's free must never be lost.
@@ -254,34 +257,6 @@ HEAPPROF_NOINLINE inline void OnFreeSlow(void* p, std::size_t n, bool sized) noe
   BumpCounter(ts->free_bytes, n);
 }
 
-// ---------------------------------------------------------------- fast paths
-
-// After a successful allocation of `n` bytes at `p`. `hook_return` is the
-// return address of the hook function: the leaf frame of the sample.
-HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_return) noexcept {
-  ThreadState* ts = tls_thread_state;
-  const std::int64_t left = ts->countdown.load(std::memory_order_relaxed) - static_cast<std::int64_t>(n);
-  if (HEAPPROF_UNLIKELY(left <= 0)) {
-    OnAllocSlow(p, n, hook_return);
-    return;
-  }
-  ts->countdown.store(left, std::memory_order_relaxed);
-  BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, n);
-}
-
-// Before `p` (of `n` bytes) goes back to the allocator. Must run before the
-// memory is released: afterwards malloc may hand the address to another thread.
-HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
-  ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    OnFreeSlow(p, n, true);
-    return;
-  }
-  BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, n);
-}
-
 // Unsized operator delete: the caller did not say how big the object was.
 // malloc_usable_size is the allocator's own answer (>= the requested size);
 // programs built with sized deallocation (GCC's default) never come here.
@@ -294,29 +269,6 @@ HEAPPROF_ALWAYS_INLINE void OnFreeUnsized(void* p) noexcept {
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, malloc_usable_size(p));
 }
-
-// heapprof::allocator calls its upstream inside this scope: any operator new or
-// delete that the upstream reaches is not counted a second time. The fast paths
-// stay unchanged: the thread is pointed at the empty state, which sends them to
-// the slow path, which sees `suppress` and returns.
-class SuppressHooks {
- public:
-  SuppressHooks() noexcept
-      : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
-    tls_thread_flags.suppress = true;
-    tls_thread_state = &g_empty_thread_state;
-  }
-  ~SuppressHooks() {
-    tls_thread_state = saved_state_;
-    tls_thread_flags.suppress = saved_suppress_;
-  }
-  SuppressHooks(const SuppressHooks&) = delete;
-  SuppressHooks& operator=(const SuppressHooks&) = delete;
-
- private:
-  ThreadState* saved_state_;
-  bool saved_suppress_;
-};
 
 }  // namespace detail
 }  // namespace heapprof

@@ -1,10 +1,5 @@
-// heapprof: per-thread state: the sampling countdown and the Stats counters.
-//
-// The fast path reads one thread-local pointer and the countdown behind it
-// (invariant 3: no atomic read-modify-write, no shared cache line written). A
-// thread that never reached the slow path points at g_empty_thread_state, whose
-// countdown is 0 forever, so its first allocation takes the slow path and
-// registers a real slot (mimalloc's "empty heap" trick: no null check).
+// heapprof: the registry of per-thread states (1_hooks/fast_path.hpp), and the
+// reentrancy guard.
 //
 // Slots live in the arena and are never unmapped; a thread's slot is recycled
 // after its exit is seen through a pthread key destructor, which first folds the
@@ -17,44 +12,12 @@
 #include <pthread.h>
 
 #include "heapprof/config.hpp"
-#include "heapprof/detail/arena.hpp"
-#include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"
 
 namespace heapprof {
 namespace detail {
-
-struct alignas(64) ThreadState {
-  // --- written by the owning thread on every allocation and free ---
-  // Relaxed atomics written with load+store (not RMW): plain moves on x86-64,
-  // yet readable by GetStats from other threads without a data race.
-  std::atomic<std::int64_t> countdown{0};  // bytes until the next sample
-  std::atomic<std::uint64_t> alloc_objects{0};
-  std::atomic<std::uint64_t> alloc_bytes{0};
-  std::atomic<std::uint64_t> free_objects{0};
-  std::atomic<std::uint64_t> free_bytes{0};
-  // --- owner only, slow path ---
-  std::uint64_t rng = 0;
-  std::uint64_t rate_epoch = 0;  // epoch of the rate the countdown was drawn at
-  std::uintptr_t stack_lo = 0;   // [stack_lo, stack_hi): this thread's stack
-  std::uintptr_t stack_hi = 0;
-  // --- registry, under g_registry.lock ---
-  ThreadState* next_slot = nullptr;  // every slot ever made
-  ThreadState* next_free = nullptr;  // slots whose thread has exited
-  bool in_use = false;
-};
-
-// Never written: its countdown of 0 sends every allocation to the slow path.
-inline ThreadState g_empty_thread_state;
-
-inline thread_local ThreadState* tls_thread_state HEAPPROF_TLS_MODEL = &g_empty_thread_state;
-
-// Read only on slow paths.
-struct ThreadFlags {
-  std::uint32_t guard = 0;  // > 0 while the profiler itself runs on this thread
-  bool suppress = false;    // heapprof::allocator is calling its upstream
-  bool exiting = false;     // our key destructor ran: do not register again
-};
-inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL;
 
 // The profiler's own work on this thread: allocations it makes are counted in
 // Stats but never sampled, and nothing re-enters the sampling machinery.
@@ -96,11 +59,11 @@ class ThreadRegistry {
   void Release(ThreadState* slot) noexcept {
     LockGuard hold(lock_);
     Fold(*slot, retired_);
-    slot->alloc_objects.store(0, std::memory_order_relaxed);
-    slot->alloc_bytes.store(0, std::memory_order_relaxed);
-    slot->free_objects.store(0, std::memory_order_relaxed);
-    slot->free_bytes.store(0, std::memory_order_relaxed);
-    slot->countdown.store(0, std::memory_order_relaxed);
+    StoreRelaxed(slot->alloc_objects, std::uint64_t{0});
+    StoreRelaxed(slot->alloc_bytes, std::uint64_t{0});
+    StoreRelaxed(slot->free_objects, std::uint64_t{0});
+    StoreRelaxed(slot->free_bytes, std::uint64_t{0});
+    StoreRelaxed(slot->countdown, std::int64_t{0});
     slot->in_use = false;
     slot->next_free = free_;
     free_ = slot;
@@ -138,7 +101,7 @@ class ThreadRegistry {
   void PokeAll() noexcept {
     LockGuard hold(lock_);
     for (ThreadState* s = all_; s != nullptr; s = s->next_slot) {
-      if (s->in_use) s->countdown.store(0, std::memory_order_relaxed);
+      if (s->in_use) StoreRelaxed(s->countdown, std::int64_t{0});
     }
   }
 
@@ -146,10 +109,10 @@ class ThreadRegistry {
 
  private:
   static void Fold(const ThreadState& s, Totals& t) noexcept {
-    t.alloc_objects += s.alloc_objects.load(std::memory_order_relaxed);
-    t.alloc_bytes += s.alloc_bytes.load(std::memory_order_relaxed);
-    t.free_objects += s.free_objects.load(std::memory_order_relaxed);
-    t.free_bytes += s.free_bytes.load(std::memory_order_relaxed);
+    t.alloc_objects += LoadRelaxed(s.alloc_objects);
+    t.alloc_bytes += LoadRelaxed(s.alloc_bytes);
+    t.free_objects += LoadRelaxed(s.free_objects);
+    t.free_bytes += LoadRelaxed(s.free_bytes);
   }
 
   SpinLock lock_;
@@ -161,11 +124,6 @@ class ThreadRegistry {
 };
 
 inline ThreadRegistry g_registry;
-
-// Relaxed load+store increment: the owner is the only writer.
-HEAPPROF_ALWAYS_INLINE void BumpCounter(std::atomic<std::uint64_t>& c, std::uint64_t by) noexcept {
-  c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
-}
 
 }  // namespace detail
 }  // namespace heapprof

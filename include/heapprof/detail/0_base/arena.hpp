@@ -11,7 +11,7 @@
 #include <cstring>
 #include <sys/mman.h>
 
-#include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
 
 namespace heapprof {
 namespace detail {

@@ -50,12 +50,12 @@
 #include <cstring>
 #include <new>
 
-#include "heapprof/detail/loader_lock.hpp"
+#include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/config.hpp"
-#include "heapprof/detail/arena.hpp"
-#include "heapprof/detail/eh_frame.hpp"
-#include "heapprof/detail/spinlock.hpp"
-#include "heapprof/detail/unwind_fp.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/3_unwinding/eh_frame.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 
 // Stack reads below may touch bytes ASan considers poisoned (another frame's
 // redzone, when a frame-pointer guess lands there): they are bounds-checked

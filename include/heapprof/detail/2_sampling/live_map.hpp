@@ -1,7 +1,7 @@
 // heapprof: sampled objects that are still live, found again on free.
 //
 // Two parts:
-//  - the free filter: 2^16 counters indexed by a hash of the pointer; a counter
+//  - the free filter (1_hooks/fast_path.hpp): 2^16 counters indexed by a hash of the pointer; a counter
 //    is the number of live sampled objects hashing there. An unsampled free
 //    reads one counter, sees 0 and is done (one load and a branch). Counters
 //    change only under the owning shard's lock; one that reaches 0xFFFF sticks
@@ -20,32 +20,15 @@
 #include <cstdint>
 
 #include "heapprof/config.hpp"
-#include "heapprof/detail/arena.hpp"
-#include "heapprof/detail/buckets.hpp"
-#include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/2_sampling/buckets.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"
 
 namespace heapprof {
 namespace detail {
 
-constexpr int kFreeFilterBits = 16;
 constexpr int kLiveShardBits = 6;
-
-// Fibonacci hashing: the top bits of p * 2^64/phi spread neighbouring,
-// 16-byte-aligned pointers over the whole table.
-HEAPPROF_ALWAYS_INLINE std::uint64_t PointerHash(const void* p) noexcept {
-  return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull;
-}
-HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
-  return static_cast<std::size_t>(PointerHash(p) >> (64 - kFreeFilterBits));
-}
-
-inline std::atomic<std::uint16_t> g_free_filter[std::size_t{1} << kFreeFilterBits];
-
-// False only when `p` is certainly not a live sampled object: the one load an
-// unsampled free pays.
-HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
-  return g_free_filter[FreeFilterIndex(p)].load(std::memory_order_relaxed) != 0;
-}
 
 class LiveMap {
  public:
@@ -170,10 +153,10 @@ class LiveMap {
   }
 
   static void FilterAdd(const void* p, int delta) noexcept {
-    std::atomic<std::uint16_t>& c = g_free_filter[FreeFilterIndex(p)];
-    const std::uint16_t v = c.load(std::memory_order_relaxed);
+    std::uint16_t& c = g_free_filter[FreeFilterIndex(p)];
+    const std::uint16_t v = LoadRelaxed(c);
     if (v == 0xFFFF) return;  // saturated: stays "maybe sampled" for good
-    c.store(static_cast<std::uint16_t>(v + delta), std::memory_order_relaxed);
+    StoreRelaxed(c, static_cast<std::uint16_t>(v + delta));
   }
 
   Shard shards_[std::size_t{1} << kLiveShardBits];

@@ -15,16 +15,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "heapprof/detail/loader_lock.hpp"
 #include "heapprof/config.hpp"
-#include "heapprof/detail/elf_reader.hpp"
+#include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/3_unwinding/loader_lock.hpp"
+#include "heapprof/detail/4_symbolization/elf_file.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -132,7 +132,7 @@ struct CollectState {
   std::uintptr_t vdso = 0;
   std::uintptr_t page_mask = 0;
   bool first = true;
-  std::exception_ptr error;
+  bool out_of_memory = false;
 };
 
 // Called by dl_iterate_phdr with the loader's lock held: an exception must not
@@ -141,7 +141,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
   CollectState& state = *static_cast<CollectState*>(data);
   const bool first = state.first;
   state.first = false;
-  try {
+  HEAPPROF_TRY {
     // The vDSO has no file for the symbolizer or pprof to read.
     if (state.vdso != 0 && SegmentCovers(*info, state.vdso)) return 0;
     const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
@@ -168,8 +168,9 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
       object.build_id = build_id;
       state.out->push_back(std::move(object));
     }
-  } catch (...) {
-    state.error = std::current_exception();
+  }
+  HEAPPROF_CATCH_ALL {
+    state.out_of_memory = true;  // std::string or std::vector: bad_alloc
     return 1;
   }
   return 0;
@@ -411,7 +412,7 @@ inline std::vector<LoadedObject> CollectLoadedObjects() {
   if (page == 0 || (page & (page - 1)) != 0) page = 4096;
   state.page_mask = page - 1;
   IterateLoadedObjects(&elf::CollectObject, &state);
-  if (state.error) std::rethrow_exception(state.error);
+  if (state.out_of_memory) ThrowBadAlloc();
   return objects;
 }
 

@@ -10,8 +10,8 @@
 
 #include <link.h>
 
-#include "heapprof/detail/spinlock.hpp"
-#include "heapprof/detail/thread_state.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/2_sampling/thread_registry.hpp"
 
 namespace heapprof {
 namespace detail {

@@ -24,10 +24,10 @@
 #include <cstring>
 
 #include "heapprof/config.hpp"
-#include "heapprof/detail/arena.hpp"
-#include "heapprof/detail/hash.hpp"
-#include "heapprof/detail/intern_table.hpp"
-#include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/0_base/hash.hpp"
+#include "heapprof/detail/0_base/intern_table.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
 
 namespace heapprof {
 namespace detail {

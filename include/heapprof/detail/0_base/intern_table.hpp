@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "heapprof/detail/arena.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
 
 namespace heapprof {
 namespace detail {

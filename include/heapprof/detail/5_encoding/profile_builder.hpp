@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "heapprof/config.hpp"
-#include "heapprof/detail/elf.hpp"
-#include "heapprof/detail/protobuf.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/protobuf.hpp"
 
 namespace heapprof {
 namespace detail {

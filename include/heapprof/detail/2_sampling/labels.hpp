@@ -20,10 +20,11 @@
 #include <unistd.h>
 
 #include "heapprof/config.hpp"
-#include "heapprof/detail/arena.hpp"
-#include "heapprof/detail/hash.hpp"
-#include "heapprof/detail/intern_table.hpp"
-#include "heapprof/detail/spinlock.hpp"
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/0_base/hash.hpp"
+#include "heapprof/detail/0_base/intern_table.hpp"
+#include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -168,13 +169,8 @@ class LabelRegistry {
 
 inline LabelRegistry g_labels;
 
-// The calling thread's current set (nullptr = empty), and the set a
-// heapprof::allocator carries while it records an allocation.
-inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL = nullptr;
-inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL = nullptr;
-
-// The set a sample taken now is attributed to: the thread's, with an
-// allocator's labels merged over it.
+// The set a sample taken now is attributed to: the thread's (1_hooks/fast_path.hpp),
+// with an allocator's labels merged over it.
 inline const LabelSetData* CurrentSampleLabels() noexcept {
   const LabelSetData* thread = tls_current_labels;
   const LabelSetData* extra = tls_allocator_labels;
@@ -184,16 +180,6 @@ inline const LabelSetData* CurrentSampleLabels() noexcept {
   b.AddAll(thread);
   b.AddAll(extra);
   return g_labels.Intern(b);
-}
-
-inline std::atomic<bool> g_scope_misuse_reported{false};
-
-inline void ReportScopeMisuse() noexcept {
-  if (g_scope_misuse_reported.exchange(true, std::memory_order_relaxed)) return;
-  static const char kMessage[] =
-      "heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread)\n";
-  ssize_t ignored = write(2, kMessage, sizeof kMessage - 1);
-  (void)ignored;
 }
 
 }  // namespace detail

@@ -1,0 +1,196 @@
+// heapprof: what every hooked allocation and free runs inline, and the
+// per-thread state it touches. Part of the light half of the API: every unit
+// that uses heapprof::allocator compiles this file, so it includes nothing
+// heavy (no <atomic>: the few atomic accesses are the compiler's builtins).
+//
+//   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
+//     └─ OnAllocSlow (out of line)    register thread / redraw / sample
+//   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
+//     └─ OnFreeSlow (out of line)     live map lookup, bucket frees++
+//
+// The slow paths are compiled once, by the implementation unit
+// (2_sampling/engine.hpp). Invariant 3 of DESIGN.md: the fast paths touch
+// only the calling thread's state and one read-only filter counter: no atomic
+// read-modify-write, no shared cache line written, no syscall.
+#pragma once
+
+#include "heapprof/config.hpp"
+
+#if defined(HEAPPROF_CXX17)
+
+#include <cstddef>
+#include <cstdint>
+
+namespace heapprof {
+namespace detail {
+
+struct LabelSetData;  // an interned label set (2_sampling/labels.hpp)
+
+#if HEAPPROF_ENABLED
+
+// Relaxed atomic load and store of a plain field: plain moves on x86-64 and
+// aarch64, yet a reader on another thread (GetStats) is no data race. The
+// owner of a counter is its only writer, so load + store is an exact
+// increment without a locked instruction.
+template <class T>
+HEAPPROF_ALWAYS_INLINE T LoadRelaxed(const T& x) noexcept {
+  return __atomic_load_n(&x, __ATOMIC_RELAXED);
+}
+template <class T>
+HEAPPROF_ALWAYS_INLINE void StoreRelaxed(T& x, T v) noexcept {
+  __atomic_store_n(&x, v, __ATOMIC_RELAXED);
+}
+HEAPPROF_ALWAYS_INLINE void BumpCounter(std::uint64_t& c, std::uint64_t by) noexcept {
+  StoreRelaxed(c, LoadRelaxed(c) + by);
+}
+
+// One thread's state. The fast path reads the thread-local pointer and the
+// five words at its start; the rest is the slow path's and the registry's
+// (2_sampling/thread_registry.hpp). Slots live in the profiler's arena, one
+// cache line each, and are recycled when their thread exits.
+struct alignas(64) ThreadState {
+  // --- written by the owning thread on every allocation and free ---
+  std::int64_t countdown = 0;  // bytes until the next sample
+  std::uint64_t alloc_objects = 0;
+  std::uint64_t alloc_bytes = 0;
+  std::uint64_t free_objects = 0;
+  std::uint64_t free_bytes = 0;
+  // --- owner only, slow path ---
+  std::uint64_t rng = 0;
+  std::uint64_t rate_epoch = 0;  // epoch of the rate the countdown was drawn at
+  std::uintptr_t stack_lo = 0;   // [stack_lo, stack_hi): this thread's stack
+  std::uintptr_t stack_hi = 0;
+  // --- registry, under its lock ---
+  ThreadState* next_slot = nullptr;  // every slot ever made
+  ThreadState* next_free = nullptr;  // slots whose thread has exited
+  bool in_use = false;
+};
+
+// A thread that never reached the slow path points here (mimalloc's "empty
+// heap" trick: no null check on the fast path). Never written: its countdown
+// of 0 sends every allocation to the slow path, which registers a real slot.
+inline ThreadState g_empty_thread_state;
+
+inline thread_local ThreadState* tls_thread_state HEAPPROF_TLS_MODEL = &g_empty_thread_state;
+
+// Read only on slow paths.
+struct ThreadFlags {
+  std::uint32_t guard = 0;  // > 0 while the profiler itself runs on this thread
+  bool suppress = false;    // heapprof::allocator is calling its upstream
+  bool exiting = false;     // our key destructor ran: do not register again
+};
+inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL;
+
+// The calling thread's current label set (nullptr = empty), and the set a
+// heapprof::allocator carries while it records an allocation.
+inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL = nullptr;
+inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL = nullptr;
+
+// ---------------------------------------------------------------- free filter
+// 2^16 counters indexed by a hash of the pointer; a counter is the number of
+// live sampled objects hashing there. An unsampled free reads one counter,
+// sees 0 and is done. Counters change only under the live map's shard lock
+// (2_sampling/live_map.hpp).
+constexpr int kFreeFilterBits = 16;
+
+// Fibonacci hashing: the top bits of p * 2^64/phi spread neighbouring,
+// 16-byte-aligned pointers over the whole table.
+HEAPPROF_ALWAYS_INLINE std::uint64_t PointerHash(const void* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull;
+}
+HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
+  return static_cast<std::size_t>(PointerHash(p) >> (64 - kFreeFilterBits));
+}
+
+inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits];
+
+// False only when `p` is certainly not a live sampled object: the one load an
+// unsampled free pays.
+HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
+  return LoadRelaxed(g_free_filter[FreeFilterIndex(p)]) != 0;
+}
+
+// ---------------------------------------------------------------- slow paths
+// Compiled once, in the implementation unit.
+HEAPPROF_LINKED_BEGIN
+// An allocation that ran the countdown out (or the thread's first).
+void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept;
+// A free of a maybe-sampled object (or the thread's first). `sized` false:
+// the caller did not know `n`.
+void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept;
+HEAPPROF_LINKED_END
+
+#endif  // HEAPPROF_ENABLED
+
+// ---------------------------------------------------------------- fast paths
+
+// After a successful allocation of `n` bytes at `p`. `hook_return` is the
+// return address of the hook function: the leaf frame of the sample.
+HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_return) noexcept {
+#if HEAPPROF_ENABLED
+  ThreadState* ts = tls_thread_state;
+  const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
+  if (HEAPPROF_UNLIKELY(left <= 0)) {
+    OnAllocSlow(p, n, hook_return);
+    return;
+  }
+  StoreRelaxed(ts->countdown, left);
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, n);
+#else
+  (void)p, (void)n, (void)hook_return;
+#endif
+}
+
+// Before `p` (of `n` bytes) goes back to the allocator. Must run before the
+// memory is released: afterwards malloc may hand the address to another thread.
+HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
+#if HEAPPROF_ENABLED
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
+    OnFreeSlow(p, n, true);
+    return;
+  }
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, n);
+#else
+  (void)p, (void)n;
+#endif
+}
+
+// heapprof::allocator calls its upstream inside this scope: any operator new or
+// delete that the upstream reaches is not counted a second time. The fast paths
+// stay unchanged: the thread is pointed at the empty state, which sends them to
+// the slow path, which sees `suppress` and returns.
+#if HEAPPROF_ENABLED
+class SuppressHooks {
+ public:
+  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+    tls_thread_flags.suppress = true;
+    tls_thread_state = &g_empty_thread_state;
+  }
+  ~SuppressHooks() {
+    tls_thread_state = saved_state_;
+    tls_thread_flags.suppress = saved_suppress_;
+  }
+  SuppressHooks(const SuppressHooks&) = delete;
+  SuppressHooks& operator=(const SuppressHooks&) = delete;
+
+ private:
+  ThreadState* saved_state_;
+  bool saved_suppress_;
+};
+#else
+// Without a profiler: nothing to suppress.
+class SuppressHooks {
+ public:
+  SuppressHooks() noexcept {}
+  SuppressHooks(const SuppressHooks&) = delete;
+  SuppressHooks& operator=(const SuppressHooks&) = delete;
+};
+#endif
+
+}  // namespace detail
+}  // namespace heapprof
+
+#endif  // HEAPPROF_CXX17

@@ -1,0 +1,138 @@
+// heapprof: Go's legacy text heap profile (net/http/pprof ?debug=1).
+#pragma once
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "heapprof/detail/2_sampling/buckets.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/snapshot.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// Go's legacy text heap profile (net/http/pprof ?debug=1), which `go tool
+// pprof` also parses:
+//   heap profile: <inuse objs>: <inuse bytes> [<alloc objs>: <alloc bytes>] @ heap/<2*rate>
+//   <inuse objs>: <inuse bytes> [<alloc objs>: <alloc bytes>] @ 0x<ret addr> ...
+//   #	0x<ret addr>	<function>+0x<offset>
+// then our Stats as comments and MAPPED_LIBRARIES: (the /proc/self/maps lines
+// of the executable segments) so pprof can symbolize from the files. The
+// counts are raw sample counts that the reader scales with Go's formula at
+// the header's rate (2*rate, a quirk pprof expects). One record per bucket, so
+// the mean object size the formula needs is exact; a bucket sampled at an
+// older rate has its counts converted to the header's rate. At rate 0 or 1
+// the counts are the estimates themselves (pprof does not scale those).
+inline void AppendFormat(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void AppendFormat(std::string& out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) out.append(buf, static_cast<std::size_t>(n) < sizeof buf ? static_cast<std::size_t>(n) : sizeof buf - 1);
+}
+
+struct TextRecord {
+  const Bucket* bucket;
+  std::int64_t inuse_objects, alloc_objects;  // raw counts at the header's rate
+};
+
+inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
+  ReentrancyGuard guard;
+  EnsureInit();
+  WarnIfNoAllocationSeen();
+  HEAPPROF_TRY {
+    out.clear();
+    const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
+    std::vector<TextRecord> records;
+    for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+      const BucketCounts now = ReadCounts(b);
+      const std::uint64_t allocs = now.allocs, frees = now.frees;
+      const std::uint64_t live = allocs > frees ? allocs - frees : 0;
+      if (allocs == 0 || b->size == 0) continue;
+      // What the reader will multiply by; what the bucket's counts stand for.
+      const double reader_scale = rate <= 1 ? 1.0 : HeapSampleScale(b->size, rate);
+      const double ratio = HeapSampleScale(b->size, b->rate) / reader_scale;
+      TextRecord r{b, static_cast<std::int64_t>(live), static_cast<std::int64_t>(allocs)};
+      if (b->rate != rate && !(rate <= 1 && b->rate <= 1)) {
+        r.inuse_objects = std::llround(static_cast<double>(live) * ratio);
+        r.alloc_objects = std::llround(static_cast<double>(allocs) * ratio);
+      }
+      records.push_back(r);
+    }
+    std::sort(records.begin(), records.end(), [](const TextRecord& a, const TextRecord& b) {
+      return a.inuse_objects * static_cast<std::int64_t>(a.bucket->size) >
+             b.inuse_objects * static_cast<std::int64_t>(b.bucket->size);
+    });
+    std::int64_t ti = 0, tib = 0, ta = 0, tab = 0;
+    for (const TextRecord& r : records) {
+      const auto size = static_cast<std::int64_t>(r.bucket->size);
+      ti += r.inuse_objects;
+      tib += r.inuse_objects * size;
+      ta += r.alloc_objects;
+      tab += r.alloc_objects * size;
+    }
+    AppendFormat(out, "heap profile: %lld: %lld [%lld: %lld] @ heap/%llu\n", static_cast<long long>(ti),
+                 static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
+                 static_cast<unsigned long long>(2 * rate));
+    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    Symbolizer symbolizer(objects);
+    std::string name;
+    for (const TextRecord& r : records) {
+      const auto size = static_cast<std::int64_t>(r.bucket->size);
+      AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
+                   static_cast<long long>(r.inuse_objects * size), static_cast<long long>(r.alloc_objects),
+                   static_cast<long long>(r.alloc_objects * size));
+      const StackRecord* stack = r.bucket->stack;
+      for (std::uint32_t i = 0; i < stack->depth; ++i) {
+        AppendFormat(out, " %#llx", static_cast<unsigned long long>(stack->pcs()[i]));
+      }
+      out += '\n';
+      for (std::uint32_t i = 0; i < stack->depth; ++i) {
+        const std::uintptr_t pc = stack->pcs()[i];
+        std::uintptr_t start = 0;
+        if (symbolizer.Lookup(pc - 1, name, start)) {
+          AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
+          out += name;
+          AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
+        } else {
+          AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+        }
+      }
+      if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {
+        out += "# labels:";
+        for (std::uint32_t i = 0; i < r.bucket->labels->count; ++i) {
+          out += ' ';
+          out += r.bucket->labels->entries()[i].key;
+          out += '=';
+          out += r.bucket->labels->entries()[i].value;
+        }
+        out += '\n';
+      }
+      out += '\n';
+    }
+    if (extra_comments) extra_comments(out);
+    out += "\nMAPPED_LIBRARIES:\n";
+    for (const LoadedObject& o : objects) {
+      AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
+                   static_cast<unsigned long long>(o.limit), static_cast<unsigned long long>(o.file_offset));
+      out += o.path;
+      out += '\n';
+    }
+    return true;
+  }
+  HEAPPROF_CATCH_ALL {
+    out.clear();
+    return false;
+  }
+}
+
+}  // namespace detail
+}  // namespace heapprof

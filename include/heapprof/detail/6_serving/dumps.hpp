@@ -1,0 +1,198 @@
+// heapprof: automatic heap profile dumps.
+//
+// What gperftools' HEAPPROFILE and jemalloc's prof_prefix give, driven by
+// HEAPPROF keys (env_config.hpp):
+//   dump_prefix=PATH      files PATH.<pid>.<seq>.heap.pb.gz (default prefix "heapprof")
+//   dump_interval=SIZE    a dump each time SIZE more bytes have been allocated
+//   inuse_interval=SIZE   a dump each time the in-use high-water mark grows by SIZE
+//   dump_time=SECONDS     a dump every SECONDS
+//   dump_signal=SIGNAME   a dump when the process receives SIGNAME
+//   dump_at_exit=1        a last dump at exit (startup.hpp)
+//
+// Dumps are written by one background thread, never from inside an allocation:
+// it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
+// timeout that is the next dump_time deadline, or 10 ms while a byte trigger is
+// set, when it reads Stats (a walk of the thread slots). Each file is written
+// to a temporary name and renamed (WriteFileAtomic). A failed write prints one
+// line and the program runs on.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "heapprof/api.hpp"
+#include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/6_serving/files.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// How often the dumper thread reads Stats while a byte trigger is set.
+constexpr int kDumpPollMillis = 10;
+
+class Dumper {
+ public:
+  constexpr Dumper() noexcept = default;
+
+  // Starts the thread if a trigger is configured. Called once, at start-up.
+  void Start(const EnvConfig& cfg) noexcept {
+    cfg_ = &cfg;
+    if (!cfg.WantsDumper()) return;
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ReportLine(std::string("cannot start the dump thread: pipe: ") + std::strerror(errno));
+      return;
+    }
+    if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
+    // The thread takes no signals: the program's handlers run on its threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (rc != 0) {
+      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
+      return;
+    }
+    running_.store(true, std::memory_order_release);
+  }
+
+  // Stops and joins the thread (exit path); later Dump() calls still work.
+  void Stop() noexcept {
+    if (!running_.exchange(false, std::memory_order_acq_rel)) return;
+    stop_.store(true, std::memory_order_release);
+    Wake();
+    pthread_join(thread_, nullptr);
+  }
+
+  // Writes the next <prefix>.<pid>.<seq>.heap.pb.gz; `why` goes in the log line.
+  bool Dump(const char* why) noexcept {
+    ReentrancyGuard guard;
+    pthread_mutex_lock(&write_mutex_);
+    bool ok = false;
+    HEAPPROF_TRY {
+      const unsigned seq = ++seq_;
+      char name[64];
+      std::snprintf(name, sizeof name, ".%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), seq);
+      const std::string path = Prefix() + name;
+      std::string error;
+      ok = WriteProfileFile(path, false, &error);
+      if (ok) {
+        ReportLine("wrote " + path + " (" + why + ")");
+      } else {
+        ReportLine("cannot write heap profile (" + std::string(why) + "): " + error);
+      }
+    }
+    HEAPPROF_CATCH_ALL { ok = false; }
+    pthread_mutex_unlock(&write_mutex_);
+    return ok;
+  }
+
+  std::string Prefix() const {
+    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? std::string(cfg_->dump_prefix) : std::string("heapprof");
+  }
+
+  // The signal handler's end of the pipe (async-signal-safe: one write(2)).
+  void OnSignal() noexcept {
+    signal_pending_.store(true, std::memory_order_relaxed);
+    Wake();
+  }
+
+ private:
+  void Wake() noexcept {
+    const int saved = errno;
+    const char byte = 1;
+    ssize_t ignored = ::write(wake_[1], &byte, 1);  // full pipe: a wake-up is already pending
+    (void)ignored;
+    errno = saved;
+  }
+
+  static void SignalHandler(int) noexcept;
+
+  void InstallSignalHandler(int sig) noexcept {
+    struct sigaction sa {};
+    sa.sa_handler = &Dumper::SignalHandler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(sig, &sa, nullptr) != 0) {
+      ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
+    }
+  }
+
+  static void* Main(void* self) noexcept {
+    ReentrancyGuard guard;  // the thread's own allocations are counted, never sampled
+    static_cast<Dumper*>(self)->Loop();
+    return nullptr;
+  }
+
+  void Loop() noexcept {
+    const EnvConfig& cfg = *cfg_;
+    const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
+    std::uint64_t next_alloc_mark = cfg.dump_interval;
+    std::uint64_t next_inuse_mark = cfg.inuse_interval;
+    const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
+    std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
+    char drain[64];
+    while (!stop_.load(std::memory_order_acquire)) {
+      int timeout = -1;
+      if (byte_triggers) timeout = kDumpPollMillis;
+      if (next_time != 0) {
+        const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
+        if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
+      }
+      pollfd pfd{wake_[0], POLLIN, 0};
+      ::poll(&pfd, 1, timeout);
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+      if (stop_.load(std::memory_order_acquire)) break;
+      if (signal_pending_.exchange(false, std::memory_order_relaxed)) Dump("dump_signal");
+      if (next_time != 0) {
+        const std::int64_t now = MonotonicMillis();
+        if (now >= next_time) {
+          while (next_time <= now) next_time += period_ms;  // missed periods are not replayed
+          Dump("dump_time");
+        }
+      }
+      if (byte_triggers) {
+        const Stats s = GetStats();
+        if (cfg.dump_interval != 0 && s.alloc_bytes >= next_alloc_mark) {
+          next_alloc_mark = (s.alloc_bytes / cfg.dump_interval + 1) * cfg.dump_interval;
+          Dump("dump_interval");
+        }
+        if (cfg.inuse_interval != 0 && s.live_bytes >= next_inuse_mark) {
+          next_inuse_mark = s.live_bytes + cfg.inuse_interval;
+          Dump("inuse_interval");
+        }
+      }
+    }
+  }
+
+  const EnvConfig* cfg_ = nullptr;
+  int wake_[2] = {-1, -1};
+  pthread_t thread_{};
+  std::atomic<bool> running_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> signal_pending_{false};
+  pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  unsigned seq_ = 0;  // under write_mutex_
+};
+
+inline Dumper g_dumper;
+
+inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,633 @@
+// heapprof: the HTTP server behind heapprof::HttpServer (heapprof/http.hpp),
+// serving profiles the way Go's net/http/pprof does.
+//
+// One background thread runs a poll() loop over non-blocking sockets; every
+// allocation it makes is under the reentrancy guard, so the server never shows
+// up in the profiles it serves. Paths, parameters, headers and messages follow
+// net/http/pprof (see README.md, "Serving profiles over HTTP"):
+//   /debug/pprof/                 HTML index
+//   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
+//                                 ?seconds=N: the delta over the next N s)
+// Every response closes its connection. Limits (why: a profiling port must
+// never hurt the service): kMaxConnections open at once (more get a 503),
+// kHeadTimeoutMs to send the request head (slow clients get a 408),
+// kWriteTimeoutMs to take the response, heads of at most 8 KiB / 64 fields.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <csignal>
+#include <pthread.h>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "heapprof/api.hpp"
+#include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/2_sampling/thread_registry.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/snapshot.hpp"
+#include "heapprof/detail/5_encoding/text_profile.hpp"
+#include "heapprof/detail/6_serving/http_parser.hpp"
+
+namespace heapprof {
+namespace detail {
+namespace http {
+
+constexpr std::size_t kMaxConnections = 64;
+constexpr std::int64_t kHeadTimeoutMs = 10000;
+constexpr std::int64_t kWriteTimeoutMs = 60000;
+// After the response, unread request bytes are read and dropped for up to
+// this long (or kDrainBytes) before closing: closing a socket with unread
+// input sends a reset, which can destroy the response before the client reads
+// it (the 431 answer to an oversized head, say).
+constexpr std::int64_t kDrainTimeoutMs = 2000;
+constexpr std::size_t kDrainBytes = 1 << 20;
+
+// The limits above, as one value a test can shrink.
+struct Limits {
+  std::size_t max_connections = kMaxConnections;
+  std::int64_t head_timeout_ms = kHeadTimeoutMs;
+  std::int64_t write_timeout_ms = kWriteTimeoutMs;
+};
+
+// Delta windows (?seconds=N) whose baseline has been taken, over all servers:
+// lets a test allocate strictly inside a window without sleeping.
+inline std::atomic<std::uint64_t> g_delta_windows_started{0};
+
+// A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
+// loopback, unlike Go, which binds every interface), "localhost:6060",
+// "[::1]:6060", "0.0.0.0:6060" / "[::]:6060" (every interface, on request
+// only). Hosts are numeric (no DNS lookups from inside a profiler) except
+// "localhost". Port 0 picks a free one.
+struct ListenAddress {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+// Why a server did not start. kInvalidAddress is a malformed `listen`
+// (std::invalid_argument from HttpServer), kSystem a failed socket call
+// (std::system_error, with `err`).
+struct StartError {
+  enum Kind { kNone, kInvalidAddress, kSystem } kind = kNone;
+  int err = 0;
+  std::string message;  // the whole message
+  std::string context;  // kSystem: the message without strerror(err), for std::system_error
+};
+
+// False (and `error` says why) for a malformed address.
+inline bool ParseListenAddress(std::string_view listen, ListenAddress& out, StartError& error) {
+  const auto bad = [&](const char* why) {
+    error.kind = StartError::kInvalidAddress;
+    error.message = "heapprof::HttpServer: bad listen address \"" + std::string(listen) + "\": " + why +
+                    " (expected host:port, e.g. 127.0.0.1:6060, [::1]:6060 or :0)";
+    return false;
+  };
+  std::string_view host, port;
+  if (!listen.empty() && listen[0] == '[') {
+    const std::size_t close = listen.find(']');
+    if (close == std::string_view::npos) return bad("missing ']'");
+    host = listen.substr(1, close - 1);
+    if (close + 1 >= listen.size() || listen[close + 1] != ':') return bad("missing :port");
+    port = listen.substr(close + 2);
+    if (host.empty()) return bad("empty IPv6 address");
+  } else {
+    const std::size_t colon = listen.rfind(':');
+    if (colon == std::string_view::npos) return bad("missing :port");
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) return bad("an IPv6 address needs brackets");
+  }
+  if (port.empty() || port.size() > 5) return bad("bad port");
+  unsigned value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return bad("bad port");
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value > 65535) return bad("port out of range");
+
+  out = ListenAddress{};
+  if (listen[0] == '[') {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.addr);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<std::uint16_t>(value));
+    const std::string h(host);
+    if (inet_pton(AF_INET6, h.c_str(), &a6->sin6_addr) != 1) return bad("not a numeric IPv6 address");
+    out.len = sizeof(sockaddr_in6);
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&out.addr);
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<std::uint16_t>(value));
+    const std::string h = host.empty() || host == "localhost" ? std::string("127.0.0.1") : std::string(host);
+    if (inet_pton(AF_INET, h.c_str(), &a4->sin_addr) != 1) return bad("not a numeric IPv4 address or localhost");
+    out.len = sizeof(sockaddr_in);
+  }
+  return true;
+}
+
+inline const char* StatusText(int status) noexcept {
+  switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 413: return "Content Too Large";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+  }
+}
+
+// Status line, headers, Content-Length, Connection: close, then the body
+// unless head_only.
+inline void AppendResponse(std::string& out, int status, const std::vector<std::pair<const char*, std::string>>& headers,
+                           const std::string& body, bool head_only) {
+  char line[96];
+  std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
+  out += line;
+  for (const auto& h : headers) {
+    out += h.first;
+    out += ": ";
+    out += h.second;
+    out += "\r\n";
+  }
+  std::snprintf(line, sizeof line, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.size());
+  out += line;
+  if (!head_only) out += body;
+}
+
+// Go's serveError / http.Error: one line of text.
+inline std::string ErrorResponse(int status, const char* reason, bool head_only = false) {
+  std::string out;
+  std::vector<std::pair<const char*, std::string>> headers = {
+      {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
+  if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
+  AppendResponse(out, status, headers, std::string(reason) + "\n", head_only);
+  return out;
+}
+
+inline std::string IndexHtml() {
+  std::string b =
+      "<html>\n<head>\n<title>/debug/pprof/</title>\n<style>\n.profile-name{\n\tdisplay:inline-block;\n"
+      "\twidth:6rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/<br>\n<br>\nTypes of profiles available:\n"
+      "<table>\n<thead><td>Count</td><td>Profile</td></thead>\n";
+  char line[160];
+  const std::uint64_t live = GetStats().sampled_live_objects;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
+                static_cast<unsigned long long>(live));
+  b += line;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
+                static_cast<unsigned long long>(live));
+  b += line;
+  b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
+       "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
+       "(<a href='allocs'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
+       "You can specify the gc GET parameter to run GC before taking the heap sample "
+       "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
+       "</ul>\n</p>\n</body>\n</html>\n";
+  return b;
+}
+
+// Stats as `# name = value` lines after the records, like Go's
+// `# runtime.MemStats` block.
+inline void AppendStatsComments(std::string& out) {
+  const Stats s = GetStats();
+  out += "\n# heapprof.Stats\n";
+  const std::pair<const char*, std::uint64_t> rows[] = {
+      {"alloc_objects", s.alloc_objects}, {"alloc_bytes", s.alloc_bytes},
+      {"free_objects", s.free_objects},   {"free_bytes", s.free_bytes},
+      {"live_objects", s.live_objects},   {"live_bytes", s.live_bytes},
+      {"sampled_live_objects", s.sampled_live_objects}, {"profiler_bytes", s.profiler_bytes},
+      {"label_sets", s.label_sets},       {"label_set_overflows", s.label_set_overflows},
+      {"sample_rate", GetSampleRate()},
+  };
+  for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
+}
+
+// Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
+// address that resolves.
+inline std::string SymbolBody(std::string_view addresses) {
+  std::string body = "num_symbols: 1\n";
+  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  Symbolizer symbolizer(objects);
+  std::string name;
+  ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
+    std::uintptr_t start = 0;
+    if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
+      AppendFormat(body, "%#llx ", static_cast<unsigned long long>(pc));
+      body += name;
+      body += '\n';
+    }
+  });
+  return body;
+}
+
+// The complete response for a plan (other than kDelta before its window
+// ends). `symbol_request`: kSymbol's addresses (the body or the query).
+inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
+                                 std::string_view symbol_request = {}) {
+  const char* name = plan.allocs ? "allocs" : "heap";
+  std::string out, body;
+  switch (plan.action) {
+    case Action::kError:
+      return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only);
+    case Action::kRedirect:
+      AppendResponse(out, 301,
+                     {{"Location", "/debug/pprof/"}, {"Content-Type", "text/html; charset=utf-8"}},
+                     "<a href=\"/debug/pprof/\">Moved Permanently</a>.\n\n", plan.head_only);
+      return out;
+    case Action::kIndex:
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/html; charset=utf-8"}},
+                     IndexHtml(), plan.head_only);
+      return out;
+    case Action::kSymbol:
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
+                     SymbolBody(symbol_request), plan.head_only);
+      return out;
+    case Action::kText:
+      if (!BuildTextHeapProfile(body, AppendStatsComments)) {
+        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      }
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
+                     plan.head_only);
+      return out;
+    case Action::kProfile:
+    case Action::kDelta: {
+      if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
+        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      }
+      std::string disposition = "attachment; filename=\"";
+      disposition += name;
+      if (plan.action == Action::kDelta) disposition += "-delta";
+      disposition += '"';
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"},
+                      {"Content-Type", "application/octet-stream"},
+                      {"Content-Disposition", disposition}},
+                     body, plan.head_only);
+      return out;
+    }
+  }
+  return ErrorResponse(500, "internal error", plan.head_only);
+}
+
+struct Connection {
+  enum class State { kReading, kReadingBody, kWaiting, kWriting, kDraining };
+  int fd = -1;
+  State state = State::kReading;
+  std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
+  std::size_t drained = 0;
+  std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
+  std::string in;
+  std::string out;
+  std::size_t sent = 0;
+  Plan plan;
+  std::unique_ptr<ProfileBaseline> baseline;
+};
+
+class Server {
+ public:
+  // Listens and starts the thread; ok() says whether it did, error() why not.
+  explicit Server(std::string_view listen, Limits limits = {}) : limits_(limits) {
+    ListenAddress addr;
+    if (!ParseListenAddress(listen, addr, error_)) return;
+    const auto fail = [&](int err, const std::string& what) {
+      error_.kind = StartError::kSystem;
+      error_.err = err;
+      error_.context = "heapprof::HttpServer: " + what;
+      error_.message = error_.context + ": " + std::strerror(err);
+      if (listen_fd_ >= 0) ::close(listen_fd_);
+      if (wake_fd_ >= 0) ::close(wake_fd_);
+      listen_fd_ = wake_fd_ = -1;
+    };
+    listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) {
+      fail(errno, "socket");
+      return;
+    }
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
+        ::listen(listen_fd_, 128) != 0) {
+      fail(errno, "cannot listen on " + std::string(listen));
+      return;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) {
+      fail(errno, "eventfd");
+      return;
+    }
+    // The server thread takes no signals: the program's handlers run on its own threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (rc != 0) {
+      fail(rc, "cannot start its thread");
+      return;
+    }
+    running_ = true;
+  }
+
+  bool ok() const noexcept { return running_; }
+  const StartError& error() const noexcept { return error_; }
+
+  ~Server() {
+    if (!running_) return;
+    stop_.store(true, std::memory_order_release);
+    const std::uint64_t one = 1;
+    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+    // In a forked child the server thread does not exist: joining would wait
+    // forever.
+    if (::getpid() == owner_pid_) pthread_join(thread_, nullptr);
+    for (Connection& c : conns_) ::close(c.fd);
+    ::close(listen_fd_);
+    ::close(wake_fd_);
+  }
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+
+ private:
+  static void* ThreadMain(void* self) noexcept {
+    static_cast<Server*>(self)->Run();
+    return nullptr;
+  }
+
+  void Run() noexcept {
+    ReentrancyGuard guard;  // nothing the server allocates is sampled
+    std::vector<pollfd> fds;
+    while (!stop_.load(std::memory_order_acquire)) {
+      HEAPPROF_TRY {
+        fds.clear();
+        fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+        // Out of file descriptors: accept() keeps failing while the listen
+        // socket stays readable, so stop watching it for a moment.
+        const bool accept_paused = MonotonicMillis() < accept_paused_until_ms_;
+        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
+        std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
+        for (const Connection& c : conns_) {
+          // Waiting connections are watched for reads too: the client
+          // hanging up cancels its window (as in Go, where the request's
+          // context ends).
+          fds.push_back(pollfd{c.fd, static_cast<short>(c.state == Connection::State::kWriting ? POLLOUT : POLLIN), 0});
+          if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
+        }
+        int timeout = -1;
+        if (next >= 0) {
+          const std::int64_t wait = next - MonotonicMillis();
+          timeout = wait <= 0 ? 0 : static_cast<int>(wait > 60000 ? 60000 : wait);
+        }
+        const int n = ::poll(fds.data(), fds.size(), timeout);
+        if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
+        if (stop_.load(std::memory_order_acquire)) break;
+        // Connections first (their indices match fds[2..]), then new ones.
+        const std::int64_t now = MonotonicMillis();
+        for (std::size_t i = 0; i < conns_.size(); ++i) {
+          if (n > 0 && fds[i + 2].revents != 0) Service(conns_[i], fds[i + 2].revents);
+          Connection& c = conns_[i];
+          if (c.fd >= 0 && now >= c.deadline_ms) Expire(c);
+        }
+        Reap();
+        if (n > 0 && (fds[1].revents & POLLIN)) Accept();
+      }
+      HEAPPROF_CATCH_ALL {
+        // bad_alloc somewhere: drop every connection rather than the thread.
+        for (Connection& c : conns_) Close(c);
+        Reap();
+      }
+    }
+  }
+
+  void Accept() {
+    for (int i = 0; i < 64; ++i) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_paused_until_ms_ = MonotonicMillis() + 100;
+        }
+        return;  // EAGAIN, a connection reset before we took it, ...
+      }
+      if (conns_.size() >= limits_.max_connections) {
+        const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
+        (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::close(fd);
+        continue;
+      }
+      Connection c;
+      c.fd = fd;
+      c.deadline_ms = MonotonicMillis() + limits_.head_timeout_ms;
+      c.in.reserve(1024);
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  void Service(Connection& c, short revents) {
+    if (c.state == Connection::State::kWriting) {
+      if (revents & (POLLERR | POLLHUP | POLLNVAL)) return Close(c);
+      Flush(c);
+      return;
+    }
+    char buf[4096];
+    for (;;) {
+      const ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return Close(c);
+      }
+      if (got == 0) {  // the client is done sending
+        if (c.state == Connection::State::kDraining) return Close(c);
+        if (c.state == Connection::State::kWaiting) return Close(c);  // hung up: cancel the window
+        if (c.state == Connection::State::kReadingBody) {
+          return Respond(c, ErrorResponse(400, "incomplete request body"));
+        }
+        return Respond(c, ErrorResponse(400, "incomplete request head"));
+      }
+      if (c.state == Connection::State::kDraining) {
+        c.drained += static_cast<std::size_t>(got);
+        if (c.drained > kDrainBytes) return Close(c);
+        continue;
+      }
+      if (c.state == Connection::State::kWaiting) continue;  // bytes after the head: ignored
+      const std::size_t cap = c.state == Connection::State::kReadingBody ? c.head_end + c.plan.body_bytes
+                                                                           : kMaxHeadBytes + 1;
+      const std::size_t room = cap > c.in.size() ? cap - c.in.size() : 0;
+      c.in.append(buf, static_cast<std::size_t>(got) < room ? static_cast<std::size_t>(got) : room);
+      if (c.state == Connection::State::kReadingBody) {
+        if (OnBody(c)) return;
+        continue;
+      }
+      if (OnInput(c)) return;
+    }
+  }
+
+  // True when the connection has moved past reading.
+  bool OnInput(Connection& c) {
+    const std::size_t end = FindHeadEnd(c.in);
+    if (end == 0) {
+      if (c.in.size() > kMaxHeadBytes) {
+        Respond(c, ErrorResponse(431, "request header fields too large"));
+        return true;
+      }
+      const Error e = CheckPartialHead(c.in);
+      if (e.status != 0) {
+        Respond(c, ErrorResponse(e.status, e.reason));
+        return true;
+      }
+      return false;
+    }
+    Request req;
+    const Error e = ParseHead(std::string_view(c.in).substr(0, end), req);
+    if (e.status != 0) {
+      Respond(c, ErrorResponse(e.status, e.reason, req.method == "HEAD"));
+      return true;
+    }
+    c.plan = PlanRequest(req);
+    if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
+      Respond(c, BuildResponse(c.plan, nullptr, req.raw_query));
+      return true;
+    }
+    if (c.plan.action == Action::kSymbol) {
+      c.head_end = end;
+      c.state = Connection::State::kReadingBody;
+      if (c.in.size() > end + c.plan.body_bytes) c.in.resize(end + c.plan.body_bytes);
+      c.in.reserve(end + c.plan.body_bytes);
+      OnBody(c);
+      return true;
+    }
+    if (c.plan.action == Action::kDelta) {
+      c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
+      g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
+      c.state = Connection::State::kWaiting;
+      c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
+      std::string().swap(c.in);
+      return true;
+    }
+    Respond(c, BuildResponse(c.plan));
+    return true;
+  }
+
+  // True once the body is complete and answered.
+  bool OnBody(Connection& c) {
+    if (c.in.size() < c.head_end + c.plan.body_bytes) return false;
+    Respond(c, BuildResponse(c.plan, nullptr, std::string_view(c.in).substr(c.head_end)));
+    return true;
+  }
+
+  void Respond(Connection& c, std::string response) {
+    std::string().swap(c.in);
+    c.out = std::move(response);
+    c.sent = 0;
+    c.state = Connection::State::kWriting;
+    c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
+    Flush(c);
+  }
+
+  void Flush(Connection& c) {
+    while (c.sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return Close(c);
+      }
+      c.sent += static_cast<std::size_t>(n);
+    }
+    // All sent: half-close so the client sees the end of the response, then
+    // drain (see kDrainTimeoutMs).
+    ::shutdown(c.fd, SHUT_WR);
+    std::string().swap(c.out);
+    c.state = Connection::State::kDraining;
+    c.deadline_ms = MonotonicMillis() + kDrainTimeoutMs;
+  }
+
+  void Expire(Connection& c) {
+    switch (c.state) {
+      case Connection::State::kReading:
+        Respond(c, ErrorResponse(408, "timed out reading the request head"));
+        break;
+      case Connection::State::kReadingBody:
+        Respond(c, ErrorResponse(408, "timed out reading the request body"));
+        break;
+      case Connection::State::kWaiting: {
+        const std::unique_ptr<ProfileBaseline> base = std::move(c.baseline);
+        Respond(c, BuildResponse(c.plan, base.get()));
+        break;
+      }
+      case Connection::State::kWriting:   // a client that does not read its response
+      case Connection::State::kDraining:  // or does not stop sending
+        Close(c);
+        break;
+    }
+  }
+
+  void Close(Connection& c) noexcept {
+    if (c.fd >= 0) ::close(c.fd);
+    c.fd = -1;
+  }
+
+  void Reap() {
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      if (conns_[i].fd < 0) continue;
+      if (keep != i) conns_[keep] = std::move(conns_[i]);
+      ++keep;
+    }
+    conns_.resize(keep);
+  }
+
+  const Limits limits_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<Connection> conns_;  // the server thread's only
+  std::int64_t accept_paused_until_ms_ = 0;
+  const pid_t owner_pid_ = ::getpid();
+  pthread_t thread_{};
+  bool running_ = false;
+  StartError error_;
+};
+
+}  // namespace http
+
+// What heapprof::HttpServer (heapprof/http.hpp) points at.
+struct HttpServerState {
+  explicit HttpServerState(std::string_view listen) : server(listen) {}
+  http::Server server;
+};
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,80 @@
+// heapprof: what the HEAPPROF variable starts when the program starts (the
+// dump thread, the HTTP server) and what runs at exit (the last dump, the
+// leak report).
+//
+// StartFromEnv runs during static initialisation of the implementation unit
+// (detail/implementation.hpp); without HEAPPROF in the environment it does
+// nothing at all, so the profiler still starts only at its first use.
+#pragma once
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "heapprof/http.hpp"
+#include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/6_serving/dumps.hpp"
+#include "heapprof/detail/6_serving/leak_report.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// HEAPPROF=http=host:port: a server for the life of the process, stopped by
+// the exit actions before the exit dump and the leak report.
+inline HttpServer* g_env_http_server = nullptr;
+
+inline void StopEnvHttpServer() noexcept {
+  ReentrancyGuard guard;
+  HttpServer* server = g_env_http_server;
+  g_env_http_server = nullptr;
+  delete server;
+}
+
+// atexit (see engine.hpp): stop the server and the dump thread, then the
+// last dump and the leak report.
+inline void RunExitActions() {
+  if (g_env_http_server != nullptr) StopEnvHttpServer();
+  g_dumper.Stop();
+  const EnvConfig& cfg = g_env_config;
+  if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
+  if (cfg.leak_report) LeakReport(g_dumper.Prefix());
+}
+
+inline void StartHttpFromEnv() noexcept {
+  const char* listen = g_env_config.http;
+  if (listen[0] == '\0') return;
+  ReentrancyGuard guard;
+  HttpServer* server = new (std::nothrow) HttpServer(listen, std::nothrow);
+  if (server == nullptr) return;
+  if (!server->serving()) {
+    ReportLine(std::string("HEAPPROF http=") + listen + ": " + server->error() + "; not serving");
+    delete server;
+    return;
+  }
+  g_env_http_server = server;
+  HEAPPROF_TRY {
+    std::string host(listen, static_cast<std::size_t>(std::strrchr(listen, ':') - listen));
+    if (host.empty() || host == "localhost") host = "127.0.0.1";
+    const std::string url = "http://" + host + ":" + std::to_string(server->port()) + "/debug/pprof/";
+    ReportLine("serving " + url + " (go tool pprof " + url + "heap)");
+  }
+  HEAPPROF_CATCH_ALL {}
+}
+
+inline bool StartFromEnv() noexcept {
+  if (std::getenv("HEAPPROF") == nullptr) return false;
+  EnsureInit();  // parses HEAPPROF unless the first allocation already did
+  const EnvConfig& cfg = g_env_config;
+  g_dumper.Start(cfg);
+  StartHttpFromEnv();
+  if (cfg.dump_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
+    g_exit_hook.store(&RunExitActions);
+  }
+  return true;
+}
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,253 @@
+// heapprof: the out-of-line half of the API, defined once. <heapprof.hpp>
+// includes this file only where HEAPPROF_IMPLEMENTATION (or
+// HEAPPROF_REPLACE_NEW_DELETE) is defined: the one translation unit that
+// compiles the profiler. Everything it defines is declared in the light half
+// (heapprof/api.hpp, labels.hpp, http.hpp, detail/1_hooks/fast_path.hpp)
+// inside HEAPPROF_LINKED_BEGIN/END, whose namespace name makes a missing or
+// duplicated implementation unit a link error that says so (config.hpp).
+#pragma once
+
+#include "heapprof/config.hpp"
+#include "heapprof/api.hpp"
+#include "heapprof/http.hpp"
+#include "heapprof/labels.hpp"
+#include "heapprof/detail/internals.hpp"
+
+#if HEAPPROF_ENABLED
+
+#include <cstdlib>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace heapprof {
+HEAPPROF_LINKED_BEGIN
+
+// ---------------------------------------------------------------- sample rate, Stats
+
+void SetSampleRate(std::size_t mean_bytes) noexcept {
+  detail::EnsureInit();
+  detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
+}
+
+std::size_t GetSampleRate() noexcept {
+  detail::EnsureInit();
+  return static_cast<std::size_t>(detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire)));
+}
+
+Stats GetStats() noexcept {
+  detail::EnsureInit();
+  const detail::Totals t = detail::g_registry.Sum();
+  Stats s{};
+  s.alloc_objects = t.alloc_objects;
+  s.alloc_bytes = t.alloc_bytes;
+  s.free_objects = t.free_objects;
+  s.free_bytes = t.free_bytes;
+  // Counters from different threads are read one after another: while others
+  // run, a free can be seen before its allocation. Never report a wrapped value.
+  s.live_objects = t.alloc_objects > t.free_objects ? t.alloc_objects - t.free_objects : 0;
+  s.live_bytes = t.alloc_bytes > t.free_bytes ? t.alloc_bytes - t.free_bytes : 0;
+  s.sampled_live_objects = detail::g_live_map.LiveCount();
+  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) +
+                     sizeof(detail::unwind_table::g_rule_cache);
+  s.label_sets = detail::g_labels.SetCount();
+  s.label_set_overflows = detail::g_labels.Overflows();
+  const detail::UnwindTableStats u = detail::GetUnwindTableStats();
+  s.unwind_objects = u.objects;
+  s.unwind_rows = u.rows;
+  s.unwind_table_bytes = u.bytes;
+  s.stacks = detail::g_buckets.StackCount();
+  s.stack_overflows = detail::g_buckets.StackOverflows();
+  s.samples_dropped = detail::g_buckets.SamplesDropped();
+  return s;
+}
+
+// ---------------------------------------------------------------- writers
+
+bool WriteHeapProfile(std::ostream& out) { return detail::WriteProfile(out, false); }
+bool WriteAllocsProfile(std::ostream& out) { return detail::WriteProfile(out, true); }
+
+bool WriteHeapProfile(const char* path) {
+  detail::ReentrancyGuard guard;
+  HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
+  HEAPPROF_CATCH_ALL { return false; }
+}
+bool WriteAllocsProfile(const char* path) {
+  detail::ReentrancyGuard guard;
+  HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
+  HEAPPROF_CATCH_ALL { return false; }
+}
+bool WriteHeapProfile(const std::string& path) { return detail::WriteProfileFile(path, false); }
+bool WriteAllocsProfile(const std::string& path) { return detail::WriteProfileFile(path, true); }
+
+// ---------------------------------------------------------------- unwinder
+
+void SetUnwinder(Unwinder u) noexcept {
+  detail::EnsureInit();  // HEAPPROF=unwinder=... must not override a later explicit choice
+  detail::g_unwinder.store(u == Unwinder::kTable ? detail::kUnwinderTable : detail::kUnwinderFramePointer,
+                           std::memory_order_relaxed);
+}
+
+Unwinder GetUnwinder() noexcept {
+  detail::EnsureInit();
+  return detail::g_unwinder.load(std::memory_order_relaxed) == detail::kUnwinderTable ? Unwinder::kTable
+                                                                                        : Unwinder::kFramePointer;
+}
+
+HEAPPROF_LINKED_END
+
+namespace detail {
+HEAPPROF_LINKED_BEGIN
+
+// ---------------------------------------------------------------- slow paths
+
+// noinline: the unwinders start from this function's frame record (its saved
+// rbp is the hook's, its return address points into the hook).
+HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
+  AllocSlowPath(p, n, hook_return, __builtin_frame_address(0));
+  // No tail call: the unwinder reads this function's frame record, which a
+  // tail call would pop before the sample is taken (clang -O2 does that).
+  asm volatile("" ::: "memory");
+}
+
+HEAPPROF_NOINLINE void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept { FreeSlowPath(p, n, sized); }
+
+// ---------------------------------------------------------------- labels
+
+const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, std::size_t count) noexcept {
+  EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
+  LabelBuilder b;
+  b.AddAll(base);
+  for (std::size_t i = 0; i < count; ++i) b.Put(labels[i].first, labels[i].second);
+  return g_labels.Intern(b);
+}
+
+const LabelSetData* MergeLabels(const LabelSetData* base, const LabelSetData* over) noexcept {
+  if (base == nullptr || over == nullptr) return base == nullptr ? over : base;
+  EnsureInit();
+  LabelBuilder b;
+  b.AddAll(base);
+  b.AddAll(over);
+  return g_labels.Intern(b);
+}
+
+std::size_t LabelCount(const LabelSetData* set) noexcept { return set == nullptr ? 0 : set->count; }
+
+Label LabelAt(const LabelSetData* set, std::size_t i) noexcept {
+  if (set == nullptr || i >= set->count) return {};
+  return {set->entries()[i].key, set->entries()[i].value};
+}
+
+void ReportScopeMisuse(bool abort_after) noexcept {
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true, std::memory_order_relaxed)) {
+    ReportRaw("heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread)\n");
+  }
+  if (abort_after) std::abort();
+}
+
+// ---------------------------------------------------------------- HttpServer
+
+HEAPPROF_LINKED_END
+
+// The state of a server that could not even be allocated.
+inline char g_http_out_of_memory_tag;
+inline HttpServerState* HttpOutOfMemory() noexcept {
+  return reinterpret_cast<HttpServerState*>(&g_http_out_of_memory_tag);
+}
+
+HEAPPROF_LINKED_BEGIN
+
+HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
+  ReentrancyGuard guard;  // the server's own memory is never sampled
+  EnsureInit();
+  HttpServerState* state = nullptr;
+  HEAPPROF_TRY { state = new HttpServerState(listen); }
+  HEAPPROF_CATCH_ALL { state = nullptr; }
+  if (state == nullptr) {
+#if HEAPPROF_EXCEPTIONS
+    if (throw_errors) throw std::bad_alloc();
+#endif
+    return HttpOutOfMemory();
+  }
+  if (state->server.ok() || !throw_errors) return state;
+  const http::StartError& e = state->server.error();
+#if HEAPPROF_EXCEPTIONS
+  const http::StartError error = e;
+  delete state;
+  if (error.kind == http::StartError::kInvalidAddress) throw std::invalid_argument(error.message);
+  throw std::system_error(error.err, std::generic_category(), error.context);
+#else
+  ReportLine(e.message + "; not serving");
+  return state;
+#endif
+}
+
+void StopHttpServer(HttpServerState* state) noexcept {
+  ReentrancyGuard guard;
+  if (state != nullptr && state != HttpOutOfMemory()) delete state;
+}
+
+std::uint16_t HttpServerPort(const HttpServerState* state) noexcept {
+  if (state == nullptr || state == HttpOutOfMemory()) return 0;
+  return state->server.ok() ? state->server.port() : 0;
+}
+
+const char* HttpServerError(const HttpServerState* state) noexcept {
+  if (state == nullptr || state == HttpOutOfMemory()) return "out of memory";
+  return state->server.ok() ? "" : state->server.error().message.c_str();
+}
+
+HEAPPROF_LINKED_END
+
+// HEAPPROF's dump thread and HTTP server start with the program (when it asks
+// for them), from this unit's static initialisation.
+[[maybe_unused]] static const bool g_started_from_env = StartFromEnv();
+
+}  // namespace detail
+}  // namespace heapprof
+
+#else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
+
+#include <string>
+
+namespace heapprof {
+HEAPPROF_LINKED_BEGIN
+void SetSampleRate(std::size_t) noexcept {}
+std::size_t GetSampleRate() noexcept { return 0; }
+Stats GetStats() noexcept { return Stats{}; }
+bool WriteHeapProfile(std::ostream&) { return false; }
+bool WriteAllocsProfile(std::ostream&) { return false; }
+bool WriteHeapProfile(const char*) { return false; }
+bool WriteAllocsProfile(const char*) { return false; }
+bool WriteHeapProfile(const std::string&) { return false; }
+bool WriteAllocsProfile(const std::string&) { return false; }
+void SetUnwinder(Unwinder) noexcept {}
+Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
+HEAPPROF_LINKED_END
+
+namespace detail {
+struct HttpServerState {};
+HEAPPROF_LINKED_BEGIN
+void OnAllocSlow(void*, std::size_t, const void*) noexcept {}
+void OnFreeSlow(void*, std::size_t, bool) noexcept {}
+const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
+const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
+std::size_t LabelCount(const LabelSetData*) noexcept { return 0; }
+Label LabelAt(const LabelSetData*, std::size_t) noexcept { return {}; }
+void ReportScopeMisuse(bool) noexcept {}
+HttpServerState* StartHttpServer(std::string_view, bool) {
+  static HttpServerState none;
+  return &none;
+}
+void StopHttpServer(HttpServerState*) noexcept {}
+std::uint16_t HttpServerPort(const HttpServerState*) noexcept { return 0; }
+const char* HttpServerError(const HttpServerState*) noexcept {
+  return "heapprof is not supported on this platform (Linux on x86-64 or aarch64 only)";
+}
+HEAPPROF_LINKED_END
+}  // namespace detail
+}  // namespace heapprof
+
+#endif  // HEAPPROF_ENABLED
