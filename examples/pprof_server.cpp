@@ -110,11 +110,11 @@ int main(int argc, char** argv) {
   }
   heapprof::SetSampleRate(64 * 1024);  // finer than the default: a short demo
 
-  std::unique_ptr<heapprof::HttpServer> server;
-  try {
-    server = std::make_unique<heapprof::HttpServer>(listen);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pprof_server: %s\n", e.what());
+  // The std::nothrow form reports failure through serving()/error() instead
+  // of throwing, so this also builds with -fno-exceptions.
+  auto server = std::make_unique<heapprof::HttpServer>(listen, std::nothrow);
+  if (!server->serving()) {
+    std::fprintf(stderr, "pprof_server: %s\n", server->error());
     return 1;
   }
   // The bound address, with the chosen port when the listen port is 0.

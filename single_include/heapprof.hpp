@@ -31,11 +31,14 @@
 // defined here.
 //
 // Included first by every public header. Before C++17 this file stops the
-// compilation with one #error line, and the headers that include it compile
-// to nothing, so that line is all a user sees.
+// compilation with one error line that says so. It is an #include of a file
+// that cannot exist rather than an #error: a missing include is fatal in gcc
+// and clang, so the compiler stops there instead of going on to report every
+// use of heapprof:: in the user's file (gcc's output for -std=c++14 was 216
+// lines, none of them saying why).
 
 #if !defined(__cplusplus) || __cplusplus < 201703L
-#error "heapprof needs C++17 or later: compile with -std=c++17 (or gnu++17, c++20, c++23)"
+#include "heapprof needs C++17 or later: compile with -std=c++17 (or gnu++17, c++20, c++23)"
 #else
 #define HEAPPROF_CXX17 1
 #endif

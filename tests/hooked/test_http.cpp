@@ -393,19 +393,34 @@ TEST_CASE("http: listen strings and bind failures") {
   for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", "abc:80", "127.0.0.1:99999", "127.0.0.1:6x",
                           "[::1:80", "::1:80", "[::1]80", "[]:80", "1.2.3.4.5:80", "127.0.0.1:123456"}) {
     INFO(bad);
+#if HEAPPROF_EXCEPTIONS
     CHECK_THROWS_AS(heapprof::HttpServer{bad}, std::invalid_argument);
+#endif
+    heapprof::HttpServer quiet(bad, std::nothrow);
+    CHECK_FALSE(quiet.serving());
+    CHECK(quiet.port() == 0);
+    CHECK(std::string(quiet.error()).find("listen address") != std::string::npos);
   }
   heapprof::HttpServer first(":0");  // empty host: loopback
+  REQUIRE(first.serving());
+  CHECK(std::string(first.error()).empty());
   const std::string taken = "127.0.0.1:" + std::to_string(first.port());
+#if HEAPPROF_EXCEPTIONS
   CHECK_THROWS_AS(heapprof::HttpServer{taken}, std::system_error);
+#endif
+  {
+    heapprof::HttpServer busy(taken, std::nothrow);
+    CHECK_FALSE(busy.serving());
+    CHECK(std::string(busy.error()).find("in use") != std::string::npos);
+  }
   CHECK(HttpGet(first.port(), "/debug/pprof/").status == 200);
   heapprof::HttpServer local("localhost:0");
   CHECK(HttpGet(local.port(), "/debug/pprof/").status == 200);
-  try {
-    heapprof::HttpServer v6("[::1]:0");
+  heapprof::HttpServer v6("[::1]:0", std::nothrow);
+  if (v6.serving()) {
     CHECK(v6.port() != 0);
-  } catch (const std::system_error& e) {
-    MESSAGE("no IPv6 loopback here: " << e.what());
+  } else {
+    MESSAGE("no IPv6 loopback here: " << v6.error());
   }
 }
 
