@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Build checks: what a user meets when heapprof enters a real code base.
+#
+#   tests/build/check.sh [CXX...]     (default: g++ and clang++, whichever exist)
+#
+# Run by ctest as `build_checks`. Each check compiles (and sometimes links and
+# runs) a small program from tests/build/*.cpp with the compilers given:
+#   headers      every public header compiles alone, C++17/20/23, -Wall -Wextra
+#                -Werror, with and without -fno-exceptions -fno-rtti
+#   lines        <heapprof.hpp> adds at most 5,000 preprocessed lines to a unit
+#                that already includes <string> and <vector>
+#   cxx14        -std=c++14 (and clang++ with no -std when its default is older
+#                than C++17): exactly one error, "heapprof needs C++17"
+#   no_impl      a program without HEAPPROF_IMPLEMENTATION fails to link, and
+#                the linker's message names HEAPPROF_IMPLEMENTATION
+#   impl_twice   two units defining HEAPPROF_IMPLEMENTATION fail to link
+#   no_hooks     implementation without the hooks: the first profile prints
+#                one stderr line saying the hooks are not installed
+#   disabled     HEAPPROF_DISABLE (what an unsupported platform gets): the API
+#                compiles, links and is a no-op; Write* return false
+#   noexcept     every unit built with -fno-exceptions -fno-rtti: rate-1
+#                totals exact to the byte, profiles written, bad_alloc thrown
+#                the standard way, nothrow new returns null
+#   readme       README.md's first C++ snippet compiles as pasted, runs, and
+#                writes a profile
+# Exit status: the number of failed checks (0: all passed).
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+inc="$root/include"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/heapprof-build-checks.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+compilers=("$@")
+if ((${#compilers[@]} == 0)); then
+  for c in g++ clang++; do command -v "$c" >/dev/null 2>&1 && compilers+=("$c"); done
+fi
+
+failures=0
+pass() { printf 'ok    %s\n' "$*"; }
+fail() { printf 'FAIL  %s\n' "$*"; failures=$((failures + 1)); }
+# show FILE: the first lines of a compiler's output, indented, after a failure.
+show() { sed -n '1,25s/^/      /p' "$1"; }
+
+# The newest standard each compiler names: g++ 11+ knows c++23, clang 14 c++2b.
+std23() {
+  if echo 'int main(){}' | "$1" -std=c++23 -x c++ -fsyntax-only - 2>/dev/null; then echo c++23; else echo c++2b; fi
+}
+
+public_headers=(heapprof.hpp heapprof/config.hpp heapprof/api.hpp heapprof/labels.hpp
+                heapprof/allocator.hpp heapprof/http.hpp)
+
+for cxx in "${compilers[@]}"; do
+  tag="$(basename "$cxx")"
+  warn=(-Wall -Wextra -Werror)
+  # ---- headers: each public header alone ------------------------------------
+  bad=0
+  for std in c++17 c++20 "$(std23 "$cxx")"; do
+    for flags in "" "-fno-exceptions -fno-rtti"; do
+      for h in "${public_headers[@]}"; do
+        # shellcheck disable=SC2086
+        if ! printf '#include <%s>\n' "$h" | "$cxx" -std=$std $flags "${warn[@]}" -I"$inc" \
+             -x c++ -fsyntax-only - >"$tmp/out" 2>&1; then
+          fail "$tag headers: <$h> alone, -std=$std $flags"; show "$tmp/out"; bad=1
+        fi
+      done
+    done
+  done
+  ((bad)) || pass "$tag headers: ${#public_headers[@]} public headers alone, C++17/20/23, with and without -fno-exceptions -fno-rtti"
+
+  # ---- lines: preprocessed cost of the light header ----------------------------
+  base=$(printf '#include <string>\n#include <vector>\n' | "$cxx" -std=c++17 -E -P -x c++ - | wc -l)
+  with=$(printf '#include <string>\n#include <vector>\n#include <heapprof.hpp>\n' |
+         "$cxx" -std=c++17 -E -P -I"$inc" -x c++ - | wc -l)
+  extra=$((with - base))
+  if ((extra <= 5000)); then
+    pass "$tag lines: <heapprof.hpp> adds $extra preprocessed lines to <string>+<vector> ($base -> $with)"
+  else
+    fail "$tag lines: <heapprof.hpp> adds $extra preprocessed lines (limit 5000)"
+  fi
+
+  # ---- cxx14: one clear error ---------------------------------------------------
+  stds=(-std=c++14)
+  default_std=$(echo '__cplusplus' | "$cxx" -E -P -x c++ - | tr -d ' L')
+  ((default_std < 201703)) && stds+=("")
+  for std in "${stds[@]}"; do
+    # shellcheck disable=SC2086
+    "$cxx" $std -I"$inc" -c "$here/uses_api.cpp" -o "$tmp/a.o" >"$tmp/out" 2>&1
+    status=$?
+    errors=$(grep -c 'error:' "$tmp/out")
+    if ((status != 0)) && ((errors == 1)) && grep -q 'heapprof needs C++17' "$tmp/out"; then
+      pass "$tag cxx14: ${std:-default standard ($default_std)}: one error line, 'heapprof needs C++17'"
+    else
+      fail "$tag cxx14: ${std:-default standard}: status $status, $errors error lines"; show "$tmp/out"
+    fi
+  done
+
+  # ---- no_impl: a link error naming the macro ------------------------------------
+  if "$cxx" -std=c++17 "${warn[@]}" -I"$inc" "$here/write_twice.cpp" -o "$tmp/no_impl" -pthread >"$tmp/out" 2>&1; then
+    fail "$tag no_impl: linked without HEAPPROF_IMPLEMENTATION"
+  elif grep -q 'undefined reference.*HEAPPROF_IMPLEMENTATION' "$tmp/out"; then
+    pass "$tag no_impl: link error: $(grep -m1 -o 'undefined reference to .*' "$tmp/out" | cut -c1-110)"
+  else
+    fail "$tag no_impl: the link error does not name HEAPPROF_IMPLEMENTATION"; show "$tmp/out"
+  fi
+
+  # ---- impl_twice ------------------------------------------------------------------
+  ok=1
+  for i in 1 2; do
+    "$cxx" -std=c++17 -O0 -I"$inc" -DHEAPPROF_IMPLEMENTATION -DHEAPPROF_TEST_UNIT=$i \
+      -c "$here/implementation.cpp" -o "$tmp/impl$i.o" >"$tmp/out" 2>&1 || { ok=0; show "$tmp/out"; }
+  done
+  if ((ok)); then
+    if "$cxx" "$tmp/impl1.o" "$tmp/impl2.o" -o "$tmp/twice" -pthread -ldl >"$tmp/out" 2>&1; then
+      fail "$tag impl_twice: linked with HEAPPROF_IMPLEMENTATION in two units"
+    elif grep -q 'multiple definition' "$tmp/out"; then
+      pass "$tag impl_twice: link error: $(grep -m1 -o 'multiple definition of .*' "$tmp/out" | cut -c1-100)"
+    else
+      fail "$tag impl_twice: unexpected link output"; show "$tmp/out"
+    fi
+  else
+    fail "$tag impl_twice: the implementation unit did not compile"
+  fi
+
+  # ---- no_hooks: one line on stderr ------------------------------------------------
+  # impl1.o is an implementation unit without HEAPPROF_REPLACE_NEW_DELETE.
+  if "$cxx" -std=c++17 -I"$inc" "$here/write_twice.cpp" "$tmp/impl1.o" -o "$tmp/no_hooks" -pthread -ldl \
+       >"$tmp/out" 2>&1; then
+    "$tmp/no_hooks" >/dev/null 2>"$tmp/err"
+    status=$?
+    lines=$(grep -c 'hooks are not installed' "$tmp/err")
+    if ((status == 0)) && ((lines == 1)) && grep -q 'HEAPPROF_REPLACE_NEW_DELETE' "$tmp/err"; then
+      pass "$tag no_hooks: one stderr line for two profiles: $(cut -c1-90 "$tmp/err")..."
+    else
+      fail "$tag no_hooks: status $status, $lines matching lines"; show "$tmp/err"
+    fi
+  else
+    fail "$tag no_hooks: did not build"; show "$tmp/out"
+  fi
+
+  # ---- disabled: the documented no-op ----------------------------------------------
+  if "$cxx" -std=c++17 "${warn[@]}" -DHEAPPROF_DISABLE -I"$inc" "$here/disabled.cpp" "$here/uses_api.cpp" \
+       -o "$tmp/disabled" >"$tmp/out" 2>&1; then
+    if "$tmp/disabled" >"$tmp/out" 2>&1; then
+      pass "$tag disabled: HEAPPROF_DISABLE builds without threads or dl, and every call is a no-op"
+    else
+      fail "$tag disabled: the program failed"; show "$tmp/out"
+    fi
+  else
+    fail "$tag disabled: did not build"; show "$tmp/out"
+  fi
+
+  # ---- noexcept: the whole program with -fno-exceptions -fno-rtti ------------------
+  for std in c++17 c++20; do
+    nx=(-std=$std -O1 -g -fno-exceptions -fno-rtti "${warn[@]}")
+    [[ "$tag" == clang* ]] && nx+=(-fsized-deallocation)
+    if "$cxx" "${nx[@]}" -I"$inc" "$here/noexcept_main.cpp" "$here/uses_api.cpp" -o "$tmp/noexcept" \
+         -pthread -ldl >"$tmp/out" 2>&1; then
+      if "$tmp/noexcept" >"$tmp/out" 2>&1; then
+        pass "$tag noexcept -std=$std: $(tail -n1 "$tmp/out")"
+      else
+        fail "$tag noexcept -std=$std: the program failed"; show "$tmp/out"
+      fi
+    else
+      fail "$tag noexcept -std=$std: did not build"; show "$tmp/out"
+    fi
+  done
+  # ---- readme: the first snippet, as pasted --------------------------------------
+  awk '/^```cpp$/ {on = 1; next} on && /^```$/ {exit} on {print}' "$root/README.md" >"$tmp/app.cpp"
+  if "$cxx" -std=c++17 -O2 "${warn[@]}" "$tmp/app.cpp" -I"$inc" -pthread -ldl -o "$tmp/app" >"$tmp/out" 2>&1; then
+    if (cd "$tmp" && ./app >"$tmp/out" 2>&1) && [[ -s "$tmp/heap.pb.gz" ]]; then
+      pass "$tag readme: the first snippet builds as pasted and writes heap.pb.gz ($(stat -c %s "$tmp/heap.pb.gz") bytes)"
+    else
+      fail "$tag readme: the first snippet ran but wrote no profile"; show "$tmp/out"
+    fi
+    rm -f "$tmp/heap.pb.gz"
+  else
+    fail "$tag readme: the first snippet does not compile"; show "$tmp/out"
+  fi
+done
+
+if ((failures)); then
+  echo "$failures build check(s) failed"
+else
+  echo "all build checks passed (${compilers[*]})"
+fi
+exit "$failures"
