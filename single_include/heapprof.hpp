@@ -194,6 +194,8 @@ struct Stats {
   std::uint64_t stacks;                      // distinct stacks interned (at most HEAPPROF max_stacks)
   std::uint64_t stack_overflows;             // samples attributed to the overflow stack (cap reached)
   std::uint64_t samples_dropped;             // samples not recorded: tables full or out of memory
+  std::uint64_t samples_skipped_nested;      // allocations due a sample while their thread was inside
+                                             // the profiler (its own work, or a signal handler's)
 };
 
 // How sampled stacks are walked. kTable (the default) reads the .eh_frame
@@ -301,8 +303,19 @@ template <class T>
 HEAPPROF_ALWAYS_INLINE void StoreRelaxed(T& x, T v) noexcept {
   __atomic_store_n(&x, v, __ATOMIC_RELAXED);
 }
+// Adds `by` to a counter only its owning thread writes. One instruction on
+// x86-64 (a plain `add` to memory, no lock prefix): a signal handler that
+// allocates on the same thread runs between instructions, never between a
+// load and a store of ours, so its own increments are never overwritten
+// (they were, with load + store: 7,936 allocations lost in one run). Other
+// threads (GetStats) read it whole: an aligned 8-byte access. Elsewhere a
+// relaxed fetch_add (on aarch64 an LL/SC loop, which a signal restarts).
 HEAPPROF_ALWAYS_INLINE void BumpCounter(std::uint64_t& c, std::uint64_t by) noexcept {
-  StoreRelaxed(c, LoadRelaxed(c) + by);
+#if defined(__x86_64__)
+  asm volatile("addq %1, %0" : "+m"(c) : "er"(by));
+#else
+  __atomic_fetch_add(&c, by, __ATOMIC_RELAXED);
+#endif
 }
 
 // One thread's state. The fast path reads the thread-local pointer and the
@@ -376,12 +389,19 @@ HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
 HEAPPROF_LINKED_BEGIN
 // An allocation that ran the countdown out (or the thread's first).
 void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept;
-// A free of a maybe-sampled object (or the thread's first). `sized` false:
-// the caller did not know `n`.
-void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept;
+// A free of a maybe-sampled object (or the thread's first). `flags`:
+// kFreeSized (the caller knows `n`), kFreeCanDefer (the caller releases the
+// block with std::free and skips that when told to). True: the profiler keeps
+// the block and releases it itself later (a signal handler freed a sampled
+// object while its thread was inside the profiler, holding the lock the free
+// needs: 2_sampling/live_map.hpp).
+bool OnFreeSlow(void* p, std::size_t n, unsigned flags) noexcept;
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
+
+constexpr unsigned kFreeSized = 1;
+constexpr unsigned kFreeCanDefer = 2;
 
 // ---------------------------------------------------------------- fast paths
 
@@ -405,17 +425,21 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
 
 // Before `p` (of `n` bytes) goes back to the allocator. Must run before the
 // memory is released: afterwards malloc may hand the address to another thread.
-HEAPPROF_ALWAYS_INLINE void OnFree(void* p, std::size_t n) noexcept {
+// `can_defer`: the caller releases `p` with std::free, and does not when this
+// returns true (the profiler then owns the block; see OnFreeSlow). Always
+// false on the fast path.
+HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, bool can_defer = true) noexcept {
 #if HEAPPROF_ENABLED
   ThreadState* ts = tls_thread_state;
   if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    OnFreeSlow(p, n, true);
-    return;
+    return OnFreeSlow(p, n, kFreeSized | (can_defer ? kFreeCanDefer : 0u));
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, n);
+  return false;
 #else
-  (void)p, (void)n;
+  (void)p, (void)n, (void)can_defer;
+  return false;
 #endif
 }
 
@@ -662,7 +686,8 @@ class allocator {
 
   void deallocate(T* p, size_type n) noexcept {
     if (p == nullptr) return;
-    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T));  // before the memory is reused
+    // Before the memory is reused; the upstream releases it, so never deferred.
+    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), false);
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(upstream_, p, n);
   }
@@ -1097,7 +1122,8 @@ class InternTable {
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/intern_table.hpp ----
 // ---- begin heapprof/detail/0_base/errors.hpp ----
-// heapprof: throwing std::bad_alloc whether or not exceptions are on.
+// heapprof: throwing std::bad_alloc whether or not exceptions are on, and
+// catching everything except thread cancellation.
 
 #include <new>
 
@@ -1106,6 +1132,32 @@ class InternTable {
 #endif
 #if !HEAPPROF_EXCEPTIONS
 #include <cstdlib>
+#endif
+
+// pthread_cancel unwinds the cancelled thread with a "forced unwind"
+// exception (abi::__forced_unwind in glibc + libstdc++). A catch (...) that
+// does not rethrow it aborts the process ("FATAL: exception not rethrown"),
+// so every catch-all of the implementation rethrows it first: cancellation
+// passes through every heapprof frame, releasing what their destructors hold.
+// config.hpp's plain definition is replaced here, before any use (every file
+// that catches includes this one). HEAPPROF_CATCH_ALL_NOEXCEPT is the plain
+// catch-all, for noexcept functions (a rethrow there would only terminate):
+// they run on the profiler's own threads (dumps, HTTP) or at exit, which no
+// one cancels.
+#define HEAPPROF_CATCH_ALL_NOEXCEPT HEAPPROF_CATCH_ALL
+#if HEAPPROF_EXCEPTIONS && defined(__has_include)
+#if __has_include(<cxxabi.h>)
+#include <cxxabi.h>
+#if defined(__GLIBCXX__)
+#undef HEAPPROF_CATCH_ALL_NOEXCEPT
+#define HEAPPROF_CATCH_ALL_NOEXCEPT catch (...)
+#undef HEAPPROF_CATCH_ALL
+#define HEAPPROF_CATCH_ALL \
+  catch (::abi::__forced_unwind&) { throw; }  \
+  catch (...)
+#define HEAPPROF_HAVE_FORCED_UNWIND 1
+#endif
+#endif
 #endif
 
 namespace heapprof {
@@ -1391,7 +1443,7 @@ inline void ReportLine(const std::string& line) noexcept {
     const std::string out = "heapprof: " + line + "\n";
     ReportRaw(out.c_str());
   }
-  HEAPPROF_CATCH_ALL {}
+  HEAPPROF_CATCH_ALL_NOEXCEPT {}
 }
 
 inline std::int64_t MonotonicMillis() noexcept {
@@ -1571,6 +1623,11 @@ class ThreadRegistry {
     orphan_alloc_objects_.fetch_add(1, std::memory_order_relaxed);
     orphan_alloc_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
+  // A sample skipped because its thread was inside the profiler (a signal
+  // handler's allocation, or the profiler's own): rare, a shared atomic.
+  void CountNestedSample() noexcept { nested_samples_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t NestedSamples() const noexcept { return nested_samples_.load(std::memory_order_relaxed); }
+
   void CountUnregisteredFree(std::uint64_t bytes) noexcept {
     orphan_free_objects_.fetch_add(1, std::memory_order_relaxed);
     orphan_free_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -1617,6 +1674,7 @@ class ThreadRegistry {
   Totals retired_;
   std::atomic<std::uint64_t> orphan_alloc_objects_{0}, orphan_alloc_bytes_{0};
   std::atomic<std::uint64_t> orphan_free_objects_{0}, orphan_free_bytes_{0};
+  std::atomic<std::uint64_t> nested_samples_{0};
 };
 
 inline ThreadRegistry g_registry;
@@ -2037,6 +2095,62 @@ namespace detail {
 
 constexpr int kLiveShardBits = 6;
 
+// ---------------------------------------------------------------- re-entry
+// A signal handler may free a sampled object while its thread is inside
+// Insert or Remove, holding the very shard lock that free needs: waiting
+// would be waiting on itself, forever. So each thread marks the shard it is
+// about to lock (before taking the lock, cleared after releasing it), and a
+// free that finds its shard marked by its own thread is deferred: the block
+// is not released to malloc (the hook skips its free) and is queued here; the
+// interrupted operation, once out of the lock, removes it from the map,
+// counts it and releases it (engine.hpp: DrainDeferredFrees). Nothing is lost
+// and no address can be reused while its entry is still in the map.
+struct DeferredFree {
+  void* p;
+  std::size_t n;
+  unsigned how;  // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
+};
+constexpr int kMaxDeferredFrees = 32;  // nested frees of sampled objects per interrupted operation
+
+struct LiveMapThreadState {
+  const void* held_shard = nullptr;  // the shard this thread locks or holds
+  // Slot states: 0 free, 2 being written, 1 full. Claimed with a CAS, so a
+  // handler interrupting a handler cannot take the same slot.
+  std::uint8_t state[kMaxDeferredFrees] = {};
+  DeferredFree frees[kMaxDeferredFrees] = {};
+  bool draining = false;
+};
+inline thread_local LiveMapThreadState tls_live_map HEAPPROF_TLS_MODEL;
+
+// Queues a deferred free; false when every slot is taken.
+inline bool PushDeferredFree(void* p, std::size_t n, unsigned how) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  for (int i = 0; i < kMaxDeferredFrees; ++i) {
+    std::uint8_t expected = 0;
+    if (__atomic_compare_exchange_n(&t.state[i], &expected, std::uint8_t{2}, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+      t.frees[i] = DeferredFree{p, n, how};
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      __atomic_store_n(&t.state[i], std::uint8_t{1}, __ATOMIC_RELAXED);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Takes one queued free; false when none is queued.
+inline bool PopDeferredFree(DeferredFree& out) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  for (int i = 0; i < kMaxDeferredFrees; ++i) {
+    if (__atomic_load_n(&t.state[i], __ATOMIC_RELAXED) != 1) continue;
+    out = t.frees[i];
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&t.state[i], std::uint8_t{0}, __ATOMIC_RELAXED);
+    return true;
+  }
+  return false;
+}
+
 class LiveMap {
  public:
   constexpr LiveMap() noexcept = default;
@@ -2046,7 +2160,7 @@ class LiveMap {
   // is retired as freed and replaced. False when out of memory (sample dropped).
   bool Insert(const void* p, Bucket* bucket) noexcept {
     Shard& s = ShardOf(p);
-    LockGuard hold(s.lock);
+    ShardHold hold(s);
     const auto key = reinterpret_cast<std::uintptr_t>(p);
     if ((s.size + 1) * 4 > s.Capacity() * 3 && !s.Grow()) return false;
     std::size_t i = s.Home(key);
@@ -2070,7 +2184,7 @@ class LiveMap {
   // nullptr if `p` was not sampled.
   Bucket* Remove(const void* p) noexcept {
     Shard& s = ShardOf(p);
-    LockGuard hold(s.lock);
+    ShardHold hold(s);
     if (s.entries == nullptr) return nullptr;
     const auto key = reinterpret_cast<std::uintptr_t>(p);
     std::size_t i = s.Home(key);
@@ -2098,6 +2212,10 @@ class LiveMap {
     FilterAdd(p, -1);
     return bucket;
   }
+
+  // True when this thread is inside Insert or Remove on `p`'s shard: only a
+  // signal handler interrupting it can ask.
+  bool HeldByThisThread(const void* p) noexcept { return tls_live_map.held_shard == &ShardOf(p); }
 
   std::uint64_t LiveCount() const noexcept { return live_.load(std::memory_order_relaxed); }
 
@@ -2151,6 +2269,27 @@ class LiveMap {
       g_arena.Free(old, old_cap * sizeof(Entry));
       return true;
     }
+  };
+
+  // The shard's lock, with this thread's mark set before taking it and
+  // cleared after releasing it (see LiveMapThreadState).
+  class ShardHold {
+   public:
+    explicit ShardHold(Shard& s) noexcept : s_(s) {
+      tls_live_map.held_shard = &s;
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      s.lock.lock();
+    }
+    ~ShardHold() {
+      s_.lock.unlock();
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      tls_live_map.held_shard = nullptr;
+    }
+    ShardHold(const ShardHold&) = delete;
+    ShardHold& operator=(const ShardHold&) = delete;
+
+   private:
+    Shard& s_;
   };
 
   Shard& ShardOf(const void* p) noexcept {
@@ -4309,6 +4448,16 @@ inline pid_t g_init_pid = 0;
 inline std::atomic<void (*)()> g_exit_hook{nullptr};
 inline void RunExitHook() {
   if (getpid() != g_init_pid) return;
+  if (tls_thread_flags.guard != 0) {
+    // exit() from a signal handler that interrupted this thread inside the
+    // profiler, which may hold a lock the exit actions need: running them
+    // could wait forever on ourselves. Say so and skip them.
+    if (g_exit_hook.exchange(nullptr) != nullptr) {
+      ReportRaw("heapprof: exit() was called while this thread was inside the profiler (from a signal "
+                "handler?): exit dumps and the leak report are skipped\n");
+    }
+    return;
+  }
   if (void (*hook)() = g_exit_hook.exchange(nullptr)) {
     ReentrancyGuard guard;
     hook();
@@ -4380,6 +4529,7 @@ HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
 }
 
 inline void OnThreadExit(void* slot) noexcept {
+  ReentrancyGuard guard;  // a handler allocating now must not wait on the registry lock we take
   tls_thread_flags.exiting = true;
   tls_thread_state = &g_empty_thread_state;
   g_registry.Release(static_cast<ThreadState*>(slot));
@@ -4418,18 +4568,23 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
   }
 }
 
+void DrainDeferredFrees() noexcept;
+
 inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {
-  ReentrancyGuard guard;
-  CapturedStack stack;
-  CaptureStack(frame, hook_return, ts, stack);
-  Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
-                                    rate, CurrentSampleLabels());
-  if (b != nullptr && !g_live_map.Insert(p, b)) {
-    // Out of memory for the live map: count it freed now rather than leak it
-    // into the in-use totals forever.
-    b->frees.fetch_add(1, std::memory_order_relaxed);
+  {
+    ReentrancyGuard guard;
+    CapturedStack stack;
+    CaptureStack(frame, hook_return, ts, stack);
+    Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
+                                      rate, CurrentSampleLabels());
+    if (b != nullptr && !g_live_map.Insert(p, b)) {
+      // Out of memory for the live map: count it freed now rather than leak it
+      // into the in-use totals forever.
+      b->frees.fetch_add(1, std::memory_order_relaxed);
+    }
   }
+  DrainDeferredFrees();
 }
 
 // This thread's slot, registering it on first use; nullptr while it must not
@@ -4469,23 +4624,19 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     return;
   }
   StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
-  if (rate == 0 || flags.guard != 0) return;  // off, or the profiler's own allocation
+  if (rate == 0) return;
+  if (flags.guard != 0) {
+    // The profiler's own allocation, or a signal handler's that interrupted
+    // this thread inside the profiler (which may hold any of its locks):
+    // never sampled, counted.
+    g_registry.CountNestedSample();
+    return;
+  }
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
-// The body of OnFreeSlow.
-HEAPPROF_ALWAYS_INLINE void FreeSlowPath(void* p, std::size_t n, bool sized) noexcept {
-  ThreadFlags& flags = tls_thread_flags;
-  if (flags.suppress) return;
-  // Even under the guard: a sampled object's free must never be lost.
-  if (MaybeSampled(p)) {
-    if (Bucket* b = g_live_map.Remove(p)) {
-      b->frees.fetch_add(1, std::memory_order_relaxed);
-      if (!sized) n = b->size;
-      sized = true;
-    }
-  }
-  if (!sized) n = malloc_usable_size(p);
+// Counts a free in the thread's counters (or the orphan totals).
+HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcept {
   ThreadState* ts = CurrentThreadSlot(flags);
   if (ts == nullptr) {
     g_registry.CountUnregisteredFree(n);
@@ -4495,17 +4646,64 @@ HEAPPROF_ALWAYS_INLINE void FreeSlowPath(void* p, std::size_t n, bool sized) noe
   BumpCounter(ts->free_bytes, n);
 }
 
+// The body of OnFreeSlow. True: the block was queued (see live_map.hpp) and
+// the caller must not release it.
+HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
+  ThreadFlags& flags = tls_thread_flags;
+  if (flags.suppress) return false;
+  bool sized = (how & kFreeSized) != 0;
+  // Even under the guard: a sampled object's free must never be lost.
+  if (MaybeSampled(p)) {
+    if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
+      // A signal handler freeing while its thread holds p's shard lock.
+      if ((how & kFreeCanDefer) != 0 && PushDeferredFree(p, n, how)) return true;
+      // Cannot wait and cannot queue (heapprof::allocator releases through
+      // its upstream, or the queue is full): count the free now; the map entry
+      // stays until the address is sampled again, when Insert retires it as
+      // freed.
+    } else {
+      Bucket* b;
+      {
+        ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
+        b = g_live_map.Remove(p);
+      }
+      if (b != nullptr) {
+        b->frees.fetch_add(1, std::memory_order_relaxed);
+        if (!sized) n = b->size;
+        sized = true;
+      }
+    }
+  }
+  if (!sized) n = malloc_usable_size(p);
+  CountFree(flags, n);
+  DrainDeferredFrees();
+  return false;
+}
+
+// Runs the frees a signal handler queued while this thread held a shard lock:
+// out of every lock now, each is removed from the map, counted and released.
+inline void DrainDeferredFrees() noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  if (t.draining || t.held_shard != nullptr) return;
+  t.draining = true;
+  DeferredFree f;
+  while (PopDeferredFree(f)) {
+    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) std::free(f.p);
+  }
+  t.draining = false;
+}
+
 // Unsized operator delete: the caller did not say how big the object was.
 // malloc_usable_size is the allocator's own answer (>= the requested size);
 // programs built with sized deallocation (GCC's default) never come here.
-HEAPPROF_ALWAYS_INLINE void OnFreeUnsized(void* p) noexcept {
+HEAPPROF_ALWAYS_INLINE bool OnFreeUnsized(void* p) noexcept {
   ThreadState* ts = tls_thread_state;
   if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    OnFreeSlow(p, 0, false);
-    return;
+    return OnFreeSlow(p, 0, kFreeCanDefer);
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, malloc_usable_size(p));
+  return false;
 }
 
 }  // namespace detail
@@ -6713,7 +6911,7 @@ inline std::string EncodeGzipped(const ProfileData& data, const std::vector<Load
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
 inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
-                              const ProfileBaseline* since = nullptr) noexcept {
+                              const ProfileBaseline* since = nullptr) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
@@ -6859,7 +7057,7 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
     }
     return true;
   }
-  HEAPPROF_CATCH_ALL {
+  HEAPPROF_CATCH_ALL_NOEXCEPT {
     out.clear();
     return false;
   }
@@ -6890,44 +7088,53 @@ namespace detail {
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
-inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) noexcept {
+//
+// Not noexcept, and no catch-all swallows cancellation (errors.hpp): open,
+// write, fsync and close are cancellation points, and pthread_cancel must
+// unwind through here. The temporary is closed and removed by a destructor,
+// so a cancelled write leaves nothing behind either.
+inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
   ReentrancyGuard guard;
   static std::atomic<std::uint32_t> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
                 counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
-    const std::string tmp = path + suffix;
-    auto fail = [&](const char* what, int err, bool unlink_tmp) {
-      if (unlink_tmp) ::unlink(tmp.c_str());
-      if (error != nullptr) *error = std::string(what) + " " + (unlink_tmp ? tmp : path) + ": " + std::strerror(err);
+    struct Temporary {
+      std::string name;
+      int fd = -1;
+      bool keep = false;
+      ~Temporary() {
+        if (fd >= 0) ::close(fd);
+        if (!keep) ::unlink(name.c_str());
+      }
+    } tmp{path + suffix};
+    auto fail = [&](const char* what, int err, bool on_tmp) {
+      if (error != nullptr) *error = std::string(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
       return false;
     };
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return fail("cannot create", errno, false);
+    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (tmp.fd < 0) {
+      tmp.keep = true;  // not ours to remove
+      return fail("cannot create", errno, false);
+    }
     std::size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : EIO;
-        ::close(fd);
-        return fail("cannot write", err, true);
-      }
+      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO, true);
       done += static_cast<std::size_t>(n);
     }
-    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-      const int err = errno;
-      ::close(fd);
-      return fail("cannot fsync", err, true);
-    }
+    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno, true);
+    const int fd = tmp.fd;
+    tmp.fd = -1;
     if (::close(fd) != 0) return fail("cannot close", errno, true);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::rename(tmp.name.c_str(), path.c_str()) != 0) {
       const int err = errno;
-      ::unlink(tmp.c_str());
-      if (error != nullptr) *error = "cannot rename " + tmp + " to " + path + ": " + std::strerror(err);
+      if (error != nullptr) *error = "cannot rename " + tmp.name + " to " + path + ": " + std::strerror(err);
       return false;
     }
+    tmp.keep = true;
     return true;
   }
   HEAPPROF_CATCH_ALL {
@@ -6937,7 +7144,7 @@ inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, s
 }
 
 // The profile, gzip'ed, written atomically to `path`.
-inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) noexcept {
+inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) {
   ReentrancyGuard guard;
   std::string gz;
   if (!BuildProfileBytes(allocs_default, gz)) {
@@ -6947,7 +7154,7 @@ inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::
   return WriteFileAtomic(path, gz, error);
 }
 
-inline bool WriteProfile(std::ostream& out, bool allocs_default) noexcept {
+inline bool WriteProfile(std::ostream& out, bool allocs_default) {
   ReentrancyGuard guard;
   std::string gz;
   if (!BuildProfileBytes(allocs_default, gz)) return false;
@@ -7058,7 +7265,7 @@ class Dumper {
         ReportLine("cannot write heap profile (" + std::string(why) + "): " + error);
       }
     }
-    HEAPPROF_CATCH_ALL { ok = false; }
+    HEAPPROF_CATCH_ALL_NOEXCEPT { ok = false; }
     pthread_mutex_unlock(&write_mutex_);
     return ok;
   }
@@ -7349,7 +7556,7 @@ inline void LeakReport(const std::string& prefix) noexcept {
       ReportLine("cannot write the leak profile: " + error);
     }
   }
-  HEAPPROF_CATCH_ALL { ReportLine("leak report: out of memory"); }
+  HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
 }
 
 }  // namespace detail
@@ -8188,7 +8395,7 @@ class Server {
         Reap();
         if (n > 0 && (fds[1].revents & POLLIN)) Accept();
       }
-      HEAPPROF_CATCH_ALL {
+      HEAPPROF_CATCH_ALL_NOEXCEPT {
         // bad_alloc somewhere: drop every connection rather than the thread.
         for (Connection& c : conns_) Close(c);
         Reap();
@@ -8456,7 +8663,7 @@ inline void StartHttpFromEnv() noexcept {
     const std::string url = "http://" + host + ":" + std::to_string(server->port()) + "/debug/pprof/";
     ReportLine("serving " + url + " (go tool pprof " + url + "heap)");
   }
-  HEAPPROF_CATCH_ALL {}
+  HEAPPROF_CATCH_ALL_NOEXCEPT {}
 }
 
 inline bool StartFromEnv() noexcept {
@@ -8505,8 +8712,13 @@ HEAPPROF_LINKED_BEGIN
 
 // ---------------------------------------------------------------- sample rate, Stats
 
+// Every entry point that takes a profiler lock holds a ReentrancyGuard: a
+// signal handler that allocates on this thread meanwhile is then not sampled,
+// and so never waits on a lock its own thread holds.
+
 void SetSampleRate(std::size_t mean_bytes) noexcept {
   detail::EnsureInit();
+  detail::ReentrancyGuard guard;
   detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
@@ -8517,6 +8729,7 @@ std::size_t GetSampleRate() noexcept {
 
 Stats GetStats() noexcept {
   detail::EnsureInit();
+  detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};
   s.alloc_objects = t.alloc_objects;
@@ -8539,13 +8752,20 @@ Stats GetStats() noexcept {
   s.stacks = detail::g_buckets.StackCount();
   s.stack_overflows = detail::g_buckets.StackOverflows();
   s.samples_dropped = detail::g_buckets.SamplesDropped();
+  s.samples_skipped_nested = detail::g_registry.NestedSamples();
   return s;
 }
 
 // ---------------------------------------------------------------- writers
 
-bool WriteHeapProfile(std::ostream& out) { return detail::WriteProfile(out, false); }
-bool WriteAllocsProfile(std::ostream& out) { return detail::WriteProfile(out, true); }
+bool WriteHeapProfile(std::ostream& out) {
+  detail::ReentrancyGuard guard;
+  return detail::WriteProfile(out, false);
+}
+bool WriteAllocsProfile(std::ostream& out) {
+  detail::ReentrancyGuard guard;
+  return detail::WriteProfile(out, true);
+}
 
 bool WriteHeapProfile(const char* path) {
   detail::ReentrancyGuard guard;
@@ -8557,8 +8777,8 @@ bool WriteAllocsProfile(const char* path) {
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
 }
-bool WriteHeapProfile(const std::string& path) { return detail::WriteProfileFile(path, false); }
-bool WriteAllocsProfile(const std::string& path) { return detail::WriteProfileFile(path, true); }
+bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
+bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
 
 // ---------------------------------------------------------------- unwinder
 
@@ -8590,12 +8810,13 @@ HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept { FreeSlowPath(p, n, sized); }
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept { return FreeSlowPath(p, n, how); }
 
 // ---------------------------------------------------------------- labels
 
 const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, std::size_t count) noexcept {
   EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
+  ReentrancyGuard guard;
   LabelBuilder b;
   b.AddAll(base);
   for (std::size_t i = 0; i < count; ++i) b.Put(labels[i].first, labels[i].second);
@@ -8605,6 +8826,7 @@ const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, 
 const LabelSetData* MergeLabels(const LabelSetData* base, const LabelSetData* over) noexcept {
   if (base == nullptr || over == nullptr) return base == nullptr ? over : base;
   EnsureInit();
+  ReentrancyGuard guard;
   LabelBuilder b;
   b.AddAll(base);
   b.AddAll(over);
@@ -8710,7 +8932,7 @@ namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
 void OnAllocSlow(void*, std::size_t, const void*) noexcept {}
-void OnFreeSlow(void*, std::size_t, bool) noexcept {}
+bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
 std::size_t LabelCount(const LabelSetData*) noexcept { return 0; }
@@ -8881,63 +9103,51 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, co
 // malloc_usable_size; sized forms trust the caller, as the standard lets them.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 
 #undef HEAPPROF_DETAIL_HOOK

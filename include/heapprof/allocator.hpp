@@ -89,7 +89,8 @@ class allocator {
 
   void deallocate(T* p, size_type n) noexcept {
     if (p == nullptr) return;
-    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T));  // before the memory is reused
+    // Before the memory is reused; the upstream releases it, so never deferred.
+    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), false);
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(upstream_, p, n);
   }

@@ -28,6 +28,8 @@ struct Stats {
   std::uint64_t stacks;                      // distinct stacks interned (at most HEAPPROF max_stacks)
   std::uint64_t stack_overflows;             // samples attributed to the overflow stack (cap reached)
   std::uint64_t samples_dropped;             // samples not recorded: tables full or out of memory
+  std::uint64_t samples_skipped_nested;      // allocations due a sample while their thread was inside
+                                             // the profiler (its own work, or a signal handler's)
 };
 
 // How sampled stacks are walked. kTable (the default) reads the .eh_frame

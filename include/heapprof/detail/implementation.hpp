@@ -8,6 +8,7 @@
 #pragma once
 
 #include "heapprof/config.hpp"
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/http.hpp"
 #include "heapprof/labels.hpp"
@@ -26,8 +27,13 @@ HEAPPROF_LINKED_BEGIN
 
 // ---------------------------------------------------------------- sample rate, Stats
 
+// Every entry point that takes a profiler lock holds a ReentrancyGuard: a
+// signal handler that allocates on this thread meanwhile is then not sampled,
+// and so never waits on a lock its own thread holds.
+
 void SetSampleRate(std::size_t mean_bytes) noexcept {
   detail::EnsureInit();
+  detail::ReentrancyGuard guard;
   detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
@@ -38,6 +44,7 @@ std::size_t GetSampleRate() noexcept {
 
 Stats GetStats() noexcept {
   detail::EnsureInit();
+  detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};
   s.alloc_objects = t.alloc_objects;
@@ -60,13 +67,20 @@ Stats GetStats() noexcept {
   s.stacks = detail::g_buckets.StackCount();
   s.stack_overflows = detail::g_buckets.StackOverflows();
   s.samples_dropped = detail::g_buckets.SamplesDropped();
+  s.samples_skipped_nested = detail::g_registry.NestedSamples();
   return s;
 }
 
 // ---------------------------------------------------------------- writers
 
-bool WriteHeapProfile(std::ostream& out) { return detail::WriteProfile(out, false); }
-bool WriteAllocsProfile(std::ostream& out) { return detail::WriteProfile(out, true); }
+bool WriteHeapProfile(std::ostream& out) {
+  detail::ReentrancyGuard guard;
+  return detail::WriteProfile(out, false);
+}
+bool WriteAllocsProfile(std::ostream& out) {
+  detail::ReentrancyGuard guard;
+  return detail::WriteProfile(out, true);
+}
 
 bool WriteHeapProfile(const char* path) {
   detail::ReentrancyGuard guard;
@@ -78,8 +92,8 @@ bool WriteAllocsProfile(const char* path) {
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
 }
-bool WriteHeapProfile(const std::string& path) { return detail::WriteProfileFile(path, false); }
-bool WriteAllocsProfile(const std::string& path) { return detail::WriteProfileFile(path, true); }
+bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
+bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
 
 // ---------------------------------------------------------------- unwinder
 
@@ -111,12 +125,13 @@ HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE void OnFreeSlow(void* p, std::size_t n, bool sized) noexcept { FreeSlowPath(p, n, sized); }
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept { return FreeSlowPath(p, n, how); }
 
 // ---------------------------------------------------------------- labels
 
 const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, std::size_t count) noexcept {
   EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
+  ReentrancyGuard guard;
   LabelBuilder b;
   b.AddAll(base);
   for (std::size_t i = 0; i < count; ++i) b.Put(labels[i].first, labels[i].second);
@@ -126,6 +141,7 @@ const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, 
 const LabelSetData* MergeLabels(const LabelSetData* base, const LabelSetData* over) noexcept {
   if (base == nullptr || over == nullptr) return base == nullptr ? over : base;
   EnsureInit();
+  ReentrancyGuard guard;
   LabelBuilder b;
   b.AddAll(base);
   b.AddAll(over);
@@ -231,7 +247,7 @@ namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
 void OnAllocSlow(void*, std::size_t, const void*) noexcept {}
-void OnFreeSlow(void*, std::size_t, bool) noexcept {}
+bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
 std::size_t LabelCount(const LabelSetData*) noexcept { return 0; }

@@ -1,4 +1,5 @@
-// heapprof: throwing std::bad_alloc whether or not exceptions are on.
+// heapprof: throwing std::bad_alloc whether or not exceptions are on, and
+// catching everything except thread cancellation.
 #pragma once
 
 #include <new>
@@ -9,6 +10,32 @@
 #endif
 #if !HEAPPROF_EXCEPTIONS
 #include <cstdlib>
+#endif
+
+// pthread_cancel unwinds the cancelled thread with a "forced unwind"
+// exception (abi::__forced_unwind in glibc + libstdc++). A catch (...) that
+// does not rethrow it aborts the process ("FATAL: exception not rethrown"),
+// so every catch-all of the implementation rethrows it first: cancellation
+// passes through every heapprof frame, releasing what their destructors hold.
+// config.hpp's plain definition is replaced here, before any use (every file
+// that catches includes this one). HEAPPROF_CATCH_ALL_NOEXCEPT is the plain
+// catch-all, for noexcept functions (a rethrow there would only terminate):
+// they run on the profiler's own threads (dumps, HTTP) or at exit, which no
+// one cancels.
+#define HEAPPROF_CATCH_ALL_NOEXCEPT HEAPPROF_CATCH_ALL
+#if HEAPPROF_EXCEPTIONS && defined(__has_include)
+#if __has_include(<cxxabi.h>)
+#include <cxxabi.h>
+#if defined(__GLIBCXX__)
+#undef HEAPPROF_CATCH_ALL_NOEXCEPT
+#define HEAPPROF_CATCH_ALL_NOEXCEPT catch (...)
+#undef HEAPPROF_CATCH_ALL
+#define HEAPPROF_CATCH_ALL \
+  catch (::abi::__forced_unwind&) { throw; }  \
+  catch (...)
+#define HEAPPROF_HAVE_FORCED_UNWIND 1
+#endif
+#endif
 #endif
 
 namespace heapprof {

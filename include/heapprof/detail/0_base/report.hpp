@@ -11,6 +11,7 @@
 #include <ctime>
 #include <string>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/config.hpp"
 
 namespace heapprof {
@@ -38,7 +39,7 @@ inline void ReportLine(const std::string& line) noexcept {
     const std::string out = "heapprof: " + line + "\n";
     ReportRaw(out.c_str());
   }
-  HEAPPROF_CATCH_ALL {}
+  HEAPPROF_CATCH_ALL_NOEXCEPT {}
 }
 
 inline std::int64_t MonotonicMillis() noexcept {

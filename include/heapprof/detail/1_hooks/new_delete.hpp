@@ -150,63 +150,51 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, co
 // malloc_usable_size; sized forms trust the caller, as the standard lets them.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFree(p, n);
-  std::free(p);
+  if (!heapprof::detail::OnFree(p, n)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   if (p == nullptr) return;
-  heapprof::detail::OnFreeUnsized(p);
-  std::free(p);
+  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
 }
 
 #undef HEAPPROF_DETAIL_HOOK

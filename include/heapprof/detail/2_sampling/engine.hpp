@@ -22,6 +22,7 @@
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/2_sampling/buckets.hpp"
 #include "heapprof/detail/0_base/env_config.hpp"
+#include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/labels.hpp"
 #include "heapprof/detail/2_sampling/live_map.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
@@ -71,6 +72,16 @@ inline pid_t g_init_pid = 0;
 inline std::atomic<void (*)()> g_exit_hook{nullptr};
 inline void RunExitHook() {
   if (getpid() != g_init_pid) return;
+  if (tls_thread_flags.guard != 0) {
+    // exit() from a signal handler that interrupted this thread inside the
+    // profiler, which may hold a lock the exit actions need: running them
+    // could wait forever on ourselves. Say so and skip them.
+    if (g_exit_hook.exchange(nullptr) != nullptr) {
+      ReportRaw("heapprof: exit() was called while this thread was inside the profiler (from a signal "
+                "handler?): exit dumps and the leak report are skipped\n");
+    }
+    return;
+  }
   if (void (*hook)() = g_exit_hook.exchange(nullptr)) {
     ReentrancyGuard guard;
     hook();
@@ -142,6 +153,7 @@ HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
 }
 
 inline void OnThreadExit(void* slot) noexcept {
+  ReentrancyGuard guard;  // a handler allocating now must not wait on the registry lock we take
   tls_thread_flags.exiting = true;
   tls_thread_state = &g_empty_thread_state;
   g_registry.Release(static_cast<ThreadState*>(slot));
@@ -180,18 +192,23 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
   }
 }
 
+void DrainDeferredFrees() noexcept;
+
 inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {
-  ReentrancyGuard guard;
-  CapturedStack stack;
-  CaptureStack(frame, hook_return, ts, stack);
-  Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
-                                    rate, CurrentSampleLabels());
-  if (b != nullptr && !g_live_map.Insert(p, b)) {
-    // Out of memory for the live map: count it freed now rather than leak it
-    // into the in-use totals forever.
-    b->frees.fetch_add(1, std::memory_order_relaxed);
+  {
+    ReentrancyGuard guard;
+    CapturedStack stack;
+    CaptureStack(frame, hook_return, ts, stack);
+    Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
+                                      rate, CurrentSampleLabels());
+    if (b != nullptr && !g_live_map.Insert(p, b)) {
+      // Out of memory for the live map: count it freed now rather than leak it
+      // into the in-use totals forever.
+      b->frees.fetch_add(1, std::memory_order_relaxed);
+    }
   }
+  DrainDeferredFrees();
 }
 
 // This thread's slot, registering it on first use; nullptr while it must not
@@ -231,23 +248,19 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     return;
   }
   StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
-  if (rate == 0 || flags.guard != 0) return;  // off, or the profiler's own allocation
+  if (rate == 0) return;
+  if (flags.guard != 0) {
+    // The profiler's own allocation, or a signal handler's that interrupted
+    // this thread inside the profiler (which may hold any of its locks):
+    // never sampled, counted.
+    g_registry.CountNestedSample();
+    return;
+  }
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
-// The body of OnFreeSlow.
-HEAPPROF_ALWAYS_INLINE void FreeSlowPath(void* p, std::size_t n, bool sized) noexcept {
-  ThreadFlags& flags = tls_thread_flags;
-  if (flags.suppress) return;
-  // Even under the guard: a sampled object's free must never be lost.
-  if (MaybeSampled(p)) {
-    if (Bucket* b = g_live_map.Remove(p)) {
-      b->frees.fetch_add(1, std::memory_order_relaxed);
-      if (!sized) n = b->size;
-      sized = true;
-    }
-  }
-  if (!sized) n = malloc_usable_size(p);
+// Counts a free in the thread's counters (or the orphan totals).
+HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcept {
   ThreadState* ts = CurrentThreadSlot(flags);
   if (ts == nullptr) {
     g_registry.CountUnregisteredFree(n);
@@ -257,17 +270,64 @@ HEAPPROF_ALWAYS_INLINE void FreeSlowPath(void* p, std::size_t n, bool sized) noe
   BumpCounter(ts->free_bytes, n);
 }
 
+// The body of OnFreeSlow. True: the block was queued (see live_map.hpp) and
+// the caller must not release it.
+HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
+  ThreadFlags& flags = tls_thread_flags;
+  if (flags.suppress) return false;
+  bool sized = (how & kFreeSized) != 0;
+  // Even under the guard: a sampled object's free must never be lost.
+  if (MaybeSampled(p)) {
+    if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
+      // A signal handler freeing while its thread holds p's shard lock.
+      if ((how & kFreeCanDefer) != 0 && PushDeferredFree(p, n, how)) return true;
+      // Cannot wait and cannot queue (heapprof::allocator releases through
+      // its upstream, or the queue is full): count the free now; the map entry
+      // stays until the address is sampled again, when Insert retires it as
+      // freed.
+    } else {
+      Bucket* b;
+      {
+        ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
+        b = g_live_map.Remove(p);
+      }
+      if (b != nullptr) {
+        b->frees.fetch_add(1, std::memory_order_relaxed);
+        if (!sized) n = b->size;
+        sized = true;
+      }
+    }
+  }
+  if (!sized) n = malloc_usable_size(p);
+  CountFree(flags, n);
+  DrainDeferredFrees();
+  return false;
+}
+
+// Runs the frees a signal handler queued while this thread held a shard lock:
+// out of every lock now, each is removed from the map, counted and released.
+inline void DrainDeferredFrees() noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  if (t.draining || t.held_shard != nullptr) return;
+  t.draining = true;
+  DeferredFree f;
+  while (PopDeferredFree(f)) {
+    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) std::free(f.p);
+  }
+  t.draining = false;
+}
+
 // Unsized operator delete: the caller did not say how big the object was.
 // malloc_usable_size is the allocator's own answer (>= the requested size);
 // programs built with sized deallocation (GCC's default) never come here.
-HEAPPROF_ALWAYS_INLINE void OnFreeUnsized(void* p) noexcept {
+HEAPPROF_ALWAYS_INLINE bool OnFreeUnsized(void* p) noexcept {
   ThreadState* ts = tls_thread_state;
   if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    OnFreeSlow(p, 0, false);
-    return;
+    return OnFreeSlow(p, 0, kFreeCanDefer);
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, malloc_usable_size(p));
+  return false;
 }
 
 }  // namespace detail

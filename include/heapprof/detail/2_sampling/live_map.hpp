@@ -30,6 +30,62 @@ namespace detail {
 
 constexpr int kLiveShardBits = 6;
 
+// ---------------------------------------------------------------- re-entry
+// A signal handler may free a sampled object while its thread is inside
+// Insert or Remove, holding the very shard lock that free needs: waiting
+// would be waiting on itself, forever. So each thread marks the shard it is
+// about to lock (before taking the lock, cleared after releasing it), and a
+// free that finds its shard marked by its own thread is deferred: the block
+// is not released to malloc (the hook skips its free) and is queued here; the
+// interrupted operation, once out of the lock, removes it from the map,
+// counts it and releases it (engine.hpp: DrainDeferredFrees). Nothing is lost
+// and no address can be reused while its entry is still in the map.
+struct DeferredFree {
+  void* p;
+  std::size_t n;
+  unsigned how;  // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
+};
+constexpr int kMaxDeferredFrees = 32;  // nested frees of sampled objects per interrupted operation
+
+struct LiveMapThreadState {
+  const void* held_shard = nullptr;  // the shard this thread locks or holds
+  // Slot states: 0 free, 2 being written, 1 full. Claimed with a CAS, so a
+  // handler interrupting a handler cannot take the same slot.
+  std::uint8_t state[kMaxDeferredFrees] = {};
+  DeferredFree frees[kMaxDeferredFrees] = {};
+  bool draining = false;
+};
+inline thread_local LiveMapThreadState tls_live_map HEAPPROF_TLS_MODEL;
+
+// Queues a deferred free; false when every slot is taken.
+inline bool PushDeferredFree(void* p, std::size_t n, unsigned how) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  for (int i = 0; i < kMaxDeferredFrees; ++i) {
+    std::uint8_t expected = 0;
+    if (__atomic_compare_exchange_n(&t.state[i], &expected, std::uint8_t{2}, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+      t.frees[i] = DeferredFree{p, n, how};
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      __atomic_store_n(&t.state[i], std::uint8_t{1}, __ATOMIC_RELAXED);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Takes one queued free; false when none is queued.
+inline bool PopDeferredFree(DeferredFree& out) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  for (int i = 0; i < kMaxDeferredFrees; ++i) {
+    if (__atomic_load_n(&t.state[i], __ATOMIC_RELAXED) != 1) continue;
+    out = t.frees[i];
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&t.state[i], std::uint8_t{0}, __ATOMIC_RELAXED);
+    return true;
+  }
+  return false;
+}
+
 class LiveMap {
  public:
   constexpr LiveMap() noexcept = default;
@@ -39,7 +95,7 @@ class LiveMap {
   // is retired as freed and replaced. False when out of memory (sample dropped).
   bool Insert(const void* p, Bucket* bucket) noexcept {
     Shard& s = ShardOf(p);
-    LockGuard hold(s.lock);
+    ShardHold hold(s);
     const auto key = reinterpret_cast<std::uintptr_t>(p);
     if ((s.size + 1) * 4 > s.Capacity() * 3 && !s.Grow()) return false;
     std::size_t i = s.Home(key);
@@ -63,7 +119,7 @@ class LiveMap {
   // nullptr if `p` was not sampled.
   Bucket* Remove(const void* p) noexcept {
     Shard& s = ShardOf(p);
-    LockGuard hold(s.lock);
+    ShardHold hold(s);
     if (s.entries == nullptr) return nullptr;
     const auto key = reinterpret_cast<std::uintptr_t>(p);
     std::size_t i = s.Home(key);
@@ -91,6 +147,10 @@ class LiveMap {
     FilterAdd(p, -1);
     return bucket;
   }
+
+  // True when this thread is inside Insert or Remove on `p`'s shard: only a
+  // signal handler interrupting it can ask.
+  bool HeldByThisThread(const void* p) noexcept { return tls_live_map.held_shard == &ShardOf(p); }
 
   std::uint64_t LiveCount() const noexcept { return live_.load(std::memory_order_relaxed); }
 
@@ -144,6 +204,27 @@ class LiveMap {
       g_arena.Free(old, old_cap * sizeof(Entry));
       return true;
     }
+  };
+
+  // The shard's lock, with this thread's mark set before taking it and
+  // cleared after releasing it (see LiveMapThreadState).
+  class ShardHold {
+   public:
+    explicit ShardHold(Shard& s) noexcept : s_(s) {
+      tls_live_map.held_shard = &s;
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      s.lock.lock();
+    }
+    ~ShardHold() {
+      s_.lock.unlock();
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      tls_live_map.held_shard = nullptr;
+    }
+    ShardHold(const ShardHold&) = delete;
+    ShardHold& operator=(const ShardHold&) = delete;
+
+   private:
+    Shard& s_;
   };
 
   Shard& ShardOf(const void* p) noexcept {

@@ -75,6 +75,11 @@ class ThreadRegistry {
     orphan_alloc_objects_.fetch_add(1, std::memory_order_relaxed);
     orphan_alloc_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
+  // A sample skipped because its thread was inside the profiler (a signal
+  // handler's allocation, or the profiler's own): rare, a shared atomic.
+  void CountNestedSample() noexcept { nested_samples_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t NestedSamples() const noexcept { return nested_samples_.load(std::memory_order_relaxed); }
+
   void CountUnregisteredFree(std::uint64_t bytes) noexcept {
     orphan_free_objects_.fetch_add(1, std::memory_order_relaxed);
     orphan_free_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -121,6 +126,7 @@ class ThreadRegistry {
   Totals retired_;
   std::atomic<std::uint64_t> orphan_alloc_objects_{0}, orphan_alloc_bytes_{0};
   std::atomic<std::uint64_t> orphan_free_objects_{0}, orphan_free_bytes_{0};
+  std::atomic<std::uint64_t> nested_samples_{0};
 };
 
 inline ThreadRegistry g_registry;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/2_sampling/buckets.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
@@ -161,7 +162,7 @@ inline std::string EncodeGzipped(const ProfileData& data, const std::vector<Load
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
 inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
-                              const ProfileBaseline* since = nullptr) noexcept {
+                              const ProfileBaseline* since = nullptr) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/2_sampling/buckets.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
@@ -128,7 +129,7 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
     }
     return true;
   }
-  HEAPPROF_CATCH_ALL {
+  HEAPPROF_CATCH_ALL_NOEXCEPT {
     out.clear();
     return false;
   }

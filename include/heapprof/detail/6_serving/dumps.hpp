@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
@@ -96,7 +97,7 @@ class Dumper {
         ReportLine("cannot write heap profile (" + std::string(why) + "): " + error);
       }
     }
-    HEAPPROF_CATCH_ALL { ok = false; }
+    HEAPPROF_CATCH_ALL_NOEXCEPT { ok = false; }
     pthread_mutex_unlock(&write_mutex_);
     return ok;
   }

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <string>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
 #include "heapprof/detail/5_encoding/snapshot.hpp"
 
@@ -21,44 +22,53 @@ namespace detail {
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
-inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) noexcept {
+//
+// Not noexcept, and no catch-all swallows cancellation (errors.hpp): open,
+// write, fsync and close are cancellation points, and pthread_cancel must
+// unwind through here. The temporary is closed and removed by a destructor,
+// so a cancelled write leaves nothing behind either.
+inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
   ReentrancyGuard guard;
   static std::atomic<std::uint32_t> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
                 counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
-    const std::string tmp = path + suffix;
-    auto fail = [&](const char* what, int err, bool unlink_tmp) {
-      if (unlink_tmp) ::unlink(tmp.c_str());
-      if (error != nullptr) *error = std::string(what) + " " + (unlink_tmp ? tmp : path) + ": " + std::strerror(err);
+    struct Temporary {
+      std::string name;
+      int fd = -1;
+      bool keep = false;
+      ~Temporary() {
+        if (fd >= 0) ::close(fd);
+        if (!keep) ::unlink(name.c_str());
+      }
+    } tmp{path + suffix};
+    auto fail = [&](const char* what, int err, bool on_tmp) {
+      if (error != nullptr) *error = std::string(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
       return false;
     };
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return fail("cannot create", errno, false);
+    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (tmp.fd < 0) {
+      tmp.keep = true;  // not ours to remove
+      return fail("cannot create", errno, false);
+    }
     std::size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : EIO;
-        ::close(fd);
-        return fail("cannot write", err, true);
-      }
+      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO, true);
       done += static_cast<std::size_t>(n);
     }
-    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-      const int err = errno;
-      ::close(fd);
-      return fail("cannot fsync", err, true);
-    }
+    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno, true);
+    const int fd = tmp.fd;
+    tmp.fd = -1;
     if (::close(fd) != 0) return fail("cannot close", errno, true);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::rename(tmp.name.c_str(), path.c_str()) != 0) {
       const int err = errno;
-      ::unlink(tmp.c_str());
-      if (error != nullptr) *error = "cannot rename " + tmp + " to " + path + ": " + std::strerror(err);
+      if (error != nullptr) *error = "cannot rename " + tmp.name + " to " + path + ": " + std::strerror(err);
       return false;
     }
+    tmp.keep = true;
     return true;
   }
   HEAPPROF_CATCH_ALL {
@@ -68,7 +78,7 @@ inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, s
 }
 
 // The profile, gzip'ed, written atomically to `path`.
-inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) noexcept {
+inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) {
   ReentrancyGuard guard;
   std::string gz;
   if (!BuildProfileBytes(allocs_default, gz)) {
@@ -78,7 +88,7 @@ inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::
   return WriteFileAtomic(path, gz, error);
 }
 
-inline bool WriteProfile(std::ostream& out, bool allocs_default) noexcept {
+inline bool WriteProfile(std::ostream& out, bool allocs_default) {
   ReentrancyGuard guard;
   std::string gz;
   if (!BuildProfileBytes(allocs_default, gz)) return false;

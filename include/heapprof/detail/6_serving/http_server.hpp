@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
@@ -422,7 +423,7 @@ class Server {
         Reap();
         if (n > 0 && (fds[1].revents & POLLIN)) Accept();
       }
-      HEAPPROF_CATCH_ALL {
+      HEAPPROF_CATCH_ALL_NOEXCEPT {
         // bad_alloc somewhere: drop every connection rather than the thread.
         for (Connection& c : conns_) Close(c);
         Reap();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
@@ -193,7 +194,7 @@ inline void LeakReport(const std::string& prefix) noexcept {
       ReportLine("cannot write the leak profile: " + error);
     }
   }
-  HEAPPROF_CATCH_ALL { ReportLine("leak report: out of memory"); }
+  HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
 }
 
 }  // namespace detail

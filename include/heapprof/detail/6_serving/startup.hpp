@@ -13,6 +13,7 @@
 #include <new>
 #include <string>
 
+#include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/http.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
@@ -61,7 +62,7 @@ inline void StartHttpFromEnv() noexcept {
     const std::string url = "http://" + host + ":" + std::to_string(server->port()) + "/debug/pprof/";
     ReportLine("serving " + url + " (go tool pprof " + url + "heap)");
   }
-  HEAPPROF_CATCH_ALL {}
+  HEAPPROF_CATCH_ALL_NOEXCEPT {}
 }
 
 inline bool StartFromEnv() noexcept {
