@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dump_scenarios.hpp"
+#include "hostile_scenarios.hpp"
 #include "support/profile_io.hpp"
 
 namespace heapprof_test {
@@ -502,7 +503,9 @@ inline int RunChild(const char* name) {
   if (std::strcmp(name, "static_exit") == 0) return RunStaticExit();
   if (std::strcmp(name, "fork") == 0) return RunFork();
   bool known = false;
-  const int rc = RunDumpScenario(name, known);
+  int rc = RunDumpScenario(name, known);
+  if (known) return rc;
+  rc = RunHostileScenario(name, known);
   if (known) return rc;
   std::fprintf(stderr, "unknown HEAPPROF_TEST_CHILD %s\n", name);
   return 2;

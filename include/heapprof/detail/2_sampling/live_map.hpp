@@ -210,7 +210,9 @@ class LiveMap {
   // cleared after releasing it (see LiveMapThreadState).
   class ShardHold {
    public:
-    explicit ShardHold(Shard& s) noexcept : s_(s) {
+    // Saves and restores the previous mark: a handler's own Remove on another
+    // shard runs inside the interrupted operation and must leave its mark.
+    explicit ShardHold(Shard& s) noexcept : s_(s), saved_(tls_live_map.held_shard) {
       tls_live_map.held_shard = &s;
       __atomic_signal_fence(__ATOMIC_SEQ_CST);
       s.lock.lock();
@@ -218,13 +220,14 @@ class LiveMap {
     ~ShardHold() {
       s_.lock.unlock();
       __atomic_signal_fence(__ATOMIC_SEQ_CST);
-      tls_live_map.held_shard = nullptr;
+      tls_live_map.held_shard = saved_;
     }
     ShardHold(const ShardHold&) = delete;
     ShardHold& operator=(const ShardHold&) = delete;
 
    private:
     Shard& s_;
+    const void* saved_;
   };
 
   Shard& ShardOf(const void* p) noexcept {
