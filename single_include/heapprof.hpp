@@ -1221,9 +1221,12 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   return true;
 }
 
-// One line to stderr with write(2): no stdio buffer, no allocation.
-inline void ReportConfigProblem(std::string_view what, std::string_view item) noexcept {
-  char line[256];
+// One line to stderr with write(2): no stdio buffer, no allocation. The
+// user's text is echoed with control bytes and non-ASCII escaped (\xNN), so
+// a value cannot forge lines or terminal sequences.
+inline void ReportConfigProblem(std::string_view what, std::string_view item,
+                                std::string_view tail = " ignored") noexcept {
+  char line[512];
   std::size_t n = 0;
   auto put = [&](std::string_view s) {
     const std::size_t k = s.size() < sizeof line - 1 - n ? s.size() : sizeof line - 1 - n;
@@ -1233,10 +1236,36 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item) no
   put("heapprof: HEAPPROF: ");
   put(what);
   put(" '");
-  put(item.size() > 100 ? item.substr(0, 100) : item);
-  put("' ignored\n");
+  static const char kHex[] = "0123456789abcdef";
+  for (char ch : item.size() > 100 ? item.substr(0, 100) : item) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      put(std::string_view(&ch, 1));
+    } else {
+      const char esc[4] = {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+      put(std::string_view(esc, 4));
+    }
+  }
+  put("'");
+  put(tail);
+  put("\n");
   ssize_t ignored = write(2, line, n);
   (void)ignored;
+}
+
+// The largest values the numeric keys take; larger ones are clamped (and
+// said so): past them the tables' own arithmetic would overflow (4 buckets
+// per stack), and nothing real needs more.
+constexpr std::uint64_t kMaxConfigRate = (std::uint64_t{1} << 40) - 1;  // 1 TiB, the engine's limit
+constexpr std::uint64_t kMaxConfigStacks = std::uint64_t{1} << 24;
+constexpr std::uint64_t kMaxConfigLabelSets = std::uint64_t{1} << 20;
+
+// `v` clamped to `max`, with one stderr line when it was above.
+inline std::uint64_t ClampConfigValue(const char* what, std::string_view value, std::uint64_t v,
+                                      std::uint64_t max, const char* clamped_to) noexcept {
+  if (v <= max) return v;
+  ReportConfigProblem(what, value, clamped_to);
+  return max;
 }
 
 struct EnvConfig {
@@ -1326,7 +1355,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       std::uint64_t v;
       if (ParseByteSize(value, v)) {
         cfg.has_rate = true;
-        cfg.rate = v;
+        cfg.rate = ClampConfigValue("rate", value, v, kMaxConfigRate, " is above 1 TiB: clamped to 1099511627775");
       } else {
         ReportConfigProblem("bad value for rate (bytes, optional k/m/g suffix):", value);
       }
@@ -1341,7 +1370,8 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       std::uint64_t v;
       if (ParseCount(value, v) && v > 0) {
         cfg.has_max_label_sets = true;
-        cfg.max_label_sets = v;
+        cfg.max_label_sets =
+            ClampConfigValue("max_label_sets", value, v, kMaxConfigLabelSets, " is above 1048576: clamped to it");
       } else {
         ReportConfigProblem("bad value for max_label_sets (a count > 0):", value);
       }
@@ -1349,7 +1379,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       std::uint64_t v;
       if (ParseCount(value, v) && v > 0) {
         cfg.has_max_stacks = true;
-        cfg.max_stacks = v;
+        cfg.max_stacks = ClampConfigValue("max_stacks", value, v, kMaxConfigStacks, " is above 16777216: clamped to it");
       } else {
         ReportConfigProblem("bad value for max_stacks (a count > 0):", value);
       }
@@ -4482,7 +4512,10 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
     std::atexit(&RunExitHook);
-    if (const char* env = std::getenv("HEAPPROF")) {
+    // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
+    // ignores MALLOC_*; an unprivileged user must not make a privileged
+    // program write dumps wherever they like.
+    if (const char* env = secure_getenv("HEAPPROF")) {
       g_env_config = ParseEnvConfig(env);
       const EnvConfig& cfg = g_env_config;
       if (cfg.has_rate) ApplyRate(cfg.rate);
@@ -7074,12 +7107,14 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
 // heapprof: profiles to files and streams.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -7096,8 +7131,35 @@ namespace detail {
 // write, fsync and close are cancellation points, and pthread_cancel must
 // unwind through here. The temporary is closed and removed by a destructor,
 // so a cancelled write leaves nothing behind either.
-inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
+inline bool WriteFileAtomic(const std::string& given_path, const std::string& bytes, std::string* error = nullptr) {
   ReentrancyGuard guard;
+  // What is at the path decides: nothing or a regular file is replaced; a
+  // symlink is followed (its target is replaced, the link stays); anything
+  // else (a FIFO, a device such as /dev/null, a socket, a directory) is
+  // refused: renaming over it would replace a special file with a regular one.
+  std::string path = given_path;
+  struct stat st {};
+  st.st_mode = S_IFREG;  // nothing there (yet): created
+  for (int hops = 0; ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+    char target[4096];
+    const ssize_t n = hops < 16 ? ::readlink(path.c_str(), target, sizeof target - 1) : -1;
+    if (n <= 0) {
+      if (error != nullptr) *error = "cannot follow symlink " + given_path;
+      return false;
+    }
+    if (target[0] == '/') {
+      path.assign(target, static_cast<std::size_t>(n));
+    } else {  // relative to the link's directory
+      const std::size_t slash = path.rfind('/');
+      path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+             std::string(target, static_cast<std::size_t>(n));
+    }
+    st.st_mode = S_IFREG;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    if (error != nullptr) *error = "not a regular file, not replaced: " + path;
+    return false;
+  }
   static std::atomic<std::uint32_t> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
@@ -8670,7 +8732,7 @@ inline void StartHttpFromEnv() noexcept {
 }
 
 inline bool StartFromEnv() noexcept {
-  if (std::getenv("HEAPPROF") == nullptr) return false;
+  if (secure_getenv("HEAPPROF") == nullptr) return false;  // see engine.hpp: not in setuid programs
   EnsureInit();  // parses HEAPPROF unless the first allocation already did
   const EnvConfig& cfg = g_env_config;
   g_dumper.Start(cfg);

@@ -111,13 +111,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       table = value == "table";
     }
   }
+  // Values past the limits are clamped (env_config.hpp).
+  auto clamp = [](std::uint64_t x, std::uint64_t max) { return x < max ? x : max; };
   Check(cfg.has_rate == has_rate);
-  if (has_rate) Check(cfg.rate == rate);
+  if (has_rate) Check(cfg.rate == clamp(rate, (std::uint64_t{1} << 40) - 1));
   Check(cfg.has_max_label_sets == has_sets);
-  if (has_sets) Check(cfg.max_label_sets == sets);
+  if (has_sets) Check(cfg.max_label_sets == clamp(sets, std::uint64_t{1} << 20));
   Check(cfg.has_unwinder == has_unwinder);
   if (has_unwinder) Check(cfg.unwinder_table == table);
   Check(cfg.has_max_stacks == has_stacks);
-  if (has_stacks) Check(cfg.max_stacks == stacks);
+  if (has_stacks) Check(cfg.max_stacks == clamp(stacks, std::uint64_t{1} << 24));
   return 0;
 }

@@ -66,3 +66,35 @@ TEST_CASE("HEAPPROF: bad keys and values are reported on one line each and ignor
   CHECK(output.find("'novalue' ignored") != std::string::npos);
   CHECK(output.find("rate=65536") != std::string::npos);  // the good pair still applied
 }
+
+TEST_CASE("HEAPPROF is ignored in a setuid program") {
+  // As glibc ignores MALLOC_* there (secure_getenv): an unprivileged user
+  // must not make a privileged program write dumps where they like.
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under sanitizers (their runtimes treat setuid programs specially)");
+#else
+  if (geteuid() != 0 || std::system("command -v setpriv >/dev/null 2>&1") != 0) {
+    MESSAGE("skipped: needs root and setpriv to run a setuid-root copy as nobody");
+    return;
+  }
+  using namespace heapprof_test;
+  char tmpl[] = "/tmp/heapprof_setuid_XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  REQUIRE(dir != nullptr);
+  const std::string bin = std::string(dir) + "/hooked_tests";
+  std::string output;
+  REQUIRE(RunCommand("cp '" + SelfExe() + "' '" + bin + "' && chmod 0755 '" + dir + "' && chmod 4755 '" + bin + "'",
+                     output) == 0);
+  // Control: the same copy, not setuid for this user (run as root), reads it.
+  REQUIRE(RunCommand("HEAPPROF=rate=12345 HEAPPROF_TEST_CHILD=print_rate '" + bin + "'", output) == 0);
+  CHECK(output.find("rate=12345") != std::string::npos);
+  // As nobody, the binary runs with euid root: AT_SECURE, HEAPPROF ignored.
+  const int rc = RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups env HEAPPROF=rate=12345 "
+                            "HEAPPROF_TEST_CHILD=print_rate '" + bin + "'",
+                            output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("rate=524288") != std::string::npos);
+  RunCommand("rm -rf '" + std::string(dir) + "'", output);
+#endif
+}

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <string>
 
 #include "support/profile_io.hpp"
@@ -95,5 +97,42 @@ TEST_CASE("hostile: pthread_cancel of a thread inside WriteHeapProfile(path)") {
   const std::string left = ListDir(dir);
   INFO("files left: " << left);
   CHECK(left.find(".tmp.") == std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("hostile: WriteHeapProfile(path) on a FIFO, a directory or a symlink") {
+  // It used to rename a regular file over whatever was there (as root,
+  // /dev/null became a file). Now: special files are refused and kept, a
+  // symlink is followed and stays a symlink.
+  const std::string dir = MakeTempDir();
+  REQUIRE(!dir.empty());
+  const std::string fifo = dir + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
+  CHECK_FALSE(heapprof::WriteHeapProfile(fifo));
+  struct stat st {};
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+
+  CHECK_FALSE(heapprof::WriteHeapProfile(dir));  // a directory
+  REQUIRE(lstat(dir.c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+
+  const std::string target = dir + "/target.pb.gz", link = dir + "/link.pb.gz";
+  REQUIRE(symlink("target.pb.gz", link.c_str()) == 0);
+  CHECK(heapprof::WriteHeapProfile(link));  // the target does not exist yet: created
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  REQUIRE(lstat(target.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(st.st_size > 0);
+  CHECK(heapprof::WriteHeapProfile(link));  // and replaced
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+
+  const std::string fifo_link = dir + "/fifo_link";
+  REQUIRE(symlink("fifo", fifo_link.c_str()) == 0);
+  CHECK_FALSE(heapprof::WriteHeapProfile(fifo_link));  // a link to a FIFO: refused too
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
   RemoveDir(dir);
 }

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
+#include <unistd.h>
 #include <cstdint>
 
 using heapprof::detail::DrawSampleDistance;
@@ -117,4 +119,42 @@ TEST_CASE("HEAPPROF parser: sizes, suffixes, bad values, unknown keys") {
   CHECK(stacks.rate == 1);
   CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_stacks=0").has_max_stacks);
   CHECK_FALSE(heapprof::detail::ParseEnvConfig("max_stacks=-5").has_max_stacks);
+}
+
+namespace {
+// What ParseEnvConfig writes to stderr for `text`.
+std::string StderrOfParse(const char* text, heapprof::detail::EnvConfig& cfg) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const int saved = dup(2);
+  dup2(fds[1], 2);
+  cfg = heapprof::detail::ParseEnvConfig(text);
+  dup2(saved, 2);
+  close(saved);
+  close(fds[1]);
+  std::string out;
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("HEAPPROF: numeric keys are clamped, and say so; echoed values are escaped") {
+  heapprof::detail::EnvConfig cfg;
+  std::string err = StderrOfParse("max_stacks=4611686018427387904,max_label_sets=99999999,rate=18446744073709551615", cfg);
+  CHECK(cfg.max_stacks == (std::uint64_t{1} << 24));  // 4x of it still fits the bucket arithmetic
+  CHECK(cfg.max_label_sets == (std::uint64_t{1} << 20));
+  CHECK(cfg.rate == (std::uint64_t{1} << 40) - 1);
+  CHECK(err.find("max_stacks '4611686018427387904' is above 16777216: clamped to it\n") != std::string::npos);
+  CHECK(err.find("max_label_sets '99999999' is above 1048576") != std::string::npos);
+  CHECK(err.find("rate '18446744073709551615' is above 1 TiB") != std::string::npos);
+  // In range: nothing said.
+  CHECK(StderrOfParse("max_stacks=16777216,rate=1g", cfg).empty());
+  CHECK(cfg.max_stacks == (std::uint64_t{1} << 24));
+  // Control bytes and non-ASCII in an echoed value cannot forge a line.
+  err = StderrOfParse("rate=1\nheapprof: forged\x1b[2J\xff", cfg);
+  CHECK(err == "heapprof: HEAPPROF: bad value for rate (bytes, optional k/m/g suffix): "
+               "'1\\x0aheapprof: forged\\x1b[2J\\xff' ignored\n");
 }

@@ -39,9 +39,12 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   return true;
 }
 
-// One line to stderr with write(2): no stdio buffer, no allocation.
-inline void ReportConfigProblem(std::string_view what, std::string_view item) noexcept {
-  char line[256];
+// One line to stderr with write(2): no stdio buffer, no allocation. The
+// user's text is echoed with control bytes and non-ASCII escaped (\xNN), so
+// a value cannot forge lines or terminal sequences.
+inline void ReportConfigProblem(std::string_view what, std::string_view item,
+                                std::string_view tail = " ignored") noexcept {
+  char line[512];
   std::size_t n = 0;
   auto put = [&](std::string_view s) {
     const std::size_t k = s.size() < sizeof line - 1 - n ? s.size() : sizeof line - 1 - n;
@@ -51,10 +54,36 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item) no
   put("heapprof: HEAPPROF: ");
   put(what);
   put(" '");
-  put(item.size() > 100 ? item.substr(0, 100) : item);
-  put("' ignored\n");
+  static const char kHex[] = "0123456789abcdef";
+  for (char ch : item.size() > 100 ? item.substr(0, 100) : item) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      put(std::string_view(&ch, 1));
+    } else {
+      const char esc[4] = {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+      put(std::string_view(esc, 4));
+    }
+  }
+  put("'");
+  put(tail);
+  put("\n");
   ssize_t ignored = write(2, line, n);
   (void)ignored;
+}
+
+// The largest values the numeric keys take; larger ones are clamped (and
+// said so): past them the tables' own arithmetic would overflow (4 buckets
+// per stack), and nothing real needs more.
+constexpr std::uint64_t kMaxConfigRate = (std::uint64_t{1} << 40) - 1;  // 1 TiB, the engine's limit
+constexpr std::uint64_t kMaxConfigStacks = std::uint64_t{1} << 24;
+constexpr std::uint64_t kMaxConfigLabelSets = std::uint64_t{1} << 20;
+
+// `v` clamped to `max`, with one stderr line when it was above.
+inline std::uint64_t ClampConfigValue(const char* what, std::string_view value, std::uint64_t v,
+                                      std::uint64_t max, const char* clamped_to) noexcept {
+  if (v <= max) return v;
+  ReportConfigProblem(what, value, clamped_to);
+  return max;
 }
 
 struct EnvConfig {
@@ -144,7 +173,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       std::uint64_t v;
       if (ParseByteSize(value, v)) {
         cfg.has_rate = true;
-        cfg.rate = v;
+        cfg.rate = ClampConfigValue("rate", value, v, kMaxConfigRate, " is above 1 TiB: clamped to 1099511627775");
       } else {
         ReportConfigProblem("bad value for rate (bytes, optional k/m/g suffix):", value);
       }
@@ -159,7 +188,8 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       std::uint64_t v;
       if (ParseCount(value, v) && v > 0) {
         cfg.has_max_label_sets = true;
-        cfg.max_label_sets = v;
+        cfg.max_label_sets =
+            ClampConfigValue("max_label_sets", value, v, kMaxConfigLabelSets, " is above 1048576: clamped to it");
       } else {
         ReportConfigProblem("bad value for max_label_sets (a count > 0):", value);
       }
@@ -167,7 +197,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       std::uint64_t v;
       if (ParseCount(value, v) && v > 0) {
         cfg.has_max_stacks = true;
-        cfg.max_stacks = v;
+        cfg.max_stacks = ClampConfigValue("max_stacks", value, v, kMaxConfigStacks, " is above 16777216: clamped to it");
       } else {
         ReportConfigProblem("bad value for max_stacks (a count > 0):", value);
       }

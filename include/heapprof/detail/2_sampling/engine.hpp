@@ -103,7 +103,10 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
     std::atexit(&RunExitHook);
-    if (const char* env = std::getenv("HEAPPROF")) {
+    // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
+    // ignores MALLOC_*; an unprivileged user must not make a privileged
+    // program write dumps wherever they like.
+    if (const char* env = secure_getenv("HEAPPROF")) {
       g_env_config = ParseEnvConfig(env);
       const EnvConfig& cfg = g_env_config;
       if (cfg.has_rate) ApplyRate(cfg.rate);

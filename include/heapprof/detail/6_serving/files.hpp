@@ -2,12 +2,14 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -27,8 +29,35 @@ namespace detail {
 // write, fsync and close are cancellation points, and pthread_cancel must
 // unwind through here. The temporary is closed and removed by a destructor,
 // so a cancelled write leaves nothing behind either.
-inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
+inline bool WriteFileAtomic(const std::string& given_path, const std::string& bytes, std::string* error = nullptr) {
   ReentrancyGuard guard;
+  // What is at the path decides: nothing or a regular file is replaced; a
+  // symlink is followed (its target is replaced, the link stays); anything
+  // else (a FIFO, a device such as /dev/null, a socket, a directory) is
+  // refused: renaming over it would replace a special file with a regular one.
+  std::string path = given_path;
+  struct stat st {};
+  st.st_mode = S_IFREG;  // nothing there (yet): created
+  for (int hops = 0; ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+    char target[4096];
+    const ssize_t n = hops < 16 ? ::readlink(path.c_str(), target, sizeof target - 1) : -1;
+    if (n <= 0) {
+      if (error != nullptr) *error = "cannot follow symlink " + given_path;
+      return false;
+    }
+    if (target[0] == '/') {
+      path.assign(target, static_cast<std::size_t>(n));
+    } else {  // relative to the link's directory
+      const std::size_t slash = path.rfind('/');
+      path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+             std::string(target, static_cast<std::size_t>(n));
+    }
+    st.st_mode = S_IFREG;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    if (error != nullptr) *error = "not a regular file, not replaced: " + path;
+    return false;
+  }
   static std::atomic<std::uint32_t> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),

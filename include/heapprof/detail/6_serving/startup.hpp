@@ -66,7 +66,7 @@ inline void StartHttpFromEnv() noexcept {
 }
 
 inline bool StartFromEnv() noexcept {
-  if (std::getenv("HEAPPROF") == nullptr) return false;
+  if (secure_getenv("HEAPPROF") == nullptr) return false;  // see engine.hpp: not in setuid programs
   EnsureInit();  // parses HEAPPROF unless the first allocation already did
   const EnvConfig& cfg = g_env_config;
   g_dumper.Start(cfg);
