@@ -206,6 +206,18 @@ inline int RunCancelWrite() {
   return 0;
 }
 
+// ---- item 18: dump_signal=TERM dumps, then the process ends by SIGTERM ----
+inline int RunDumpSignalTerm() {
+  std::vector<void*> live;
+  for (int i = 0; i < 1000; ++i) live.push_back(::operator new(static_cast<std::size_t>(100 + i)));
+  ::kill(getpid(), SIGTERM);
+  // The dump thread dumps, then sends SIGTERM again with the default action
+  // back: the process ends here. Not ending is the failure (exit 3).
+  for (int i = 0; i < 3000; ++i) usleep(10000);
+  std::printf("still running 30 s after SIGTERM\n");
+  return 3;
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
@@ -213,6 +225,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "signal_getstats") == 0) return RunSignalDuringGetStats();
   if (std::strcmp(name, "signal_exit") == 0) return RunSignalExit();
   if (std::strcmp(name, "cancel_write") == 0) return RunCancelWrite();
+  if (std::strcmp(name, "dump_signal_term") == 0) return RunDumpSignalTerm();
   known = false;
   return 2;
 }

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
@@ -134,5 +135,20 @@ TEST_CASE("hostile: WriteHeapProfile(path) on a FIFO, a directory or a symlink")
   CHECK_FALSE(heapprof::WriteHeapProfile(fifo_link));  // a link to a FIFO: refused too
   REQUIRE(lstat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));
+  RemoveDir(dir);
+}
+
+TEST_CASE("hostile: dump_signal=TERM dumps, then SIGTERM ends the process as before") {
+  // It used to turn SIGTERM into a dump and the process ran on.
+  const std::string dir = MakeTempDir();
+  REQUIRE(!dir.empty());
+  std::string output;
+  const int rc = RunScenario("HEAPPROF=dump_signal=TERM,dump_prefix=" + dir + "/p", "dump_signal_term", output, 60);
+  INFO(output);
+  CHECK(rc == 128 + SIGTERM);  // killed by SIGTERM (timeout passes it on as 128 + signal)
+  CHECK(output.find("(dump_signal)") != std::string::npos);
+  const std::string files = ListDir(dir);
+  INFO("files: " << files);
+  CHECK(files.find(".heap.pb.gz") != std::string::npos);
   RemoveDir(dir);
 }

@@ -123,14 +123,30 @@ class Dumper {
 
   static void SignalHandler(int) noexcept;
 
+  // TERM, INT, HUP and QUIT ask the process to end: for them the dump comes
+  // first, then the signal does what it did before (the previous handler, or
+  // the default action: the process ends). Any other signal only dumps.
+  static bool Terminating(int sig) noexcept {
+    return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+  }
+
   void InstallSignalHandler(int sig) noexcept {
     struct sigaction sa {};
     sa.sa_handler = &Dumper::SignalHandler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    if (sigaction(sig, &sa, nullptr) != 0) {
+    if (sigaction(sig, &sa, &previous_) != 0) {
       ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
+  }
+
+  // After the dump of a terminating signal: the previous disposition back,
+  // and the signal again, to the process (this thread blocks every signal).
+  void ForwardSignal() noexcept {
+    const int sig = cfg_->dump_signal;
+    if (!Terminating(sig)) return;
+    sigaction(sig, &previous_, nullptr);
+    ::kill(getpid(), sig);
   }
 
   static void* Main(void* self) noexcept {
@@ -159,7 +175,10 @@ class Dumper {
       while (::read(wake_[0], drain, sizeof drain) > 0) {
       }
       if (stop_.load(std::memory_order_acquire)) break;
-      if (signal_pending_.exchange(false, std::memory_order_relaxed)) Dump("dump_signal");
+      if (signal_pending_.exchange(false, std::memory_order_relaxed)) {
+        Dump("dump_signal");
+        ForwardSignal();
+      }
       if (next_time != 0) {
         const std::int64_t now = MonotonicMillis();
         if (now >= next_time) {
@@ -188,6 +207,7 @@ class Dumper {
   std::atomic<bool> stop_{false};
   std::atomic<bool> signal_pending_{false};
   pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  struct sigaction previous_ {};  // dump_signal's disposition before ours
   unsigned seq_ = 0;  // under write_mutex_
 };
 
