@@ -8365,6 +8365,29 @@ struct Connection {
   std::unique_ptr<ProfileBaseline> baseline;
 };
 
+class Server;
+
+// Every running server, so that a forked child closes their listening
+// sockets: the child has no server thread, and a socket it kept open would
+// take connections nobody answers and keep the port from being bound again
+// (a new instance of the parent, say). The child is a full process
+// otherwise; it may start its own server.
+struct ServerList {
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  Server* head = nullptr;
+  bool atfork_registered = false;
+};
+inline ServerList g_servers;
+void CloseServersInForkedChild() noexcept;
+inline void LockServers() noexcept { pthread_mutex_lock(&g_servers.mutex); }
+inline void UnlockServers() noexcept { pthread_mutex_unlock(&g_servers.mutex); }
+inline void ForkChildServers() noexcept {
+  CloseServersInForkedChild();
+  // The child's copy of the mutex was locked by the forking thread (prepare):
+  // reinitialise rather than unlock a mutex this thread may not own.
+  g_servers.mutex = PTHREAD_MUTEX_INITIALIZER;
+}
+
 class Server {
  public:
   // Listens and starts the thread; ok() says whether it did, error() why not.
@@ -8413,6 +8436,14 @@ class Server {
       return;
     }
     running_ = true;
+    LockServers();
+    if (!g_servers.atfork_registered) {
+      g_servers.atfork_registered = true;
+      pthread_atfork(&LockServers, &UnlockServers, &ForkChildServers);
+    }
+    next_ = g_servers.head;
+    g_servers.head = this;
+    UnlockServers();
   }
 
   bool ok() const noexcept { return running_; }
@@ -8420,16 +8451,34 @@ class Server {
 
   ~Server() {
     if (!running_) return;
+    LockServers();
+    for (Server** link = &g_servers.head; *link != nullptr; link = &(*link)->next_) {
+      if (*link == this) {
+        *link = next_;
+        break;
+      }
+    }
+    UnlockServers();
     stop_.store(true, std::memory_order_release);
     const std::uint64_t one = 1;
     while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
     }
     // In a forked child the server thread does not exist: joining would wait
     // forever.
-    if (::getpid() == owner_pid_) pthread_join(thread_, nullptr);
-    for (Connection& c : conns_) ::close(c.fd);
-    ::close(listen_fd_);
+    if (::getpid() == owner_pid_) {
+      pthread_join(thread_, nullptr);
+      for (Connection& c : conns_) ::close(c.fd);
+    }
+    if (listen_fd_ >= 0) ::close(listen_fd_);
     ::close(wake_fd_);
+  }
+
+  // In a forked child (fork handler, single-threaded): give up the listening
+  // socket. The connections stay as they are: the server thread may have been
+  // changing their list at the fork.
+  void CloseListenerInChild() noexcept {
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    listen_fd_ = -1;
   }
 
   Server(const Server&) = delete;
@@ -8677,7 +8726,14 @@ class Server {
   pthread_t thread_{};
   bool running_ = false;
   StartError error_;
+  Server* next_ = nullptr;  // g_servers, under its mutex
+  friend void CloseServersInForkedChild() noexcept;
 };
+
+inline void CloseServersInForkedChild() noexcept {
+  for (Server* s = g_servers.head; s != nullptr; s = s->next_) s->CloseListenerInChild();
+  g_servers.head = nullptr;  // the child's servers own nothing to stop
+}
 
 }  // namespace http
 

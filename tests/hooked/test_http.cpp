@@ -540,3 +540,32 @@ TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
   }
   CHECK(r.status == 200);
 }
+
+TEST_CASE("http: a forked child does not keep the listening socket") {
+  // A forked worker kept the socket with no thread serving it: clients hung
+  // in its backlog, and the port could not be bound again while it lived.
+  std::optional<heapprof::HttpServer> server;
+  server.emplace("127.0.0.1:0");
+  const std::uint16_t port = server->port();
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(go[1]);
+    char byte;
+    while (::read(go[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);  // not before the parent has tried the port
+  }
+  ::close(go[0]);
+  server.reset();  // the parent stops serving; the child lives on
+  heapprof::HttpServer again("127.0.0.1:" + std::to_string(port), std::nothrow);
+  INFO(std::string(again.error()));
+  CHECK(again.serving());
+  if (again.serving()) CHECK(HttpGet(port, "/debug/pprof/").status == 200);
+  ::close(go[1]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+}
