@@ -6976,6 +6976,7 @@ inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 
@@ -7008,6 +7009,25 @@ struct TextRecord {
   const Bucket* bucket;
   std::int64_t inuse_objects, alloc_objects;  // raw counts at the header's rate
 };
+
+// User text (label keys and values) in the text format: bytes that could end
+// a line, split a `key=value` pair or confuse a terminal are written as
+// \xNN, so a label cannot forge records (a value holding "\nheap profile:
+// ..." once made `go tool pprof` read terabytes from a 100-byte heap).
+inline void AppendEscaped(std::string& out, std::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c > 0x20 && c < 0x7f && c != '=' && c != '\\') {
+      out += ch;
+    } else {
+      out += '\\';
+      out += 'x';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+}
 
 inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
   ReentrancyGuard guard;
@@ -7075,9 +7095,9 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
         out += "# labels:";
         for (std::uint32_t i = 0; i < r.bucket->labels->count; ++i) {
           out += ' ';
-          out += r.bucket->labels->entries()[i].key;
+          AppendEscaped(out, r.bucket->labels->entries()[i].key);
           out += '=';
-          out += r.bucket->labels->entries()[i].value;
+          AppendEscaped(out, r.bucket->labels->entries()[i].value);
         }
         out += '\n';
       }

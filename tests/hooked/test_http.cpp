@@ -569,3 +569,23 @@ TEST_CASE("http: a forked child does not keep the listening socket") {
   ::waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status));
 }
+
+namespace {
+void* volatile g_labelled_object;
+}
+
+TEST_CASE("http: ?debug=1 escapes label keys and values") {
+  // A value holding "\nheap profile: ..." used to forge a record that
+  // go tool pprof then read as terabytes.
+  RateScope rate(1);
+  heapprof::HttpServer server("127.0.0.1:0");
+  {
+    heapprof::ScopedLabels labels{{"k=\\y", "v\nheap profile: 1: 2199023255552 [1: 2199023255552] @ heap/1\x1b"}};
+    g_labelled_object = ::operator new(1000);
+  }
+  const auto r = HttpGet(server.port(), "/debug/pprof/heap?debug=1");
+  CHECK(r.status == 200);
+  CHECK(r.body.find("\nheap profile: 1: 2199023255552") == std::string::npos);
+  CHECK(r.body.find("# labels: k\\x3d\\x5cy=v\\x0aheap\\x20profile:\\x201:\\x202199023255552") != std::string::npos);
+  ::operator delete(g_labelled_object, 1000);
+}
