@@ -7127,6 +7127,7 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
 // heapprof: profiles to files and streams.
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7147,11 +7148,11 @@ namespace detail {
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
 //
-// Not noexcept, and no catch-all swallows cancellation (errors.hpp): open,
-// write, fsync and close are cancellation points, and pthread_cancel must
-// unwind through here. The temporary is closed and removed by a destructor,
-// so a cancelled write leaves nothing behind either.
-inline bool WriteFileAtomic(const std::string& given_path, const std::string& bytes, std::string* error = nullptr) {
+// Not noexcept, and no catch-all swallows cancellation (errors.hpp):
+// pthread_cancel must unwind through here. WriteFileAtomic below holds
+// cancellation off during the write, so a cancelled write leaves nothing
+// behind either, with or without exceptions.
+inline bool WriteFileAtomicNow(const std::string& given_path, const std::string& bytes, std::string* error) {
   ReentrancyGuard guard;
   // What is at the path decides: nothing or a regular file is replaced; a
   // symlink is followed (its target is replaced, the link stays); anything
@@ -7226,6 +7227,19 @@ inline bool WriteFileAtomic(const std::string& given_path, const std::string& by
     if (error != nullptr) error->clear();
     return false;
   }
+}
+
+// WriteFileAtomicNow with cancellation held off until the temporary is gone:
+// in a build without exceptions a forced unwind runs no destructor, so a
+// cancel inside the write would leave the temporary behind. A pending
+// cancellation then acts right here, on the way out.
+inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
+  int state = PTHREAD_CANCEL_ENABLE;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+  const bool ok = WriteFileAtomicNow(path, bytes, error);
+  pthread_setcancelstate(state, nullptr);
+  if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
+  return ok;
 }
 
 // The profile, gzip'ed, written atomically to `path`.
