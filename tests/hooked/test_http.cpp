@@ -547,18 +547,29 @@ TEST_CASE("http: a forked child does not keep the listening socket") {
   std::optional<heapprof::HttpServer> server;
   server.emplace("127.0.0.1:0");
   const std::uint16_t port = server->port();
-  int go[2];
+  int go[2], ready[2];
   REQUIRE(::pipe(go) == 0);
+  REQUIRE(::pipe(ready) == 0);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    // fork() returns here after the fork handlers ran: the socket is closed.
     ::close(go[1]);
+    ::close(ready[0]);
+    const char one = 1;
+    while (::write(ready[1], &one, 1) < 0 && errno == EINTR) {
+    }
     char byte;
     while (::read(go[0], &byte, 1) < 0 && errno == EINTR) {
     }
     ::_exit(0);  // not before the parent has tried the port
   }
   ::close(go[0]);
+  ::close(ready[1]);
+  char byte;
+  while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::close(ready[0]);
   server.reset();  // the parent stops serving; the child lives on
   heapprof::HttpServer again("127.0.0.1:" + std::to_string(port), std::nothrow);
   INFO(std::string(again.error()));
