@@ -2367,6 +2367,141 @@ inline LiveMap g_live_map;
 #include <pthread.h>
 #include <unistd.h>
 
+// ---- begin heapprof/detail/0_base/profiler_stack.hpp ----
+// heapprof: a stack of the profiler's own, for samples taken where the
+// caller's stack is short.
+//
+// A sample needs a few KiB of stack: the unwinder's buffer, the interning, and
+// on rare occasions much more (the first sample in an object builds its
+// unwind table; the first call of a libc function through a lazily bound PLT
+// saves the whole vector register file). A thread with a tiny stack, deep in
+// its own frames, would overflow. So a sample runs in place only when the
+// thread has kInPlaceStackHeadroom left below the hook; otherwise it runs on a
+// per-thread stack mapped on first need (kProfilerStackBytes plus a guard
+// page, MAP_NORESERVE: only touched pages cost memory), and then takes from the
+// caller only what swapcontext and the switching frame need (a few hundred
+// bytes; the hostile-process tests measure it).
+//
+// The switch is getcontext/makecontext/swapcontext: two sigprocmask calls, a
+// microsecond, paid only by samples on short stacks. Not under ASan/TSan, whose
+// stack bookkeeping does not follow a switch: there everything runs in place.
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+
+namespace heapprof {
+namespace detail {
+
+// A sample runs on the caller's stack when at least this much of it is left.
+constexpr std::size_t kInPlaceStackHeadroom = 64 * 1024;
+// The profiler's stack, per thread that ever needed it.
+constexpr std::size_t kProfilerStackBytes = 256 * 1024;
+
+struct ProfilerStack {
+  ucontext_t caller;
+  ucontext_t callee;
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  std::size_t mapped = 0;  // bytes of the mapping, this header and the guard page included
+  bool busy = false;       // a signal handler's sample while we are on it runs in place
+};
+
+inline thread_local ProfilerStack* tls_profiler_stack HEAPPROF_TLS_MODEL = nullptr;
+
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+constexpr bool kCanSwitchStacks = false;
+#else
+constexpr bool kCanSwitchStacks = true;
+#endif
+
+// makecontext passes int arguments: the ProfilerStack's address in two halves.
+inline void ProfilerStackEntry(unsigned hi, unsigned lo) noexcept {
+  auto* s = reinterpret_cast<ProfilerStack*>((static_cast<std::uintptr_t>(hi) << 32) | lo);
+  s->fn(s->arg);
+  // Returning resumes uc_link: the caller's context.
+}
+
+// The calling thread's profiler stack, mapped on first use; null if out of memory.
+inline ProfilerStack* ThisThreadProfilerStack() noexcept {
+  if (ProfilerStack* s = tls_profiler_stack) return s;
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
+  // [guard page][stack ........][ProfilerStack header], the stack growing down
+  // towards the guard.
+  const std::size_t header = (sizeof(ProfilerStack) + pg - 1) / pg * pg;
+  const std::size_t mapped = pg + kProfilerStackBytes + header;
+  void* mem = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) return nullptr;
+  mprotect(mem, pg, PROT_NONE);
+  auto* s = new (static_cast<char*>(mem) + pg + kProfilerStackBytes) ProfilerStack();
+  s->mapped = mapped;
+  tls_profiler_stack = s;
+  return s;
+}
+
+// At thread exit: unmaps the thread's profiler stack, if it had one.
+inline void ReleaseProfilerStack() noexcept {
+  ProfilerStack* s = tls_profiler_stack;
+  if (s == nullptr || s->busy) return;
+  tls_profiler_stack = nullptr;
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
+  munmap(reinterpret_cast<char*>(s) - kProfilerStackBytes - pg, s->mapped);
+}
+
+// Switches to the thread's profiler stack (set up, idle) and back. The
+// ProfilerStack is re-read from the thread-local after getcontext, which in
+// general returns twice (the compiler must not keep it in a register across).
+HEAPPROF_NOINLINE inline bool SwitchToProfilerStack() noexcept {
+  if (getcontext(&tls_profiler_stack->callee) != 0) return false;
+  ProfilerStack* s = tls_profiler_stack;
+  s->callee.uc_stack.ss_sp = reinterpret_cast<char*>(s) - kProfilerStackBytes;
+  s->callee.uc_stack.ss_size = kProfilerStackBytes;
+  s->callee.uc_link = &s->caller;
+  const auto bits = reinterpret_cast<std::uintptr_t>(s);
+  // void (*)() is the type makecontext wants; GCC accepts a cast to it from
+  // any function type.
+  makecontext(&s->callee, reinterpret_cast<void (*)()>(&ProfilerStackEntry), 2,
+              static_cast<unsigned>(bits >> 32), static_cast<unsigned>(bits & 0xffffffffu));
+  return swapcontext(&s->caller, &s->callee) == 0;
+}
+
+// Runs fn(arg) on this thread's profiler stack. False, with fn not run, when
+// it cannot: a sanitizer build, no memory, or already on it.
+inline bool RunOnProfilerStack(void (*fn)(void*), void* arg) noexcept {
+  if (!kCanSwitchStacks) return false;
+  ProfilerStack* s = ThisThreadProfilerStack();
+  if (s == nullptr || s->busy) return false;
+  s->busy = true;
+  s->fn = fn;
+  s->arg = arg;
+  const bool ok = SwitchToProfilerStack();
+  tls_profiler_stack->busy = false;
+  return ok;
+}
+
+inline void NothingToDo(void*) noexcept {}
+
+// Binds, on a roomy stack, every libc function a switch calls: in a lazily
+// bound program the first call of each goes through the dynamic linker's
+// resolver, which saves the vector register file on the stack (KiBs): on a
+// tiny stack that alone would overflow. Called once, by the thread that
+// starts the profiler.
+inline void PrepareProfilerStacks() noexcept {
+  if (!kCanSwitchStacks) return;
+  RunOnProfilerStack(&NothingToDo, nullptr);
+  ReleaseProfilerStack();
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/0_base/profiler_stack.hpp ----
 // ---- begin heapprof/detail/3_unwinding/loader_lock.hpp ----
 // heapprof: our side of the dynamic loader's lock.
 //
@@ -4512,6 +4647,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
     std::atexit(&RunExitHook);
+    PrepareProfilerStacks();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged
     // program write dumps wherever they like.
@@ -4568,6 +4704,7 @@ inline void OnThreadExit(void* slot) noexcept {
   ReentrancyGuard guard;  // a handler allocating now must not wait on the registry lock we take
   tls_thread_flags.exiting = true;
   tls_thread_state = &g_empty_thread_state;
+  ReleaseProfilerStack();
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
@@ -4606,20 +4743,47 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
 
 void DrainDeferredFrees() noexcept;
 
+// The work of one sample: unwind, intern, remember the object.
+HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+                                               const ThreadState& ts, const void* frame) noexcept {
+  ReentrancyGuard guard;
+  CapturedStack stack;
+  CaptureStack(frame, hook_return, ts, stack);
+  Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
+                                    CurrentSampleLabels());
+  if (b != nullptr && !g_live_map.Insert(p, b)) {
+    // Out of memory for the live map: count it freed now rather than leak it
+    // into the in-use totals forever.
+    b->frees.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+struct SampleCall {
+  void* p;
+  std::size_t n;
+  std::uint64_t rate;
+  const void* hook_return;
+  const ThreadState* ts;
+  const void* frame;
+};
+
+inline void RecordSampleThunk(void* arg) noexcept {
+  const auto& c = *static_cast<const SampleCall*>(arg);
+  RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
+}
+
+// Runs the sample in place when the thread's stack has room for it, else on
+// the profiler's own stack (0_base/profiler_stack.hpp).
 inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {
-  {
-    ReentrancyGuard guard;
-    CapturedStack stack;
-    CaptureStack(frame, hook_return, ts, stack);
-    Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
-                                      rate, CurrentSampleLabels());
-    if (b != nullptr && !g_live_map.Insert(p, b)) {
-      // Out of memory for the live map: count it freed now rather than leak it
-      // into the in-use totals forever.
-      b->frees.fetch_add(1, std::memory_order_relaxed);
-    }
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  bool done = false;
+  if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
+    ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
+    SampleCall call{p, n, rate, hook_return, &ts, frame};
+    done = RunOnProfilerStack(&RecordSampleThunk, &call);
   }
+  if (!done) RecordSampleHere(p, n, rate, hook_return, ts, frame);
   DrainDeferredFrees();
 }
 

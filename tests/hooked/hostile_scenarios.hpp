@@ -14,6 +14,7 @@
 #include <cstring>
 #include <new>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -218,6 +219,100 @@ inline int RunDumpSignalTerm() {
   return 3;
 }
 
+// ---- item 6: the stack a sample needs from its caller ---------------------
+// A thread on a stack we map and paint ourselves (HEAPPROF_TEST_STACK_KIB)
+// recurses kStackDepth frames, then allocates at rate 1: the first sample of
+// the process (unwind tables built then), a warm one, then an unsampled
+// allocation. The bytes below the leaf's frame that changed are what each
+// took from the caller's stack.
+constexpr int kStackDepth = 140;
+constexpr unsigned char kPaint = 0xa5;
+
+struct StackProbe {
+  unsigned char* lo = nullptr;       // the mapped stack
+  std::uintptr_t leaf_sp = 0;        // the leaf's frame
+  std::size_t used[3] = {0, 0, 0};   // first sample, warm sample, unsampled allocation
+  void* objects[3] = {nullptr, nullptr, nullptr};
+  std::size_t tiny_depth_reached = 0;
+};
+
+// Bytes changed below `sp` since the region was painted.
+inline std::size_t TouchedBelow(const StackProbe& p, std::uintptr_t sp) {
+  const auto* lo = p.lo;
+  std::uintptr_t a = reinterpret_cast<std::uintptr_t>(lo);
+  while (a < sp && *reinterpret_cast<const unsigned char*>(a) == kPaint) ++a;
+  return sp - a;
+}
+
+__attribute__((noinline)) inline void PaintBelow(const StackProbe& p, std::uintptr_t sp) {
+  // Below our own frame, leaving a margin for memset's.
+  std::memset(p.lo, kPaint, sp - 512 - reinterpret_cast<std::uintptr_t>(p.lo));
+}
+
+__attribute__((noinline)) inline void StackProbeLeaf(StackProbe& p) {
+  volatile char here = 0;
+  p.leaf_sp = reinterpret_cast<std::uintptr_t>(&here) & ~std::uintptr_t{15};
+  for (int i = 0; i < 3; ++i) {
+    if (i == 2) heapprof::SetSampleRate(0);
+    PaintBelow(p, p.leaf_sp);
+    p.objects[i] = ::operator new(static_cast<std::size_t>(6601 + i));
+    asm volatile("" ::"r"(p.objects[i]) : "memory");
+    p.used[i] = TouchedBelow(p, p.leaf_sp);
+  }
+}
+
+// Frames of ~64 bytes, each kept by the one below (no tail calls).
+__attribute__((noinline)) inline std::size_t StackProbeDeep(StackProbe& p, int depth) {
+  volatile char pad[32];
+  pad[0] = static_cast<char>(depth);
+  if (depth == 0) {
+    StackProbeLeaf(p);
+    return 1;
+  }
+  const std::size_t r = StackProbeDeep(p, depth - 1) + 1;
+  asm volatile("" ::"r"(&pad[0]) : "memory");
+  return r + static_cast<std::size_t>(pad[0] != static_cast<char>(depth));
+}
+
+inline void* StackProbeMain(void* arg) {
+  auto& p = *static_cast<StackProbe*>(arg);
+  heapprof::SetSampleRate(1);
+  p.tiny_depth_reached = StackProbeDeep(p, kStackDepth);
+  heapprof::SetSampleRate(0);
+  return nullptr;
+}
+
+inline int RunSampleStackUse() {
+  // HEAPPROF=rate=0 (the parent sets it): nothing is sampled, and no unwind
+  // table is built, before this thread's first sample.
+  StackProbe p;
+  const std::size_t kPaintedStack = std::strtoul(std::getenv("HEAPPROF_TEST_STACK_KIB"), nullptr, 10) * 1024;
+  void* mem = mmap(nullptr, kPaintedStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  HEAPPROF_HOSTILE_CHECK(mem != MAP_FAILED);
+  p.lo = static_cast<unsigned char*>(mem);
+  std::memset(mem, kPaint, kPaintedStack);
+  pthread_attr_t attr;
+  HEAPPROF_HOSTILE_CHECK(pthread_attr_init(&attr) == 0);
+  HEAPPROF_HOSTILE_CHECK(pthread_attr_setstack(&attr, mem, kPaintedStack) == 0);
+  pthread_t t;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&t, &attr, &StackProbeMain, &p) == 0);
+  HEAPPROF_HOSTILE_CHECK(pthread_join(t, nullptr) == 0);
+  pthread_attr_destroy(&attr);
+  const heapprof::Stats s = heapprof::GetStats();
+  std::printf("%zu KiB stack, depth %zu: stack used below the allocating function: first sample %zu bytes, warm sample %zu, "
+              "unsampled allocation %zu; samples %llu\n",
+              kPaintedStack / 1024, p.tiny_depth_reached, p.used[0], p.used[1], p.used[2],
+              static_cast<unsigned long long>(s.sampled_live_objects));
+  const long bound = std::strtol(std::getenv("HEAPPROF_TEST_STACK_BOUND"), nullptr, 10);
+  HEAPPROF_HOSTILE_CHECK(p.used[0] <= static_cast<std::size_t>(bound));
+  HEAPPROF_HOSTILE_CHECK(p.used[1] <= static_cast<std::size_t>(bound));
+  HEAPPROF_HOSTILE_CHECK(s.sampled_live_objects >= 2);
+  for (void* o : p.objects) ::operator delete(o);
+  munmap(mem, kPaintedStack);
+  std::printf("sample_stack_use: ok\n");
+  return 0;
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
@@ -226,6 +321,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "signal_exit") == 0) return RunSignalExit();
   if (std::strcmp(name, "cancel_write") == 0) return RunCancelWrite();
   if (std::strcmp(name, "dump_signal_term") == 0) return RunDumpSignalTerm();
+  if (std::strcmp(name, "sample_stack_use") == 0) return RunSampleStackUse();
   known = false;
   return 2;
 }

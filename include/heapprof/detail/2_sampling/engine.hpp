@@ -22,6 +22,7 @@
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/2_sampling/buckets.hpp"
 #include "heapprof/detail/0_base/env_config.hpp"
+#include "heapprof/detail/0_base/profiler_stack.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/labels.hpp"
 #include "heapprof/detail/2_sampling/live_map.hpp"
@@ -103,6 +104,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
     std::atexit(&RunExitHook);
+    PrepareProfilerStacks();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged
     // program write dumps wherever they like.
@@ -159,6 +161,7 @@ inline void OnThreadExit(void* slot) noexcept {
   ReentrancyGuard guard;  // a handler allocating now must not wait on the registry lock we take
   tls_thread_flags.exiting = true;
   tls_thread_state = &g_empty_thread_state;
+  ReleaseProfilerStack();
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
@@ -197,20 +200,47 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
 
 void DrainDeferredFrees() noexcept;
 
+// The work of one sample: unwind, intern, remember the object.
+HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+                                               const ThreadState& ts, const void* frame) noexcept {
+  ReentrancyGuard guard;
+  CapturedStack stack;
+  CaptureStack(frame, hook_return, ts, stack);
+  Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
+                                    CurrentSampleLabels());
+  if (b != nullptr && !g_live_map.Insert(p, b)) {
+    // Out of memory for the live map: count it freed now rather than leak it
+    // into the in-use totals forever.
+    b->frees.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+struct SampleCall {
+  void* p;
+  std::size_t n;
+  std::uint64_t rate;
+  const void* hook_return;
+  const ThreadState* ts;
+  const void* frame;
+};
+
+inline void RecordSampleThunk(void* arg) noexcept {
+  const auto& c = *static_cast<const SampleCall*>(arg);
+  RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
+}
+
+// Runs the sample in place when the thread's stack has room for it, else on
+// the profiler's own stack (0_base/profiler_stack.hpp).
 inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {
-  {
-    ReentrancyGuard guard;
-    CapturedStack stack;
-    CaptureStack(frame, hook_return, ts, stack);
-    Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n,
-                                      rate, CurrentSampleLabels());
-    if (b != nullptr && !g_live_map.Insert(p, b)) {
-      // Out of memory for the live map: count it freed now rather than leak it
-      // into the in-use totals forever.
-      b->frees.fetch_add(1, std::memory_order_relaxed);
-    }
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  bool done = false;
+  if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
+    ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
+    SampleCall call{p, n, rate, hook_return, &ts, frame};
+    done = RunOnProfilerStack(&RecordSampleThunk, &call);
   }
+  if (!done) RecordSampleHere(p, n, rate, hook_return, ts, frame);
   DrainDeferredFrees();
 }
 
