@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <string>
@@ -313,6 +314,80 @@ inline int RunSampleStackUse() {
   return 0;
 }
 
+// ---- item 7: dlopen/dlclose churn ----------------------------------------
+// A library loaded, used (its allocations sampled, a profile written while it
+// is loaded) and unloaded, HEAPPROF_TEST_CYCLES times. The profiler's memory
+// must level off: checked between the first tenth of the cycles and the end.
+inline int RunDlopenChurn() {
+#ifdef HEAPPROF_HOOKED_DSO_PATH
+  const int cycles = std::atoi(std::getenv("HEAPPROF_TEST_CYCLES"));
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr && cycles >= 20);
+  const std::string path = std::string(dir) + "/churn.pb.gz";
+  heapprof::SetSampleRate(1);
+  // Two threads unwinding all along (their samples read the snapshots and
+  // tables being retired and freed: TSan checks the reclamation's ordering).
+  struct Busy {
+    std::atomic<bool> stop{false};
+    static void* Main(void* self) {
+      auto* b = static_cast<Busy*>(self);
+      while (!b->stop.load(std::memory_order_relaxed)) {
+        void* q = ::operator new(40);
+        asm volatile("" ::"r"(q) : "memory");
+        ::operator delete(q, 40);
+      }
+      return nullptr;
+    }
+  } busy;
+  pthread_t busy_threads[2];
+  for (pthread_t& t : busy_threads) HEAPPROF_HOSTILE_CHECK(pthread_create(&t, nullptr, &Busy::Main, &busy) == 0);
+  heapprof::Stats warm{};
+  for (int i = 0; i < cycles; ++i) {
+    void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
+    HEAPPROF_HOSTILE_CHECK(h != nullptr);
+    auto* alloc = reinterpret_cast<void* (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_alloc"));
+    auto* release = reinterpret_cast<void (*)(void*)>(dlsym(h, "heapprof_hooked_dso_free"));
+    HEAPPROF_HOSTILE_CHECK(alloc != nullptr && release != nullptr);
+    void* objs[16];
+    for (int k = 0; k < 16; ++k) objs[k] = alloc(static_cast<std::size_t>(100 + k));
+    if (i % 10 == 0) HEAPPROF_HOSTILE_CHECK(heapprof::WriteHeapProfile(path));
+    for (void* o : objs) release(o);
+    HEAPPROF_HOSTILE_CHECK(dlclose(h) == 0);
+    // A sample while the library is gone: the profiler sees it unloaded.
+    void* between = ::operator new(64);
+    asm volatile("" ::"r"(between) : "memory");
+    ::operator delete(between, 64);
+    if (i + 1 == cycles / 10) warm = heapprof::GetStats();
+  }
+  busy.stop.store(true);
+  for (pthread_t t : busy_threads) pthread_join(t, nullptr);
+  // One sample with no other reader about: it frees everything retired.
+  void* last = ::operator new(64);
+  asm volatile("" ::"r"(last) : "memory");
+  ::operator delete(last, 64);
+  const heapprof::Stats end = heapprof::GetStats();
+  std::printf("after %d cycles: profiler_bytes %llu, unwind_table_bytes %llu, unwind_objects %llu; "
+              "after %d: %llu, %llu, %llu\n",
+              cycles / 10, static_cast<unsigned long long>(warm.profiler_bytes),
+              static_cast<unsigned long long>(warm.unwind_table_bytes),
+              static_cast<unsigned long long>(warm.unwind_objects), cycles,
+              static_cast<unsigned long long>(end.profiler_bytes),
+              static_cast<unsigned long long>(end.unwind_table_bytes),
+              static_cast<unsigned long long>(end.unwind_objects));
+  // Level over the remaining nine tenths (warm is read while the busy
+  // threads hold some retired tables back, end once everything retired is
+  // free); the arena maps 1 MiB chunks.
+  HEAPPROF_HOSTILE_CHECK(end.unwind_objects <= warm.unwind_objects);
+  HEAPPROF_HOSTILE_CHECK(end.unwind_table_bytes <= warm.unwind_table_bytes + 16 * 1024);
+  HEAPPROF_HOSTILE_CHECK(end.profiler_bytes <= warm.profiler_bytes + (1u << 20));
+  std::printf("dlopen_churn: ok\n");
+  return 0;
+#else
+  std::printf("dlopen_churn: no test library\n");
+  return 0;
+#endif
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
@@ -322,6 +397,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "cancel_write") == 0) return RunCancelWrite();
   if (std::strcmp(name, "dump_signal_term") == 0) return RunDumpSignalTerm();
   if (std::strcmp(name, "sample_stack_use") == 0) return RunSampleStackUse();
+  if (std::strcmp(name, "dlopen_churn") == 0) return RunDlopenChurn();
   known = false;
   return 2;
 }

@@ -185,7 +185,10 @@ inline void ForkParent() noexcept {
   unwind_table::g_lock.unlock();
   g_loader_lock.unlock();
 }
-inline void ForkChild() noexcept { ForkParent(); }
+inline void ForkChild() noexcept {
+  unwind_table::ResetReadersInChild();
+  ForkParent();
+}
 
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
                          CapturedStack& out) noexcept {

@@ -19,12 +19,16 @@
 // dlopen/dlclose: every unwind first asks the loader for its generation
 // (dlpi_adds, dlpi_subs: one dl_iterate_phdr call that stops at the first
 // object) and, when it moved, publishes a new snapshot; objects still loaded
-// keep their tables. Table and snapshot memory is never freed: a thread may
-// still be reading a retired snapshot, and a dlclose'd object's table is just
-// arena memory, never the object's own pages, so a stale lookup reads valid
-// memory and yields at worst a wrong frame (every stack read is bounds
-// checked, invariant 4). The leak is bounded by the dlopen/dlclose churn.
-//
+// keep their tables. The replaced snapshot, and the objects (with their
+// tables) that the new one no longer holds, are retired and freed once no
+// unwind can still be reading them: every unwind is a reader section counted
+// in one of two sets of sharded counters chosen by a global epoch parity
+// (userspace-RCU style, without waiting: each Refresh frees what the previous
+// grace period covered and moves the epoch on when the readers of the one
+// before are gone). So dlopen/dlclose churn holds at most about two
+// generations of retired tables. Stale lookups cannot happen: a reader only
+// ever reaches objects through a snapshot it entered its section with.
+
 // Per frame, a PC without a row, or with a rule the rows cannot express
 // (RA in a register, general DWARF expressions, CFA in a register other than
 // rsp/rbp), falls back to one frame-pointer step when rbp looks like a frame
@@ -118,6 +122,8 @@ struct Object {
   std::size_t hdr_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
+  Object* next_retired = nullptr;              // reclamation (under g_lock)
+  std::uint64_t retired_epoch = 0;
 };
 
 struct ObjectSet {
@@ -127,7 +133,10 @@ struct ObjectSet {
   std::uint32_t serial = 0;     // 1, 2, ... in publication order: tags rule-cache entries
   std::size_t count = 0;
   Object** objects = nullptr;  // sorted by lo
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;        // this block and the Objects made with it (for Stats)
+  std::size_t block_bytes = 0;  // this block alone: what goes back to the arena
+  ObjectSet* next_retired = nullptr;
+  std::uint64_t retired_epoch = 0;
 };
 
 // A direct-mapped cache, PC -> rule, in front of the tables. A table lookup
@@ -197,6 +206,134 @@ inline Object* FindObject(const ObjectSet& set, std::uintptr_t pc) noexcept {
   if (lo == 0) return nullptr;
   Object* o = set.objects[lo - 1];
   return pc < o->hi ? o : nullptr;
+}
+
+// ---- reader sections and reclamation
+// An unwind reads a snapshot, its objects and their tables without a lock.
+// It announces itself in g_readers[epoch & 1][shard] (a shard per thread,
+// by stack address, so threads rarely share a line). Retired memory tagged
+// with epoch R is freed once the epoch has moved past R and the counters of
+// R's parity read zero: no reader that could have seen it remains (a reader
+// that entered later loaded the snapshot after the retirement).
+constexpr std::size_t kReaderShards = 8;
+struct alignas(64) ReaderCount {
+  std::atomic<std::uint64_t> n{0};
+};
+inline ReaderCount g_readers[2][kReaderShards];
+inline std::atomic<std::uint64_t> g_epoch{0};
+inline ObjectSet* g_retired_sets = nullptr;  // under g_lock
+inline Object* g_retired_objects = nullptr;  // under g_lock
+inline std::atomic<bool> g_have_retired{false};  // either list is not empty
+
+void TryReclaimLocked() noexcept;
+
+class ReaderSection {
+ public:
+  ReaderSection() noexcept {
+    const auto here = reinterpret_cast<std::uintptr_t>(this);
+    shard_ = static_cast<std::size_t>(((here >> 16) * 0x9e3779b97f4a7c15ull) >> 61);  // 0..7
+    parity_ = static_cast<std::size_t>(g_epoch.load(std::memory_order_seq_cst) & 1);
+    g_readers[parity_][shard_].n.fetch_add(1, std::memory_order_seq_cst);
+  }
+  // The last reader out frees what it can (threads blocked in the loader
+  // while a dlopen runs would otherwise hold back every Refresh's attempt).
+  ~ReaderSection() {
+    g_readers[parity_][shard_].n.fetch_sub(1, std::memory_order_seq_cst);
+    if (HEAPPROF_UNLIKELY(g_have_retired.load(std::memory_order_relaxed)) && g_lock.try_lock()) {
+      TryReclaimLocked();
+      g_lock.unlock();
+    }
+  }
+  ReaderSection(const ReaderSection&) = delete;
+  ReaderSection& operator=(const ReaderSection&) = delete;
+
+ private:
+  std::size_t shard_;
+  std::size_t parity_;
+};
+
+inline bool NoReaders(std::size_t parity) noexcept {
+  for (std::size_t i = 0; i < kReaderShards; ++i) {
+    if (g_readers[parity][i].n.load(std::memory_order_seq_cst) != 0) return false;
+  }
+  return true;
+}
+
+inline void FreeRetiredObject(Object* o) noexcept {
+  const Table* t = o->table.load(std::memory_order_acquire);
+  if (t != nullptr && t != &kNoTable) {
+    g_stat_objects.fetch_sub(1, std::memory_order_relaxed);
+    g_stat_rows.fetch_sub(t->count, std::memory_order_relaxed);
+    g_stat_bytes.fetch_sub(t->bytes, std::memory_order_relaxed);
+    g_arena.Free(const_cast<Table*>(t), t->bytes);
+  }
+  g_stat_bytes.fetch_sub(sizeof(Object), std::memory_order_relaxed);
+  o->~Object();
+  g_arena.Free(o, sizeof(Object));
+}
+
+// Under g_lock: frees what no reader can hold any more, and moves the epoch
+// on when it can. Never waits.
+inline bool ReclaimStepLocked() noexcept {
+  const std::uint64_t e = g_epoch.load(std::memory_order_seq_cst);
+  if (!NoReaders(static_cast<std::size_t>((e + 1) & 1))) return false;  // readers of epoch e - 1 remain
+  // Every reader of epoch e - 1 or older is gone: what was retired before
+  // the epoch became e is unreachable.
+  ObjectSet** sp = &g_retired_sets;
+  while (ObjectSet* set = *sp) {
+    if (set->retired_epoch < e) {
+      *sp = set->next_retired;
+      g_stat_bytes.fetch_sub(set->block_bytes, std::memory_order_relaxed);
+      const std::size_t block = set->block_bytes;
+      set->~ObjectSet();
+      g_arena.Free(set, block);
+    } else {
+      sp = &set->next_retired;
+    }
+  }
+  Object** op = &g_retired_objects;
+  while (Object* o = *op) {
+    if (o->retired_epoch < e) {
+      *op = o->next_retired;
+      FreeRetiredObject(o);
+    } else {
+      op = &o->next_retired;
+    }
+  }
+  g_have_retired.store(g_retired_sets != nullptr || g_retired_objects != nullptr, std::memory_order_relaxed);
+  g_epoch.store(e + 1, std::memory_order_seq_cst);
+  return true;
+}
+
+// Two steps when the readers allow: what was retired in the current epoch
+// goes too, so a quiet process holds nothing retired.
+inline void TryReclaimLocked() noexcept {
+  if (ReclaimStepLocked()) ReclaimStepLocked();
+}
+
+// Under g_lock, once `fresh` is published in place of `old`: retires `old`
+// and the objects only it holds.
+inline void RetireLocked(ObjectSet* old, const ObjectSet* fresh) noexcept {
+  const std::uint64_t e = g_epoch.load(std::memory_order_seq_cst);
+  for (std::size_t i = 0; i < old->count; ++i) {
+    Object* o = old->objects[i];
+    if (FindObject(*fresh, o->lo) == o) continue;  // carried over
+    o->retired_epoch = e;
+    o->next_retired = g_retired_objects;
+    g_retired_objects = o;
+  }
+  old->retired_epoch = e;
+  old->next_retired = g_retired_sets;
+  g_retired_sets = old;
+  g_have_retired.store(true, std::memory_order_relaxed);
+}
+
+// After fork, in the child: only the forking thread exists, and it is not
+// unwinding; the other threads' sections ended with them.
+inline void ResetReadersInChild() noexcept {
+  for (auto& parity : g_readers) {
+    for (ReaderCount& r : parity) r.n.store(0, std::memory_order_relaxed);
+  }
 }
 
 // ---------------------------------------------------------------- building
@@ -455,6 +592,7 @@ inline const ObjectSet* Refresh() noexcept {
         set->generation_known = c.gen.known;
         set->objects = reinterpret_cast<Object**>(static_cast<char*>(mem) + sizeof(ObjectSet));
         set->bytes = bytes;
+        set->block_bytes = bytes;
         std::size_t n = 0;
         for (std::size_t i = 0; i < c.count; ++i) {
           const ObjectInfo& oi = c.items[i];
@@ -487,8 +625,10 @@ inline const ObjectSet* Refresh() noexcept {
         set->count = n;
         set->serial = g_serial.fetch_add(1, std::memory_order_relaxed) + 1;
         g_stat_bytes.fetch_add(set->bytes, std::memory_order_relaxed);
-        // The old snapshot stays allocated: readers may still hold it.
-        g_objects.store(set, std::memory_order_release);
+        g_objects.store(set, std::memory_order_seq_cst);
+        // The old snapshot goes once no reader can hold it.
+        if (cur != nullptr) RetireLocked(const_cast<ObjectSet*>(cur), set);
+        TryReclaimLocked();
         result = set;
       } else {
         result = cur;
@@ -507,7 +647,7 @@ inline const ObjectSet* Refresh() noexcept {
 inline const ObjectSet* CurrentObjects() noexcept {
   Generation g;
   IterateLoadedObjects(&GenerationCallback, &g);
-  const ObjectSet* s = g_objects.load(std::memory_order_acquire);
+  const ObjectSet* s = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
   if (s != nullptr && g.known && s->generation_known && g.adds == s->adds && g.subs == s->subs) return s;
   return Refresh();
 }
@@ -710,6 +850,7 @@ HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintpt
 // The table of `pc`'s object, built if need be: for tests and the benchmark.
 // False if `pc` is in no loaded object or that object has no table.
 inline bool TableFor(const void* pc, const Table*& out) noexcept {
+  ReaderSection reading;  // (the table itself stays valid while its object is loaded)
   const ObjectSet* set = CurrentObjects();
   if (set == nullptr) return false;
   Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
@@ -737,11 +878,14 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
   out.depth = 0;
   out.truncated = false;
   if (hook_return == nullptr) return;
-  const unwind_table::ObjectSet* set = unwind_table::CurrentObjects();
-  if (set != nullptr && unwind_table::UnwindFrom(set, reinterpret_cast<std::uintptr_t>(frame),
-                                                 reinterpret_cast<std::uintptr_t>(hook_return), stack_lo,
-                                                 stack_hi, out))
-    return;
+  {
+    unwind_table::ReaderSection reading;
+    const unwind_table::ObjectSet* set = unwind_table::CurrentObjects();
+    if (set != nullptr && unwind_table::UnwindFrom(set, reinterpret_cast<std::uintptr_t>(frame),
+                                                   reinterpret_cast<std::uintptr_t>(hook_return), stack_lo,
+                                                   stack_hi, out))
+      return;
+  }
 #endif
   UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out);
 }
