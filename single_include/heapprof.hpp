@@ -6148,7 +6148,10 @@ class PprofProfileBuilder {
         w.Int64(pprof_field::label::kNumUnit, bytes);
       });
       for (const auto& label : s.labels) {
-        const std::int64_t key = strings_.Intern(label.first);
+        // A user key equal to our numeric label's would be merged with it by
+        // pprof (-tags, -tagfocus): written as "label_bytes" instead.
+        const std::int64_t key =
+            label.first == "bytes" ? strings_.Intern("label_bytes") : strings_.Intern(label.first);
         const std::int64_t str = strings_.Intern(label.second);
         w.Message(pprof_field::sample::kLabel, [&] {
           w.OptInt64(pprof_field::label::kKey, key);

@@ -122,3 +122,43 @@ TEST_CASE("a stream that fails makes Write*Profile return false") {
   std::ostringstream good;
   CHECK(heapprof::WriteHeapProfile(good));
 }
+
+namespace {
+std::vector<void*> g_tagged;
+__attribute__((noinline)) void TaggedBytesLeaf() {
+  heapprof::ScopedLabels scope{{"bytes", "huge"}, {"user", "alice"}};
+  for (int i = 0; i < 8; ++i) g_tagged.push_back(new char[3000]);
+}
+}  // namespace
+
+TEST_CASE("a user label named bytes stays apart from the numeric bytes label in go tool pprof -tags") {
+  using namespace heapprof_test;
+  if (GoBinary().empty()) {
+    MESSAGE("go not installed (Debian golang-go): skipped");
+    return;
+  }
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  TaggedBytesLeaf();
+  std::string gz;
+  Profile p;
+  REQUIRE(CaptureProfile(p, false, &gz));
+  const std::string path = TempPath(".pb.gz");
+  REQUIRE(WriteFile(path, gz));
+  std::string out;
+  const int rc = GoPprof("-tags -tagfocus=user=alice -sample_index=inuse_objects", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  // The numeric label: only sizes. The user's: only its string.
+  const std::size_t numeric = out.find(" bytes: Total ");
+  const std::size_t user = out.find(" label_bytes: Total ");
+  REQUIRE(numeric != std::string::npos);
+  REQUIRE(user != std::string::npos);
+  const std::string numeric_part = out.substr(numeric, user > numeric ? user - numeric : std::string::npos);
+  CHECK(numeric_part.find("huge") == std::string::npos);
+  CHECK(numeric_part.find("2.93kB") != std::string::npos);  // 3000 bytes
+  CHECK(out.find("huge") != std::string::npos);
+  for (void* q : g_tagged) delete[] static_cast<char*>(q);
+  std::remove(path.c_str());
+  heapprof::SetSampleRate(saved);
+}
