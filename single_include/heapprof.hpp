@@ -4751,15 +4751,13 @@ inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
 inline pthread_key_t g_thread_key;
 // HEAPPROF as parsed at start-up (dumps.hpp, http.hpp read the rest of it).
 inline EnvConfig g_env_config;
-// The process that started the profiler: exit actions run there only, not in
-// forked children that call exit().
-inline pid_t g_init_pid = 0;
 // What runs at exit (dumps.hpp sets it). Registered with atexit() by the very
 // first allocation, so it runs after the destructors of every static object
 // that allocated: the latest moment a leak report can look.
 inline std::atomic<void (*)()> g_exit_hook{nullptr};
+// Forked children run them too, under their own pid (a child that must not,
+// ends with _exit, as children that exec or abandon their parent's state do).
 inline void RunExitHook() {
-  if (getpid() != g_init_pid) return;
   if (tls_thread_flags.guard != 0) {
     // exit() from a signal handler that interrupted this thread inside the
     // profiler, which may hold a lock the exit actions need: running them
@@ -4789,7 +4787,6 @@ inline void EnsureInit() noexcept {
     ReentrancyGuard guard;
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
-    g_init_pid = getpid();
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
@@ -7596,6 +7593,9 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default) {
 //   dump_signal=SIGNAME   a dump when the process receives SIGNAME
 //   dump_at_exit=1        a last dump at exit (startup.hpp)
 //
+// A forked child gets a dump thread of its own (pthread_atfork): its dumps
+// carry its pid, and it runs the exit actions when it exits.
+//
 // Dumps are written by one background thread, never from inside an allocation:
 // it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
 // timeout that is the next dump_time deadline, or 10 ms while a byte trigger is
@@ -7639,17 +7639,12 @@ class Dumper {
       return;
     }
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
-    // The thread takes no signals: the program's handlers run on its threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (rc != 0) {
-      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
-      return;
-    }
-    running_.store(true, std::memory_order_release);
+    if (!StartThread()) return;
+    // A forked child (daemon(), a pre-forking server's workers) is a process
+    // of its own: it gets a dump thread, dumps under its own pid and runs the
+    // exit actions (engine.hpp). Registered after the engine's handlers, so
+    // its locks are free again when ours runs.
+    pthread_atfork(nullptr, nullptr, &Dumper::ForkChild);
   }
 
   // Stops and joins the thread (exit path); later Dump() calls still work.
@@ -7703,6 +7698,43 @@ class Dumper {
   }
 
   static void SignalHandler(int) noexcept;
+  static void ForkChild() noexcept;
+
+  bool StartThread() noexcept {
+    // The thread takes no signals: the program's handlers run on its threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (rc != 0) {
+      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
+      return false;
+    }
+    running_.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // In the child, single-threaded: the parent's dump thread did not come
+  // along. A fresh wake-up pipe (the inherited one is shared with the
+  // parent), a fresh mutex (the parent's dumper may have held it), numbering
+  // from 1 under the new pid, and a thread of the child's own.
+  void RestartInChild() noexcept {
+    write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
+    seq_ = 0;
+    if (!running_.load(std::memory_order_acquire)) return;
+    running_.store(false, std::memory_order_relaxed);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+    wake_[0] = wake_[1] = -1;
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ReportLine(std::string("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
+      return;
+    }
+    stop_.store(false, std::memory_order_relaxed);
+    signal_pending_.store(false, std::memory_order_relaxed);
+    StartThread();
+  }
 
   // TERM, INT, HUP and QUIT ask the process to end: for them the dump comes
   // first, then the signal does what it did before (the previous handler, or
@@ -7739,8 +7771,15 @@ class Dumper {
   void Loop() noexcept {
     const EnvConfig& cfg = *cfg_;
     const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
+    // The next multiples above what the process holds now (0 at start-up;
+    // a forked child starts from its parent's counts).
     std::uint64_t next_alloc_mark = cfg.dump_interval;
     std::uint64_t next_inuse_mark = cfg.inuse_interval;
+    if (byte_triggers) {
+      const Stats s = GetStats();
+      if (cfg.dump_interval != 0) next_alloc_mark = (s.alloc_bytes / cfg.dump_interval + 1) * cfg.dump_interval;
+      if (cfg.inuse_interval != 0) next_inuse_mark = (s.live_bytes / cfg.inuse_interval + 1) * cfg.inuse_interval;
+    }
     const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
     std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
     char drain[64];
@@ -7795,6 +7834,7 @@ class Dumper {
 inline Dumper g_dumper;
 
 inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
+inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
 
 }  // namespace detail
 }  // namespace heapprof

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -388,6 +389,57 @@ inline int RunDlopenChurn() {
 #endif
 }
 
+// ---- item 16: after daemon(), the daemon profiles, dumps and reports -------
+// HEAPPROF (set by the parent test): dump_prefix=DIR/d, dump_signal=USR2,
+// dump_at_exit=1, leak_report=1. This process forks; the child calls
+// daemon(), whose child (the daemon, reparented away from us) allocates,
+// asks for a signal dump, waits for it, and exits. A pipe tells us its pid
+// and, at EOF, that it has exited (its exit actions ran before).
+inline bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+inline int RunDaemonDumps() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  int fds[2];
+  HEAPPROF_HOSTILE_CHECK(pipe(fds) == 0);
+  const pid_t child = fork();
+  HEAPPROF_HOSTILE_CHECK(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    if (daemon(1, 1) != 0) _exit(20);
+    // The daemon.
+    const long me = static_cast<long>(getpid());
+    if (write(fds[1], &me, sizeof me) != static_cast<ssize_t>(sizeof me)) _exit(21);
+    heapprof::SetSampleRate(1);
+    static std::vector<void*> kept;
+    for (int i = 0; i < 100; ++i) kept.push_back(::operator new(static_cast<std::size_t>(5000 + i)));
+    raise(SIGUSR2);
+    char name[64];
+    std::snprintf(name, sizeof name, "/d.%ld.0001.heap.pb.gz", me);
+    const std::string signal_dump = std::string(dir) + name;
+    // The dump thread writes it; give up after 30 s (the failure before).
+    for (int i = 0; i < 3000 && !FileExists(signal_dump); ++i) usleep(10000);
+    std::exit(FileExists(signal_dump) ? 0 : 22);  // exit(): the exit dump and leak report
+  }
+  close(fds[1]);
+  long daemon_pid = 0;
+  HEAPPROF_HOSTILE_CHECK(read(fds[0], &daemon_pid, sizeof daemon_pid) == static_cast<ssize_t>(sizeof daemon_pid));
+  int status = 0;
+  HEAPPROF_HOSTILE_CHECK(waitpid(child, &status, 0) == child);  // daemon()'s parent, gone at once
+  char byte;
+  while (read(fds[0], &byte, 1) > 0) {
+  }  // EOF: the daemon has exited
+  const std::string base = std::string(dir) + "/d." + std::to_string(daemon_pid);
+  std::printf("daemon %ld: signal dump %d, exit dump %d, leak report %d\n", daemon_pid,
+              FileExists(base + ".0001.heap.pb.gz"), FileExists(base + ".0002.heap.pb.gz"),
+              FileExists(base + ".leaks.pb.gz"));
+  HEAPPROF_HOSTILE_CHECK(FileExists(base + ".0001.heap.pb.gz"));
+  HEAPPROF_HOSTILE_CHECK(FileExists(base + ".0002.heap.pb.gz"));
+  HEAPPROF_HOSTILE_CHECK(FileExists(base + ".leaks.pb.gz"));
+  std::printf("daemon_dumps: ok\n");
+  return 0;
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
@@ -398,6 +450,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal_term") == 0) return RunDumpSignalTerm();
   if (std::strcmp(name, "sample_stack_use") == 0) return RunSampleStackUse();
   if (std::strcmp(name, "dlopen_churn") == 0) return RunDlopenChurn();
+  if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
   known = false;
   return 2;
 }

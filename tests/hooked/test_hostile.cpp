@@ -220,3 +220,18 @@ TEST_CASE("hostile: dlopen/dlclose churn leaves the profiler's memory level") {
   CHECK(out.find("dlopen_churn: ok") != std::string::npos);
   RemoveDir(dir);
 }
+
+TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, under its own pid") {
+  // Before: the dump thread stayed in the parent, and exit actions ran only
+  // in the process that started the profiler: no file at all.
+  const std::string dir = MakeTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunScenario("HEAPPROF=dump_prefix=" + dir + "/d,dump_signal=USR2,dump_at_exit=1,leak_report=1 "
+                             "HEAPPROF_TEST_DIR=" + dir,
+                             "daemon_dumps", out, 60);
+  MESSAGE(out);
+  CHECK(rc == 0);
+  CHECK(out.find("daemon_dumps: ok") != std::string::npos);
+  RemoveDir(dir);
+}

@@ -64,15 +64,13 @@ inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
 inline pthread_key_t g_thread_key;
 // HEAPPROF as parsed at start-up (dumps.hpp, http.hpp read the rest of it).
 inline EnvConfig g_env_config;
-// The process that started the profiler: exit actions run there only, not in
-// forked children that call exit().
-inline pid_t g_init_pid = 0;
 // What runs at exit (dumps.hpp sets it). Registered with atexit() by the very
 // first allocation, so it runs after the destructors of every static object
 // that allocated: the latest moment a leak report can look.
 inline std::atomic<void (*)()> g_exit_hook{nullptr};
+// Forked children run them too, under their own pid (a child that must not,
+// ends with _exit, as children that exec or abandon their parent's state do).
 inline void RunExitHook() {
-  if (getpid() != g_init_pid) return;
   if (tls_thread_flags.guard != 0) {
     // exit() from a signal handler that interrupted this thread inside the
     // profiler, which may hold a lock the exit actions need: running them
@@ -102,7 +100,6 @@ inline void EnsureInit() noexcept {
     ReentrancyGuard guard;
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
-    g_init_pid = getpid();
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc

@@ -9,6 +9,9 @@
 //   dump_signal=SIGNAME   a dump when the process receives SIGNAME
 //   dump_at_exit=1        a last dump at exit (startup.hpp)
 //
+// A forked child gets a dump thread of its own (pthread_atfork): its dumps
+// carry its pid, and it runs the exit actions when it exits.
+//
 // Dumps are written by one background thread, never from inside an allocation:
 // it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
 // timeout that is the next dump_time deadline, or 10 ms while a byte trigger is
@@ -58,17 +61,12 @@ class Dumper {
       return;
     }
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
-    // The thread takes no signals: the program's handlers run on its threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (rc != 0) {
-      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
-      return;
-    }
-    running_.store(true, std::memory_order_release);
+    if (!StartThread()) return;
+    // A forked child (daemon(), a pre-forking server's workers) is a process
+    // of its own: it gets a dump thread, dumps under its own pid and runs the
+    // exit actions (engine.hpp). Registered after the engine's handlers, so
+    // its locks are free again when ours runs.
+    pthread_atfork(nullptr, nullptr, &Dumper::ForkChild);
   }
 
   // Stops and joins the thread (exit path); later Dump() calls still work.
@@ -122,6 +120,43 @@ class Dumper {
   }
 
   static void SignalHandler(int) noexcept;
+  static void ForkChild() noexcept;
+
+  bool StartThread() noexcept {
+    // The thread takes no signals: the program's handlers run on its threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (rc != 0) {
+      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
+      return false;
+    }
+    running_.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // In the child, single-threaded: the parent's dump thread did not come
+  // along. A fresh wake-up pipe (the inherited one is shared with the
+  // parent), a fresh mutex (the parent's dumper may have held it), numbering
+  // from 1 under the new pid, and a thread of the child's own.
+  void RestartInChild() noexcept {
+    write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
+    seq_ = 0;
+    if (!running_.load(std::memory_order_acquire)) return;
+    running_.store(false, std::memory_order_relaxed);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+    wake_[0] = wake_[1] = -1;
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ReportLine(std::string("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
+      return;
+    }
+    stop_.store(false, std::memory_order_relaxed);
+    signal_pending_.store(false, std::memory_order_relaxed);
+    StartThread();
+  }
 
   // TERM, INT, HUP and QUIT ask the process to end: for them the dump comes
   // first, then the signal does what it did before (the previous handler, or
@@ -158,8 +193,15 @@ class Dumper {
   void Loop() noexcept {
     const EnvConfig& cfg = *cfg_;
     const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
+    // The next multiples above what the process holds now (0 at start-up;
+    // a forked child starts from its parent's counts).
     std::uint64_t next_alloc_mark = cfg.dump_interval;
     std::uint64_t next_inuse_mark = cfg.inuse_interval;
+    if (byte_triggers) {
+      const Stats s = GetStats();
+      if (cfg.dump_interval != 0) next_alloc_mark = (s.alloc_bytes / cfg.dump_interval + 1) * cfg.dump_interval;
+      if (cfg.inuse_interval != 0) next_inuse_mark = (s.live_bytes / cfg.inuse_interval + 1) * cfg.inuse_interval;
+    }
     const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
     std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
     char drain[64];
@@ -214,6 +256,7 @@ class Dumper {
 inline Dumper g_dumper;
 
 inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
+inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
 
 }  // namespace detail
 }  // namespace heapprof
