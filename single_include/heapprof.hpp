@@ -825,7 +825,8 @@ class HttpServer {
 // Invariant 1 of DESIGN.md: nothing the engine does from inside an allocation
 // hook may call malloc or operator new. Everything it keeps (thread slots,
 // stacks, buckets, the live map, label sets) comes from here: mmap'ed chunks,
-// carved into power-of-two blocks with one free list per size class.
+// carved into page-sized runs of power-of-two blocks, one free list per size
+// class.
 
 #include <atomic>
 #include <cstddef>
@@ -903,21 +904,11 @@ class Arena {
     const int cls = ClassOf(size);
     const std::size_t block = kMinBlock << cls;
     LockGuard hold(lock_);
-    if (FreeBlock* b = free_[cls]) {
-      free_[cls] = b->next;
-      std::memset(static_cast<void*>(b), 0, block);
-      return b;
-    }
-    std::uintptr_t at = (bump_ + block - 1) & ~(std::uintptr_t{block} - 1);
-    if (bump_ == 0 || at + block > bump_end_) {
-      void* chunk = MapPages(kChunk);
-      if (chunk == nullptr) return nullptr;
-      bump_ = reinterpret_cast<std::uintptr_t>(chunk);
-      bump_end_ = bump_ + kChunk;
-      at = bump_;  // chunks are page aligned, so every class up to kLargest fits
-    }
-    bump_ = at + block;
-    return reinterpret_cast<void*>(at);  // fresh mmap pages are already zero
+    if (free_[cls] == nullptr && !RefillLocked(cls)) return nullptr;
+    FreeBlock* b = free_[cls];
+    free_[cls] = b->next;
+    std::memset(static_cast<void*>(b), 0, block);
+    return b;
   }
 
   // `size` must be the size passed to Allocate.
@@ -945,6 +936,48 @@ class Arena {
   struct FreeBlock {
     FreeBlock* next;
   };
+
+  // A run of blocks of one class onto its free list: a page (or one block
+  // when larger) from the current chunk. Runs are whole pages, so the bump
+  // pointer stays page aligned and blocks of different classes never leave
+  // alignment gaps between them (interleaved 2 KiB stack records and 64 B
+  // buckets used to take 4 KiB per stack).
+  bool RefillLocked(int cls) noexcept {
+    const std::size_t block = kMinBlock << cls;
+    const std::size_t run = block < 4096 ? 4096 : block;
+    if (bump_ == 0 || bump_ + run > bump_end_) {
+      void* chunk = MapPages(kChunk);
+      if (chunk == nullptr) return false;
+      RecycleLocked(bump_, bump_end_);  // the old chunk's tail
+      bump_ = reinterpret_cast<std::uintptr_t>(chunk);
+      bump_end_ = bump_ + kChunk;
+    }
+    for (std::size_t off = run; off >= block;) {  // lowest address popped first
+      off -= block;
+      auto* b = reinterpret_cast<FreeBlock*>(bump_ + off);
+      b->next = free_[cls];
+      free_[cls] = b;
+    }
+    bump_ += run;
+    return true;
+  }
+
+  // Puts the never-used bytes [from, to) (page aligned) on the free lists, as
+  // the largest naturally aligned power-of-two blocks that fit.
+  void RecycleLocked(std::uintptr_t from, std::uintptr_t to) noexcept {
+    while (from != 0 && to - from >= kMinBlock) {
+      std::size_t block = kMinBlock;
+      int cls = 0;
+      while (cls + 1 < kClasses && (from & ((block << 1) - 1)) == 0 && from + (block << 1) <= to) {
+        block <<= 1;
+        ++cls;
+      }
+      auto* b = reinterpret_cast<FreeBlock*>(from);
+      b->next = free_[cls];
+      free_[cls] = b;
+      from += block;
+    }
+  }
 
   static int ClassOf(std::size_t size) noexcept {
     if (size <= kMinBlock) return 0;
@@ -1723,9 +1756,10 @@ inline ThreadRegistry g_registry;
 // thread frees it (what golang/go#23458 asks of Go's heap profiles).
 //
 // Memory is bounded: at most max_label_sets distinct sets (HEAPPROF key, 4096
-// by default), keys and values cut at kMaxLabelBytes, kMaxLabels per set. Past
-// the cap every new set maps to one overflow set whose single label says so;
-// the number of such mappings is counted in Stats.
+// by default) and kLabelSetBudgetBytes of them, keys and values cut at
+// kMaxLabelBytes, kMaxLabels per set. Past either cap every new set maps to
+// one overflow set whose single label says so; the number of such mappings is
+// counted in Stats.
 
 #include <atomic>
 #include <cstdint>
@@ -1740,6 +1774,10 @@ namespace detail {
 constexpr std::size_t kMaxLabels = 32;
 constexpr std::size_t kMaxLabelBytes = 256;
 constexpr std::uint64_t kDefaultMaxLabelSets = 4096;
+// All label sets together take at most this much arena memory (each set
+// counted at its arena block size): 4096 sets of 32 labels of 256-byte keys
+// and values would otherwise take 128 MiB. Past it, the overflow set.
+constexpr std::size_t kLabelSetBudgetBytes = std::size_t{16} << 20;
 
 struct LabelEntry {
   std::string_view key;
@@ -1814,6 +1852,7 @@ class LabelRegistry {
       return found;
     }
     if (table_.size() >= max_sets_.load(std::memory_order_relaxed)) return OverflowLocked();
+    if (budget_used_ + BlockBytes(SetBytes(b)) > kLabelSetBudgetBytes) return OverflowLocked();
     const LabelSetData* made = MakeLocked(b, hash);
     return made != nullptr ? made : OverflowLocked();
   }
@@ -1827,9 +1866,20 @@ class LabelRegistry {
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
 
  private:
-  const LabelSetData* MakeLocked(const LabelBuilder& b, std::uint64_t hash) noexcept {
+  static std::size_t SetBytes(const LabelBuilder& b) noexcept {
     std::size_t bytes = sizeof(LabelSetData) + b.count * sizeof(LabelEntry);
     for (std::size_t i = 0; i < b.count; ++i) bytes += b.entries[i].key.size() + b.entries[i].value.size();
+    return bytes;
+  }
+  // What the arena hands out for `bytes`: the next power of two, at least 16.
+  static std::size_t BlockBytes(std::size_t bytes) noexcept {
+    std::size_t block = 16;
+    while (block < bytes) block <<= 1;
+    return block;
+  }
+
+  const LabelSetData* MakeLocked(const LabelBuilder& b, std::uint64_t hash) noexcept {
+    const std::size_t bytes = SetBytes(b);
     auto* set = static_cast<LabelSetData*>(g_arena.Allocate(bytes));
     if (set == nullptr) return nullptr;
     set->hash = hash;
@@ -1849,6 +1899,7 @@ class LabelRegistry {
       g_arena.Free(set, bytes);
       return nullptr;
     }
+    budget_used_ += BlockBytes(bytes);
     return set;
   }
 
@@ -1871,6 +1922,7 @@ class LabelRegistry {
   SpinLock lock_;
   InternTable<LabelSetData> table_;
   const LabelSetData* overflow_ = nullptr;
+  std::size_t budget_used_ = 0;  // arena bytes of the interned sets
   std::atomic<std::uint64_t> max_sets_{kDefaultMaxLabelSets};
   std::atomic<std::uint64_t> overflows_{0};
 };

@@ -401,6 +401,66 @@ inline int RunStackCap() {
   return 0;
 }
 
+// ---- stack_cap_deep: the worst case of the stack tables ----
+// Stacks deeper than HEAPPROF_MAX_FRAMES (the largest records), more distinct
+// ones than the cap, each with kBucketsPerStack + 1 sizes (the bucket cap and
+// the overflow reserve filled too), nothing kept: profiler_bytes must stay
+// under the README's bound.
+inline int RunStackCapDeep() {
+#if defined(HEAPPROF_TSAN) || defined(HEAPPROF_ASAN)
+  const int levels = 12;
+#else
+  const int levels = 15;
+#endif
+  const unsigned paths = 1u << levels;
+  const std::uint64_t cap = heapprof::detail::g_buckets.MaxStacks();
+  const heapprof::Stats s0 = heapprof::GetStats();
+  const int extra = HEAPPROF_MAX_FRAMES;
+  for (unsigned size = 0; size <= heapprof::detail::kBucketsPerStack; ++size) {
+    for (unsigned path = 0; path < paths; ++path) {
+      void* p = CapDeep(path, extra, levels, 7501 + size);
+      ::operator delete(p, 7501 + size);
+    }
+  }
+  const heapprof::Stats s1 = heapprof::GetStats();
+  std::printf("paths=%u cap=%llu depth>%d stacks %llu, overflows %llu, dropped %llu, profiler_bytes %llu -> %llu "
+              "(+%.1f MiB; bound %.1f MiB)\n",
+              paths, static_cast<unsigned long long>(cap), extra, static_cast<unsigned long long>(s1.stacks),
+              static_cast<unsigned long long>(s1.stack_overflows - s0.stack_overflows),
+              static_cast<unsigned long long>(s1.samples_dropped),
+              static_cast<unsigned long long>(s0.profiler_bytes), static_cast<unsigned long long>(s1.profiler_bytes),
+              static_cast<double>(s1.profiler_bytes - s0.profiler_bytes) / 1048576.0,
+              static_cast<double>(StackTablesBound(cap)) / 1048576.0);
+  HEAPPROF_CHILD_CHECK(s1.profiler_bytes - s0.profiler_bytes <= StackTablesBound(cap) + (std::uint64_t{2} << 20));
+  std::printf("stack_cap_deep: ok\n");
+  return 0;
+}
+
+// ---- label_budget: the largest label sets, as many as the cap allows ----
+// 4096 distinct sets of 32 labels with 256-byte keys and values (17 KiB
+// each, 32 KiB arena blocks): the byte budget stops them at 16 MiB.
+inline int RunLabelBudget() {
+  const heapprof::Stats s0 = heapprof::GetStats();
+  std::string keys[32], value(256, 'v');
+  for (int k = 0; k < 32; ++k) keys[k] = std::string(250, 'k') + std::to_string(100000 + k);
+  for (int i = 0; i < 4096; ++i) {
+    std::snprintf(&value[0], 16, "%015d", i);
+    heapprof::Label labels[32];
+    for (int k = 0; k < 32; ++k) labels[k] = heapprof::Label{keys[k], value};
+    heapprof::ScopedLabels scope(heapprof::LabelSet::FromData(heapprof::detail::InternLabels(nullptr, labels, 32)));
+  }
+  const heapprof::Stats s1 = heapprof::GetStats();
+  std::printf("label_sets=%llu overflows=%llu profiler_bytes +%.1f MiB\n",
+              static_cast<unsigned long long>(s1.label_sets), static_cast<unsigned long long>(s1.label_set_overflows),
+              static_cast<double>(s1.profiler_bytes - s0.profiler_bytes) / 1048576.0);
+  // 16 MiB of sets, plus the table and the arena's 1 MiB chunks.
+  HEAPPROF_CHILD_CHECK(s1.profiler_bytes - s0.profiler_bytes <= (std::uint64_t{18} << 20));
+  HEAPPROF_CHILD_CHECK(s1.label_sets == 512);  // 16 MiB / 32 KiB
+  HEAPPROF_CHILD_CHECK(s1.label_set_overflows == 4096 - 512);
+  std::printf("label_budget: ok\n");
+  return 0;
+}
+
 // ---- stack_cap_small: HEAPPROF=max_stacks=1000; the bucket cap and the reserve too ----
 
 __attribute__((noinline)) inline void* OneSiteManySizes(std::size_t size) {
@@ -494,6 +554,8 @@ inline int RunChild(const char* name) {
   if (std::strcmp(name, "tiny_stack_first") == 0) return RunTinyStackFirst();
   if (std::strcmp(name, "stack_cap") == 0) return RunStackCap();
   if (std::strcmp(name, "stack_cap_small") == 0) return RunStackCapSmall();
+  if (std::strcmp(name, "stack_cap_deep") == 0) return RunStackCapDeep();
+  if (std::strcmp(name, "label_budget") == 0) return RunLabelBudget();
   if (std::strcmp(name, "scope_misuse") == 0) return RunScopeMisuse();
   if (std::strcmp(name, "label_cap") == 0) return RunLabelCap();
   if (std::strcmp(name, "print_rate") == 0) {

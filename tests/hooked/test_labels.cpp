@@ -158,6 +158,15 @@ TEST_CASE("labels: a million distinct request ids stay within the label-set cap 
   CHECK(out.find("overflow_label=label-set-overflow\n") != std::string::npos);
 }
 
+TEST_CASE("labels: the largest label sets stop at the 16 MiB budget") {
+  // Before: 4096 sets of 32 labels of 256-byte keys and values took 136 MiB.
+  std::string out;
+  const int rc = heapprof_test::RunCommand("HEAPPROF_TEST_CHILD=label_budget " + heapprof_test::SelfExe(), out);
+  MESSAGE(out);
+  CHECK(rc == 0);
+  CHECK(out.find("label_budget: ok") != std::string::npos);
+}
+
 TEST_CASE("labels: destroying scopes out of order is reported (and aborts in debug builds)") {
   std::string out;
   const int rc = heapprof_test::RunCommand("HEAPPROF_TEST_CHILD=scope_misuse " + heapprof_test::SelfExe(), out);

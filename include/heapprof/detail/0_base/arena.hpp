@@ -2,7 +2,8 @@
 // Invariant 1 of DESIGN.md: nothing the engine does from inside an allocation
 // hook may call malloc or operator new. Everything it keeps (thread slots,
 // stacks, buckets, the live map, label sets) comes from here: mmap'ed chunks,
-// carved into power-of-two blocks with one free list per size class.
+// carved into page-sized runs of power-of-two blocks, one free list per size
+// class.
 #pragma once
 
 #include <atomic>
@@ -31,21 +32,11 @@ class Arena {
     const int cls = ClassOf(size);
     const std::size_t block = kMinBlock << cls;
     LockGuard hold(lock_);
-    if (FreeBlock* b = free_[cls]) {
-      free_[cls] = b->next;
-      std::memset(static_cast<void*>(b), 0, block);
-      return b;
-    }
-    std::uintptr_t at = (bump_ + block - 1) & ~(std::uintptr_t{block} - 1);
-    if (bump_ == 0 || at + block > bump_end_) {
-      void* chunk = MapPages(kChunk);
-      if (chunk == nullptr) return nullptr;
-      bump_ = reinterpret_cast<std::uintptr_t>(chunk);
-      bump_end_ = bump_ + kChunk;
-      at = bump_;  // chunks are page aligned, so every class up to kLargest fits
-    }
-    bump_ = at + block;
-    return reinterpret_cast<void*>(at);  // fresh mmap pages are already zero
+    if (free_[cls] == nullptr && !RefillLocked(cls)) return nullptr;
+    FreeBlock* b = free_[cls];
+    free_[cls] = b->next;
+    std::memset(static_cast<void*>(b), 0, block);
+    return b;
   }
 
   // `size` must be the size passed to Allocate.
@@ -73,6 +64,48 @@ class Arena {
   struct FreeBlock {
     FreeBlock* next;
   };
+
+  // A run of blocks of one class onto its free list: a page (or one block
+  // when larger) from the current chunk. Runs are whole pages, so the bump
+  // pointer stays page aligned and blocks of different classes never leave
+  // alignment gaps between them (interleaved 2 KiB stack records and 64 B
+  // buckets used to take 4 KiB per stack).
+  bool RefillLocked(int cls) noexcept {
+    const std::size_t block = kMinBlock << cls;
+    const std::size_t run = block < 4096 ? 4096 : block;
+    if (bump_ == 0 || bump_ + run > bump_end_) {
+      void* chunk = MapPages(kChunk);
+      if (chunk == nullptr) return false;
+      RecycleLocked(bump_, bump_end_);  // the old chunk's tail
+      bump_ = reinterpret_cast<std::uintptr_t>(chunk);
+      bump_end_ = bump_ + kChunk;
+    }
+    for (std::size_t off = run; off >= block;) {  // lowest address popped first
+      off -= block;
+      auto* b = reinterpret_cast<FreeBlock*>(bump_ + off);
+      b->next = free_[cls];
+      free_[cls] = b;
+    }
+    bump_ += run;
+    return true;
+  }
+
+  // Puts the never-used bytes [from, to) (page aligned) on the free lists, as
+  // the largest naturally aligned power-of-two blocks that fit.
+  void RecycleLocked(std::uintptr_t from, std::uintptr_t to) noexcept {
+    while (from != 0 && to - from >= kMinBlock) {
+      std::size_t block = kMinBlock;
+      int cls = 0;
+      while (cls + 1 < kClasses && (from & ((block << 1) - 1)) == 0 && from + (block << 1) <= to) {
+        block <<= 1;
+        ++cls;
+      }
+      auto* b = reinterpret_cast<FreeBlock*>(from);
+      b->next = free_[cls];
+      free_[cls] = b;
+      from += block;
+    }
+  }
 
   static int ClassOf(std::size_t size) noexcept {
     if (size <= kMinBlock) return 0;

@@ -8,9 +8,10 @@
 // thread frees it (what golang/go#23458 asks of Go's heap profiles).
 //
 // Memory is bounded: at most max_label_sets distinct sets (HEAPPROF key, 4096
-// by default), keys and values cut at kMaxLabelBytes, kMaxLabels per set. Past
-// the cap every new set maps to one overflow set whose single label says so;
-// the number of such mappings is counted in Stats.
+// by default) and kLabelSetBudgetBytes of them, keys and values cut at
+// kMaxLabelBytes, kMaxLabels per set. Past either cap every new set maps to
+// one overflow set whose single label says so; the number of such mappings is
+// counted in Stats.
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,10 @@ namespace detail {
 constexpr std::size_t kMaxLabels = 32;
 constexpr std::size_t kMaxLabelBytes = 256;
 constexpr std::uint64_t kDefaultMaxLabelSets = 4096;
+// All label sets together take at most this much arena memory (each set
+// counted at its arena block size): 4096 sets of 32 labels of 256-byte keys
+// and values would otherwise take 128 MiB. Past it, the overflow set.
+constexpr std::size_t kLabelSetBudgetBytes = std::size_t{16} << 20;
 
 struct LabelEntry {
   std::string_view key;
@@ -106,6 +111,7 @@ class LabelRegistry {
       return found;
     }
     if (table_.size() >= max_sets_.load(std::memory_order_relaxed)) return OverflowLocked();
+    if (budget_used_ + BlockBytes(SetBytes(b)) > kLabelSetBudgetBytes) return OverflowLocked();
     const LabelSetData* made = MakeLocked(b, hash);
     return made != nullptr ? made : OverflowLocked();
   }
@@ -119,9 +125,20 @@ class LabelRegistry {
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
 
  private:
-  const LabelSetData* MakeLocked(const LabelBuilder& b, std::uint64_t hash) noexcept {
+  static std::size_t SetBytes(const LabelBuilder& b) noexcept {
     std::size_t bytes = sizeof(LabelSetData) + b.count * sizeof(LabelEntry);
     for (std::size_t i = 0; i < b.count; ++i) bytes += b.entries[i].key.size() + b.entries[i].value.size();
+    return bytes;
+  }
+  // What the arena hands out for `bytes`: the next power of two, at least 16.
+  static std::size_t BlockBytes(std::size_t bytes) noexcept {
+    std::size_t block = 16;
+    while (block < bytes) block <<= 1;
+    return block;
+  }
+
+  const LabelSetData* MakeLocked(const LabelBuilder& b, std::uint64_t hash) noexcept {
+    const std::size_t bytes = SetBytes(b);
     auto* set = static_cast<LabelSetData*>(g_arena.Allocate(bytes));
     if (set == nullptr) return nullptr;
     set->hash = hash;
@@ -141,6 +158,7 @@ class LabelRegistry {
       g_arena.Free(set, bytes);
       return nullptr;
     }
+    budget_used_ += BlockBytes(bytes);
     return set;
   }
 
@@ -163,6 +181,7 @@ class LabelRegistry {
   SpinLock lock_;
   InternTable<LabelSetData> table_;
   const LabelSetData* overflow_ = nullptr;
+  std::size_t budget_used_ = 0;  // arena bytes of the interned sets
   std::atomic<std::uint64_t> max_sets_{kDefaultMaxLabelSets};
   std::atomic<std::uint64_t> overflows_{0};
 };
