@@ -331,6 +331,35 @@ TEST_CASE("http: a client that never reads does not block another") {
   for (int fd : stuck) ::close(fd);
 }
 
+TEST_CASE("http: ?seconds= windows beyond the cap get a 503 at once; other requests are served") {
+  // Before: 64 requests of ?seconds=3600 took every connection slot for an hour.
+  heapprof::HttpServer server("127.0.0.1:0");
+  const std::size_t cap = heapprof::detail::http::kMaxDeltaWindows;
+  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  std::vector<int> windows;
+  for (std::size_t i = 0; i < cap; ++i) {
+    const int fd = ConnectLoopback(server.port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+    windows.push_back(fd);
+  }
+  // The server has taken every window's baseline (no sleep: it counts them).
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (heapprof::detail::http::g_delta_windows_started.load() < started + cap &&
+         std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() == started + cap);
+  for (int i = 0; i < 3; ++i) {
+    const HttpResponse extra = HttpGet(server.port(), "/debug/pprof/heap?seconds=3600");
+    CHECK(extra.status == 503);
+    CHECK(extra.body == "too many ?seconds= profiles in progress (at most 4 at once)\n");
+  }
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);
+  CHECK(HttpGet(server.port(), "/debug/pprof/heap").status == 200);
+  for (int fd : windows) ::close(fd);
+}
+
 TEST_CASE("http: ?seconds=N serves the allocations of the window only") {
   RateScope rate(1);
   heapprof::HttpServer server("127.0.0.1:0");

@@ -10,6 +10,7 @@
 //                                 ?seconds=N: the delta over the next N s)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
+// kMaxDeltaWindows ?seconds= windows at once (more get a 503),
 // kHeadTimeoutMs to send the request head (slow clients get a 408),
 // kWriteTimeoutMs to take the response, heads of at most 8 KiB / 64 fields.
 #pragma once
@@ -58,12 +59,16 @@ constexpr std::int64_t kWriteTimeoutMs = 60000;
 // it (the 431 answer to an oversized head, say).
 constexpr std::int64_t kDrainTimeoutMs = 2000;
 constexpr std::size_t kDrainBytes = 1 << 20;
+// ?seconds=N windows open at once: more get a 503 at once. A window holds a
+// connection for up to an hour; without this cap 64 of them took every slot.
+constexpr std::size_t kMaxDeltaWindows = 4;
 
 // The limits above, as one value a test can shrink.
 struct Limits {
   std::size_t max_connections = kMaxConnections;
   std::int64_t head_timeout_ms = kHeadTimeoutMs;
   std::int64_t write_timeout_ms = kWriteTimeoutMs;
+  std::size_t max_delta_windows = kMaxDeltaWindows;
 };
 
 // Delta windows (?seconds=N) whose baseline has been taken, over all servers:
@@ -578,6 +583,14 @@ class Server {
       return true;
     }
     if (c.plan.action == Action::kDelta) {
+      std::size_t waiting = 0;
+      for (const Connection& other : conns_) waiting += other.state == Connection::State::kWaiting ? 1 : 0;
+      if (waiting >= limits_.max_delta_windows) {
+        Respond(c, ErrorResponse(503, ("too many ?seconds= profiles in progress (at most " +
+                                       std::to_string(limits_.max_delta_windows) + " at once)")
+                                          .c_str()));
+        return true;
+      }
       c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
