@@ -360,6 +360,77 @@ TEST_CASE("http: ?seconds= windows beyond the cap get a 503 at once; other reque
   for (int fd : windows) ::close(fd);
 }
 
+namespace {
+// 2^kTextLevels distinct stacks, each kTextExtra frames deeper: a large
+// ?debug=1 text (one record of ~100 symbolized frames per stack).
+constexpr int kTextLevels = 11;
+constexpr int kTextExtra = 90;
+std::vector<void*> g_text_objects;
+struct TextPath {
+  __attribute__((noinline)) static void A(unsigned path, int level, int extra) {
+    if (level == 0) return Down(extra);
+    ((path >> (level - 1)) & 1) ? A(path, level - 1, extra) : B(path, level - 1, extra);
+    asm volatile("" ::: "memory");
+  }
+  __attribute__((noinline)) static void B(unsigned path, int level, int extra) {
+    asm volatile("nop; nop" ::: "memory");  // not folded into A
+    if (level == 0) return Down(extra);
+    ((path >> (level - 1)) & 1) ? A(path, level - 1, extra) : B(path, level - 1, extra);
+    asm volatile("" ::: "memory");
+  }
+  __attribute__((noinline)) static void Down(int extra) {
+    if (extra == 0) {
+      g_text_objects.push_back(::operator new(96));
+      return;
+    }
+    Down(extra - 1);
+    asm volatile("" ::: "memory");
+  }
+};
+}  // namespace
+
+TEST_CASE("http: ?debug=1 streams: clients that never read hold one piece each, and the index does not wait") {
+  // Before: each response was built whole (659 MB for 16,384 stacks 130
+  // frames deep) on the server's only thread.
+  heapprof::HttpServer server("127.0.0.1:0");
+  {
+    RateScope rate(1);
+    g_text_objects.reserve(1u << kTextLevels);
+    for (unsigned path = 0; path < (1u << kTextLevels); ++path) TextPath::A(path, kTextLevels, kTextExtra);
+  }
+  const HttpResponse whole = HttpGet(server.port(), "/debug/pprof/heap?debug=1");
+  REQUIRE(whole.status == 200);
+  REQUIRE(whole.body.find("MAPPED_LIBRARIES:") != std::string::npos);  // complete, to its trailer
+  const std::size_t text_bytes = whole.body.size();
+  MESSAGE("the text profile: " << text_bytes << " bytes");
+  REQUIRE(text_bytes > 8 * heapprof::detail::http::kStreamPieceBytes);
+  const heapprof::Stats before = heapprof::GetStats();
+  std::vector<int> stuck;
+  for (int i = 0; i < 5; ++i) {
+    const int fd = ConnectLoopback(server.port(), 4096);
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?debug=1")));
+    // The first bytes: the stream has started. Then this client stops reading.
+    char buf[2048];
+    REQUIRE(::recv(fd, buf, sizeof buf, MSG_WAITALL) == static_cast<ssize_t>(sizeof buf));
+    stuck.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);
+  const auto index_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  const heapprof::Stats during = heapprof::GetStats();
+  const std::uint64_t held = during.live_bytes > before.live_bytes ? during.live_bytes - before.live_bytes : 0;
+  MESSAGE("5 stalled ?debug=1 clients: the server holds " << held << " bytes more; the index answered in "
+                                                         << index_ms << " ms");
+  // Per connection: a piece or two and the stream's symbolizer; the whole
+  // text five times over before.
+  CHECK(held < 5 * text_bytes / 4);
+  for (int fd : stuck) ::close(fd);
+  for (void* p : g_text_objects) ::operator delete(p);
+  g_text_objects.clear();
+}
+
 TEST_CASE("http: ?seconds=N serves the allocations of the window only") {
   RateScope rate(1);
   heapprof::HttpServer server("127.0.0.1:0");

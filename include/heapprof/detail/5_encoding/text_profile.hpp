@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,94 +66,147 @@ inline void AppendEscaped(std::string& out, std::string_view text) {
   }
 }
 
-inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
-  ReentrancyGuard guard;
-  EnsureInit();
-  WarnIfNoAllocationSeen();
-  HEAPPROF_TRY {
-    out.clear();
-    const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-    std::vector<TextRecord> records;
-    for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-      const BucketCounts now = ReadCounts(b);
-      const std::uint64_t allocs = now.allocs, frees = now.frees;
-      const std::uint64_t live = allocs > frees ? allocs - frees : 0;
-      if (allocs == 0 || b->size == 0) continue;
-      // What the reader will multiply by; what the bucket's counts stand for.
-      const double reader_scale = rate <= 1 ? 1.0 : HeapSampleScale(b->size, rate);
-      const double ratio = HeapSampleScale(b->size, b->rate) / reader_scale;
-      TextRecord r{b, static_cast<std::int64_t>(live), static_cast<std::int64_t>(allocs)};
-      if (b->rate != rate && !(rate <= 1 && b->rate <= 1)) {
-        r.inuse_objects = std::llround(static_cast<double>(live) * ratio);
-        r.alloc_objects = std::llround(static_cast<double>(allocs) * ratio);
-      }
-      records.push_back(r);
-    }
-    std::sort(records.begin(), records.end(), [](const TextRecord& a, const TextRecord& b) {
-      return a.inuse_objects * static_cast<std::int64_t>(a.bucket->size) >
-             b.inuse_objects * static_cast<std::int64_t>(b.bucket->size);
-    });
-    std::int64_t ti = 0, tib = 0, ta = 0, tab = 0;
-    for (const TextRecord& r : records) {
-      const auto size = static_cast<std::int64_t>(r.bucket->size);
-      ti += r.inuse_objects;
-      tib += r.inuse_objects * size;
-      ta += r.alloc_objects;
-      tab += r.alloc_objects * size;
-    }
-    AppendFormat(out, "heap profile: %lld: %lld [%lld: %lld] @ heap/%llu\n", static_cast<long long>(ti),
-                 static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
-                 static_cast<unsigned long long>(2 * rate));
-    const std::vector<LoadedObject> objects = CollectLoadedObjects();
-    Symbolizer symbolizer(objects);
-    std::string name;
-    for (const TextRecord& r : records) {
-      const auto size = static_cast<std::int64_t>(r.bucket->size);
-      AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
-                   static_cast<long long>(r.inuse_objects * size), static_cast<long long>(r.alloc_objects),
-                   static_cast<long long>(r.alloc_objects * size));
-      const StackRecord* stack = r.bucket->stack;
-      for (std::uint32_t i = 0; i < stack->depth; ++i) {
-        AppendFormat(out, " %#llx", static_cast<unsigned long long>(stack->pcs()[i]));
-      }
-      out += '\n';
-      for (std::uint32_t i = 0; i < stack->depth; ++i) {
-        const std::uintptr_t pc = stack->pcs()[i];
-        std::uintptr_t start = 0;
-        if (symbolizer.Lookup(pc - 1, name, start)) {
-          AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
-          out += name;
-          AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
-        } else {
-          AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+// The text profile produced piece by piece: Begin() takes the snapshot and
+// writes the header; each Next() appends whole records up to about `budget`
+// bytes, then the trailer; false once done. The HTTP server streams it so a
+// connection holds one piece, never the whole text (which reached 659 MB for
+// 16,384 stacks 130 frames deep).
+class TextProfileStream {
+ public:
+  // False (nothing to write) if the snapshot failed.
+  bool Begin(std::string& out, std::function<void(std::string&)> extra_comments = {}) noexcept {
+    ReentrancyGuard guard;
+    EnsureInit();
+    WarnIfNoAllocationSeen();
+    HEAPPROF_TRY {
+      extra_comments_ = std::move(extra_comments);
+      const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
+      for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+        const BucketCounts now = ReadCounts(b);
+        const std::uint64_t allocs = now.allocs, frees = now.frees;
+        const std::uint64_t live = allocs > frees ? allocs - frees : 0;
+        if (allocs == 0 || b->size == 0) continue;
+        // What the reader will multiply by; what the bucket's counts stand for.
+        const double reader_scale = rate <= 1 ? 1.0 : HeapSampleScale(b->size, rate);
+        const double ratio = HeapSampleScale(b->size, b->rate) / reader_scale;
+        TextRecord r{b, static_cast<std::int64_t>(live), static_cast<std::int64_t>(allocs)};
+        if (b->rate != rate && !(rate <= 1 && b->rate <= 1)) {
+          r.inuse_objects = std::llround(static_cast<double>(live) * ratio);
+          r.alloc_objects = std::llround(static_cast<double>(allocs) * ratio);
         }
+        records_.push_back(r);
       }
-      if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {
-        out += "# labels:";
-        for (std::uint32_t i = 0; i < r.bucket->labels->count; ++i) {
-          out += ' ';
-          AppendEscaped(out, r.bucket->labels->entries()[i].key);
-          out += '=';
-          AppendEscaped(out, r.bucket->labels->entries()[i].value);
-        }
-        out += '\n';
+      std::sort(records_.begin(), records_.end(), [](const TextRecord& a, const TextRecord& b) {
+        return a.inuse_objects * static_cast<std::int64_t>(a.bucket->size) >
+               b.inuse_objects * static_cast<std::int64_t>(b.bucket->size);
+      });
+      std::int64_t ti = 0, tib = 0, ta = 0, tab = 0;
+      for (const TextRecord& r : records_) {
+        const auto size = static_cast<std::int64_t>(r.bucket->size);
+        ti += r.inuse_objects;
+        tib += r.inuse_objects * size;
+        ta += r.alloc_objects;
+        tab += r.alloc_objects * size;
       }
-      out += '\n';
+      AppendFormat(out, "heap profile: %lld: %lld [%lld: %lld] @ heap/%llu\n", static_cast<long long>(ti),
+                   static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
+                   static_cast<unsigned long long>(2 * rate));
+      objects_ = CollectLoadedObjects();
+      symbolizer_.reset(new Symbolizer(objects_));
+      return true;
     }
-    if (extra_comments) extra_comments(out);
-    out += "\nMAPPED_LIBRARIES:\n";
-    for (const LoadedObject& o : objects) {
-      AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
-                   static_cast<unsigned long long>(o.limit), static_cast<unsigned long long>(o.file_offset));
-      out += o.path;
-      out += '\n';
-    }
-    return true;
+    HEAPPROF_CATCH_ALL_NOEXCEPT { return false; }
   }
-  HEAPPROF_CATCH_ALL_NOEXCEPT {
+
+  // Appends the next records (at least one) until `out` has grown by about
+  // `budget`, or the trailer; false once everything is written (or on failure).
+  bool Next(std::string& out, std::size_t budget) noexcept {
+    if (done_ || symbolizer_ == nullptr) return false;
+    ReentrancyGuard guard;
+    HEAPPROF_TRY {
+      const std::size_t start = out.size();
+      while (next_ < records_.size() && out.size() - start < budget) AppendRecord(out, records_[next_++]);
+      if (next_ == records_.size()) {
+        if (extra_comments_) extra_comments_(out);
+        out += "\nMAPPED_LIBRARIES:\n";
+        for (const LoadedObject& o : objects_) {
+          AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
+                       static_cast<unsigned long long>(o.limit), static_cast<unsigned long long>(o.file_offset));
+          out += o.path;
+          out += '\n';
+        }
+        done_ = true;
+      }
+      return true;
+    }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {
+      done_ = true;
+      return false;
+    }
+  }
+
+  bool done() const noexcept { return done_; }
+
+ private:
+  void AppendRecord(std::string& out, const TextRecord& r) {
+    Symbolizer& symbolizer = *symbolizer_;
+    std::string& name = name_;
+    const auto size = static_cast<std::int64_t>(r.bucket->size);
+    AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
+                 static_cast<long long>(r.inuse_objects * size), static_cast<long long>(r.alloc_objects),
+                 static_cast<long long>(r.alloc_objects * size));
+    const StackRecord* stack = r.bucket->stack;
+    for (std::uint32_t i = 0; i < stack->depth; ++i) {
+      AppendFormat(out, " %#llx", static_cast<unsigned long long>(stack->pcs()[i]));
+    }
+    out += '\n';
+    for (std::uint32_t i = 0; i < stack->depth; ++i) {
+      const std::uintptr_t pc = stack->pcs()[i];
+      std::uintptr_t start = 0;
+      if (symbolizer.Lookup(pc - 1, name, start)) {
+        AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
+        out += name;
+        AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
+      } else {
+        AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+      }
+    }
+    if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {
+      out += "# labels:";
+      for (std::uint32_t i = 0; i < r.bucket->labels->count; ++i) {
+        out += ' ';
+        AppendEscaped(out, r.bucket->labels->entries()[i].key);
+        out += '=';
+        AppendEscaped(out, r.bucket->labels->entries()[i].value);
+      }
+      out += '\n';
+    }
+    out += '\n';
+  }
+
+  std::vector<TextRecord> records_;
+  std::size_t next_ = 0;
+  std::vector<LoadedObject> objects_;
+  std::unique_ptr<Symbolizer> symbolizer_;
+  std::function<void(std::string&)> extra_comments_;
+  std::string name_;
+  bool done_ = false;
+};
+
+inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
+  out.clear();
+  TextProfileStream stream;
+  if (!stream.Begin(out, extra_comments)) {
     out.clear();
     return false;
   }
+  while (!stream.done()) {
+    if (!stream.Next(out, static_cast<std::size_t>(-1))) {
+      out.clear();
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace detail

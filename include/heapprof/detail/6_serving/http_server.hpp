@@ -1,9 +1,13 @@
 // heapprof: the HTTP server behind heapprof::HttpServer (heapprof/http.hpp),
 // serving profiles the way Go's net/http/pprof does.
 //
-// One background thread runs a poll() loop over non-blocking sockets; every
-// allocation it makes is under the reentrancy guard, so the server never shows
-// up in the profiles it serves. Paths, parameters, headers and messages follow
+// One background thread runs a poll() loop over non-blocking sockets; a
+// second one builds the profiles (and symbolz answers), so the index, and
+// every connection's reads and writes, never wait for a build. The ?debug=1
+// text is streamed: produced in pieces of kStreamPieceBytes, the next once the
+// client has taken the last, so a connection holds one piece, not the whole
+// text. Every allocation of both threads is under the reentrancy guard, so the
+// server never shows up in the profiles it serves. Paths, parameters, headers and messages follow
 // net/http/pprof (see README.md, "Serving profiles over HTTP"):
 //   /debug/pprof/                 HTML index
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
@@ -35,6 +39,7 @@
 #include <pthread.h>
 #include <string>
 #include <string_view>
+#include <deque>
 #include <vector>
 
 #include "heapprof/detail/0_base/errors.hpp"
@@ -59,6 +64,9 @@ constexpr std::int64_t kWriteTimeoutMs = 60000;
 // it (the 431 answer to an oversized head, say).
 constexpr std::int64_t kDrainTimeoutMs = 2000;
 constexpr std::size_t kDrainBytes = 1 << 20;
+// A streamed ?debug=1 text response is produced in pieces of about this
+// size, the next one once the client has taken the last.
+constexpr std::size_t kStreamPieceBytes = 256 * 1024;
 // ?seconds=N windows open at once: more get a 503 at once. A window holds a
 // connection for up to an hour; without this cap 64 of them took every slot.
 constexpr std::size_t kMaxDeltaWindows = 4;
@@ -178,6 +186,22 @@ inline void AppendResponse(std::string& out, int status, const std::vector<std::
   std::snprintf(line, sizeof line, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.size());
   out += line;
   if (!head_only) out += body;
+}
+
+// The head of a response whose body is streamed: no Content-Length, the end
+// of the body is the end of the connection (HTTP/1.1, RFC 9112 6.3).
+inline void AppendStreamHead(std::string& out, int status,
+                             const std::vector<std::pair<const char*, std::string>>& headers) {
+  char line[96];
+  std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
+  out += line;
+  for (const auto& h : headers) {
+    out += h.first;
+    out += ": ";
+    out += h.second;
+    out += "\r\n";
+  }
+  out += "Connection: close\r\n\r\n";
 }
 
 // Go's serveError / http.Error: one line of text.
@@ -300,7 +324,8 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
 }
 
 struct Connection {
-  enum class State { kReading, kReadingBody, kWaiting, kWriting, kDraining };
+  // kBuilding: the builder thread is making the response (or its next piece).
+  enum class State { kReading, kReadingBody, kWaiting, kBuilding, kWriting, kDraining };
   int fd = -1;
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
@@ -311,6 +336,22 @@ struct Connection {
   std::size_t sent = 0;
   Plan plan;
   std::unique_ptr<ProfileBaseline> baseline;
+  std::uint64_t serial = 0;                   // names the connection to the builder
+  std::unique_ptr<TextProfileStream> stream;  // a streamed text body with more to come
+};
+
+// Work for the builder thread, and what it hands back.
+struct BuildJob {
+  std::uint64_t serial = 0;
+  Plan plan;
+  std::unique_ptr<ProfileBaseline> baseline;
+  std::string symbol_request;
+  std::unique_ptr<TextProfileStream> stream;  // set: the stream's next piece
+};
+struct BuildResult {
+  std::uint64_t serial = 0;
+  std::string bytes;
+  std::unique_ptr<TextProfileStream> stream;  // more to come
 };
 
 class Server;
@@ -373,11 +414,15 @@ class Server {
       fail(errno, "eventfd");
       return;
     }
-    // The server thread takes no signals: the program's handlers run on its own threads.
+    // The server's threads take no signals: the program's handlers run on its own threads.
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    const int rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
+    int rc = pthread_create(&builder_, nullptr, &Server::BuilderMain, this);
+    if (rc == 0) {
+      rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
+      if (rc != 0) StopBuilder();
+    }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
       fail(rc, "cannot start its thread");
@@ -415,6 +460,7 @@ class Server {
     // forever.
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
+      StopBuilder();
       for (Connection& c : conns_) ::close(c.fd);
     }
     if (listen_fd_ >= 0) ::close(listen_fd_);
@@ -440,6 +486,123 @@ class Server {
     return nullptr;
   }
 
+  static void* BuilderMain(void* self) noexcept {
+    static_cast<Server*>(self)->BuildLoop();
+    return nullptr;
+  }
+
+  void StopBuilder() noexcept {
+    pthread_mutex_lock(&jobs_mutex_);
+    builder_stop_ = true;
+    pthread_cond_signal(&jobs_cond_);
+    pthread_mutex_unlock(&jobs_mutex_);
+    pthread_join(builder_, nullptr);
+  }
+
+  // The builder thread: one job at a time, oldest first.
+  void BuildLoop() noexcept {
+    ReentrancyGuard guard;  // nothing the builder allocates is sampled
+    for (;;) {
+      BuildJob job;
+      pthread_mutex_lock(&jobs_mutex_);
+      while (jobs_.empty() && !builder_stop_) pthread_cond_wait(&jobs_cond_, &jobs_mutex_);
+      const bool stop = builder_stop_;
+      if (!stop) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      pthread_mutex_unlock(&jobs_mutex_);
+      if (stop) return;
+      BuildResult r;
+      r.serial = job.serial;
+      HEAPPROF_TRY { Build(job, r); }
+      HEAPPROF_CATCH_ALL_NOEXCEPT {
+        r.bytes = std::string();
+        r.stream.reset();
+      }
+      pthread_mutex_lock(&jobs_mutex_);
+      HEAPPROF_TRY { results_.push_back(std::move(r)); }
+      HEAPPROF_CATCH_ALL_NOEXCEPT {}
+      pthread_mutex_unlock(&jobs_mutex_);
+      const std::uint64_t one = 1;
+      while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+      }
+    }
+  }
+
+  static void Build(BuildJob& job, BuildResult& r) {
+    if (job.stream) {  // the next piece of a text body
+      job.stream->Next(r.bytes, kStreamPieceBytes);
+      if (!job.stream->done()) r.stream = std::move(job.stream);
+      return;
+    }
+    if (job.plan.action == Action::kText) {
+      const std::vector<std::pair<const char*, std::string>> headers = {
+          {"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}};
+      if (job.plan.head_only) {
+        AppendStreamHead(r.bytes, 200, headers);
+        return;
+      }
+      std::unique_ptr<TextProfileStream> stream(new TextProfileStream());
+      std::string first;
+      if (!stream->Begin(first, AppendStatsComments)) {
+        r.bytes = ErrorResponse(500, "failed to collect profile");
+        return;
+      }
+      AppendStreamHead(r.bytes, 200, headers);
+      r.bytes += first;
+      stream->Next(r.bytes, kStreamPieceBytes);
+      if (!stream->done()) r.stream = std::move(stream);
+      return;
+    }
+    r.bytes = BuildResponse(job.plan, job.baseline.get(), job.symbol_request);
+  }
+
+  // Hands the connection's request to the builder.
+  void Dispatch(Connection& c, std::unique_ptr<ProfileBaseline> baseline, std::string symbol_request) {
+    BuildJob job;
+    job.serial = c.serial = ++next_serial_;
+    job.plan = c.plan;
+    job.baseline = std::move(baseline);
+    job.symbol_request = std::move(symbol_request);
+    Queue(std::move(job));
+    std::string().swap(c.in);
+    c.state = Connection::State::kBuilding;
+    c.deadline_ms = INT64_MAX;  // the builder always answers
+  }
+
+  void Queue(BuildJob job) {
+    pthread_mutex_lock(&jobs_mutex_);
+    HEAPPROF_TRY { jobs_.push_back(std::move(job)); }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {}
+    pthread_cond_signal(&jobs_cond_);
+    pthread_mutex_unlock(&jobs_mutex_);
+  }
+
+  // The builder's answers, to their connections (gone ones are dropped).
+  void TakeResults() {
+    std::vector<BuildResult> done;
+    pthread_mutex_lock(&jobs_mutex_);
+    done.swap(results_);
+    pthread_mutex_unlock(&jobs_mutex_);
+    for (BuildResult& r : done) {
+      for (Connection& c : conns_) {
+        if (c.fd < 0 || c.serial != r.serial || c.state != Connection::State::kBuilding) continue;
+        if (r.bytes.empty() && !r.stream) {  // the builder failed: end the connection
+          Close(c);
+          break;
+        }
+        c.stream = std::move(r.stream);
+        c.out = std::move(r.bytes);
+        c.sent = 0;
+        c.state = Connection::State::kWriting;
+        c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
+        Flush(c);
+        break;
+      }
+    }
+  }
+
   void Run() noexcept {
     ReentrancyGuard guard;  // nothing the server allocates is sampled
     std::vector<pollfd> fds;
@@ -456,7 +619,10 @@ class Server {
           // Waiting connections are watched for reads too: the client
           // hanging up cancels its window (as in Go, where the request's
           // context ends).
-          fds.push_back(pollfd{c.fd, static_cast<short>(c.state == Connection::State::kWriting ? POLLOUT : POLLIN), 0});
+          const short events = c.state == Connection::State::kWriting    ? POLLOUT
+                               : c.state == Connection::State::kBuilding ? 0
+                                                                         : POLLIN;
+          fds.push_back(pollfd{c.fd, events, 0});
           if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
         }
         int timeout = -1;
@@ -467,6 +633,11 @@ class Server {
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
+        if (n > 0 && (fds[0].revents & POLLIN)) {
+          std::uint64_t wakes = 0;
+          while (::read(wake_fd_, &wakes, sizeof wakes) < 0 && errno == EINTR) {
+          }
+        }
         // Connections first (their indices match fds[2..]), then new ones.
         const std::int64_t now = MonotonicMillis();
         for (std::size_t i = 0; i < conns_.size(); ++i) {
@@ -474,6 +645,7 @@ class Server {
           Connection& c = conns_[i];
           if (c.fd >= 0 && now >= c.deadline_ms) Expire(c);
         }
+        TakeResults();
         Reap();
         if (n > 0 && (fds[1].revents & POLLIN)) Accept();
       }
@@ -509,6 +681,10 @@ class Server {
   }
 
   void Service(Connection& c, short revents) {
+    if (c.state == Connection::State::kBuilding) {
+      if (revents & (POLLERR | POLLHUP | POLLNVAL)) Close(c);  // the client is gone
+      return;
+    }
     if (c.state == Connection::State::kWriting) {
       if (revents & (POLLERR | POLLHUP | POLLNVAL)) return Close(c);
       Flush(c);
@@ -571,7 +747,7 @@ class Server {
     }
     c.plan = PlanRequest(req);
     if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
-      Respond(c, BuildResponse(c.plan, nullptr, req.raw_query));
+      Dispatch(c, nullptr, std::string(req.raw_query));
       return true;
     }
     if (c.plan.action == Action::kSymbol) {
@@ -598,14 +774,18 @@ class Server {
       std::string().swap(c.in);
       return true;
     }
-    Respond(c, BuildResponse(c.plan));
+    if (c.plan.action == Action::kProfile || c.plan.action == Action::kText) {
+      Dispatch(c, nullptr, std::string());
+    } else {
+      Respond(c, BuildResponse(c.plan));  // the index, a redirect, an error: nothing to build
+    }
     return true;
   }
 
   // True once the body is complete and answered.
   bool OnBody(Connection& c) {
     if (c.in.size() < c.head_end + c.plan.body_bytes) return false;
-    Respond(c, BuildResponse(c.plan, nullptr, std::string_view(c.in).substr(c.head_end)));
+    Dispatch(c, nullptr, c.in.substr(c.head_end));
     return true;
   }
 
@@ -628,6 +808,17 @@ class Server {
       }
       c.sent += static_cast<std::size_t>(n);
     }
+    if (c.stream) {  // the piece is out: the builder makes the next
+      BuildJob job;
+      job.serial = c.serial;
+      job.stream = std::move(c.stream);
+      Queue(std::move(job));
+      std::string().swap(c.out);
+      c.sent = 0;
+      c.state = Connection::State::kBuilding;
+      c.deadline_ms = INT64_MAX;
+      return;
+    }
     // All sent: half-close so the client sees the end of the response, then
     // drain (see kDrainTimeoutMs).
     ::shutdown(c.fd, SHUT_WR);
@@ -644,11 +835,11 @@ class Server {
       case Connection::State::kReadingBody:
         Respond(c, ErrorResponse(408, "timed out reading the request body"));
         break;
-      case Connection::State::kWaiting: {
-        const std::unique_ptr<ProfileBaseline> base = std::move(c.baseline);
-        Respond(c, BuildResponse(c.plan, base.get()));
+      case Connection::State::kWaiting:
+        Dispatch(c, std::move(c.baseline), std::string());
         break;
-      }
+      case Connection::State::kBuilding:  // no deadline: the builder answers
+        break;
       case Connection::State::kWriting:   // a client that does not read its response
       case Connection::State::kDraining:  // or does not stop sending
         Close(c);
@@ -677,6 +868,13 @@ class Server {
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::vector<Connection> conns_;  // the server thread's only
+  std::uint64_t next_serial_ = 0;  // the server thread's only
+  pthread_t builder_{};
+  pthread_mutex_t jobs_mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t jobs_cond_ = PTHREAD_COND_INITIALIZER;
+  std::deque<BuildJob> jobs_;         // under jobs_mutex_
+  std::vector<BuildResult> results_;  // under jobs_mutex_
+  bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
   const pid_t owner_pid_ = ::getpid();
   pthread_t thread_{};
