@@ -1289,6 +1289,7 @@ struct EnvConfig {
   int dump_signal = 0;              // signal number; 0 off
   bool dump_at_exit = false;
   bool leak_report = false;
+  std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // HTTP endpoint (http.hpp), "host:port"; empty: off.
   static constexpr std::size_t kMaxListen = 256;
   char http[kMaxListen] = {};
@@ -1419,6 +1420,13 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
                                                   : "bad value for leak_report (0 or 1):",
                             value);
+      }
+    } else if (key == "leak_frames") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0 && v <= 64) {
+        cfg.leak_frames = static_cast<std::size_t>(v);
+      } else {
+        ReportConfigProblem("bad value for leak_frames (1 to 64):", value);
       }
     } else if (key == "http") {
       if (!CopyConfigString(value, cfg.http)) {
@@ -5284,7 +5292,8 @@ using elf::ByteView;
 
 // Tags, attributes and forms used here (DWARF 5, 7.5.3-7.5.6).
 namespace tag {
-constexpr std::uint32_t kLexicalBlock = 0x0b, kCompileUnit = 0x11, kInlinedSubroutine = 0x1d,
+constexpr std::uint32_t kClassType = 0x02, kStructureType = 0x13, kUnionType = 0x17, kNamespace = 0x39,
+                        kLexicalBlock = 0x0b, kCompileUnit = 0x11, kInlinedSubroutine = 0x1d,
                         kSubprogram = 0x2e, kPartialUnit = 0x3c, kSkeletonUnit = 0x4a;
 }
 namespace at {
@@ -5974,6 +5983,7 @@ inline bool LineTable::Parse(const Sections& s, std::uint64_t offset, const char
 
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 
 namespace heapprof {
 namespace detail {
@@ -6032,7 +6042,13 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
           }
           --i;
         } else {
-          for (; i < len && std::strchr("+-*/%^&|~!=<>,[]", full[i]) != nullptr; ++i) put(full[i]);
+          // The symbol: "<" only as (part of) "<", "<<", "<=", "<=>"; after
+          // any other symbol a '<' opens template arguments ("operator==<char>").
+          const std::size_t op = i;
+          for (; i < len && std::strchr("+-*/%^&|~!=<>,[]", full[i]) != nullptr; ++i) {
+            if (full[i] == '<' && i > op && !(i - op == 1 && full[op] == '<')) break;
+            put(full[i]);
+          }
           --i;
         }
         continue;
@@ -6138,6 +6154,14 @@ class DwarfInfo {
     std::uint32_t inlined;
     std::uint32_t parent;  // 1 + index of the innermost scope holding this one; 0 = none
   };
+  // A namespace, class, struct or union: what qualifies the names of the
+  // functions declared in it when they have no linkage name.
+  struct Container {
+    std::uint64_t offset, end;  // the DIE and one past its subtree
+    const char* name;           // null: anonymous
+    std::uint32_t parent;       // 1 + index; 0 = none
+    std::uint32_t is_namespace;
+  };
   struct Unit {
     UnitHeader header;
     UnitBases bases;
@@ -6149,6 +6173,7 @@ class DwarfInfo {
     AbbrevTable* abbrevs;
     LineTable* lines;
     DebugArray<Scope>* scopes;            // sorted by lo, outer before inner
+    DebugArray<Container>* containers;    // in DIE order
   };
   struct UnitRange {
     std::uint64_t lo, hi;
@@ -6166,6 +6191,7 @@ class DwarfInfo {
   Unit* UnitOfAddress(std::uint64_t address);
   Unit* UnitOfOffset(std::uint64_t die_offset);
   const FunctionInfo* Function(std::uint64_t die);
+  std::size_t Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap);
   FunctionInfo* MakeFunction(std::uint64_t die);
   bool DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
                  DebugArray<Scope>& out, const Scope& proto);
@@ -6185,6 +6211,7 @@ inline DwarfInfo::~DwarfInfo() {
     DebugDelete(u.abbrevs);
     DebugDelete(u.lines);
     DebugDelete(u.scopes);
+    DebugDelete(u.containers);
   }
   for (FunctionSlot& f : functions_) DebugDelete(f.info);
 }
@@ -6312,7 +6339,13 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
   AbbrevTable* abbrevs = Abbrevs(u);
   if (abbrevs == nullptr) return nullptr;
   DebugArray<Scope>* scopes = DebugNew<DebugArray<Scope>>();
-  if (scopes == nullptr) return nullptr;
+  DebugArray<Container>* containers = DebugNew<DebugArray<Container>>();
+  DebugArray<std::uint32_t> open_containers;  // per open DIE with children: 1 + container index, or 0
+  if (scopes == nullptr || containers == nullptr) {
+    DebugDelete(scopes);
+    DebugDelete(containers);
+    return nullptr;
+  }
   Cursor c(s_.info, u.header.die_offset);
   std::uint32_t depth = 0;
   bool ok = true;
@@ -6322,11 +6355,19 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     if (code == 0) {
       if (depth == 0) break;
       --depth;
+      if (!open_containers.empty()) {
+        const std::uint32_t k = open_containers.back();
+        open_containers.Pop();
+        if (k != 0) (*containers)[k - 1].end = c.pos();
+      }
       continue;
     }
     const Abbrev* a = abbrevs->Find(code);
     if (a == nullptr) break;
     const bool wanted = a->tag == tag::kSubprogram || a->tag == tag::kInlinedSubroutine;
+    const bool container = a->tag == tag::kNamespace || a->tag == tag::kClassType ||
+                           a->tag == tag::kStructureType || a->tag == tag::kUnionType;
+    const char* container_name = nullptr;
     AttrValue low, high, ranges;
     bool has_low = false, has_high = false, has_ranges = false;
     Scope proto{};
@@ -6335,6 +6376,12 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     proto.inlined = a->tag == tag::kInlinedSubroutine;
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
       const AttrSpec& spec = abbrevs->Attr(*a, k);
+      if (container && spec.name == at::kName) {
+        AttrValue v;
+        if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+        container_name = ResolveString(s_, u.header, u.bases, v);
+        continue;
+      }
       if (!wanted) {
         ReadAttr(c, u.header, spec.form, spec.implicit_const, nullptr);
         continue;
@@ -6358,10 +6405,22 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
                              has_ranges ? &ranges : nullptr, *scopes, proto)) {
       ok = false;
     }
-    if (a->has_children) ++depth;
+    if (a->has_children) {
+      ++depth;
+      std::uint32_t k = 0;
+      if (container) {
+        // The innermost open container is the parent.
+        std::uint32_t parent = 0;
+        for (std::size_t j = open_containers.size(); j > 0 && parent == 0; --j) parent = open_containers[j - 1];
+        if (containers->Push(Container{die, u.header.end, container_name, parent, a->tag == tag::kNamespace}))
+          k = static_cast<std::uint32_t>(containers->size());
+      }
+      if (!open_containers.Push(k)) ok = false;
+    }
   }
   if (!ok) {
     DebugDelete(scopes);
+    DebugDelete(containers);
     return nullptr;
   }
   std::sort(scopes->begin(), scopes->end(), [](const Scope& a, const Scope& b) {
@@ -6378,11 +6437,13 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     sc.parent = open.empty() ? 0 : open.back() + 1;
     if (!open.Push(i)) {
       DebugDelete(scopes);
+      DebugDelete(containers);
       return nullptr;
     }
   }
   u.scopes_failed = false;
   u.scopes = scopes;
+  u.containers = containers;
   return scopes;
 }
 
@@ -6410,6 +6471,7 @@ inline DwarfInfo::Unit* DwarfInfo::UnitOfOffset(std::uint64_t die_offset) {
 inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
   const char* linkage = nullptr;
   const char* plain = nullptr;
+  std::uint64_t plain_die = 0;
   const char* decl_file = nullptr;
   std::uint32_t decl_line = 0;
   std::uint64_t at = die;
@@ -6433,7 +6495,10 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
           if (linkage == nullptr) linkage = ResolveString(s_, u->header, u->bases, v);
           break;
         case at::kName:
-          if (plain == nullptr) plain = ResolveString(s_, u->header, u->bases, v);
+          if (plain == nullptr) {
+            plain = ResolveString(s_, u->header, u->bases, v);
+            plain_die = at;
+          }
           break;
         case at::kDeclFile: file_index = v.u; has_decl_file = true; break;
         case at::kDeclLine:
@@ -6475,6 +6540,16 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     }
     std::free(demangled);
   }
+  if (linkage == nullptr && plain_die != 0) {
+    // full_name stays the DWARF name, as addr2line prints it; the names in
+    // profiles are qualified, as they would be from a linkage name.
+    Unit* owner = UnitOfOffset(plain_die);
+    char qualified[1024];
+    const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
+    const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
+    if (kept != nullptr) f->name = f->system_name = kept;
+    return f;
+  }
   char shortened[1024];
   const std::size_t n = ShortFunctionName(f->full_name, shortened, sizeof shortened);
   if (n != 0) {
@@ -6482,6 +6557,40 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     if (kept != nullptr) f->name = kept;
   }
   return f;
+}
+
+// "ns::Class::name" for a function DIE without a linkage name (GCC writes none
+// for functions with internal linkage), from the namespaces and classes
+// around the DIE that carries the name.
+inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
+  const char* parts[16];
+  int count = 0;
+  if (Scopes(u) != nullptr && u.containers != nullptr) {
+    const DebugArray<Container>& cs = *u.containers;
+    const Container* it = std::lower_bound(cs.begin(), cs.end(), die,
+                                           [](const Container& k, std::uint64_t d) { return k.offset < d; });
+    std::uint32_t k = static_cast<std::uint32_t>(it - cs.begin());  // 1 + index of the last one before die
+    while (k != 0 && !(die < cs[k - 1].end)) k = cs[k - 1].parent;
+    for (; k != 0 && count < 16; k = cs[k - 1].parent) {
+      const Container& c = cs[k - 1];
+      if (c.name != nullptr) parts[count++] = c.name;
+      else if (c.is_namespace) parts[count++] = "(anonymous namespace)";
+    }
+  }
+  std::size_t n = 0;
+  auto append = [&](const char* text) {
+    const std::size_t len = std::strlen(text);
+    if (n + len + 1 > cap) return false;
+    std::memcpy(out + n, text, len);
+    n += len;
+    return true;
+  };
+  for (int i = count - 1; i >= 0; --i) {
+    if (!append(parts[i]) || !append("::")) return 0;
+  }
+  if (!append(name)) return 0;
+  out[n] = '\0';
+  return n;
 }
 
 inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
@@ -9397,6 +9506,8 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
     const std::vector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
     std::string name;
+    constexpr int kTextInlineFrames = 32;
+    SymbolizedFrame frames[kTextInlineFrames];
     for (const TextRecord& r : records) {
       const auto size = static_cast<std::int64_t>(r.bucket->size);
       AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
@@ -9408,14 +9519,27 @@ inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std:
       }
       out += '\n';
       for (std::uint32_t i = 0; i < stack->depth; ++i) {
+        // As Go writes it: one line per frame, inlined frames expanded
+        // (innermost first, all at the same PC), "function+offset file:line".
         const std::uintptr_t pc = stack->pcs()[i];
         std::uintptr_t start = 0;
-        if (symbolizer.Lookup(pc - 1, name, start)) {
-          AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
-          out += name;
-          AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
-        } else {
+        const bool have_symbol = symbolizer.Lookup(pc - 1, name, start);
+        SymbolizedQuality quality;
+        const int n = symbolizer.Symbolize(pc - 1, frames, kTextInlineFrames, &quality);
+        if (n == 0) {
           AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+          continue;
+        }
+        for (int k = 0; k < n; ++k) {
+          AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
+          out += frames[k].full_name.empty() ? frames[k].name : frames[k].full_name;
+          if (k == n - 1 && have_symbol) AppendFormat(out, "+%#llx", static_cast<unsigned long long>(pc - start));
+          if (!frames[k].file.empty() && frames[k].line != 0) {
+            out += '\t';
+            out += frames[k].file;
+            AppendFormat(out, ":%u", frames[k].line);
+          }
+          out += '\n';
         }
       }
       if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {
@@ -9823,8 +9947,10 @@ inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 
@@ -9833,105 +9959,104 @@ namespace detail {
 
 // Rows in the leak report table.
 constexpr std::size_t kLeakReportRows = 10;
-// Frames shown per row.
-constexpr std::size_t kLeakReportFrames = 4;
+// Frames shown per row by default (HEAPPROF=leak_frames=N changes it).
+constexpr std::size_t kLeakReportFrames = 6;
 
 // "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
 // → "std::vector::_M_realloc_insert": template arguments, parameter lists and
 // a leading return type dropped, as pprof's default (simplified) names do.
-inline std::string SimplifyFunctionName(std::string name) {
-  const std::size_t clone = name.find(" [clone ");  // GCC's ".isra.0", ".constprop.0" copies
-  if (clone != std::string::npos) name.resize(clone);
-  std::string out;
-  int angle = 0, paren = 0;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    if (paren == 0 && angle == 0 && name.compare(i, 21, "(anonymous namespace)") == 0) {
-      out += "(anonymous namespace)";
-      i += 20;
-      continue;
-    }
-    if (c == '(' && paren == 0 && angle == 0 && i >= 8 && name.compare(i - 8, 10, "operator()") == 0) {
-      out += "()";
-      ++i;
-      continue;
-    }
-    if (c == '(' && angle == 0) {
-      ++paren;
-      continue;
-    }
-    if (c == ')' && paren > 0) {
-      --paren;
-      continue;
-    }
-    if (paren > 0) continue;
-    // "operator<" / "operator<<" are names, not template brackets.
-    if (c == '<' && !(i >= 8 && name.compare(i - 8, 8, "operator") == 0)) {
-      ++angle;
-      continue;
-    }
-    if (c == '>' && angle > 0) {
-      --angle;
-      continue;
-    }
-    if (angle > 0) continue;
-    out += c;
-  }
-  // Qualifiers after the parameter list.
-  for (bool again = true; again;) {
-    again = false;
-    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
-      const std::size_t n = std::strlen(q);
-      if (out.size() > n && out.compare(out.size() - n, n, q) == 0) {
-        out.resize(out.size() - n);
-        again = true;
-      }
-    }
-  }
-  // A return type ("void ", "int* ") before the qualified name.
-  std::size_t space = std::string::npos;
-  for (std::size_t i = 0, depth = 0; i < out.size(); ++i) {
-    if (out[i] == '(') ++depth;
-    if (out[i] == ')' && depth > 0) --depth;
-    if (out[i] == ' ' && depth == 0) space = i;
-  }
-  if (space != std::string::npos) out = out.substr(space + 1);
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out.empty() ? name : out;
+inline std::string SimplifyFunctionName(const std::string& name) {
+  char buf[1024];
+  const std::size_t n = ShortFunctionName(name.c_str(), buf, sizeof buf);
+  return n != 0 ? std::string(buf, n) : name;
 }
 
+// Frames of the allocator machinery rather than of the program: the standard
+// library's containers and allocators, heapprof itself, the allocation
+// functions. A row starts at the first frame that is none of these, so that
+// at -O0 a leaked vector's row shows who made the vector, not
+// std::__new_allocator::allocate.
+inline bool IsAllocatorMachinery(std::string_view name) {
+  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
+                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
+inline std::string_view BaseName(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+struct LeakFrame {
+  std::string shown;  // "name (file.cpp:42)"
+  bool machinery = false;
+};
+
 struct LeakRow {
-  std::vector<std::string> frames;  // simplified names, innermost first
+  std::vector<std::string> frames;  // shown frames, innermost first, from the first frame of the program
   std::int64_t objects = 0, bytes = 0;
 };
 
-// The in-use part of `data`, summed per stack of function names (call sites,
-// object sizes and labels merged), largest first, as lines for stderr.
+// The frames of one return address, inline frames expanded, innermost first.
+inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<LeakFrame>& out) {
+  SymbolizedFrame frames[32];
+  SymbolizedQuality quality;
+  const int n = pc != 0 ? symbolizer.Symbolize(pc - 1, frames, 32, &quality) : 0;
+  for (int i = 0; i < n; ++i) {
+    LeakFrame f;
+    f.shown = frames[i].name.empty() ? std::string("??") : std::string(frames[i].name);
+    f.machinery = IsAllocatorMachinery(f.shown);
+    if (!frames[i].file.empty() && frames[i].line != 0) {
+      f.shown += " (";
+      f.shown += BaseName(frames[i].file);
+      f.shown += ':';
+      f.shown += std::to_string(frames[i].line);
+      f.shown += ')';
+    }
+    out.push_back(std::move(f));
+  }
+  if (n == 0) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
+    out.push_back(LeakFrame{hex, false});
+  }
+}
+
+// The in-use part of `data`, summed per stack of shown frames (object sizes
+// and labels merged), largest first, as lines for stderr. `max_frames` per row.
 inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
-                                                std::int64_t& total_objects, std::int64_t& total_bytes) {
+                                                std::int64_t& total_objects, std::int64_t& total_bytes,
+                                                std::size_t max_frames = kLeakReportFrames) {
+  if (max_frames == 0) max_frames = kLeakReportFrames;
   std::map<std::vector<std::string>, LeakRow> by_stack;
-  std::map<std::uintptr_t, std::string> names;  // pc → simplified name
+  std::map<std::uintptr_t, std::vector<LeakFrame>> frames_of;  // pc → its frames
   total_objects = total_bytes = 0;
-  std::string name;
   for (const ProfileSample& s : data.samples) {
     if (s.inuse_objects <= 0) continue;
     std::vector<std::string> frames;
+    bool skipping = true;
+    std::size_t skipped = 0;
+    std::vector<std::string> all;
     for (std::uintptr_t pc : s.pcs) {
-      auto it = names.find(pc);
-      if (it == names.end()) {
-        std::uintptr_t start = 0;
-        std::string shown;
-        if (symbolizer.Lookup(pc - 1, name, start)) {
-          shown = SimplifyFunctionName(name);
-        } else {
-          char hex[32];
-          std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
-          shown = hex;
-        }
-        it = names.emplace(pc, std::move(shown)).first;
+      auto it = frames_of.find(pc);
+      if (it == frames_of.end()) {
+        std::vector<LeakFrame> expanded;
+        LeakFramesOf(symbolizer, pc, expanded);
+        it = frames_of.emplace(pc, std::move(expanded)).first;
       }
-      frames.push_back(it->second);
+      for (const LeakFrame& f : it->second) {
+        all.push_back(f.shown);
+        if (skipping && f.machinery) {
+          ++skipped;
+          continue;
+        }
+        skipping = false;
+        frames.push_back(f.shown);
+      }
     }
+    if (frames.empty()) frames = std::move(all);  // nothing but machinery: show it
     if (s.truncated) frames.emplace_back("[truncated]");
     if (s.overflow) frames.emplace_back("[heapprof: stack table full]");
     LeakRow& row = by_stack[frames];
@@ -9949,8 +10074,9 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.objects > b.objects;
   });
   std::vector<std::string> lines;
-  char head[128];
-  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects", "allocated at (innermost first)");
+  char head[160];
+  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects",
+                "allocated at (innermost first, from the first frame outside std:: and heapprof)");
   lines.emplace_back(head);
   for (std::size_t i = 0; i < rows.size() && i < kLeakReportRows; ++i) {
     const LeakRow& row = rows[i];
@@ -9958,11 +10084,11 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     std::snprintf(cols, sizeof cols, "%14s %10lld  ", FormatBytes(static_cast<double>(row.bytes)).c_str(),
                   static_cast<long long>(row.objects));
     std::string line = cols;
-    for (std::size_t f = 0; f < row.frames.size() && f < kLeakReportFrames; ++f) {
+    for (std::size_t f = 0; f < row.frames.size() && f < max_frames; ++f) {
       if (f != 0) line += " < ";
       line += row.frames[f];
     }
-    if (row.frames.size() > kLeakReportFrames) line += " < ...";
+    if (row.frames.size() > max_frames) line += " < ...";
     lines.push_back(std::move(line));
   }
   if (rows.size() > kLeakReportRows) {
@@ -9985,7 +10111,8 @@ inline void LeakReport(const std::string& prefix) noexcept {
     std::string error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    const std::vector<std::string> table = FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use);
+    const std::vector<std::string> table =
+        FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     std::string how = rate <= 1 ? std::string(rate == 1 ? "every allocation recorded" : "sampling off")
                                 : "estimated from samples, rate " + std::to_string(rate) + " bytes";

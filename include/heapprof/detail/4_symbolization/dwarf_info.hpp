@@ -64,6 +64,14 @@ class DwarfInfo {
     std::uint32_t inlined;
     std::uint32_t parent;  // 1 + index of the innermost scope holding this one; 0 = none
   };
+  // A namespace, class, struct or union: what qualifies the names of the
+  // functions declared in it when they have no linkage name.
+  struct Container {
+    std::uint64_t offset, end;  // the DIE and one past its subtree
+    const char* name;           // null: anonymous
+    std::uint32_t parent;       // 1 + index; 0 = none
+    std::uint32_t is_namespace;
+  };
   struct Unit {
     UnitHeader header;
     UnitBases bases;
@@ -75,6 +83,7 @@ class DwarfInfo {
     AbbrevTable* abbrevs;
     LineTable* lines;
     DebugArray<Scope>* scopes;            // sorted by lo, outer before inner
+    DebugArray<Container>* containers;    // in DIE order
   };
   struct UnitRange {
     std::uint64_t lo, hi;
@@ -92,6 +101,7 @@ class DwarfInfo {
   Unit* UnitOfAddress(std::uint64_t address);
   Unit* UnitOfOffset(std::uint64_t die_offset);
   const FunctionInfo* Function(std::uint64_t die);
+  std::size_t Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap);
   FunctionInfo* MakeFunction(std::uint64_t die);
   bool DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
                  DebugArray<Scope>& out, const Scope& proto);
@@ -111,6 +121,7 @@ inline DwarfInfo::~DwarfInfo() {
     DebugDelete(u.abbrevs);
     DebugDelete(u.lines);
     DebugDelete(u.scopes);
+    DebugDelete(u.containers);
   }
   for (FunctionSlot& f : functions_) DebugDelete(f.info);
 }
@@ -238,7 +249,13 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
   AbbrevTable* abbrevs = Abbrevs(u);
   if (abbrevs == nullptr) return nullptr;
   DebugArray<Scope>* scopes = DebugNew<DebugArray<Scope>>();
-  if (scopes == nullptr) return nullptr;
+  DebugArray<Container>* containers = DebugNew<DebugArray<Container>>();
+  DebugArray<std::uint32_t> open_containers;  // per open DIE with children: 1 + container index, or 0
+  if (scopes == nullptr || containers == nullptr) {
+    DebugDelete(scopes);
+    DebugDelete(containers);
+    return nullptr;
+  }
   Cursor c(s_.info, u.header.die_offset);
   std::uint32_t depth = 0;
   bool ok = true;
@@ -248,11 +265,19 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     if (code == 0) {
       if (depth == 0) break;
       --depth;
+      if (!open_containers.empty()) {
+        const std::uint32_t k = open_containers.back();
+        open_containers.Pop();
+        if (k != 0) (*containers)[k - 1].end = c.pos();
+      }
       continue;
     }
     const Abbrev* a = abbrevs->Find(code);
     if (a == nullptr) break;
     const bool wanted = a->tag == tag::kSubprogram || a->tag == tag::kInlinedSubroutine;
+    const bool container = a->tag == tag::kNamespace || a->tag == tag::kClassType ||
+                           a->tag == tag::kStructureType || a->tag == tag::kUnionType;
+    const char* container_name = nullptr;
     AttrValue low, high, ranges;
     bool has_low = false, has_high = false, has_ranges = false;
     Scope proto{};
@@ -261,6 +286,12 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     proto.inlined = a->tag == tag::kInlinedSubroutine;
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
       const AttrSpec& spec = abbrevs->Attr(*a, k);
+      if (container && spec.name == at::kName) {
+        AttrValue v;
+        if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+        container_name = ResolveString(s_, u.header, u.bases, v);
+        continue;
+      }
       if (!wanted) {
         ReadAttr(c, u.header, spec.form, spec.implicit_const, nullptr);
         continue;
@@ -284,10 +315,22 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
                              has_ranges ? &ranges : nullptr, *scopes, proto)) {
       ok = false;
     }
-    if (a->has_children) ++depth;
+    if (a->has_children) {
+      ++depth;
+      std::uint32_t k = 0;
+      if (container) {
+        // The innermost open container is the parent.
+        std::uint32_t parent = 0;
+        for (std::size_t j = open_containers.size(); j > 0 && parent == 0; --j) parent = open_containers[j - 1];
+        if (containers->Push(Container{die, u.header.end, container_name, parent, a->tag == tag::kNamespace}))
+          k = static_cast<std::uint32_t>(containers->size());
+      }
+      if (!open_containers.Push(k)) ok = false;
+    }
   }
   if (!ok) {
     DebugDelete(scopes);
+    DebugDelete(containers);
     return nullptr;
   }
   std::sort(scopes->begin(), scopes->end(), [](const Scope& a, const Scope& b) {
@@ -304,11 +347,13 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     sc.parent = open.empty() ? 0 : open.back() + 1;
     if (!open.Push(i)) {
       DebugDelete(scopes);
+      DebugDelete(containers);
       return nullptr;
     }
   }
   u.scopes_failed = false;
   u.scopes = scopes;
+  u.containers = containers;
   return scopes;
 }
 
@@ -336,6 +381,7 @@ inline DwarfInfo::Unit* DwarfInfo::UnitOfOffset(std::uint64_t die_offset) {
 inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
   const char* linkage = nullptr;
   const char* plain = nullptr;
+  std::uint64_t plain_die = 0;
   const char* decl_file = nullptr;
   std::uint32_t decl_line = 0;
   std::uint64_t at = die;
@@ -359,7 +405,10 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
           if (linkage == nullptr) linkage = ResolveString(s_, u->header, u->bases, v);
           break;
         case at::kName:
-          if (plain == nullptr) plain = ResolveString(s_, u->header, u->bases, v);
+          if (plain == nullptr) {
+            plain = ResolveString(s_, u->header, u->bases, v);
+            plain_die = at;
+          }
           break;
         case at::kDeclFile: file_index = v.u; has_decl_file = true; break;
         case at::kDeclLine:
@@ -401,6 +450,16 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     }
     std::free(demangled);
   }
+  if (linkage == nullptr && plain_die != 0) {
+    // full_name stays the DWARF name, as addr2line prints it; the names in
+    // profiles are qualified, as they would be from a linkage name.
+    Unit* owner = UnitOfOffset(plain_die);
+    char qualified[1024];
+    const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
+    const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
+    if (kept != nullptr) f->name = f->system_name = kept;
+    return f;
+  }
   char shortened[1024];
   const std::size_t n = ShortFunctionName(f->full_name, shortened, sizeof shortened);
   if (n != 0) {
@@ -408,6 +467,40 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     if (kept != nullptr) f->name = kept;
   }
   return f;
+}
+
+// "ns::Class::name" for a function DIE without a linkage name (GCC writes none
+// for functions with internal linkage), from the namespaces and classes
+// around the DIE that carries the name.
+inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
+  const char* parts[16];
+  int count = 0;
+  if (Scopes(u) != nullptr && u.containers != nullptr) {
+    const DebugArray<Container>& cs = *u.containers;
+    const Container* it = std::lower_bound(cs.begin(), cs.end(), die,
+                                           [](const Container& k, std::uint64_t d) { return k.offset < d; });
+    std::uint32_t k = static_cast<std::uint32_t>(it - cs.begin());  // 1 + index of the last one before die
+    while (k != 0 && !(die < cs[k - 1].end)) k = cs[k - 1].parent;
+    for (; k != 0 && count < 16; k = cs[k - 1].parent) {
+      const Container& c = cs[k - 1];
+      if (c.name != nullptr) parts[count++] = c.name;
+      else if (c.is_namespace) parts[count++] = "(anonymous namespace)";
+    }
+  }
+  std::size_t n = 0;
+  auto append = [&](const char* text) {
+    const std::size_t len = std::strlen(text);
+    if (n + len + 1 > cap) return false;
+    std::memcpy(out + n, text, len);
+    n += len;
+    return true;
+  };
+  for (int i = count - 1; i >= 0; --i) {
+    if (!append(parts[i]) || !append("::")) return 0;
+  }
+  if (!append(name)) return 0;
+  out[n] = '\0';
+  return n;
 }
 
 inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {

@@ -20,7 +20,8 @@ using elf::ByteView;
 
 // Tags, attributes and forms used here (DWARF 5, 7.5.3-7.5.6).
 namespace tag {
-constexpr std::uint32_t kLexicalBlock = 0x0b, kCompileUnit = 0x11, kInlinedSubroutine = 0x1d,
+constexpr std::uint32_t kClassType = 0x02, kStructureType = 0x13, kUnionType = 0x17, kNamespace = 0x39,
+                        kLexicalBlock = 0x0b, kCompileUnit = 0x11, kInlinedSubroutine = 0x1d,
                         kSubprogram = 0x2e, kPartialUnit = 0x3c, kSkeletonUnit = 0x4a;
 }
 namespace at {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 
 namespace heapprof {
 namespace detail {
@@ -66,7 +67,13 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
           }
           --i;
         } else {
-          for (; i < len && std::strchr("+-*/%^&|~!=<>,[]", full[i]) != nullptr; ++i) put(full[i]);
+          // The symbol: "<" only as (part of) "<", "<<", "<=", "<=>"; after
+          // any other symbol a '<' opens template arguments ("operator==<char>").
+          const std::size_t op = i;
+          for (; i < len && std::strchr("+-*/%^&|~!=<>,[]", full[i]) != nullptr; ++i) {
+            if (full[i] == '<' && i > op && !(i - op == 1 && full[op] == '<')) break;
+            put(full[i]);
+          }
           --i;
         }
         continue;
