@@ -6713,6 +6713,20 @@ class BitReader {
     have_ -= count;
     return v;
   }
+  // Up to `count` (<= 32) next bits without consuming them; bits past the end
+  // of the input read as zero (available() says how many are real).
+  std::uint32_t Peek(unsigned count) {
+    while (have_ < count && pos_ < size_) {
+      buffer_ |= static_cast<std::uint64_t>(data_[pos_++]) << have_;
+      have_ += 8;
+    }
+    return static_cast<std::uint32_t>(buffer_ & ((std::uint64_t{1} << count) - 1));
+  }
+  unsigned available() const { return have_; }
+  void Drop(unsigned count) {
+    buffer_ >>= count;
+    have_ -= count;
+  }
   void AlignToByte() {
     buffer_ >>= have_ % 8;
     have_ -= have_ % 8;
@@ -6739,9 +6753,13 @@ class BitReader {
 
 // A canonical Huffman code (3.2.2) as counts per length and symbols in code
 // order; decoding walks the lengths, comparing against the first code of each.
+// Codes of up to kFastBits bits (nearly all of them in practice) are decoded
+// by one table lookup on the next bits instead.
 struct Huffman {
+  static constexpr unsigned kFastBits = 9;
   std::uint16_t count[16];
   std::uint16_t symbol[320];
+  std::uint16_t fast[1u << kFastBits];  // symbol | length << 9; 0: longer code
 
   // False for an over-subscribed set of lengths.
   bool Build(const std::uint8_t* lengths, int n) {
@@ -6758,10 +6776,42 @@ struct Huffman {
     for (int i = 0; i < n; ++i) {
       if (lengths[i] != 0) symbol[offsets[lengths[i]]++] = static_cast<std::uint16_t>(i);
     }
+    // The fast table: each short code, bit-reversed (deflate sends Huffman
+    // codes most significant bit first into an LSB-first stream), filled in
+    // for every value of the bits after it.
+    std::memset(fast, 0, sizeof fast);
+    // First code of each length (3.2.2): (first of len-1 + count[len-1]) << 1.
+    std::uint32_t next[16];
+    std::uint32_t code = 0;
+    next[1] = 0;
+    for (int len = 2; len < 16; ++len) {
+      code = (code + count[len - 1]) << 1;
+      next[len] = code;
+    }
+    for (int i = 0; i < n; ++i) {
+      const unsigned len = lengths[i];
+      if (len == 0) continue;
+      const std::uint32_t c = next[len]++;
+      if (len > kFastBits) continue;
+      std::uint32_t reversed = 0;
+      for (unsigned b = 0; b < len; ++b) reversed |= ((c >> b) & 1u) << (len - 1 - b);
+      for (std::uint32_t fill = reversed; fill < (1u << kFastBits); fill += 1u << len) {
+        fast[fill] = static_cast<std::uint16_t>(i | (len << 9));
+      }
+    }
     return true;
   }
 
   int Decode(BitReader& in) const {
+    const std::uint16_t entry = fast[in.Peek(kFastBits)];
+    if (entry != 0 && (entry >> 9) <= in.available()) {
+      in.Drop(entry >> 9);
+      return entry & 0x1ff;
+    }
+    return DecodeSlow(in);
+  }
+
+  int DecodeSlow(BitReader& in) const {
     int code = 0, first = 0, index = 0;
     for (int len = 1; len < 16; ++len) {
       code |= static_cast<int>(in.Bits(1));
@@ -6952,6 +7002,18 @@ class DebugObject {
   // `build_id`: the id of the object as loaded (lowercase hex, may be empty).
   void Load(const char* path, const char* build_id, const char* debug_directory);
 
+  // Loads on first use: a write touches the DWARF only of objects its PCs are in.
+  void Remember(const char* path, const char* build_id, const char* debug_directory) {
+    path_ = path;
+    build_id_ = build_id;
+    debug_directory_ = debug_directory;
+  }
+  void EnsureLoaded() {
+    if (loaded_) return;
+    loaded_ = true;
+    if (path_ != nullptr) Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+  }
+
   int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {
     *inline_known = false;
     return info_ != nullptr ? info_->Lookup(file_address, out, max, inline_known) : 0;
@@ -6973,6 +7035,10 @@ class DebugObject {
   Inflated inflated_[16] = {};
   int inflated_count_ = 0;
   dwarf::DwarfInfo* info_ = nullptr;
+  bool loaded_ = false;
+  const char* path_ = nullptr;             // in the cache's key pool
+  const char* build_id_ = nullptr;
+  const char* debug_directory_ = nullptr;
   const char* debug_file_ = nullptr;  // the file the DWARF came from
   char debug_file_buf_[1024] = {};
 };
@@ -7168,6 +7234,7 @@ inline void DebugObject::Load(const char* path, const char* build_id, const char
 struct DebugCacheEntry {
   const char* path;
   const char* build_id;
+  const char* debug_directory;
   DebugObject* object;
 };
 
@@ -7210,8 +7277,8 @@ class DebugCacheLock {
   int old_state_ = 0;
 };
 
-// The object for (path, build_id), loaded on first use. Null only when memory
-// is short. Call with the DebugCacheLock held.
+// The object for (path, build_id); its DWARF is read by EnsureLoaded, on
+// first use. Null only when memory is short. Call with the DebugCacheLock held.
 inline DebugObject* FindDebugObject(const char* path, const char* build_id, const char* debug_directory) {
   if (g_debug_cache == nullptr) {
     g_debug_cache = DebugNew<DebugCache>();
@@ -7224,18 +7291,23 @@ inline DebugObject* FindDebugObject(const char* path, const char* build_id, cons
   DebugCache& cache = *g_debug_cache;
   for (int i = 0; i < cache.count; ++i) {
     const DebugCacheEntry& e = cache.entries[i];
-    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0) return e.object;
+    const bool same_directory = (e.debug_directory == nullptr && debug_directory == nullptr) ||
+                                (e.debug_directory != nullptr && debug_directory != nullptr &&
+                                 std::strcmp(e.debug_directory, debug_directory) == 0);
+    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0 && same_directory) return e.object;
   }
   if (cache.count == DebugCache::kMaxObjects) return nullptr;
   const char* key_path = cache.keys.Add(path);
   const char* key_id = cache.keys.Add(build_id);
+  const char* key_dir = debug_directory != nullptr ? cache.keys.Add(debug_directory) : nullptr;
   DebugObject* object = DebugNew<DebugObject>();
-  if (key_path == nullptr || key_id == nullptr || object == nullptr) {
+  if (key_path == nullptr || key_id == nullptr || object == nullptr ||
+      (debug_directory != nullptr && key_dir == nullptr)) {
     DebugDelete(object);
     return nullptr;
   }
-  object->Load(path, build_id, debug_directory);
-  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, object};
+  object->Remember(key_path, key_id, key_dir);
+  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, key_dir, object};
   return object;
 }
 
@@ -7678,7 +7750,8 @@ class Symbolizer {
   // True when the object at `object_index` (into the constructor's vector)
   // had a symbol table we could read.
   bool HasSymbols(std::size_t object_index) const;
-  // True when DWARF was found for the object (its own, or a debug file).
+  // True when DWARF was found for the object (its own, or a debug file);
+  // reads it if no lookup has yet.
   bool HasDebugInfo(std::size_t object_index) const;
 
   // The frames of `address` (an address inside the call, not a return
@@ -7700,7 +7773,7 @@ class Symbolizer {
   std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
   std::vector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   std::vector<bool> has_symbols_;
-  std::vector<bool> has_debug_;
+  std::vector<DebugObject*> debug_;  // per object; its DWARF is read on first use
   char short_buf_[1024];
 };
 
@@ -7709,7 +7782,7 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const ch
   std::map<std::string, std::size_t> table_of_file;
   std::vector<DebugObject*> debug_of_table;
   has_symbols_.reserve(objects.size());
-  has_debug_.reserve(objects.size());
+  debug_.reserve(objects.size());
   for (const LoadedObject& object : objects) {
     std::string key = object.path;
     key.push_back('\0');
@@ -7722,7 +7795,6 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const ch
         table->Load(object.path, object.build_id, debug_directory);
         DebugCacheLock hold;
         debug = FindDebugObject(object.path.c_str(), object.build_id.c_str(), debug_directory);
-        if (debug != nullptr && !debug->has_info()) debug = nullptr;
       }
       tables_.push_back(std::move(table));
       debug_of_table.push_back(debug);
@@ -7731,7 +7803,7 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const ch
     const bool usable = !tables_[it->second]->empty();
     DebugObject* debug = debug_of_table[it->second];
     has_symbols_.push_back(usable);
-    has_debug_.push_back(debug != nullptr);
+    debug_.push_back(debug);
     if ((usable || debug != nullptr) && object.start < object.limit) {
       ranges_.push_back(Range{object.start, object.limit, object.bias, it->second, debug});
     }
@@ -7774,6 +7846,7 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   bool inline_known = false;
   if (r->debug != nullptr) {
     DebugCacheLock hold;  // decoding fills the shared cache
+    r->debug->EnsureLoaded();
     n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
   }
   for (int i = 0; i < n; ++i) {
@@ -7827,7 +7900,10 @@ inline bool Symbolizer::HasSymbols(std::size_t object_index) const {
 }
 
 inline bool Symbolizer::HasDebugInfo(std::size_t object_index) const {
-  return object_index < has_debug_.size() && has_debug_[object_index];
+  if (object_index >= debug_.size() || debug_[object_index] == nullptr) return false;
+  DebugCacheLock hold;
+  debug_[object_index]->EnsureLoaded();  // reads the object's DWARF if no lookup has yet
+  return debug_[object_index]->has_info();
 }
 
 }  // namespace detail
@@ -8218,13 +8294,13 @@ class PprofProfileBuilder {
       // Each flag says what every location of the mapping got: pprof trusts a
       // set flag and then never symbolizes those locations itself (given the
       // binary, it fills in what a clear flag says is missing). A mapping
-      // without locations says what its object offers.
+      // without locations says whether its object has symbols, and claims no
+      // lines (its DWARF is not read for nothing).
       const MappingQuality& q = quality_[i];
       const bool any = q.locations != 0;
-      const bool has_functions =
-          any ? q.functions == q.locations : symbolizer_.HasSymbols(i) || symbolizer_.HasDebugInfo(i);
-      const bool has_lines = any ? q.lines == q.locations : symbolizer_.HasDebugInfo(i);
-      const bool has_inline = any ? q.inline_known == q.locations : symbolizer_.HasDebugInfo(i);
+      const bool has_functions = any ? q.functions == q.locations : symbolizer_.HasSymbols(i);
+      const bool has_lines = any && q.lines == q.locations;
+      const bool has_inline = any && q.inline_known == q.locations;
       const std::int64_t filename = strings_.Intern(o.path);
       const std::int64_t build_id = strings_.Intern(o.build_id);
       w.Message(pprof_field::profile::kMapping, [&] {

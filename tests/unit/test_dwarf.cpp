@@ -20,6 +20,8 @@
 
 #include "heapprof/detail/4_symbolization/inflate.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/profile_builder.hpp"
+#include "support/profile_decoder.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
@@ -316,6 +318,97 @@ TEST_CASE("dwarf: separate debug files by build id and .gnu_debuglink; a strippe
     CHECK(named == 0);  // only .dynsym is left, and it names none of these
   }
   RunCommand("rm -rf " + dir, out);
+}
+
+namespace {
+
+// The object as the loader would map it at `bias`: its executable PT_LOAD.
+bool MapLikeLoader(const std::string& path, std::uintptr_t bias, LoadedObject& o) {
+  heapprof::detail::elf::MappedFile file;
+  if (!file.Open(path.c_str())) return false;
+  const heapprof::detail::elf::ByteView v = file.view();
+  Elf64_Ehdr eh;
+  if (!v.Read(0, &eh)) return false;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    if (!v.Read(eh.e_phoff + i * sizeof ph, &ph)) return false;
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    o.start = bias + (ph.p_vaddr & ~std::uint64_t{4095});
+    o.limit = bias + ph.p_vaddr + ph.p_memsz;
+    o.file_offset = ph.p_offset & ~std::uint64_t{4095};
+    o.bias = bias;
+    o.path = path;
+    return true;
+  }
+  return false;
+}
+
+std::uint64_t SymbolAddress(const std::string& binary, const std::string& name) {
+  std::string out;
+  RunCommand("nm --defined-only " + binary + " | grep ' " + name + "$'", out);
+  return std::strtoull(out.c_str(), nullptr, 16);
+}
+
+}  // namespace
+
+TEST_CASE("dwarf: a stripped binary without debug info claims no functions; its addresses name the frames in an unstripped copy") {
+  const std::string fixture = FixturePath();
+  if (fixture.empty() || !HaveTool("g++") || !HaveTool("strip") || !HaveTool("addr2line")) {
+    MESSAGE("fixture, g++, strip or addr2line missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  std::string out;
+  const std::string full = dir + "/fixture", stripped = dir + "/stripped/fixture";
+  REQUIRE(RunCommand("g++ -std=c++17 -O0 -g -Wl,--build-id " + fixture + " -o " + full + " && mkdir -p " + dir +
+                         "/stripped && strip --strip-all " + full + " -o " + stripped,
+                     out) == 0);
+  const std::uint64_t compute = SymbolAddress(full, "_Z7Computei");
+  const std::uint64_t fill = SymbolAddress(full, "_ZN7fixture6Buffer4FillEi");
+  REQUIRE(compute != 0);
+  REQUIRE(fill != 0);
+
+  const std::uintptr_t bias = 0x555555554000u;
+  std::vector<LoadedObject> objects(1);
+  REQUIRE(MapLikeLoader(stripped, bias, objects[0]));
+  objects[0].build_id = BuildIdOf(stripped);
+  REQUIRE(!objects[0].build_id.empty());
+  Symbolizer symbolizer(objects, "/nonexistent");
+  heapprof::detail::ProfileData data;
+  data.period = 1;
+  heapprof::detail::ProfileSample sample;
+  sample.pcs = {bias + fill + 9, bias + compute + 20};  // return addresses inside the two
+  sample.alloc_objects = sample.inuse_objects = 1;
+  sample.alloc_bytes = sample.inuse_bytes = sample.object_size = 4096;
+  data.samples.push_back(sample);
+  const std::string bytes = heapprof::detail::EncodeProfile(data, objects, symbolizer);
+  heapprof_test::Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::DecodeProfile(bytes, p, &why), why);
+  REQUIRE(p.mappings.size() == 1);
+  CHECK_FALSE(p.mappings[0].has_functions);
+  CHECK_FALSE(p.mappings[0].has_line_numbers);
+  CHECK_FALSE(p.mappings[0].has_inline_frames);
+  for (const auto& loc : p.locations) CHECK(loc.lines.empty());
+
+  // What a symbolizer given the unstripped copy does with the profile (the
+  // standalone pprof runs binutils so): the mapping turns each location into
+  // a file address, and the copy names it. (`go tool pprof`, the copy bundled
+  // with Go, symbolizes only Go binaries locally.)
+  std::string input;
+  for (const auto& loc : p.locations) {
+    char buf[32];
+    const std::uint64_t file_address = loc.address - p.mappings[0].memory_start + p.mappings[0].file_offset;
+    std::snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(file_address));
+    input += buf;
+  }
+  REQUIRE(heapprof_test::WriteFile(dir + "/addresses.txt", input));
+  RunCommand("addr2line -f -C -e " + full + " < " + dir + "/addresses.txt", out);
+  INFO(out);
+  CHECK(out.find("fixture::Buffer::Fill(int)") != std::string::npos);
+  CHECK(out.find("Compute(int)") != std::string::npos);
+  if (std::getenv("HEAPPROF_TEST_KEEP") == nullptr) RunCommand("rm -rf " + dir, out);
+  else MESSAGE("kept " << dir);
 }
 
 TEST_CASE("inflate: a zlib stream from zlib itself, and corrupt ones refused") {

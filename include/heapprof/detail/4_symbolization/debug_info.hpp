@@ -37,6 +37,18 @@ class DebugObject {
   // `build_id`: the id of the object as loaded (lowercase hex, may be empty).
   void Load(const char* path, const char* build_id, const char* debug_directory);
 
+  // Loads on first use: a write touches the DWARF only of objects its PCs are in.
+  void Remember(const char* path, const char* build_id, const char* debug_directory) {
+    path_ = path;
+    build_id_ = build_id;
+    debug_directory_ = debug_directory;
+  }
+  void EnsureLoaded() {
+    if (loaded_) return;
+    loaded_ = true;
+    if (path_ != nullptr) Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+  }
+
   int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {
     *inline_known = false;
     return info_ != nullptr ? info_->Lookup(file_address, out, max, inline_known) : 0;
@@ -58,6 +70,10 @@ class DebugObject {
   Inflated inflated_[16] = {};
   int inflated_count_ = 0;
   dwarf::DwarfInfo* info_ = nullptr;
+  bool loaded_ = false;
+  const char* path_ = nullptr;             // in the cache's key pool
+  const char* build_id_ = nullptr;
+  const char* debug_directory_ = nullptr;
   const char* debug_file_ = nullptr;  // the file the DWARF came from
   char debug_file_buf_[1024] = {};
 };
@@ -253,6 +269,7 @@ inline void DebugObject::Load(const char* path, const char* build_id, const char
 struct DebugCacheEntry {
   const char* path;
   const char* build_id;
+  const char* debug_directory;
   DebugObject* object;
 };
 
@@ -295,8 +312,8 @@ class DebugCacheLock {
   int old_state_ = 0;
 };
 
-// The object for (path, build_id), loaded on first use. Null only when memory
-// is short. Call with the DebugCacheLock held.
+// The object for (path, build_id); its DWARF is read by EnsureLoaded, on
+// first use. Null only when memory is short. Call with the DebugCacheLock held.
 inline DebugObject* FindDebugObject(const char* path, const char* build_id, const char* debug_directory) {
   if (g_debug_cache == nullptr) {
     g_debug_cache = DebugNew<DebugCache>();
@@ -309,18 +326,23 @@ inline DebugObject* FindDebugObject(const char* path, const char* build_id, cons
   DebugCache& cache = *g_debug_cache;
   for (int i = 0; i < cache.count; ++i) {
     const DebugCacheEntry& e = cache.entries[i];
-    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0) return e.object;
+    const bool same_directory = (e.debug_directory == nullptr && debug_directory == nullptr) ||
+                                (e.debug_directory != nullptr && debug_directory != nullptr &&
+                                 std::strcmp(e.debug_directory, debug_directory) == 0);
+    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0 && same_directory) return e.object;
   }
   if (cache.count == DebugCache::kMaxObjects) return nullptr;
   const char* key_path = cache.keys.Add(path);
   const char* key_id = cache.keys.Add(build_id);
+  const char* key_dir = debug_directory != nullptr ? cache.keys.Add(debug_directory) : nullptr;
   DebugObject* object = DebugNew<DebugObject>();
-  if (key_path == nullptr || key_id == nullptr || object == nullptr) {
+  if (key_path == nullptr || key_id == nullptr || object == nullptr ||
+      (debug_directory != nullptr && key_dir == nullptr)) {
     DebugDelete(object);
     return nullptr;
   }
-  object->Load(path, build_id, debug_directory);
-  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, object};
+  object->Remember(key_path, key_id, key_dir);
+  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, key_dir, object};
   return object;
 }
 

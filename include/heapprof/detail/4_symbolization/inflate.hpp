@@ -32,6 +32,20 @@ class BitReader {
     have_ -= count;
     return v;
   }
+  // Up to `count` (<= 32) next bits without consuming them; bits past the end
+  // of the input read as zero (available() says how many are real).
+  std::uint32_t Peek(unsigned count) {
+    while (have_ < count && pos_ < size_) {
+      buffer_ |= static_cast<std::uint64_t>(data_[pos_++]) << have_;
+      have_ += 8;
+    }
+    return static_cast<std::uint32_t>(buffer_ & ((std::uint64_t{1} << count) - 1));
+  }
+  unsigned available() const { return have_; }
+  void Drop(unsigned count) {
+    buffer_ >>= count;
+    have_ -= count;
+  }
   void AlignToByte() {
     buffer_ >>= have_ % 8;
     have_ -= have_ % 8;
@@ -58,9 +72,13 @@ class BitReader {
 
 // A canonical Huffman code (3.2.2) as counts per length and symbols in code
 // order; decoding walks the lengths, comparing against the first code of each.
+// Codes of up to kFastBits bits (nearly all of them in practice) are decoded
+// by one table lookup on the next bits instead.
 struct Huffman {
+  static constexpr unsigned kFastBits = 9;
   std::uint16_t count[16];
   std::uint16_t symbol[320];
+  std::uint16_t fast[1u << kFastBits];  // symbol | length << 9; 0: longer code
 
   // False for an over-subscribed set of lengths.
   bool Build(const std::uint8_t* lengths, int n) {
@@ -77,10 +95,42 @@ struct Huffman {
     for (int i = 0; i < n; ++i) {
       if (lengths[i] != 0) symbol[offsets[lengths[i]]++] = static_cast<std::uint16_t>(i);
     }
+    // The fast table: each short code, bit-reversed (deflate sends Huffman
+    // codes most significant bit first into an LSB-first stream), filled in
+    // for every value of the bits after it.
+    std::memset(fast, 0, sizeof fast);
+    // First code of each length (3.2.2): (first of len-1 + count[len-1]) << 1.
+    std::uint32_t next[16];
+    std::uint32_t code = 0;
+    next[1] = 0;
+    for (int len = 2; len < 16; ++len) {
+      code = (code + count[len - 1]) << 1;
+      next[len] = code;
+    }
+    for (int i = 0; i < n; ++i) {
+      const unsigned len = lengths[i];
+      if (len == 0) continue;
+      const std::uint32_t c = next[len]++;
+      if (len > kFastBits) continue;
+      std::uint32_t reversed = 0;
+      for (unsigned b = 0; b < len; ++b) reversed |= ((c >> b) & 1u) << (len - 1 - b);
+      for (std::uint32_t fill = reversed; fill < (1u << kFastBits); fill += 1u << len) {
+        fast[fill] = static_cast<std::uint16_t>(i | (len << 9));
+      }
+    }
     return true;
   }
 
   int Decode(BitReader& in) const {
+    const std::uint16_t entry = fast[in.Peek(kFastBits)];
+    if (entry != 0 && (entry >> 9) <= in.available()) {
+      in.Drop(entry >> 9);
+      return entry & 0x1ff;
+    }
+    return DecodeSlow(in);
+  }
+
+  int DecodeSlow(BitReader& in) const {
     int code = 0, first = 0, index = 0;
     for (int len = 1; len < 16; ++len) {
       code |= static_cast<int>(in.Bits(1));

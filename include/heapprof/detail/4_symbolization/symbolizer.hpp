@@ -465,7 +465,8 @@ class Symbolizer {
   // True when the object at `object_index` (into the constructor's vector)
   // had a symbol table we could read.
   bool HasSymbols(std::size_t object_index) const;
-  // True when DWARF was found for the object (its own, or a debug file).
+  // True when DWARF was found for the object (its own, or a debug file);
+  // reads it if no lookup has yet.
   bool HasDebugInfo(std::size_t object_index) const;
 
   // The frames of `address` (an address inside the call, not a return
@@ -487,7 +488,7 @@ class Symbolizer {
   std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
   std::vector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   std::vector<bool> has_symbols_;
-  std::vector<bool> has_debug_;
+  std::vector<DebugObject*> debug_;  // per object; its DWARF is read on first use
   char short_buf_[1024];
 };
 
@@ -496,7 +497,7 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const ch
   std::map<std::string, std::size_t> table_of_file;
   std::vector<DebugObject*> debug_of_table;
   has_symbols_.reserve(objects.size());
-  has_debug_.reserve(objects.size());
+  debug_.reserve(objects.size());
   for (const LoadedObject& object : objects) {
     std::string key = object.path;
     key.push_back('\0');
@@ -509,7 +510,6 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const ch
         table->Load(object.path, object.build_id, debug_directory);
         DebugCacheLock hold;
         debug = FindDebugObject(object.path.c_str(), object.build_id.c_str(), debug_directory);
-        if (debug != nullptr && !debug->has_info()) debug = nullptr;
       }
       tables_.push_back(std::move(table));
       debug_of_table.push_back(debug);
@@ -518,7 +518,7 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const ch
     const bool usable = !tables_[it->second]->empty();
     DebugObject* debug = debug_of_table[it->second];
     has_symbols_.push_back(usable);
-    has_debug_.push_back(debug != nullptr);
+    debug_.push_back(debug);
     if ((usable || debug != nullptr) && object.start < object.limit) {
       ranges_.push_back(Range{object.start, object.limit, object.bias, it->second, debug});
     }
@@ -561,6 +561,7 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   bool inline_known = false;
   if (r->debug != nullptr) {
     DebugCacheLock hold;  // decoding fills the shared cache
+    r->debug->EnsureLoaded();
     n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
   }
   for (int i = 0; i < n; ++i) {
@@ -614,7 +615,10 @@ inline bool Symbolizer::HasSymbols(std::size_t object_index) const {
 }
 
 inline bool Symbolizer::HasDebugInfo(std::size_t object_index) const {
-  return object_index < has_debug_.size() && has_debug_[object_index];
+  if (object_index >= debug_.size() || debug_[object_index] == nullptr) return false;
+  DebugCacheLock hold;
+  debug_[object_index]->EnsureLoaded();  // reads the object's DWARF if no lookup has yet
+  return debug_[object_index]->has_info();
 }
 
 }  // namespace detail

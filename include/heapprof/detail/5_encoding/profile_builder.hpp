@@ -229,13 +229,13 @@ class PprofProfileBuilder {
       // Each flag says what every location of the mapping got: pprof trusts a
       // set flag and then never symbolizes those locations itself (given the
       // binary, it fills in what a clear flag says is missing). A mapping
-      // without locations says what its object offers.
+      // without locations says whether its object has symbols, and claims no
+      // lines (its DWARF is not read for nothing).
       const MappingQuality& q = quality_[i];
       const bool any = q.locations != 0;
-      const bool has_functions =
-          any ? q.functions == q.locations : symbolizer_.HasSymbols(i) || symbolizer_.HasDebugInfo(i);
-      const bool has_lines = any ? q.lines == q.locations : symbolizer_.HasDebugInfo(i);
-      const bool has_inline = any ? q.inline_known == q.locations : symbolizer_.HasDebugInfo(i);
+      const bool has_functions = any ? q.functions == q.locations : symbolizer_.HasSymbols(i);
+      const bool has_lines = any && q.lines == q.locations;
+      const bool has_inline = any && q.inline_known == q.locations;
       const std::int64_t filename = strings_.Intern(o.path);
       const std::int64_t build_id = strings_.Intern(o.build_id);
       w.Message(pprof_field::profile::kMapping, [&] {
