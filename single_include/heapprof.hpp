@@ -4599,7 +4599,18 @@ inline void ForkParent() noexcept {
   unwind_table::g_lock.unlock();
   g_loader_lock.unlock();
 }
-inline void ForkChild() noexcept { ForkParent(); }
+// Set by the symbolizer (a later layer) before it first takes its cache lock:
+// runs in the child after the engine's locks are released. Through the
+// engine's handler, registered at the first allocation, rather than a
+// pthread_atfork of its own: glibc ignores the child handler of a
+// registration made while another thread's fork runs its prepare handlers,
+// and that fork's child would inherit a held lock.
+inline std::atomic<void (*)()> g_fork_child_symbolizer{nullptr};
+
+inline void ForkChild() noexcept {
+  ForkParent();
+  if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
+}
 
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
                          CapturedStack& out) noexcept {
@@ -7247,11 +7258,10 @@ struct DebugCache {
 
 inline SpinLock g_debug_cache_lock;
 inline DebugCache* g_debug_cache = nullptr;
-inline bool g_debug_cache_atfork = false;
 
 // A child forked while another thread held the lock would wait forever: it
 // starts over with a fresh cache instead (the old one is left, not freed, as
-// it may be half updated).
+// it may be half updated). Run by the engine's fork child handler.
 inline void DebugCacheForkChild() noexcept {
   if (!g_debug_cache_lock.try_lock()) g_debug_cache = nullptr;
   g_debug_cache_lock.unlock();
@@ -7259,9 +7269,12 @@ inline void DebugCacheForkChild() noexcept {
 
 // Holds the cache lock with thread cancellation held off: a cancelled thread
 // must not leave the lock taken (with -fno-exceptions nothing would release it).
+// The fork hook is set before the lock is taken (program order, release):
+// a child that inherits the lock held also inherits the hook.
 class DebugCacheLock {
  public:
   DebugCacheLock() noexcept {
+    g_fork_child_symbolizer.store(&DebugCacheForkChild, std::memory_order_release);
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state_);
     g_debug_cache_lock.lock();
   }
@@ -7283,10 +7296,6 @@ inline DebugObject* FindDebugObject(const char* path, const char* build_id, cons
   if (g_debug_cache == nullptr) {
     g_debug_cache = DebugNew<DebugCache>();
     if (g_debug_cache == nullptr) return nullptr;
-    if (!g_debug_cache_atfork) {
-      g_debug_cache_atfork = true;
-      pthread_atfork(nullptr, nullptr, &DebugCacheForkChild);
-    }
   }
   DebugCache& cache = *g_debug_cache;
   for (int i = 0; i < cache.count; ++i) {

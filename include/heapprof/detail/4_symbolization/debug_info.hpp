@@ -15,6 +15,7 @@
 #include <string>
 
 #include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
 #include "heapprof/detail/4_symbolization/debug_memory.hpp"
 #include "heapprof/detail/4_symbolization/dwarf_info.hpp"
 #include "heapprof/detail/4_symbolization/elf_file.hpp"
@@ -282,11 +283,10 @@ struct DebugCache {
 
 inline SpinLock g_debug_cache_lock;
 inline DebugCache* g_debug_cache = nullptr;
-inline bool g_debug_cache_atfork = false;
 
 // A child forked while another thread held the lock would wait forever: it
 // starts over with a fresh cache instead (the old one is left, not freed, as
-// it may be half updated).
+// it may be half updated). Run by the engine's fork child handler.
 inline void DebugCacheForkChild() noexcept {
   if (!g_debug_cache_lock.try_lock()) g_debug_cache = nullptr;
   g_debug_cache_lock.unlock();
@@ -294,9 +294,12 @@ inline void DebugCacheForkChild() noexcept {
 
 // Holds the cache lock with thread cancellation held off: a cancelled thread
 // must not leave the lock taken (with -fno-exceptions nothing would release it).
+// The fork hook is set before the lock is taken (program order, release):
+// a child that inherits the lock held also inherits the hook.
 class DebugCacheLock {
  public:
   DebugCacheLock() noexcept {
+    g_fork_child_symbolizer.store(&DebugCacheForkChild, std::memory_order_release);
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state_);
     g_debug_cache_lock.lock();
   }
@@ -318,10 +321,6 @@ inline DebugObject* FindDebugObject(const char* path, const char* build_id, cons
   if (g_debug_cache == nullptr) {
     g_debug_cache = DebugNew<DebugCache>();
     if (g_debug_cache == nullptr) return nullptr;
-    if (!g_debug_cache_atfork) {
-      g_debug_cache_atfork = true;
-      pthread_atfork(nullptr, nullptr, &DebugCacheForkChild);
-    }
   }
   DebugCache& cache = *g_debug_cache;
   for (int i = 0; i < cache.count; ++i) {
