@@ -45,17 +45,21 @@ int main(int argc, char** argv) {
   for (unsigned id = 0; id < stacks; ++id) Level(id, levels);
   heapprof::SetSampleRate(524288);
 
-  double best = 1e18;
+  // The first write also reads the DWARF of the units its PCs fall in (then
+  // cached); the best of the next five is the steady cost.
+  double best = 1e18, first = 0;
   std::size_t bytes = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 6; ++rep) {
     std::ostringstream out;
     const auto t0 = std::chrono::steady_clock::now();
     if (!heapprof::WriteHeapProfile(out)) return 1;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (ms < best) best = ms;
+    if (rep == 0) first = ms;
+    else if (ms < best) best = ms;
     bytes = out.str().size();
   }
-  std::printf("stacks %u\nlevels %d\nwrite_ms_best_of_5 %.1f\nprofile_bytes %zu\n", stacks, levels + 3, best, bytes);
+  std::printf("stacks %u\nlevels %d\nfirst_write_ms %.1f\nwrite_ms_best_of_5 %.1f\nprofile_bytes %zu\n", stacks,
+              levels + 3, first, best, bytes);
   for (void* p : g_keep) ::operator delete(p);
   return 0;
 }

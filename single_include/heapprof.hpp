@@ -1322,6 +1322,7 @@ struct EnvConfig {
   int dump_signal = 0;              // signal number; 0 off
   bool dump_at_exit = false;
   bool leak_report = false;
+  std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // HTTP endpoint (http.hpp), "host:port"; empty: off.
   static constexpr std::size_t kMaxListen = 256;
   char http[kMaxListen] = {};
@@ -1452,6 +1453,13 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
                                                   : "bad value for leak_report (0 or 1):",
                             value);
+      }
+    } else if (key == "leak_frames") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0 && v <= 64) {
+        cfg.leak_frames = static_cast<std::size_t>(v);
+      } else {
+        ReportConfigProblem("bad value for leak_frames (1 to 64):", value);
       }
     } else if (key == "http") {
       if (!CopyConfigString(value, cfg.http)) {
@@ -4921,9 +4929,18 @@ inline void ForkParent() noexcept {
   unwind_table::g_lock.unlock();
   g_loader_lock.unlock();
 }
+// Set by the symbolizer (a later layer) before it first takes its cache lock:
+// runs in the child after the engine's locks are released. Through the
+// engine's handler, registered at the first allocation, rather than a
+// pthread_atfork of its own: glibc ignores the child handler of a
+// registration made while another thread's fork runs its prepare handlers,
+// and that fork's child would inherit a held lock.
+inline std::atomic<void (*)()> g_fork_child_symbolizer{nullptr};
+
 inline void ForkChild() noexcept {
   unwind_table::ResetReadersInChild();
   ForkParent();
+  if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
 }
 
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
@@ -5355,12 +5372,2315 @@ inline std::string FileBuildId(const SectionTable& sections) {
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+// ---- begin heapprof/detail/4_symbolization/debug_info.hpp ----
+// heapprof: where an object's DWARF is (its own sections, compressed or not;
+// a separate debug file by build id or by .gnu_debuglink), and the process-wide
+// cache of what has been decoded from it, kept across profile writes.
+
+#include <elf.h>
+#include <pthread.h>
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+// ---- begin heapprof/detail/4_symbolization/debug_memory.hpp ----
+// heapprof: memory for the debug-info cache (line tables, inline scopes,
+// function names, inflated sections). It lives as long as the process, so it
+// comes from the profiler's arena, never the host heap: it must not show in a
+// leak checker or in the user's own heap numbers. A budget bounds it; past the
+// budget an allocation fails and the caller degrades to names only.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+
+// Bytes the debug-info cache may hold (default 256 MiB). Files themselves are
+// mmap'ed read-only (page cache, not counted); decoded tables and inflated
+// compressed sections are counted.
+#ifndef HEAPPROF_DEBUG_INFO_MAX_BYTES
+#define HEAPPROF_DEBUG_INFO_MAX_BYTES (std::size_t{256} << 20)
+#endif
+
+namespace heapprof {
+namespace detail {
+
+inline std::atomic<std::size_t> g_debug_info_bytes{0};
+
+// What the arena really hands out for `n` bytes, so the budget counts it.
+inline std::size_t DebugBlockSize(std::size_t n) noexcept {
+  if (n > Arena::kLargest) return (n + 4095) & ~std::size_t{4095};
+  std::size_t block = Arena::kMinBlock;
+  while (block < n) block <<= 1;
+  return block;
+}
+
+// Zeroed memory or nullptr (budget spent or no memory).
+inline void* DebugAllocate(std::size_t n) noexcept {
+  if (n == 0) n = 1;
+  const std::size_t charged = DebugBlockSize(n);
+  const std::size_t before = g_debug_info_bytes.fetch_add(charged, std::memory_order_relaxed);
+  if (before + charged > HEAPPROF_DEBUG_INFO_MAX_BYTES) {
+    g_debug_info_bytes.fetch_sub(charged, std::memory_order_relaxed);
+    return nullptr;
+  }
+  void* p = g_arena.Allocate(n);
+  if (p == nullptr) g_debug_info_bytes.fetch_sub(charged, std::memory_order_relaxed);
+  return p;
+}
+
+inline void DebugFree(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  if (n == 0) n = 1;
+  g_arena.Free(p, n);
+  g_debug_info_bytes.fetch_sub(DebugBlockSize(n), std::memory_order_relaxed);
+}
+
+// A growable array of trivially copyable values in debug memory. Push and
+// Reserve report failure instead of throwing: the cache is built in code
+// compiled with or without exceptions, and running out only costs detail.
+template <class T>
+class DebugArray {
+  static_assert(std::is_trivially_copyable<T>::value, "DebugArray holds plain values");
+
+ public:
+  DebugArray() noexcept = default;
+  ~DebugArray() { Release(); }
+  DebugArray(const DebugArray&) = delete;
+  DebugArray& operator=(const DebugArray&) = delete;
+  DebugArray(DebugArray&& o) noexcept : data_(o.data_), size_(o.size_), cap_(o.cap_) {
+    o.data_ = nullptr;
+    o.size_ = o.cap_ = 0;
+  }
+  DebugArray& operator=(DebugArray&& o) noexcept {
+    if (this != &o) {
+      Release();
+      data_ = o.data_;
+      size_ = o.size_;
+      cap_ = o.cap_;
+      o.data_ = nullptr;
+      o.size_ = o.cap_ = 0;
+    }
+    return *this;
+  }
+
+  bool Reserve(std::size_t n) noexcept {
+    if (n <= cap_) return true;
+    if (n > (~std::size_t{0}) / sizeof(T) / 2) return false;
+    T* fresh = static_cast<T*>(DebugAllocate(n * sizeof(T)));
+    if (fresh == nullptr) return false;
+    if (size_ != 0) std::memcpy(static_cast<void*>(fresh), data_, size_ * sizeof(T));
+    if (data_ != nullptr) DebugFree(data_, cap_ * sizeof(T));
+    data_ = fresh;
+    cap_ = n;
+    return true;
+  }
+  bool Push(const T& value) noexcept {
+    if (size_ == cap_ && !Reserve(cap_ < 8 ? 8 : cap_ * 2)) return false;
+    data_[size_++] = value;
+    return true;
+  }
+  // n zeroed (value-initialised for plain types) elements.
+  bool Resize(std::size_t n) noexcept {
+    if (!Reserve(n)) return false;
+    if (n > size_) std::memset(static_cast<void*>(data_ + size_), 0, (n - size_) * sizeof(T));
+    size_ = n;
+    return true;
+  }
+  void Clear() noexcept { size_ = 0; }
+  void Pop() noexcept { --size_; }
+  void Release() noexcept {
+    if (data_ != nullptr) DebugFree(data_, cap_ * sizeof(T));
+    data_ = nullptr;
+    size_ = cap_ = 0;
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + size_; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  T& back() noexcept { return data_[size_ - 1]; }
+  std::size_t bytes() const noexcept { return cap_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t cap_ = 0;
+};
+
+// Append-only NUL-terminated strings in 64 KiB chunks; pointers stay valid for
+// the life of the pool.
+class DebugStringPool {
+ public:
+  DebugStringPool() noexcept = default;
+  ~DebugStringPool() {
+    while (chunks_ != nullptr) {
+      Chunk* next = chunks_->next;
+      DebugFree(chunks_, chunks_->size);
+      chunks_ = next;
+    }
+  }
+  DebugStringPool(const DebugStringPool&) = delete;
+  DebugStringPool& operator=(const DebugStringPool&) = delete;
+
+  // A copy of s[0..n) plus NUL, or nullptr when the budget is spent.
+  const char* Add(const char* s, std::size_t n) noexcept {
+    if (n >= kChunk / 4) return AddLarge(s, n);
+    if (chunks_ == nullptr || used_ + n + 1 > chunks_->size) {
+      Chunk* c = NewChunk(kChunk);
+      if (c == nullptr) return nullptr;
+      c->next = chunks_;
+      chunks_ = c;
+      used_ = sizeof(Chunk);
+    }
+    char* out = reinterpret_cast<char*>(chunks_) + used_;
+    std::memcpy(out, s, n);
+    out[n] = '\0';
+    used_ += n + 1;
+    return out;
+  }
+  const char* Add(const char* s) noexcept { return Add(s, std::strlen(s)); }
+
+ private:
+  // Out of line: inlined into callers with small buffers, GCC's -Warray-bounds
+  // would see this branch read past them.
+  __attribute__((noinline)) const char* AddLarge(const char* s, std::size_t n) noexcept {
+    Chunk* big = NewChunk(sizeof(Chunk) + n + 1);
+    if (big == nullptr) return nullptr;
+    // Linked behind the current chunk so that chunks_ keeps bumping.
+    if (chunks_ != nullptr) {
+      big->next = chunks_->next;
+      chunks_->next = big;
+    } else {
+      chunks_ = big;
+      used_ = big->size;
+    }
+    char* out = reinterpret_cast<char*>(big + 1);
+    std::memcpy(out, s, n);
+    out[n] = '\0';
+    return out;
+  }
+
+  static constexpr std::size_t kChunk = std::size_t{64} << 10;
+  struct Chunk {
+    Chunk* next;
+    std::size_t size;
+  };
+  static Chunk* NewChunk(std::size_t size) noexcept {
+    Chunk* c = static_cast<Chunk*>(DebugAllocate(size));
+    if (c == nullptr) return nullptr;
+    c->next = nullptr;
+    c->size = size;
+    return c;
+  }
+
+  Chunk* chunks_ = nullptr;
+  std::size_t used_ = 0;
+};
+
+// One object of type T in debug memory (for the cache's long-lived nodes).
+template <class T, class... Args>
+T* DebugNew(Args&&... args) noexcept {
+  void* p = DebugAllocate(sizeof(T));
+  if (p == nullptr) return nullptr;
+  return new (p) T(std::forward<Args>(args)...);
+}
+template <class T>
+void DebugDelete(T* p) noexcept {
+  if (p == nullptr) return;
+  p->~T();
+  DebugFree(p, sizeof(T));
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/debug_memory.hpp ----
+// ---- begin heapprof/detail/4_symbolization/dwarf_info.hpp ----
+// heapprof: source positions and inline chains of code addresses, from the
+// DWARF of one ELF file (.debug_info + .debug_line). Built lazily: the first
+// lookup indexes the units by address (their unit DIEs only); a unit's line
+// table and inline scopes are decoded the first time an address falls in it.
+// Everything decoded lives in debug memory (debug_memory.hpp) and is kept.
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+// ---- begin heapprof/detail/4_symbolization/dwarf_line.hpp ----
+// heapprof: .debug_line (DWARF 2-5, section 6.2 of DWARF 5): one unit's line
+// program run into a table of rows sorted by address, and its file names made
+// into full paths.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+// ---- begin heapprof/detail/4_symbolization/dwarf_reader.hpp ----
+// heapprof: the encoding layer of DWARF (versions 2 to 5): a bounds-checked
+// cursor, unit headers, abbreviation tables and attribute values.
+// Numbers and layouts are those of the DWARF 5 standard (sections 7.4-7.5,
+// 7.22 for .debug_line forms); every read is checked, so a corrupt section
+// ends a parse with "no information", never with a fault.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+
+namespace heapprof {
+namespace detail {
+namespace dwarf {
+
+using elf::ByteView;
+
+// Tags, attributes and forms used here (DWARF 5, 7.5.3-7.5.6).
+namespace tag {
+constexpr std::uint32_t kClassType = 0x02, kStructureType = 0x13, kUnionType = 0x17, kNamespace = 0x39,
+                        kLexicalBlock = 0x0b, kCompileUnit = 0x11, kInlinedSubroutine = 0x1d,
+                        kSubprogram = 0x2e, kPartialUnit = 0x3c, kSkeletonUnit = 0x4a;
+}
+namespace at {
+constexpr std::uint32_t kName = 0x03, kStmtList = 0x10, kLowPc = 0x11, kHighPc = 0x12,
+                        kCompDir = 0x1b, kAbstractOrigin = 0x31, kDeclFile = 0x3a,
+                        kDeclLine = 0x3b, kSpecification = 0x47, kRanges = 0x55,
+                        kCallFile = 0x58, kCallLine = 0x59, kLinkageName = 0x6e,
+                        kStrOffsetsBase = 0x72, kAddrBase = 0x73, kRnglistsBase = 0x74,
+                        kMipsLinkageName = 0x2007, kGnuAddrBase = 0x2133;
+}
+namespace form {
+constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0x05, kData4 = 0x06,
+                        kData8 = 0x07, kString = 0x08, kBlock = 0x09, kBlock1 = 0x0a,
+                        kData1 = 0x0b, kFlag = 0x0c, kSdata = 0x0d, kStrp = 0x0e, kUdata = 0x0f,
+                        kRefAddr = 0x10, kRef1 = 0x11, kRef2 = 0x12, kRef4 = 0x13, kRef8 = 0x14,
+                        kRefUdata = 0x15, kIndirect = 0x16, kSecOffset = 0x17, kExprloc = 0x18,
+                        kFlagPresent = 0x19, kStrx = 0x1a, kAddrx = 0x1b, kRefSup4 = 0x1c,
+                        kStrpSup = 0x1d, kData16 = 0x1e, kLineStrp = 0x1f, kRefSig8 = 0x20,
+                        kImplicitConst = 0x21, kLoclistx = 0x22, kRnglistx = 0x23,
+                        kRefSup8 = 0x24, kStrx1 = 0x25, kStrx2 = 0x26, kStrx3 = 0x27,
+                        kStrx4 = 0x28, kAddrx1 = 0x29, kAddrx2 = 0x2a, kAddrx3 = 0x2b,
+                        kAddrx4 = 0x2c, kGnuAddrIndex = 0x1f01, kGnuStrIndex = 0x1f02,
+                        kGnuRefAlt = 0x1f20, kGnuStrpAlt = 0x1f21;
+}
+
+// The debug sections of one file, as bytes (mapped, or inflated into debug memory).
+struct Sections {
+  ByteView info, abbrev, line, str, line_str, str_offsets, addr, ranges, rnglists;
+};
+
+class Cursor {
+ public:
+  Cursor() = default;
+  Cursor(ByteView view, std::uint64_t at) : view_(view), pos_(at) { ok_ = at <= view.size; }
+
+  bool ok() const { return ok_; }
+  std::uint64_t pos() const { return pos_; }
+  bool AtEnd() const { return !ok_ || pos_ >= view_.size; }
+  void Fail() { ok_ = false; }
+
+  std::uint64_t Fixed(unsigned bytes) {
+    if (!ok_ || !view_.Contains(pos_, bytes)) {
+      ok_ = false;
+      return 0;
+    }
+    std::uint64_t v = 0;
+    for (unsigned i = 0; i < bytes; ++i) v |= std::uint64_t{view_.data[pos_ + i]} << (8 * i);
+    pos_ += bytes;
+    return v;
+  }
+  std::uint8_t U8() { return static_cast<std::uint8_t>(Fixed(1)); }
+  std::uint16_t U16() { return static_cast<std::uint16_t>(Fixed(2)); }
+  std::uint32_t U32() { return static_cast<std::uint32_t>(Fixed(4)); }
+  std::uint64_t U64() { return Fixed(8); }
+  std::uint64_t Offset(bool dwarf64) { return Fixed(dwarf64 ? 8 : 4); }
+
+  std::uint64_t Uleb() {
+    std::uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (!ok_ || pos_ >= view_.size) {
+        ok_ = false;
+        return 0;
+      }
+      const std::uint8_t b = view_.data[pos_++];
+      if (shift < 64) v |= std::uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+  }
+  std::int64_t Sleb() {
+    std::uint64_t v = 0;
+    unsigned shift = 0;
+    std::uint8_t b = 0;
+    do {
+      if (!ok_ || pos_ >= view_.size) {
+        ok_ = false;
+        return 0;
+      }
+      b = view_.data[pos_++];
+      if (shift < 64) v |= std::uint64_t{b & 0x7fu} << shift;
+      shift += 7;
+    } while (b & 0x80);
+    if (shift < 64 && (b & 0x40)) v |= ~std::uint64_t{0} << shift;
+    return static_cast<std::int64_t>(v);
+  }
+  const char* CString() {
+    std::size_t length = 0;
+    const char* s = ok_ ? view_.CString(pos_, &length) : nullptr;
+    if (s == nullptr) {
+      ok_ = false;
+      return nullptr;
+    }
+    pos_ += length + 1;
+    return s;
+  }
+  void Skip(std::uint64_t n) {
+    if (!ok_ || !view_.Contains(pos_, n)) {
+      ok_ = false;
+      return;
+    }
+    pos_ += n;
+  }
+  void Seek(std::uint64_t at) {
+    if (at > view_.size) ok_ = false;
+    pos_ = at;
+  }
+
+  // An initial length (7.4): 32-bit, or 0xffffffff then 64-bit. Returns the
+  // offset one past the unit, 0 on failure.
+  std::uint64_t UnitLength(bool* dwarf64) {
+    std::uint64_t length = U32();
+    *dwarf64 = false;
+    if (length == 0xffffffffu) {
+      *dwarf64 = true;
+      length = U64();
+    } else if (length >= 0xfffffff0u) {
+      ok_ = false;
+    }
+    if (!ok_ || length > view_.size - pos_) {
+      ok_ = false;
+      return 0;
+    }
+    return pos_ + length;
+  }
+
+ private:
+  ByteView view_;
+  std::uint64_t pos_ = 0;
+  bool ok_ = false;
+};
+
+inline const char* StringAt(const ByteView& section, std::uint64_t offset) {
+  std::size_t length = 0;
+  return section.CString(offset, &length);
+}
+
+struct AttrSpec {
+  std::uint32_t name;
+  std::uint32_t form;
+  std::int64_t implicit_const;
+};
+
+struct Abbrev {
+  std::uint64_t code;
+  std::uint32_t tag;
+  std::uint32_t has_children;
+  std::uint32_t first_attr;  // into AbbrevTable::attrs
+  std::uint32_t attr_count;
+};
+
+// One unit's abbreviation table. Codes are almost always 1..n in order; those
+// index directly, others are found by binary search after sorting.
+class AbbrevTable {
+ public:
+  bool Parse(const ByteView& section, std::uint64_t offset) {
+    Cursor c(section, offset);
+    for (;;) {
+      const std::uint64_t code = c.Uleb();
+      if (!c.ok()) return false;
+      if (code == 0) break;
+      Abbrev a;
+      a.code = code;
+      a.tag = static_cast<std::uint32_t>(c.Uleb());
+      a.has_children = c.U8();
+      a.first_attr = static_cast<std::uint32_t>(attrs_.size());
+      a.attr_count = 0;
+      for (;;) {
+        AttrSpec s;
+        s.name = static_cast<std::uint32_t>(c.Uleb());
+        s.form = static_cast<std::uint32_t>(c.Uleb());
+        s.implicit_const = s.form == form::kImplicitConst ? c.Sleb() : 0;
+        if (!c.ok()) return false;
+        if (s.name == 0 && s.form == 0) break;
+        if (!attrs_.Push(s)) return false;
+        ++a.attr_count;
+      }
+      if (a.code != abbrevs_.size() + 1) dense_ = false;
+      if (!abbrevs_.Push(a)) return false;
+    }
+    if (!dense_) {
+      // Insertion sort: non-dense tables are rare and small.
+      for (std::size_t i = 1; i < abbrevs_.size(); ++i) {
+        const Abbrev a = abbrevs_[i];
+        std::size_t j = i;
+        for (; j > 0 && abbrevs_[j - 1].code > a.code; --j) abbrevs_[j] = abbrevs_[j - 1];
+        abbrevs_[j] = a;
+      }
+    }
+    return true;
+  }
+
+  const Abbrev* Find(std::uint64_t code) const {
+    if (dense_) return code >= 1 && code <= abbrevs_.size() ? &abbrevs_[code - 1] : nullptr;
+    std::size_t lo = 0, hi = abbrevs_.size();
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (abbrevs_[mid].code < code) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo < abbrevs_.size() && abbrevs_[lo].code == code ? &abbrevs_[lo] : nullptr;
+  }
+  const AttrSpec& Attr(const Abbrev& a, std::uint32_t i) const { return attrs_[a.first_attr + i]; }
+
+ private:
+  DebugArray<Abbrev> abbrevs_;
+  DebugArray<AttrSpec> attrs_;
+  bool dense_ = true;
+};
+
+// The header of one unit of .debug_info and what its unit DIE says about the
+// rest of it (bases for indexed forms, where its line program is).
+struct UnitHeader {
+  std::uint64_t offset = 0;      // of the header
+  std::uint64_t die_offset = 0;  // of the unit DIE
+  std::uint64_t end = 0;         // one past the unit
+  std::uint64_t abbrev_offset = 0;
+  std::uint16_t version = 0;
+  std::uint8_t address_size = 8;
+  std::uint8_t unit_type = 0;
+  bool dwarf64 = false;
+};
+
+// 7.5.1: the v2-v4 and v5 layouts. Type units and split units are skipped by
+// the caller (they hold no code addresses we could use without the .dwo).
+inline bool ParseUnitHeader(const ByteView& info, std::uint64_t offset, UnitHeader* u) {
+  Cursor c(info, offset);
+  u->offset = offset;
+  u->end = c.UnitLength(&u->dwarf64);
+  u->version = c.U16();
+  if (!c.ok() || u->version < 2 || u->version > 5) return false;
+  if (u->version >= 5) {
+    u->unit_type = c.U8();
+    u->address_size = c.U8();
+    u->abbrev_offset = c.Offset(u->dwarf64);
+    if (u->unit_type == 4 /*skeleton*/ || u->unit_type == 5 /*split_compile*/) c.Skip(8);
+    else if (u->unit_type == 2 /*type*/ || u->unit_type == 6 /*split_type*/) {
+      c.Skip(8);
+      c.Offset(u->dwarf64);
+    }
+  } else {
+    u->unit_type = 1;  // DW_UT_compile
+    u->abbrev_offset = c.Offset(u->dwarf64);
+    u->address_size = c.U8();
+  }
+  u->die_offset = c.pos();
+  return c.ok() && u->die_offset <= u->end && (u->address_size == 4 || u->address_size == 8);
+}
+
+// One attribute value, undecoded: what it means depends on the form's class
+// and, for indexed forms, on the unit's bases.
+struct AttrValue {
+  std::uint32_t form = 0;
+  std::uint64_t u = 0;         // constant, address, offset, index or reference
+  const char* str = nullptr;   // DW_FORM_string only
+};
+
+inline bool IsConstantForm(std::uint32_t f) {
+  return f == form::kData1 || f == form::kData2 || f == form::kData4 || f == form::kData8 ||
+         f == form::kUdata || f == form::kSdata || f == form::kImplicitConst;
+}
+
+// Reads (or, with out == nullptr, skips) one value. References within the
+// unit (ref1..ref_udata) come back as .debug_info offsets.
+inline bool ReadAttr(Cursor& c, const UnitHeader& u, std::uint32_t f, std::int64_t implicit_const,
+                     AttrValue* out) {
+  AttrValue v;
+  v.form = f;
+  for (int indirections = 0; f == form::kIndirect && indirections < 4; ++indirections) {
+    f = static_cast<std::uint32_t>(c.Uleb());
+    v.form = f;
+  }
+  switch (f) {
+    case form::kAddr: v.u = c.Fixed(u.address_size); break;
+    case form::kData1: case form::kFlag: case form::kStrx1: case form::kAddrx1: v.u = c.U8(); break;
+    case form::kRef1: v.u = u.offset + c.U8(); break;
+    case form::kData2: case form::kStrx2: case form::kAddrx2: v.u = c.U16(); break;
+    case form::kRef2: v.u = u.offset + c.U16(); break;
+    case form::kStrx3: case form::kAddrx3: v.u = c.Fixed(3); break;
+    case form::kData4: case form::kStrx4: case form::kAddrx4: case form::kRefSup4: v.u = c.U32(); break;
+    case form::kRef4: v.u = u.offset + c.U32(); break;
+    case form::kData8: case form::kRefSig8: case form::kRefSup8: v.u = c.U64(); break;
+    case form::kRef8: v.u = u.offset + c.U64(); break;
+    case form::kData16: c.Skip(16); break;
+    case form::kSdata: v.u = static_cast<std::uint64_t>(c.Sleb()); break;
+    case form::kUdata: case form::kStrx: case form::kAddrx: case form::kLoclistx:
+    case form::kRnglistx: case form::kGnuAddrIndex: case form::kGnuStrIndex:
+      v.u = c.Uleb();
+      break;
+    case form::kRefUdata: v.u = u.offset + c.Uleb(); break;
+    case form::kString: v.str = c.CString(); break;
+    case form::kStrp: case form::kLineStrp: case form::kSecOffset: case form::kStrpSup:
+    case form::kGnuRefAlt: case form::kGnuStrpAlt:
+      v.u = c.Offset(u.dwarf64);
+      break;
+    case form::kRefAddr: v.u = u.version <= 2 ? c.Fixed(u.address_size) : c.Offset(u.dwarf64); break;
+    case form::kBlock1: c.Skip(c.U8()); break;
+    case form::kBlock2: c.Skip(c.U16()); break;
+    case form::kBlock4: c.Skip(c.U32()); break;
+    case form::kBlock: case form::kExprloc: c.Skip(c.Uleb()); break;
+    case form::kFlagPresent: v.u = 1; break;
+    case form::kImplicitConst: v.u = static_cast<std::uint64_t>(implicit_const); break;
+    default: c.Fail(); break;  // an unknown form has an unknown size: the unit ends here
+  }
+  if (out != nullptr) *out = v;
+  return c.ok();
+}
+
+// The bases a unit DIE sets for the indexed forms of its unit (DWARF 5).
+struct UnitBases {
+  std::uint64_t str_offsets = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t rnglists = 0;
+  bool has_rnglists = false;
+};
+
+inline const char* ResolveString(const Sections& s, const UnitHeader& u, const UnitBases& b,
+                                 const AttrValue& v) {
+  switch (v.form) {
+    case form::kString: return v.str;
+    case form::kStrp: return StringAt(s.str, v.u);
+    case form::kLineStrp: return StringAt(s.line_str, v.u);
+    case form::kStrx: case form::kStrx1: case form::kStrx2: case form::kStrx3: case form::kStrx4:
+    case form::kGnuStrIndex: {
+      // A v5 unit without DW_AT_str_offsets_base points past the section header.
+      const std::uint64_t base = b.str_offsets != 0 ? b.str_offsets : (u.dwarf64 ? 16 : 8);
+      Cursor c(s.str_offsets, base + v.u * (u.dwarf64 ? 8 : 4));
+      const std::uint64_t off = c.Offset(u.dwarf64);
+      return c.ok() ? StringAt(s.str, off) : nullptr;
+    }
+    default: return nullptr;
+  }
+}
+
+inline bool ResolveAddress(const Sections& s, const UnitHeader& u, const UnitBases& b,
+                           const AttrValue& v, std::uint64_t* out) {
+  switch (v.form) {
+    case form::kAddr: *out = v.u; return true;
+    case form::kAddrx: case form::kAddrx1: case form::kAddrx2: case form::kAddrx3:
+    case form::kAddrx4: case form::kGnuAddrIndex: {
+      Cursor c(s.addr, b.addr + v.u * u.address_size);
+      *out = c.Fixed(u.address_size);
+      return c.ok();
+    }
+    default: return false;
+  }
+}
+
+// Calls f(lo, hi) for each address range of a DW_AT_ranges value:
+// .debug_ranges (v2-4) or .debug_rnglists (v5), 2.17.3 and 7.25.
+template <class F>
+bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, const AttrValue& v,
+                  std::uint64_t base, F&& f) {
+  const std::uint64_t all_ones = u.address_size == 4 ? 0xffffffffull : ~std::uint64_t{0};
+  if (u.version < 5) {
+    Cursor c(s.ranges, v.u);
+    for (int guard = 0; guard < (1 << 20); ++guard) {
+      const std::uint64_t lo = c.Fixed(u.address_size);
+      const std::uint64_t hi = c.Fixed(u.address_size);
+      if (!c.ok()) return false;
+      if (lo == 0 && hi == 0) return true;
+      if (lo == all_ones) {
+        base = hi;
+        continue;
+      }
+      if (lo < hi) f(base + lo, base + hi);
+    }
+    return false;
+  }
+  std::uint64_t offset = v.u;
+  if (v.form == form::kRnglistx) {
+    // The base points just past the offsets array's header; entries are
+    // offsets from the base.
+    const std::uint64_t list_base = b.has_rnglists ? b.rnglists : (u.dwarf64 ? 20 : 12);
+    Cursor c(s.rnglists, list_base + v.u * (u.dwarf64 ? 8 : 4));
+    offset = list_base + c.Offset(u.dwarf64);
+    if (!c.ok()) return false;
+  }
+  Cursor c(s.rnglists, offset);
+  auto addrx = [&](std::uint64_t index, std::uint64_t* out) {
+    AttrValue a;
+    a.form = form::kAddrx;
+    a.u = index;
+    return ResolveAddress(s, u, b, a, out);
+  };
+  for (int guard = 0; guard < (1 << 20); ++guard) {
+    const std::uint8_t kind = c.U8();
+    if (!c.ok()) return false;
+    std::uint64_t lo = 0, hi = 0;
+    switch (kind) {
+      case 0: return true;  // end_of_list
+      case 1:               // base_addressx
+        if (!addrx(c.Uleb(), &base)) return false;
+        continue;
+      case 2:  // startx_endx
+        if (!addrx(c.Uleb(), &lo) || !addrx(c.Uleb(), &hi)) return false;
+        break;
+      case 3:  // startx_length
+        if (!addrx(c.Uleb(), &lo)) return false;
+        hi = lo + c.Uleb();
+        break;
+      case 4:  // offset_pair
+        lo = base + c.Uleb();
+        hi = base + c.Uleb();
+        break;
+      case 5: base = c.Fixed(u.address_size); continue;  // base_address
+      case 6:                                              // start_end
+        lo = c.Fixed(u.address_size);
+        hi = c.Fixed(u.address_size);
+        break;
+      case 7:  // start_length
+        lo = c.Fixed(u.address_size);
+        hi = lo + c.Uleb();
+        break;
+      default: return false;
+    }
+    if (!c.ok()) return false;
+    if (lo < hi) f(lo, hi);
+  }
+  return false;
+}
+
+}  // namespace dwarf
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/dwarf_reader.hpp ----
+
+namespace heapprof {
+namespace detail {
+namespace dwarf {
+
+struct LineRow {
+  std::uint64_t address;
+  std::uint32_t file;  // index into LineTable::files; kEndOfSequence ends a sequence
+  std::uint32_t line;
+};
+constexpr std::uint32_t kEndOfSequence = 0xffffffffu;
+
+class LineTable {
+ public:
+  // Runs the program at `offset` of .debug_line. `comp_dir` is the unit's
+  // DW_AT_comp_dir (relative directories are relative to it).
+  bool Parse(const Sections& s, std::uint64_t offset, const char* comp_dir, std::uint8_t address_size,
+             DebugStringPool& pool);
+
+  // The file and line of `address`; false when no row covers it.
+  bool Find(std::uint64_t address, const char** file, std::uint32_t* line) const {
+    const LineRow* rows = rows_.begin();
+    const LineRow* it = std::upper_bound(rows, rows_.end(), address,
+                                         [](std::uint64_t a, const LineRow& r) { return a < r.address; });
+    if (it == rows) return false;
+    --it;
+    if (it->file == kEndOfSequence) return false;
+    *file = FileName(it->file);
+    *line = it->line;
+    return true;
+  }
+
+  // A file index as used by this unit's DW_AT_decl_file / DW_AT_call_file.
+  const char* FileName(std::uint64_t index) const {
+    if (index < file_base_) return nullptr;
+    index -= file_base_;
+    return index < files_.size() ? files_[index] : nullptr;
+  }
+
+  std::size_t rows() const { return rows_.size(); }
+
+ private:
+  struct Sequence {
+    std::uint64_t start;
+    std::uint32_t first;  // into the scratch rows
+    std::uint32_t count;  // rows including the end-of-sequence row
+  };
+  struct EntryFormat {
+    std::uint32_t type;
+    std::uint32_t form;
+  };
+
+  bool ReadV5Entries(const Sections& s, Cursor& c, const UnitHeader& u, bool directories,
+                     DebugArray<const char*>& dirs, DebugStringPool& pool, const char* comp_dir);
+  const char* JoinPath(const char* dir, const char* name, const char* comp_dir, DebugStringPool& pool);
+
+  DebugArray<LineRow> rows_;  // sequences in address order, each closed by kEndOfSequence
+  DebugArray<const char*> files_;
+  std::uint32_t file_base_ = 1;  // 1 before DWARF 5, 0 from 5 on
+};
+
+inline const char* LineTable::JoinPath(const char* dir, const char* name, const char* comp_dir,
+                                       DebugStringPool& pool) {
+  if (name == nullptr) return nullptr;
+  if (name[0] == '/' || ((dir == nullptr || dir[0] == '\0') && (comp_dir == nullptr || comp_dir[0] == '\0')))
+    return pool.Add(name);
+  char buf[4096];
+  std::size_t n = 0;
+  auto append = [&](const char* part) {
+    const std::size_t len = std::strlen(part);
+    if (n != 0 && n < sizeof buf && buf[n - 1] != '/') buf[n++] = '/';
+    const std::size_t take = std::min(len, sizeof buf - 1 - std::min(n, sizeof buf - 1));
+    std::memcpy(buf + n, part, take);
+    n += take;
+  };
+  if ((dir == nullptr || dir[0] != '/') && comp_dir != nullptr && comp_dir[0] != '\0') append(comp_dir);
+  if (dir != nullptr && dir[0] != '\0') append(dir);
+  append(name);
+  return pool.Add(buf, n);
+}
+
+inline bool LineTable::ReadV5Entries(const Sections& s, Cursor& c, const UnitHeader& u, bool directories,
+                                     DebugArray<const char*>& dirs, DebugStringPool& pool,
+                                     const char* comp_dir) {
+  EntryFormat formats[16];
+  const std::uint8_t format_count = c.U8();
+  if (format_count > 16) return false;
+  for (std::uint8_t i = 0; i < format_count; ++i) {
+    formats[i].type = static_cast<std::uint32_t>(c.Uleb());
+    formats[i].form = static_cast<std::uint32_t>(c.Uleb());
+  }
+  const std::uint64_t count = c.Uleb();
+  if (!c.ok() || count > (1u << 24)) return false;
+  const UnitBases no_bases;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const char* path = nullptr;
+    std::uint64_t dir_index = 0;
+    for (std::uint8_t k = 0; k < format_count; ++k) {
+      AttrValue v;
+      if (!ReadAttr(c, u, formats[k].form, 0, &v)) return false;
+      if (formats[k].type == 1 /*DW_LNCT_path*/) path = ResolveString(s, u, no_bases, v);
+      else if (formats[k].type == 2 /*DW_LNCT_directory_index*/) dir_index = v.u;
+    }
+    if (directories) {
+      if (!dirs.Push(path != nullptr ? path : "")) return false;
+    } else {
+      const char* dir = dir_index < dirs.size() ? dirs[dir_index] : nullptr;
+      if (!files_.Push(JoinPath(dir, path, comp_dir, pool))) return false;
+    }
+  }
+  return true;
+}
+
+inline bool LineTable::Parse(const Sections& s, std::uint64_t offset, const char* comp_dir,
+                             std::uint8_t address_size, DebugStringPool& pool) {
+  Cursor c(s.line, offset);
+  UnitHeader u;  // the forms of v5 entry formats read through the unit machinery
+  u.end = c.UnitLength(&u.dwarf64);
+  const std::uint64_t end = u.end;
+  u.version = c.U16();
+  if (!c.ok() || u.version < 2 || u.version > 5) return false;
+  u.address_size = address_size;
+  if (u.version >= 5) {
+    u.address_size = c.U8();
+    c.U8();  // segment_selector_size
+  }
+  const std::uint64_t header_length = c.Offset(u.dwarf64);
+  const std::uint64_t program = c.pos() + header_length;
+  const std::uint8_t min_inst_length = c.U8();
+  if (u.version >= 4) c.U8();  // maximum_operations_per_instruction: VLIW only
+  const bool default_is_stmt = c.U8() != 0;
+  (void)default_is_stmt;
+  const std::int8_t line_base = static_cast<std::int8_t>(c.U8());
+  const std::uint8_t line_range = c.U8();
+  const std::uint8_t opcode_base = c.U8();
+  std::uint8_t standard_lengths[256] = {};
+  for (unsigned i = 1; i < opcode_base; ++i) standard_lengths[i] = c.U8();
+  if (!c.ok() || line_range == 0 || program > end || opcode_base == 0) return false;
+
+  DebugArray<const char*> dirs;
+  if (u.version >= 5) {
+    file_base_ = 0;
+    if (!ReadV5Entries(s, c, u, true, dirs, pool, comp_dir)) return false;
+    if (!ReadV5Entries(s, c, u, false, dirs, pool, comp_dir)) return false;
+  } else {
+    file_base_ = 1;
+    // Directory 0 is the unit's own directory (DW_AT_comp_dir).
+    if (!dirs.Push(comp_dir != nullptr ? comp_dir : "")) return false;
+    for (;;) {
+      const char* d = c.CString();
+      if (d == nullptr) return false;
+      if (d[0] == '\0') break;
+      if (!dirs.Push(d)) return false;
+    }
+    for (;;) {
+      const char* name = c.CString();
+      if (name == nullptr) return false;
+      if (name[0] == '\0') break;
+      const std::uint64_t dir = c.Uleb();
+      c.Uleb();  // modification time
+      c.Uleb();  // length
+      if (!files_.Push(JoinPath(dir < dirs.size() ? dirs[dir] : nullptr, name, comp_dir, pool))) return false;
+    }
+  }
+  if (!c.ok()) return false;
+
+  // The state machine (6.2.2), keeping what a lookup needs: address, file, line.
+  DebugArray<LineRow> scratch;
+  DebugArray<Sequence> sequences;
+  c.Seek(program);
+  std::uint64_t address = 0;
+  std::uint32_t file = 1, line = 1;
+  std::uint32_t sequence_first = 0;
+  auto emit = [&](bool end_sequence) -> bool {
+    LineRow row{address, end_sequence ? kEndOfSequence : file, line};
+    // Rows at one address: the last one stands (as binutils keeps it), except
+    // that an end of sequence is always kept.
+    if (scratch.size() > sequence_first && scratch.back().address == address && !end_sequence &&
+        scratch.back().file != kEndOfSequence) {
+      scratch.back() = row;
+      return true;
+    }
+    return scratch.Push(row);
+  };
+  while (c.ok() && c.pos() < end) {
+    const std::uint8_t op = c.U8();
+    if (op >= opcode_base) {
+      const std::uint8_t adjusted = static_cast<std::uint8_t>(op - opcode_base);
+      address += static_cast<std::uint64_t>(adjusted / line_range) * min_inst_length;
+      line = static_cast<std::uint32_t>(static_cast<std::int64_t>(line) + line_base + adjusted % line_range);
+      if (!emit(false)) return false;
+      continue;
+    }
+    switch (op) {
+      case 0: {  // extended
+        const std::uint64_t len = c.Uleb();
+        const std::uint64_t next = c.pos() + len;
+        if (!c.ok() || len == 0 || next > end) return false;
+        const std::uint8_t sub = c.U8();
+        if (sub == 1) {  // end_sequence
+          if (!emit(true)) return false;
+          const std::uint32_t count = static_cast<std::uint32_t>(scratch.size() - sequence_first);
+          const std::uint64_t start = scratch[sequence_first].address;
+          // A sequence at 0 (or a linker's tombstone) is code the linker threw
+          // away; it would shadow real code if kept.
+          if (count > 1 && start != 0 && start < 0xfffffffffffffff0ull) {
+            if (!sequences.Push(Sequence{start, sequence_first, count})) return false;
+          } else {
+            scratch.Resize(sequence_first);
+          }
+          sequence_first = static_cast<std::uint32_t>(scratch.size());
+          address = 0;
+          file = 1;
+          line = 1;
+        } else if (sub == 2) {  // set_address
+          address = c.Fixed(static_cast<unsigned>(len - 1 <= 8 ? len - 1 : 8));
+        } else if (sub == 3 && u.version <= 4) {  // define_file
+          const char* name = c.CString();
+          const std::uint64_t dir = c.Uleb();
+          if (!files_.Push(JoinPath(dir < dirs.size() ? dirs[dir] : nullptr, name, comp_dir, pool)))
+            return false;
+        }
+        c.Seek(next);
+        break;
+      }
+      case 1: if (!emit(false)) return false; break;  // copy
+      case 2: address += c.Uleb() * min_inst_length; break;
+      case 3: line = static_cast<std::uint32_t>(static_cast<std::int64_t>(line) + c.Sleb()); break;
+      case 4: file = static_cast<std::uint32_t>(c.Uleb()); break;
+      case 8: address += static_cast<std::uint64_t>((255 - opcode_base) / line_range) * min_inst_length; break;
+      case 9: address += c.U16(); break;
+      default:
+        // set_column, negate_stmt, basic_block, prologue_end, epilogue_begin,
+        // isa, and opcodes of later versions: skip their operands.
+        for (unsigned i = 0; i < standard_lengths[op]; ++i) c.Uleb();
+        break;
+    }
+  }
+  if (!c.ok()) return false;
+
+  // Sequences in address order, concatenated: a binary search over rows then
+  // lands in the right sequence, and its closing row ends the covered range.
+  std::sort(sequences.begin(), sequences.end(),
+            [](const Sequence& a, const Sequence& b) { return a.start < b.start; });
+  if (!rows_.Reserve(scratch.size())) return false;
+  for (const Sequence& q : sequences) {
+    for (std::uint32_t i = 0; i < q.count; ++i) rows_.Push(scratch[q.first + i]);
+  }
+  return true;
+}
+
+}  // namespace dwarf
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/dwarf_line.hpp ----
+// ---- begin heapprof/detail/4_symbolization/function_names.hpp ----
+// heapprof: the short form of a demangled C++ name, as pprof displays names
+// by default ("demangle=simple": no parameters, no template arguments, no
+// return type): "void std::vector<int>::_M_realloc_insert<int>(...)" →
+// "std::vector::_M_realloc_insert". Operators keep their symbol
+// ("operator()", "operator<<", "operator new[]"), lambdas and
+// "(anonymous namespace)" are kept whole.
+
+#include <cstddef>
+#include <cstring>
+#include <initializer_list>
+
+namespace heapprof {
+namespace detail {
+
+// Writes the short form of `full` into out[0..cap) (NUL-terminated) and
+// returns its length; 0 when it does not fit or nothing would remain.
+inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t cap) {
+  if (full == nullptr || cap == 0) return 0;
+  std::size_t len = std::strlen(full);
+  if (const char* clone = std::strstr(full, " [clone ")) len = static_cast<std::size_t>(clone - full);
+  std::size_t n = 0;
+  std::size_t top_spaces[64];
+  int spaces = 0;
+  bool overflow = false;
+  auto put = [&](char ch) {
+    if (n + 1 < cap) out[n++] = ch;
+    else overflow = true;
+  };
+  auto is_ident = [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+  };
+  int angle = 0, paren = 0;
+  for (std::size_t i = 0; i < len; ++i) {
+    const char ch = full[i];
+    if (angle == 0 && paren == 0) {
+      if (std::strncmp(full + i, "(anonymous namespace)", 21) == 0) {
+        for (std::size_t k = 0; k < 21; ++k) put(full[i + k]);
+        i += 20;
+        continue;
+      }
+      if (ch == '{') {  // {lambda(int)#1}, {unnamed type#1}: copied whole
+        int braces = 0;
+        for (; i < len; ++i) {
+          put(full[i]);
+          if (full[i] == '{') ++braces;
+          if (full[i] == '}' && --braces == 0) break;
+        }
+        continue;
+      }
+      if (std::strncmp(full + i, "operator", 8) == 0 && (i == 0 || !is_ident(full[i - 1])) &&
+          !(i + 8 < len && is_ident(full[i + 8]))) {
+        for (std::size_t k = 0; k < 8; ++k) put(full[i + k]);
+        i += 8;
+        if (i < len && full[i] == '(' && i + 1 < len && full[i + 1] == ')') {
+          put('(');
+          put(')');
+          i += 1;
+        } else if (i < len && full[i] == ' ') {
+          // "operator new[]", "operator delete", a conversion "operator int*":
+          // everything up to the parameter list, minus template arguments.
+          int a = 0;
+          for (; i < len && !(full[i] == '(' && a == 0); ++i) {
+            if (full[i] == '<') ++a;
+            else if (full[i] == '>' && a > 0) --a;
+            else if (a == 0) put(full[i]);
+          }
+          --i;
+        } else {
+          // The symbol: "<" only as (part of) "<", "<<", "<=", "<=>"; after
+          // any other symbol a '<' opens template arguments ("operator==<char>").
+          const std::size_t op = i;
+          for (; i < len && std::strchr("+-*/%^&|~!=<>,[]", full[i]) != nullptr; ++i) {
+            if (full[i] == '<' && i > op && !(i - op == 1 && full[op] == '<')) break;
+            put(full[i]);
+          }
+          --i;
+        }
+        continue;
+      }
+    }
+    if (ch == '(' && angle == 0) {
+      ++paren;
+      continue;
+    }
+    if (ch == ')' && paren > 0) {
+      --paren;
+      continue;
+    }
+    if (paren > 0) continue;
+    if (ch == '<') {
+      ++angle;
+      continue;
+    }
+    if (ch == '>' && angle > 0) {
+      --angle;
+      continue;
+    }
+    if (angle > 0) continue;
+    if (ch == ' ' && spaces < 64) top_spaces[spaces++] = n;
+    put(ch);
+  }
+  if (overflow) return 0;
+  // Qualifiers after the parameter list.
+  for (bool again = true; again;) {
+    again = false;
+    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
+      const std::size_t k = std::strlen(q);
+      if (n > k && std::memcmp(out + n - k, q, k) == 0) {
+        n -= k;
+        again = true;
+      }
+    }
+  }
+  while (n > 0 && out[n - 1] == ' ') --n;
+  // A return type before the name: cut at the last space that separates words
+  // at the top level ("operator new" and lambdas never recorded theirs).
+  std::size_t start = 0;
+  for (int s = spaces - 1; s >= 0; --s) {
+    if (top_spaces[s] < n) {
+      start = top_spaces[s] + 1;
+      break;
+    }
+  }
+  if (start >= n) return 0;
+  std::memmove(out, out + start, n - start);
+  n -= start;
+  out[n] = '\0';
+  return n;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/function_names.hpp ----
+
+namespace heapprof {
+namespace detail {
+namespace dwarf {
+
+// A function as pprof's Function message wants it.
+struct FunctionInfo {
+  const char* name;         // short form: "ns::Class::Method" (pprof's default display)
+  const char* system_name;  // the linkage (mangled) name, or the plain name
+  const char* full_name;    // demangled with parameters, as addr2line -C prints it
+  const char* file;         // where it is declared/defined; may be null
+  std::uint32_t start_line; // 0 = unknown
+  bool linkage;             // system_name is a linkage name (else a plain, unqualified one)
+};
+
+// One frame of an inline chain.
+struct SourceFrame {
+  const FunctionInfo* function;  // null when only the line table knew the address
+  const char* file;              // null = unknown
+  std::uint32_t line;            // 0 = unknown
+};
+
+class DwarfInfo {
+ public:
+  explicit DwarfInfo(const Sections& sections) : s_(sections) {}
+  ~DwarfInfo();
+  DwarfInfo(const DwarfInfo&) = delete;
+  DwarfInfo& operator=(const DwarfInfo&) = delete;
+
+  // Frames of file address `address`, innermost first, at most `max`. Returns
+  // how many; 0 when the DWARF knows nothing of it. `*inline_known` tells
+  // whether .debug_info described the address (so the chain is complete).
+  int Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known);
+
+  bool has_lines() const { return s_.line.size != 0; }
+  bool has_info() const { return s_.info.size != 0; }
+
+ private:
+  struct Scope {
+    std::uint64_t lo, hi;
+    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined)
+    std::uint32_t depth;
+    std::uint32_t call_file;
+    std::uint32_t call_line;
+    std::uint32_t inlined;
+    std::uint32_t parent;  // 1 + index of the innermost scope holding this one; 0 = none
+  };
+  // A namespace, class, struct or union: what qualifies the names of the
+  // functions declared in it when they have no linkage name.
+  struct Container {
+    std::uint64_t offset, end;  // the DIE and one past its subtree
+    const char* name;           // null: anonymous
+    std::uint32_t parent;       // 1 + index; 0 = none
+    std::uint32_t is_namespace;
+  };
+  struct Unit {
+    UnitHeader header;
+    UnitBases bases;
+    std::uint64_t low_pc;
+    std::uint64_t stmt_list;
+    bool has_stmt_list;
+    bool line_failed, scopes_failed;
+    const char* comp_dir;
+    AbbrevTable* abbrevs;
+    LineTable* lines;
+    DebugArray<Scope>* scopes;            // sorted by lo, outer before inner
+    DebugArray<Container>* containers;    // in DIE order
+  };
+  struct UnitRange {
+    std::uint64_t lo, hi;
+    std::uint32_t unit;
+  };
+  struct FunctionSlot {
+    std::uint64_t die;  // 0 = empty
+    FunctionInfo* info;
+  };
+
+  bool IndexUnits();
+  AbbrevTable* Abbrevs(Unit& u);
+  LineTable* Lines(Unit& u);
+  DebugArray<Scope>* Scopes(Unit& u);
+  Unit* UnitOfAddress(std::uint64_t address);
+  Unit* UnitOfOffset(std::uint64_t die_offset);
+  const FunctionInfo* Function(std::uint64_t die);
+  std::size_t Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap);
+  FunctionInfo* MakeFunction(std::uint64_t die);
+  bool DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
+                 DebugArray<Scope>& out, const Scope& proto);
+
+  Sections s_;
+  bool indexed_ = false;
+  DebugArray<Unit> units_;             // by offset
+  DebugArray<UnitRange> unit_ranges_;  // by lo
+  DebugArray<std::uint64_t> unit_max_hi_;
+  DebugArray<FunctionSlot> functions_;  // open addressing by DIE offset
+  std::size_t function_count_ = 0;
+  DebugStringPool pool_;
+};
+
+inline DwarfInfo::~DwarfInfo() {
+  for (Unit& u : units_) {
+    DebugDelete(u.abbrevs);
+    DebugDelete(u.lines);
+    DebugDelete(u.scopes);
+    DebugDelete(u.containers);
+  }
+  for (FunctionSlot& f : functions_) DebugDelete(f.info);
+}
+
+// Each unit's DIE gives its address ranges; units without any (type-only
+// units, or an incomplete description) are not indexed by address.
+inline bool DwarfInfo::IndexUnits() {
+  indexed_ = true;
+  for (std::uint64_t offset = 0; offset < s_.info.size;) {
+    Unit u{};
+    if (!ParseUnitHeader(s_.info, offset, &u.header)) break;
+    offset = u.header.end;
+    if (u.header.unit_type != 1 && u.header.unit_type != 3) continue;  // compile and partial only
+    if (!units_.Push(u)) return false;
+  }
+  for (std::uint32_t i = 0; i < units_.size(); ++i) {
+    Unit& u = units_[i];
+    AbbrevTable* abbrevs = Abbrevs(u);
+    if (abbrevs == nullptr) continue;
+    Cursor c(s_.info, u.header.die_offset);
+    const Abbrev* a = abbrevs->Find(c.Uleb());
+    if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit)) continue;
+    AttrValue low, high, ranges, comp_dir;
+    bool has_low = false, has_high = false, has_ranges = false, has_comp_dir = false;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs->Attr(*a, k);
+      AttrValue v;
+      if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+      switch (spec.name) {
+        case at::kLowPc: low = v; has_low = true; break;
+        case at::kHighPc: high = v; has_high = true; break;
+        case at::kRanges: ranges = v; has_ranges = true; break;
+        case at::kCompDir: comp_dir = v; has_comp_dir = true; break;
+        case at::kStmtList: u.stmt_list = v.u; u.has_stmt_list = true; break;
+        case at::kStrOffsetsBase: u.bases.str_offsets = v.u; break;
+        case at::kAddrBase: case at::kGnuAddrBase: u.bases.addr = v.u; break;
+        case at::kRnglistsBase: u.bases.rnglists = v.u; u.bases.has_rnglists = true; break;
+        default: break;
+      }
+    }
+    if (!c.ok()) continue;
+    if (has_comp_dir) u.comp_dir = ResolveString(s_, u.header, u.bases, comp_dir);
+    if (has_low) ResolveAddress(s_, u.header, u.bases, low, &u.low_pc);
+    DebugArray<Scope> found;
+    Scope proto{};
+    if (!DieRanges(u, has_low ? &low : nullptr, has_high ? &high : nullptr, has_ranges ? &ranges : nullptr,
+                   found, proto)) {
+      return false;
+    }
+    for (const Scope& r : found) {
+      if (!unit_ranges_.Push(UnitRange{r.lo, r.hi, i})) return false;
+    }
+  }
+  std::sort(unit_ranges_.begin(), unit_ranges_.end(),
+            [](const UnitRange& a, const UnitRange& b) { return a.lo < b.lo; });
+  if (!unit_max_hi_.Resize(unit_ranges_.size())) return false;
+  std::uint64_t reach = 0;
+  for (std::size_t i = 0; i < unit_ranges_.size(); ++i) {
+    reach = std::max(reach, unit_ranges_[i].hi);
+    unit_max_hi_[i] = reach;
+  }
+  return true;
+}
+
+inline AbbrevTable* DwarfInfo::Abbrevs(Unit& u) {
+  if (u.abbrevs != nullptr) return u.abbrevs;
+  AbbrevTable* t = DebugNew<AbbrevTable>();
+  if (t == nullptr) return nullptr;
+  if (!t->Parse(s_.abbrev, u.header.abbrev_offset)) {
+    DebugDelete(t);
+    return nullptr;
+  }
+  u.abbrevs = t;
+  return t;
+}
+
+inline LineTable* DwarfInfo::Lines(Unit& u) {
+  if (u.lines != nullptr || u.line_failed) return u.lines;
+  u.line_failed = true;
+  if (!u.has_stmt_list || s_.line.size == 0) return nullptr;
+  LineTable* t = DebugNew<LineTable>();
+  if (t == nullptr) return nullptr;
+  if (!t->Parse(s_, u.stmt_list, u.comp_dir, u.header.address_size, pool_)) {
+    DebugDelete(t);
+    return nullptr;
+  }
+  u.line_failed = false;
+  u.lines = t;
+  return t;
+}
+
+inline bool DwarfInfo::DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
+                                 DebugArray<Scope>& out, const Scope& proto) {
+  if (ranges != nullptr) {
+    bool ok = true;
+    ForEachRange(s_, u.header, u.bases, *ranges, u.low_pc, [&](std::uint64_t lo, std::uint64_t hi) {
+      Scope r = proto;
+      r.lo = lo;
+      r.hi = hi;
+      if (lo != 0 && !out.Push(r)) ok = false;
+    });
+    return ok;
+  }
+  if (low == nullptr || high == nullptr) return true;
+  std::uint64_t lo = 0, hi = 0;
+  if (!ResolveAddress(s_, u.header, u.bases, *low, &lo)) return true;
+  if (IsConstantForm(high->form)) {
+    hi = lo + high->u;
+  } else if (!ResolveAddress(s_, u.header, u.bases, *high, &hi)) {
+    return true;
+  }
+  // Address 0: code the linker discarded (its DIEs stay behind).
+  if (lo == 0 || lo >= hi) return true;
+  Scope r = proto;
+  r.lo = lo;
+  r.hi = hi;
+  return out.Push(r);
+}
+
+// Every subprogram and inlined subroutine with code in the unit, with its
+// depth in the DIE tree, so the scopes holding one address sort innermost first.
+inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
+  if (u.scopes != nullptr || u.scopes_failed) return u.scopes;
+  u.scopes_failed = true;
+  AbbrevTable* abbrevs = Abbrevs(u);
+  if (abbrevs == nullptr) return nullptr;
+  DebugArray<Scope>* scopes = DebugNew<DebugArray<Scope>>();
+  DebugArray<Container>* containers = DebugNew<DebugArray<Container>>();
+  DebugArray<std::uint32_t> open_containers;  // per open DIE with children: 1 + container index, or 0
+  if (scopes == nullptr || containers == nullptr) {
+    DebugDelete(scopes);
+    DebugDelete(containers);
+    return nullptr;
+  }
+  Cursor c(s_.info, u.header.die_offset);
+  std::uint32_t depth = 0;
+  bool ok = true;
+  while (ok && c.ok() && c.pos() < u.header.end) {
+    const std::uint64_t die = c.pos();
+    const std::uint64_t code = c.Uleb();
+    if (code == 0) {
+      if (depth == 0) break;
+      --depth;
+      if (!open_containers.empty()) {
+        const std::uint32_t k = open_containers.back();
+        open_containers.Pop();
+        if (k != 0) (*containers)[k - 1].end = c.pos();
+      }
+      continue;
+    }
+    const Abbrev* a = abbrevs->Find(code);
+    if (a == nullptr) break;
+    const bool wanted = a->tag == tag::kSubprogram || a->tag == tag::kInlinedSubroutine;
+    const bool container = a->tag == tag::kNamespace || a->tag == tag::kClassType ||
+                           a->tag == tag::kStructureType || a->tag == tag::kUnionType;
+    const char* container_name = nullptr;
+    AttrValue low, high, ranges;
+    bool has_low = false, has_high = false, has_ranges = false;
+    Scope proto{};
+    proto.function_die = die;
+    proto.depth = depth;
+    proto.inlined = a->tag == tag::kInlinedSubroutine;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs->Attr(*a, k);
+      if (container && spec.name == at::kName) {
+        AttrValue v;
+        if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+        container_name = ResolveString(s_, u.header, u.bases, v);
+        continue;
+      }
+      if (!wanted) {
+        ReadAttr(c, u.header, spec.form, spec.implicit_const, nullptr);
+        continue;
+      }
+      AttrValue v;
+      if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+      switch (spec.name) {
+        case at::kLowPc: low = v; has_low = true; break;
+        case at::kHighPc: high = v; has_high = true; break;
+        case at::kRanges: ranges = v; has_ranges = true; break;
+        case at::kAbstractOrigin:
+          if (proto.inlined) proto.function_die = v.u;
+          break;
+        case at::kCallFile: proto.call_file = static_cast<std::uint32_t>(v.u); break;
+        case at::kCallLine: proto.call_line = static_cast<std::uint32_t>(v.u); break;
+        default: break;
+      }
+    }
+    if (!c.ok()) break;
+    if (wanted && !DieRanges(u, has_low ? &low : nullptr, has_high ? &high : nullptr,
+                             has_ranges ? &ranges : nullptr, *scopes, proto)) {
+      ok = false;
+    }
+    if (a->has_children) {
+      ++depth;
+      std::uint32_t k = 0;
+      if (container) {
+        // The innermost open container is the parent.
+        std::uint32_t parent = 0;
+        for (std::size_t j = open_containers.size(); j > 0 && parent == 0; --j) parent = open_containers[j - 1];
+        if (containers->Push(Container{die, u.header.end, container_name, parent, a->tag == tag::kNamespace}))
+          k = static_cast<std::uint32_t>(containers->size());
+      }
+      if (!open_containers.Push(k)) ok = false;
+    }
+  }
+  if (!ok) {
+    DebugDelete(scopes);
+    DebugDelete(containers);
+    return nullptr;
+  }
+  std::sort(scopes->begin(), scopes->end(), [](const Scope& a, const Scope& b) {
+    return a.lo != b.lo ? a.lo < b.lo : a.depth < b.depth;
+  });
+  // Ranges nest (a callee's code lies inside its caller's), so one pass with a
+  // stack of the scopes still open gives each its innermost holder. A lookup
+  // then walks from the last scope starting at or below the address up
+  // through its holders: O(log n + depth) where scanning would be O(n).
+  DebugArray<std::uint32_t> open;
+  for (std::uint32_t i = 0; i < scopes->size(); ++i) {
+    Scope& sc = (*scopes)[i];
+    while (!open.empty() && (*scopes)[open.back()].hi <= sc.lo) open.Pop();
+    sc.parent = open.empty() ? 0 : open.back() + 1;
+    if (!open.Push(i)) {
+      DebugDelete(scopes);
+      DebugDelete(containers);
+      return nullptr;
+    }
+  }
+  u.scopes_failed = false;
+  u.scopes = scopes;
+  u.containers = containers;
+  return scopes;
+}
+
+inline DwarfInfo::Unit* DwarfInfo::UnitOfAddress(std::uint64_t address) {
+  const UnitRange* it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
+                                         [](std::uint64_t a, const UnitRange& r) { return a < r.lo; });
+  for (std::size_t i = static_cast<std::size_t>(it - unit_ranges_.begin()); i > 0 && unit_max_hi_[i - 1] > address;
+       --i) {
+    const UnitRange& r = unit_ranges_[i - 1];
+    if (address < r.hi) return &units_[r.unit];
+  }
+  return nullptr;
+}
+
+inline DwarfInfo::Unit* DwarfInfo::UnitOfOffset(std::uint64_t die_offset) {
+  const Unit* it = std::upper_bound(units_.begin(), units_.end(), die_offset,
+                                    [](std::uint64_t a, const Unit& u) { return a < u.header.offset; });
+  if (it == units_.begin()) return nullptr;
+  Unit* u = &units_[static_cast<std::size_t>(it - units_.begin()) - 1];
+  return die_offset >= u->header.die_offset && die_offset < u->header.end ? u : nullptr;
+}
+
+// Follows DW_AT_abstract_origin and DW_AT_specification from `die` to collect
+// the linkage name, name and declaration position.
+inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
+  const char* linkage = nullptr;
+  const char* plain = nullptr;
+  std::uint64_t plain_die = 0;
+  const char* decl_file = nullptr;
+  std::uint32_t decl_line = 0;
+  std::uint64_t at = die;
+  for (int hop = 0; hop < 8 && at != 0; ++hop) {
+    Unit* u = UnitOfOffset(at);
+    if (u == nullptr) break;
+    AbbrevTable* abbrevs = Abbrevs(*u);
+    if (abbrevs == nullptr) break;
+    Cursor c(s_.info, at);
+    const Abbrev* a = abbrevs->Find(c.Uleb());
+    if (a == nullptr) break;
+    std::uint64_t next = 0;
+    bool has_decl_file = false;
+    std::uint64_t file_index = 0;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs->Attr(*a, k);
+      AttrValue v;
+      if (!ReadAttr(c, u->header, spec.form, spec.implicit_const, &v)) break;
+      switch (spec.name) {
+        case at::kLinkageName: case at::kMipsLinkageName:
+          if (linkage == nullptr) linkage = ResolveString(s_, u->header, u->bases, v);
+          break;
+        case at::kName:
+          if (plain == nullptr) {
+            plain = ResolveString(s_, u->header, u->bases, v);
+            plain_die = at;
+          }
+          break;
+        case at::kDeclFile: file_index = v.u; has_decl_file = true; break;
+        case at::kDeclLine:
+          if (decl_line == 0) decl_line = static_cast<std::uint32_t>(v.u);
+          break;
+        case at::kAbstractOrigin: case at::kSpecification:
+          if (v.form != form::kRefSig8 && v.form != form::kGnuRefAlt && v.form != form::kRefSup4 &&
+              v.form != form::kRefSup8) {
+            next = v.u;
+          }
+          break;
+        default: break;
+      }
+    }
+    if (has_decl_file && decl_file == nullptr) {
+      if (LineTable* lines = Lines(*u)) decl_file = lines->FileName(file_index);
+    }
+    if (linkage != nullptr) break;
+    at = next;
+  }
+  const char* system = linkage != nullptr ? linkage : plain;
+  if (system == nullptr) return nullptr;
+  FunctionInfo* f = DebugNew<FunctionInfo>();
+  if (f == nullptr) return nullptr;
+  f->system_name = system;  // points into the mapped (or inflated) .debug_str
+  f->full_name = system;
+  f->name = system;
+  f->file = decl_file;
+  f->start_line = decl_line;
+  f->linkage = linkage != nullptr;
+  if (linkage != nullptr) {
+    // Demangling runs under the profiler's reentrancy guard: its malloc is
+    // transient and invisible to the profile; only the result is kept.
+    int status = -1;
+    char* demangled = abi::__cxa_demangle(linkage, nullptr, nullptr, &status);
+    if (status == 0 && demangled != nullptr) {
+      const char* full = pool_.Add(demangled);
+      if (full != nullptr) f->full_name = full;
+    }
+    std::free(demangled);
+  }
+  if (linkage == nullptr && plain_die != 0) {
+    // full_name stays the DWARF name, as addr2line prints it; the names in
+    // profiles are qualified, as they would be from a linkage name.
+    Unit* owner = UnitOfOffset(plain_die);
+    char qualified[1024];
+    const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
+    const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
+    if (kept != nullptr) f->name = f->system_name = kept;
+    return f;
+  }
+  char shortened[1024];
+  const std::size_t n = ShortFunctionName(f->full_name, shortened, sizeof shortened);
+  if (n != 0) {
+    const char* kept = pool_.Add(shortened, n);
+    if (kept != nullptr) f->name = kept;
+  }
+  return f;
+}
+
+// "ns::Class::name" for a function DIE without a linkage name (GCC writes none
+// for functions with internal linkage), from the namespaces and classes
+// around the DIE that carries the name.
+inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
+  const char* parts[16];
+  int count = 0;
+  if (Scopes(u) != nullptr && u.containers != nullptr) {
+    const DebugArray<Container>& cs = *u.containers;
+    const Container* it = std::lower_bound(cs.begin(), cs.end(), die,
+                                           [](const Container& k, std::uint64_t d) { return k.offset < d; });
+    std::uint32_t k = static_cast<std::uint32_t>(it - cs.begin());  // 1 + index of the last one before die
+    while (k != 0 && !(die < cs[k - 1].end)) k = cs[k - 1].parent;
+    for (; k != 0 && count < 16; k = cs[k - 1].parent) {
+      const Container& c = cs[k - 1];
+      if (c.name != nullptr) parts[count++] = c.name;
+      else if (c.is_namespace) parts[count++] = "(anonymous namespace)";
+    }
+  }
+  std::size_t n = 0;
+  auto append = [&](const char* text) {
+    const std::size_t len = std::strlen(text);
+    if (n + len + 1 > cap) return false;
+    std::memcpy(out + n, text, len);
+    n += len;
+    return true;
+  };
+  for (int i = count - 1; i >= 0; --i) {
+    if (!append(parts[i]) || !append("::")) return 0;
+  }
+  if (!append(name)) return 0;
+  out[n] = '\0';
+  return n;
+}
+
+inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
+  if ((function_count_ + 1) * 2 > functions_.size()) {
+    DebugArray<FunctionSlot> bigger;
+    if (!bigger.Resize(functions_.size() < 64 ? 128 : functions_.size() * 2)) return nullptr;
+    const std::size_t mask = bigger.size() - 1;
+    for (const FunctionSlot& f : functions_) {
+      if (f.die == 0) continue;
+      std::size_t i = static_cast<std::size_t>((f.die * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+      while (bigger[i].die != 0) i = (i + 1) & mask;
+      bigger[i] = f;
+    }
+    functions_ = static_cast<DebugArray<FunctionSlot>&&>(bigger);
+  }
+  const std::size_t mask = functions_.size() - 1;
+  std::size_t i = static_cast<std::size_t>((die * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+  for (; functions_[i].die != 0; i = (i + 1) & mask) {
+    if (functions_[i].die == die) return functions_[i].info;
+  }
+  // Remembered even when it failed (info null): a bad DIE is read once.
+  functions_[i].die = die;
+  functions_[i].info = MakeFunction(die);
+  ++function_count_;
+  return functions_[i].info;
+}
+
+inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
+  *inline_known = false;
+  if (max <= 0) return 0;
+  if (!indexed_ && !IndexUnits()) return 0;
+  Unit* u = UnitOfAddress(address);
+  if (u == nullptr) return 0;
+  SourceFrame leaf{nullptr, nullptr, 0};
+  if (LineTable* lines = Lines(*u)) lines->Find(address, &leaf.file, &leaf.line);
+  DebugArray<Scope>* scopes = Scopes(*u);
+  if (scopes == nullptr) {
+    if (leaf.file == nullptr) return 0;
+    out[0] = leaf;
+    return 1;
+  }
+  // The scopes holding `address`, innermost (deepest) first, up to the
+  // subprogram that holds them.
+  constexpr int kMaxChain = 64;
+  const Scope* chain[kMaxChain];
+  int found = 0;
+  const Scope* it = std::upper_bound(scopes->begin(), scopes->end(), address,
+                                     [](std::uint64_t a, const Scope& s) { return a < s.lo; });
+  for (std::uint32_t i = static_cast<std::uint32_t>(it - scopes->begin()); i != 0 && found < kMaxChain;) {
+    const Scope& s = (*scopes)[i - 1];
+    if (address < s.hi) chain[found++] = &s;
+    i = s.parent;
+  }
+  std::sort(chain, chain + found, [](const Scope* a, const Scope* b) { return a->depth > b->depth; });
+  int outermost = -1;
+  for (int i = 0; i < found; ++i) {
+    if (!chain[i]->inlined) {
+      outermost = i;
+      break;
+    }
+  }
+  if (outermost < 0) {
+    // No subprogram holds it: the line alone.
+    if (leaf.file == nullptr) return 0;
+    out[0] = leaf;
+    return 1;
+  }
+  *inline_known = true;
+  LineTable* lines = Lines(*u);
+  int n = 0;
+  const char* file = leaf.file;
+  std::uint32_t line = leaf.line;
+  for (int i = 0; i <= outermost && n < max; ++i) {
+    out[n].function = Function(chain[i]->function_die);
+    out[n].file = file;
+    out[n].line = line;
+    ++n;
+    // The caller's position is where this inlined call sits.
+    file = lines != nullptr ? lines->FileName(chain[i]->call_file) : nullptr;
+    line = chain[i]->call_line;
+  }
+  return n;
+}
+
+}  // namespace dwarf
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/dwarf_info.hpp ----
+// ---- begin heapprof/detail/4_symbolization/inflate.hpp ----
+// heapprof: a small inflater (RFC 1951 inside an RFC 1950 zlib stream) for
+// compressed debug sections (SHF_COMPRESSED with ELFCOMPRESS_ZLIB, what
+// `-gz` and `objcopy --compress-debug-sections` write). The output size is
+// known from the section's header, so it decodes into one buffer of exactly
+// that size; every read and write is checked.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace heapprof {
+namespace detail {
+namespace inflate {
+
+class BitReader {
+ public:
+  BitReader(const unsigned char* data, std::size_t size) : data_(data), size_(size) {}
+
+  // `count` bits, least significant first (3.1.1); sets the error flag at the end.
+  std::uint32_t Bits(unsigned count) {
+    while (have_ < count) {
+      if (pos_ >= size_) {
+        failed_ = true;
+        return 0;
+      }
+      buffer_ |= static_cast<std::uint64_t>(data_[pos_++]) << have_;
+      have_ += 8;
+    }
+    const std::uint32_t v = static_cast<std::uint32_t>(buffer_ & ((std::uint64_t{1} << count) - 1));
+    buffer_ >>= count;
+    have_ -= count;
+    return v;
+  }
+  // Up to `count` (<= 32) next bits without consuming them; bits past the end
+  // of the input read as zero (available() says how many are real).
+  std::uint32_t Peek(unsigned count) {
+    while (have_ < count && pos_ < size_) {
+      buffer_ |= static_cast<std::uint64_t>(data_[pos_++]) << have_;
+      have_ += 8;
+    }
+    return static_cast<std::uint32_t>(buffer_ & ((std::uint64_t{1} << count) - 1));
+  }
+  unsigned available() const { return have_; }
+  void Drop(unsigned count) {
+    buffer_ >>= count;
+    have_ -= count;
+  }
+  void AlignToByte() {
+    buffer_ >>= have_ % 8;
+    have_ -= have_ % 8;
+  }
+  // After AlignToByte: whole bytes still buffered go back to the stream.
+  std::size_t BytePosition() const { return pos_ - have_ / 8; }
+  void SkipTo(std::size_t pos) {
+    pos_ = pos;
+    buffer_ = 0;
+    have_ = 0;
+  }
+  bool failed() const { return failed_; }
+  const unsigned char* data() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  const unsigned char* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+  std::uint64_t buffer_ = 0;
+  unsigned have_ = 0;
+  bool failed_ = false;
+};
+
+// A canonical Huffman code (3.2.2) as counts per length and symbols in code
+// order; decoding walks the lengths, comparing against the first code of each.
+// Codes of up to kFastBits bits (nearly all of them in practice) are decoded
+// by one table lookup on the next bits instead.
+struct Huffman {
+  static constexpr unsigned kFastBits = 9;
+  std::uint16_t count[16];
+  std::uint16_t symbol[320];
+  std::uint16_t fast[1u << kFastBits];  // symbol | length << 9; 0: longer code
+
+  // False for an over-subscribed set of lengths.
+  bool Build(const std::uint8_t* lengths, int n) {
+    std::memset(count, 0, sizeof count);
+    for (int i = 0; i < n; ++i) ++count[lengths[i]];
+    int left = 1;
+    for (int len = 1; len < 16; ++len) {
+      left = left * 2 - count[len];
+      if (left < 0) return false;
+    }
+    std::uint16_t offsets[16];
+    offsets[1] = 0;
+    for (int len = 1; len < 15; ++len) offsets[len + 1] = static_cast<std::uint16_t>(offsets[len] + count[len]);
+    for (int i = 0; i < n; ++i) {
+      if (lengths[i] != 0) symbol[offsets[lengths[i]]++] = static_cast<std::uint16_t>(i);
+    }
+    // The fast table: each short code, bit-reversed (deflate sends Huffman
+    // codes most significant bit first into an LSB-first stream), filled in
+    // for every value of the bits after it.
+    std::memset(fast, 0, sizeof fast);
+    // First code of each length (3.2.2): (first of len-1 + count[len-1]) << 1.
+    std::uint32_t next[16];
+    std::uint32_t code = 0;
+    next[1] = 0;
+    for (int len = 2; len < 16; ++len) {
+      code = (code + count[len - 1]) << 1;
+      next[len] = code;
+    }
+    for (int i = 0; i < n; ++i) {
+      const unsigned len = lengths[i];
+      if (len == 0) continue;
+      const std::uint32_t c = next[len]++;
+      if (len > kFastBits) continue;
+      std::uint32_t reversed = 0;
+      for (unsigned b = 0; b < len; ++b) reversed |= ((c >> b) & 1u) << (len - 1 - b);
+      for (std::uint32_t fill = reversed; fill < (1u << kFastBits); fill += 1u << len) {
+        fast[fill] = static_cast<std::uint16_t>(i | (len << 9));
+      }
+    }
+    return true;
+  }
+
+  int Decode(BitReader& in) const {
+    const std::uint16_t entry = fast[in.Peek(kFastBits)];
+    if (entry != 0 && (entry >> 9) <= in.available()) {
+      in.Drop(entry >> 9);
+      return entry & 0x1ff;
+    }
+    return DecodeSlow(in);
+  }
+
+  int DecodeSlow(BitReader& in) const {
+    int code = 0, first = 0, index = 0;
+    for (int len = 1; len < 16; ++len) {
+      code |= static_cast<int>(in.Bits(1));
+      if (in.failed()) return -1;
+      const int c = count[len];
+      if (code - first < c) return symbol[index + code - first];
+      index += c;
+      first = (first + c) << 1;
+      code <<= 1;
+    }
+    return -1;
+  }
+};
+
+constexpr std::uint16_t kLengthBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
+                                           31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+constexpr std::uint8_t kLengthExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+constexpr std::uint16_t kDistBase[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,
+                                         33,  49,  65,  97,  129, 193,  257,  385,  513,  769,
+                                         1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+constexpr std::uint8_t kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6,
+                                         6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+
+class Inflater {
+ public:
+  Inflater(unsigned char* out, std::size_t capacity) : out_(out), cap_(capacity) {}
+
+  // Decodes raw deflate data; true when the final block ended cleanly.
+  bool Run(BitReader& in) {
+    for (;;) {
+      const std::uint32_t final_block = in.Bits(1);
+      const std::uint32_t type = in.Bits(2);
+      if (in.failed()) return false;
+      bool ok = false;
+      if (type == 0) ok = Stored(in);
+      else if (type == 1) ok = Fixed(in);
+      else if (type == 2) ok = Dynamic(in);
+      if (!ok) return false;
+      if (final_block) return true;
+    }
+  }
+  std::size_t written() const { return n_; }
+
+ private:
+  bool Stored(BitReader& in) {
+    in.AlignToByte();
+    const std::uint32_t len = in.Bits(16);
+    const std::uint32_t nlen = in.Bits(16);
+    if (in.failed() || (len ^ 0xffffu) != nlen) return false;
+    const std::size_t at = in.BytePosition();
+    if (len > in.size() - at || len > cap_ - n_) return false;
+    std::memcpy(out_ + n_, in.data() + at, len);
+    n_ += len;
+    in.SkipTo(at + len);
+    return true;
+  }
+
+  bool Fixed(BitReader& in) {
+    std::uint8_t lengths[320];
+    int i = 0;
+    for (; i < 144; ++i) lengths[i] = 8;
+    for (; i < 256; ++i) lengths[i] = 9;
+    for (; i < 280; ++i) lengths[i] = 7;
+    for (; i < 288; ++i) lengths[i] = 8;
+    Huffman lit, dist;
+    lit.Build(lengths, 288);
+    for (i = 0; i < 30; ++i) lengths[i] = 5;
+    dist.Build(lengths, 30);
+    return Codes(in, lit, dist);
+  }
+
+  bool Dynamic(BitReader& in) {
+    const int nlen = static_cast<int>(in.Bits(5)) + 257;
+    const int ndist = static_cast<int>(in.Bits(5)) + 1;
+    const int ncode = static_cast<int>(in.Bits(4)) + 4;
+    if (in.failed() || nlen > 286 || ndist > 30) return false;
+    static constexpr std::uint8_t kOrder[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+    std::uint8_t lengths[320] = {};
+    for (int i = 0; i < ncode; ++i) lengths[kOrder[i]] = static_cast<std::uint8_t>(in.Bits(3));
+    Huffman lencode;
+    if (in.failed() || !lencode.Build(lengths, 19)) return false;
+    int i = 0;
+    while (i < nlen + ndist) {
+      const int sym = lencode.Decode(in);
+      if (sym < 0) return false;
+      if (sym < 16) {
+        lengths[i++] = static_cast<std::uint8_t>(sym);
+        continue;
+      }
+      std::uint8_t value = 0;
+      int repeat = 0;
+      if (sym == 16) {
+        if (i == 0) return false;
+        value = lengths[i - 1];
+        repeat = 3 + static_cast<int>(in.Bits(2));
+      } else if (sym == 17) {
+        repeat = 3 + static_cast<int>(in.Bits(3));
+      } else {
+        repeat = 11 + static_cast<int>(in.Bits(7));
+      }
+      if (in.failed() || i + repeat > nlen + ndist) return false;
+      while (repeat-- > 0) lengths[i++] = value;
+    }
+    if (lengths[256] == 0) return false;  // no end-of-block code
+    Huffman lit, dist;
+    if (!lit.Build(lengths, nlen) || !dist.Build(lengths + nlen, ndist)) return false;
+    return Codes(in, lit, dist);
+  }
+
+  bool Codes(BitReader& in, const Huffman& lit, const Huffman& dist) {
+    for (;;) {
+      int sym = lit.Decode(in);
+      if (sym < 0) return false;
+      if (sym < 256) {
+        if (n_ >= cap_) return false;
+        out_[n_++] = static_cast<unsigned char>(sym);
+        continue;
+      }
+      if (sym == 256) return true;
+      sym -= 257;
+      if (sym >= 29) return false;
+      const std::size_t length = kLengthBase[sym] + in.Bits(kLengthExtra[sym]);
+      const int dsym = dist.Decode(in);
+      if (dsym < 0 || dsym >= 30) return false;
+      const std::size_t distance = kDistBase[dsym] + in.Bits(kDistExtra[dsym]);
+      if (in.failed() || distance > n_ || length > cap_ - n_) return false;
+      // Byte by byte: the copy may overlap its own output (distance < length).
+      const unsigned char* from = out_ + n_ - distance;
+      for (std::size_t k = 0; k < length; ++k) out_[n_ + k] = from[k];
+      n_ += length;
+    }
+  }
+
+  unsigned char* out_;
+  std::size_t cap_;
+  std::size_t n_ = 0;
+};
+
+// A zlib stream (RFC 1950: CMF/FLG header, deflate data, Adler-32) into
+// out[0..size); true only when it produced exactly `size` bytes whose
+// checksum matches.
+inline bool ZlibInflate(const unsigned char* in, std::size_t in_size, unsigned char* out, std::size_t size) {
+  if (in_size < 6) return false;
+  const unsigned cmf = in[0], flg = in[1];
+  if ((cmf & 0x0f) != 8 || (cmf >> 4) > 7 || ((cmf << 8) | flg) % 31 != 0 || (flg & 0x20) != 0) return false;
+  BitReader bits(in + 2, in_size - 2);
+  Inflater inflater(out, size);
+  if (!inflater.Run(bits) || inflater.written() != size) return false;
+  bits.AlignToByte();
+  const std::size_t at = 2 + bits.BytePosition();
+  if (at + 4 > in_size) return false;
+  std::uint32_t a = 1, b = 0;
+  for (std::size_t i = 0; i < size;) {
+    // 5552 bytes keep the sums below 2^32 before the modulo (RFC 1950, 9.).
+    const std::size_t end = i + 5552 < size ? i + 5552 : size;
+    for (; i < end; ++i) {
+      a += out[i];
+      b += a;
+    }
+    a %= 65521u;
+    b %= 65521u;
+  }
+  const std::uint32_t expected = (std::uint32_t{in[at]} << 24) | (std::uint32_t{in[at + 1]} << 16) |
+                                 (std::uint32_t{in[at + 2]} << 8) | in[at + 3];
+  return ((b << 16) | a) == expected;
+}
+
+}  // namespace inflate
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/inflate.hpp ----
+
+namespace heapprof {
+namespace detail {
+
+// The DWARF of one loaded object.
+class DebugObject {
+ public:
+  DebugObject() = default;
+  ~DebugObject() {
+    DebugDelete(info_);
+    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
+  }
+  DebugObject(const DebugObject&) = delete;
+  DebugObject& operator=(const DebugObject&) = delete;
+
+  // `build_id`: the id of the object as loaded (lowercase hex, may be empty).
+  void Load(const char* path, const char* build_id, const char* debug_directory);
+
+  // Loads on first use: a write touches the DWARF only of objects its PCs are in.
+  void Remember(const char* path, const char* build_id, const char* debug_directory) {
+    path_ = path;
+    build_id_ = build_id;
+    debug_directory_ = debug_directory;
+  }
+  void EnsureLoaded() {
+    if (loaded_) return;
+    loaded_ = true;
+    if (path_ != nullptr) Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+  }
+
+  int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {
+    *inline_known = false;
+    return info_ != nullptr ? info_->Lookup(file_address, out, max, inline_known) : 0;
+  }
+  bool has_lines() const { return info_ != nullptr && info_->has_lines(); }
+  bool has_info() const { return info_ != nullptr && info_->has_info(); }
+  const char* debug_file() const { return debug_file_; }
+
+ private:
+  struct Inflated {
+    unsigned char* data;
+    std::size_t size;
+  };
+
+  bool UseFile(elf::MappedFile& file, const char* build_id);
+
+  elf::MappedFile file_;
+  dwarf::Sections sections_{};
+  Inflated inflated_[16] = {};
+  int inflated_count_ = 0;
+  dwarf::DwarfInfo* info_ = nullptr;
+  bool loaded_ = false;
+  const char* path_ = nullptr;             // in the cache's key pool
+  const char* build_id_ = nullptr;
+  const char* debug_directory_ = nullptr;
+  const char* debug_file_ = nullptr;  // the file the DWARF came from
+  char debug_file_buf_[1024] = {};
+};
+
+namespace debug_files {
+
+inline std::uint32_t Crc32(const unsigned char* data, std::size_t n) {
+  std::uint32_t crc = 0xffffffffu;
+  for (std::size_t i = 0; i < n; ++i) {
+    crc ^= data[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return crc ^ 0xffffffffu;
+}
+
+inline bool Exists(const char* path) { return ::access(path, R_OK) == 0; }
+
+// Section name of header `sh` through the section-name string table.
+inline const char* SectionName(const elf::ByteView& file, const elf::SectionTable& sections,
+                               const Elf64_Shdr& sh) {
+  Elf64_Ehdr eh;
+  if (!file.Read(0, &eh)) return nullptr;
+  std::uint64_t index = eh.e_shstrndx;
+  Elf64_Shdr first;
+  if (index == SHN_XINDEX && sections.Get(0, &first)) index = first.sh_link;
+  Elf64_Shdr names;
+  if (!sections.Get(index, &names)) return nullptr;
+  const elf::ByteView strtab = sections.Contents(names);
+  std::size_t length = 0;
+  return strtab.CString(sh.sh_name, &length);
+}
+
+inline bool HasDwarf(const elf::MappedFile& file) {
+  elf::SectionTable sections;
+  if (!sections.Init(file.view())) return false;
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
+    const char* name = SectionName(file.view(), sections, sh);
+    if (name != nullptr && (std::strcmp(name, ".debug_info") == 0 || std::strcmp(name, ".zdebug_info") == 0 ||
+                            std::strcmp(name, ".debug_line") == 0 || std::strcmp(name, ".zdebug_line") == 0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace debug_files
+
+inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
+  elf::SectionTable sections;
+  if (!sections.Init(file.view())) return false;
+  if (build_id != nullptr && build_id[0] != '\0') {
+    const std::string id = elf::FileBuildId(sections);
+    if (!id.empty() && id != build_id) return false;  // replaced on disk since it was loaded
+  }
+  if (!debug_files::HasDwarf(file)) return false;
+  file_ = static_cast<elf::MappedFile&&>(file);
+  const elf::ByteView view = file_.view();
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
+    const char* name = debug_files::SectionName(view, sections, sh);
+    if (name == nullptr) continue;
+    bool gnu_compressed = false;
+    if (std::strncmp(name, ".zdebug_", 8) == 0) {
+      gnu_compressed = true;
+      name += 2;  // ".zdebug_x" → "debug_x"
+    } else if (std::strncmp(name, ".debug_", 7) == 0) {
+      name += 1;
+    } else {
+      continue;
+    }
+    elf::ByteView* target = nullptr;
+    if (std::strcmp(name, "debug_info") == 0) target = &sections_.info;
+    else if (std::strcmp(name, "debug_abbrev") == 0) target = &sections_.abbrev;
+    else if (std::strcmp(name, "debug_line") == 0) target = &sections_.line;
+    else if (std::strcmp(name, "debug_str") == 0) target = &sections_.str;
+    else if (std::strcmp(name, "debug_line_str") == 0) target = &sections_.line_str;
+    else if (std::strcmp(name, "debug_str_offsets") == 0) target = &sections_.str_offsets;
+    else if (std::strcmp(name, "debug_addr") == 0) target = &sections_.addr;
+    else if (std::strcmp(name, "debug_ranges") == 0) target = &sections_.ranges;
+    else if (std::strcmp(name, "debug_rnglists") == 0) target = &sections_.rnglists;
+    if (target == nullptr) continue;
+    elf::ByteView bytes = sections.Contents(sh);
+    if (bytes.size == 0) continue;
+    const unsigned char* packed = nullptr;
+    std::uint64_t packed_size = 0, size = 0;
+    if ((sh.sh_flags & SHF_COMPRESSED) != 0) {
+      Elf64_Chdr ch;
+      if (!bytes.Read(0, &ch) || ch.ch_type != ELFCOMPRESS_ZLIB) continue;  // zstd: not read
+      packed = bytes.data + sizeof ch;
+      packed_size = bytes.size - sizeof ch;
+      size = ch.ch_size;
+    } else if (gnu_compressed) {
+      // "ZLIB", then the size as 8 big-endian bytes (the pre-gABI -gz=zlib-gnu).
+      if (bytes.size < 12 || std::memcmp(bytes.data, "ZLIB", 4) != 0) continue;
+      for (int k = 0; k < 8; ++k) size = (size << 8) | bytes.data[4 + k];
+      packed = bytes.data + 12;
+      packed_size = bytes.size - 12;
+    } else {
+      *target = bytes;
+      continue;
+    }
+    if (inflated_count_ == 16 || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
+    auto* out = static_cast<unsigned char*>(DebugAllocate(static_cast<std::size_t>(size)));
+    if (out == nullptr) continue;
+    if (!inflate::ZlibInflate(packed, static_cast<std::size_t>(packed_size), out, static_cast<std::size_t>(size))) {
+      DebugFree(out, static_cast<std::size_t>(size));
+      continue;
+    }
+    inflated_[inflated_count_++] = Inflated{out, static_cast<std::size_t>(size)};
+    *target = elf::ByteView{out, size};
+  }
+  if (sections_.info.size == 0 || sections_.abbrev.size == 0) {
+    // Without units there is nothing to find a line program through.
+    sections_ = dwarf::Sections{};
+    return false;
+  }
+  info_ = DebugNew<dwarf::DwarfInfo>(sections_);
+  return info_ != nullptr;
+}
+
+inline void DebugObject::Load(const char* path, const char* build_id, const char* debug_directory) {
+  auto remember = [&](const char* name) {
+    std::snprintf(debug_file_buf_, sizeof debug_file_buf_, "%s", name);
+    debug_file_ = debug_file_buf_;
+  };
+  elf::MappedFile own;
+  if (own.Open(path)) {
+    // The own file, if it still has its DWARF.
+    if (UseFile(own, build_id)) {
+      remember(path);
+      return;
+    }
+  }
+  if (debug_directory == nullptr) return;
+  char candidate[1024];
+  // 1. By build id (gdb's /usr/lib/debug/.build-id/xx/yyyy.debug).
+  const std::size_t id_length = build_id != nullptr ? std::strlen(build_id) : 0;
+  if (id_length > 2) {
+    std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, build_id,
+                  build_id + 2);
+    elf::MappedFile debug;
+    if (debug.Open(candidate) && UseFile(debug, build_id)) {
+      remember(candidate);
+      return;
+    }
+  }
+  // 2. By .gnu_debuglink: a file name and the CRC-32 of that file, looked for
+  // beside the object, in its .debug/, and under the debug directory.
+  if (!own.Open(path)) return;
+  elf::SectionTable sections;
+  if (!sections.Init(own.view())) return;
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh)) continue;
+    const char* name = debug_files::SectionName(own.view(), sections, sh);
+    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
+    const elf::ByteView link = sections.Contents(sh);
+    std::size_t length = 0;
+    const char* file = link.CString(0, &length);
+    std::uint32_t crc = 0;
+    if (file == nullptr || length == 0 || std::strchr(file, '/') != nullptr ||
+        !link.Read((length + 4) & ~std::uint64_t{3}, &crc)) {
+      return;
+    }
+    const char* slash = std::strrchr(path, '/');
+    const int dir_length = slash != nullptr ? static_cast<int>(slash - path) : 0;
+    for (int where = 0; where < 3; ++where) {
+      if (where == 0) std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, path, file);
+      if (where == 1) std::snprintf(candidate, sizeof candidate, "%.*s/.debug/%s", dir_length, path, file);
+      if (where == 2)
+        std::snprintf(candidate, sizeof candidate, "%s%.*s/%s", debug_directory, dir_length, path, file);
+      if (std::strcmp(candidate, path) == 0) continue;
+      elf::MappedFile debug;
+      if (!debug.Open(candidate)) continue;
+      const elf::ByteView bytes = debug.view();
+      if (debug_files::Crc32(bytes.data, static_cast<std::size_t>(bytes.size)) != crc) continue;
+      if (UseFile(debug, build_id)) {
+        remember(candidate);
+        return;
+      }
+    }
+    return;
+  }
+}
+
+// ------------------------------------------------------------------ the cache
+
+// Objects are keyed by path and build id; decoded data stays for the life of
+// the process (or until the budget is spent: then new lookups get names only).
+struct DebugCacheEntry {
+  const char* path;
+  const char* build_id;
+  const char* debug_directory;
+  DebugObject* object;
+};
+
+struct DebugCache {
+  static constexpr int kMaxObjects = 1024;
+  DebugCacheEntry entries[kMaxObjects];
+  int count = 0;
+  DebugStringPool keys;
+};
+
+inline SpinLock g_debug_cache_lock;
+inline DebugCache* g_debug_cache = nullptr;
+
+// A child forked while another thread held the lock would wait forever: it
+// starts over with a fresh cache instead (the old one is left, not freed, as
+// it may be half updated). Run by the engine's fork child handler.
+inline void DebugCacheForkChild() noexcept {
+  if (!g_debug_cache_lock.try_lock()) g_debug_cache = nullptr;
+  g_debug_cache_lock.unlock();
+}
+
+// Holds the cache lock with thread cancellation held off: a cancelled thread
+// must not leave the lock taken (with -fno-exceptions nothing would release it).
+// The fork hook is set before the lock is taken (program order, release):
+// a child that inherits the lock held also inherits the hook.
+class DebugCacheLock {
+ public:
+  DebugCacheLock() noexcept {
+    g_fork_child_symbolizer.store(&DebugCacheForkChild, std::memory_order_release);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state_);
+    g_debug_cache_lock.lock();
+  }
+  ~DebugCacheLock() {
+    g_debug_cache_lock.unlock();
+    int ignored = 0;
+    pthread_setcancelstate(old_state_, &ignored);
+  }
+  DebugCacheLock(const DebugCacheLock&) = delete;
+  DebugCacheLock& operator=(const DebugCacheLock&) = delete;
+
+ private:
+  int old_state_ = 0;
+};
+
+// The object for (path, build_id); its DWARF is read by EnsureLoaded, on
+// first use. Null only when memory is short. Call with the DebugCacheLock held.
+inline DebugObject* FindDebugObject(const char* path, const char* build_id, const char* debug_directory) {
+  if (g_debug_cache == nullptr) {
+    g_debug_cache = DebugNew<DebugCache>();
+    if (g_debug_cache == nullptr) return nullptr;
+  }
+  DebugCache& cache = *g_debug_cache;
+  for (int i = 0; i < cache.count; ++i) {
+    const DebugCacheEntry& e = cache.entries[i];
+    const bool same_directory = (e.debug_directory == nullptr && debug_directory == nullptr) ||
+                                (e.debug_directory != nullptr && debug_directory != nullptr &&
+                                 std::strcmp(e.debug_directory, debug_directory) == 0);
+    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0 && same_directory) return e.object;
+  }
+  if (cache.count == DebugCache::kMaxObjects) return nullptr;
+  const char* key_path = cache.keys.Add(path);
+  const char* key_id = cache.keys.Add(build_id);
+  const char* key_dir = debug_directory != nullptr ? cache.keys.Add(debug_directory) : nullptr;
+  DebugObject* object = DebugNew<DebugObject>();
+  if (key_path == nullptr || key_id == nullptr || object == nullptr ||
+      (debug_directory != nullptr && key_dir == nullptr)) {
+    DebugDelete(object);
+    return nullptr;
+  }
+  object->Remember(key_path, key_id, key_dir);
+  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, key_dir, object};
+  return object;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/4_symbolization/debug_info.hpp ----
 
 namespace heapprof {
 namespace detail {
@@ -5595,6 +7915,16 @@ class SymbolTable {
     return true;
   }
 
+  // The symbol's own bytes (mangled), without a version suffix.
+  std::string_view RawName(std::size_t index) const {
+    std::size_t length = 0;
+    const char* raw = strtab_.CString(symbols_[index].name, &length);
+    if (raw == nullptr) return std::string_view();
+    const void* at = std::memchr(raw, '@', length);
+    if (at != nullptr && at != raw) length = static_cast<std::size_t>(static_cast<const char*>(at) - raw);
+    return std::string_view(raw, length);
+  }
+
   const std::string& Name(std::size_t index) {
     Symbol& s = symbols_[index];
     if (s.cached == 0) {
@@ -5734,7 +8064,7 @@ class SymbolTable {
   ByteView strtab_;
   std::vector<Symbol> symbols_;         // sorted by value
   std::vector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
-  std::vector<std::string> names_;      // demangled names, filled on first lookup
+  std::deque<std::string> names_;       // demangled names, filled on first lookup (stable)
 };
 
 }  // namespace elf
@@ -5752,20 +8082,49 @@ inline std::vector<LoadedObject> CollectLoadedObjects() {
   return objects;
 }
 
-// Reads .symtab (falling back to .dynsym) of each object's file once, in process.
+// One frame of a symbolized address: what a pprof Line and its Function say.
+// The views stay valid until the next Symbolize call on the same Symbolizer.
+struct SymbolizedFrame {
+  std::string_view name;           // short form, as pprof displays it: "ns::Class::Method"
+  std::string_view system_name;    // linkage (mangled) name, or the plain name
+  std::string_view full_name;      // demangled with parameters: "ns::Class::Method(int)"
+  std::string_view function_file;  // file declaring the function; may be empty
+  std::string_view file;           // file of `line`; may be empty
+  std::uint32_t line = 0;          // 0 = unknown
+  std::uint32_t start_line = 0;    // the function's declaration line; 0 = unknown
+};
+
+// What Symbolize knew about an address.
+struct SymbolizedQuality {
+  bool function = false;      // the outermost frame has a name
+  bool line = false;          // the innermost frame has a file and line
+  bool inline_known = false;  // .debug_info described it: the chain is complete
+};
+
+// Reads .symtab (falling back to .dynsym) of each object's file once per
+// Symbolizer, and through the process-wide debug cache, its DWARF.
 class Symbolizer {
  public:
-  explicit Symbolizer(const std::vector<LoadedObject>& objects);
+  explicit Symbolizer(const std::vector<LoadedObject>& objects,
+                      const char* debug_directory = elf::kDebugFileDirectory);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
 
-  // Demangled name and start address of the function containing `pc`.
-  // False when no symbol covers it (name and start untouched).
+  // Demangled name and start address of the function containing `pc`, from
+  // the symbol table. False when no symbol covers it (name and start untouched).
   bool Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start);
   // True when the object at `object_index` (into the constructor's vector)
   // had a symbol table we could read.
   bool HasSymbols(std::size_t object_index) const;
+  // True when DWARF was found for the object (its own, or a debug file);
+  // reads it if no lookup has yet.
+  bool HasDebugInfo(std::size_t object_index) const;
+
+  // The frames of `address` (an address inside the call, not a return
+  // address), innermost first: several when the compiler inlined calls there.
+  // Returns how many (at most `max`), 0 when nothing is known.
+  int Symbolize(std::uintptr_t address, SymbolizedFrame* out, int max, SymbolizedQuality* quality);
 
  private:
   struct Range {
@@ -5773,18 +8132,24 @@ class Symbolizer {
     std::uintptr_t limit;
     std::uintptr_t bias;
     std::size_t table;
+    DebugObject* debug;  // null: no DWARF
   };
+  const Range* RangeOf(std::uintptr_t pc) const;
 
   // unique_ptr keeps each table (and the mapping its names point into) in place.
   std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
-  std::vector<Range> ranges_;  // objects with symbols, sorted by start
+  std::vector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   std::vector<bool> has_symbols_;
+  std::vector<DebugObject*> debug_;  // per object; its DWARF is read on first use
+  char short_buf_[1024];
 };
 
-inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
+inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const char* debug_directory) {
   // Several executable segments of one object share its file and its table.
   std::map<std::string, std::size_t> table_of_file;
+  std::vector<DebugObject*> debug_of_table;
   has_symbols_.reserve(objects.size());
+  debug_.reserve(objects.size());
   for (const LoadedObject& object : objects) {
     std::string key = object.path;
     key.push_back('\0');
@@ -5792,14 +8157,22 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
     auto it = table_of_file.find(key);
     if (it == table_of_file.end()) {
       auto table = std::make_unique<elf::SymbolTable>();
-      if (!object.path.empty()) table->Load(object.path, object.build_id);
+      DebugObject* debug = nullptr;
+      if (!object.path.empty()) {
+        table->Load(object.path, object.build_id, debug_directory);
+        DebugCacheLock hold;
+        debug = FindDebugObject(object.path.c_str(), object.build_id.c_str(), debug_directory);
+      }
       tables_.push_back(std::move(table));
+      debug_of_table.push_back(debug);
       it = table_of_file.emplace(std::move(key), tables_.size() - 1).first;
     }
     const bool usable = !tables_[it->second]->empty();
+    DebugObject* debug = debug_of_table[it->second];
     has_symbols_.push_back(usable);
-    if (usable && object.start < object.limit) {
-      ranges_.push_back(Range{object.start, object.limit, object.bias, it->second});
+    debug_.push_back(debug);
+    if ((usable || debug != nullptr) && object.start < object.limit) {
+      ranges_.push_back(Range{object.start, object.limit, object.bias, it->second, debug});
     }
   }
   std::sort(ranges_.begin(), ranges_.end(),
@@ -5808,22 +8181,96 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
 
 inline Symbolizer::~Symbolizer() = default;
 
-inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), pc,
                              [](std::uintptr_t a, const Range& r) { return a < r.start; });
-  if (it == ranges_.begin()) return false;
+  if (it == ranges_.begin()) return nullptr;
   --it;
-  if (pc >= it->limit) return false;
-  elf::SymbolTable& table = *tables_[it->table];
+  return pc < it->limit ? &*it : nullptr;
+}
+
+inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+  const Range* r = RangeOf(pc);
+  if (r == nullptr) return false;
+  elf::SymbolTable& table = *tables_[r->table];
   std::size_t index = 0;
-  if (!table.Find(pc - it->bias, &index)) return false;
+  if (table.empty() || !table.Find(pc - r->bias, &index)) return false;
   name = table.Name(index);
-  start = static_cast<std::uintptr_t>(table.Value(index)) + it->bias;
+  start = static_cast<std::uintptr_t>(table.Value(index)) + r->bias;
   return true;
+}
+
+inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, int max,
+                                 SymbolizedQuality* quality) {
+  *quality = SymbolizedQuality{};
+  if (max <= 0) return 0;
+  const Range* r = RangeOf(address);
+  if (r == nullptr) return 0;
+  const std::uint64_t file_address = address - r->bias;
+  constexpr int kMaxInline = 64;
+  dwarf::SourceFrame source[kMaxInline];
+  int n = 0;
+  bool inline_known = false;
+  if (r->debug != nullptr) {
+    DebugCacheLock hold;  // decoding fills the shared cache
+    r->debug->EnsureLoaded();
+    n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
+  }
+  for (int i = 0; i < n; ++i) {
+    SymbolizedFrame& f = out[i];
+    f = SymbolizedFrame{};
+    if (source[i].function != nullptr) {
+      const dwarf::FunctionInfo& fn = *source[i].function;
+      f.name = fn.name;
+      f.system_name = fn.system_name;
+      f.full_name = fn.full_name;
+      if (fn.file != nullptr) f.function_file = fn.file;
+      f.start_line = fn.start_line;
+    }
+    if (source[i].file != nullptr) f.file = source[i].file;
+    f.line = source[i].line;
+  }
+  // The symbol table names the outermost function when the DWARF did not, or
+  // gave only an unqualified name (GCC writes no linkage name for a static
+  // function: "Helper" where the symbol says "myns::Helper(int)").
+  elf::SymbolTable& table = *tables_[r->table];
+  std::size_t index = 0;
+  const bool outer_plain = n > 0 && (source[n - 1].function == nullptr || !source[n - 1].function->linkage);
+  if ((n == 0 || outer_plain) && !table.empty() && table.Find(file_address, &index)) {
+    const std::string& full = table.Name(index);
+    const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
+    const std::string_view short_name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
+    SymbolizedFrame& f = out[n == 0 ? 0 : n - 1];
+    const std::size_t m = f.name.size();
+    const bool fits = n == 0 || m == 0 || short_name == f.name ||
+                      (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, f.name) == 0 &&
+                       short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+    if (fits) {
+      if (n == 0) {
+        f = SymbolizedFrame{};
+        n = 1;
+      }
+      f.name = short_name;
+      f.system_name = table.RawName(index);
+      f.full_name = full;
+    }
+  }
+  if (n == 0) return 0;
+  quality->function = !out[n - 1].name.empty();
+  quality->line = !out[0].file.empty() && out[0].line != 0;
+  quality->inline_known = inline_known;
+  return n;
 }
 
 inline bool Symbolizer::HasSymbols(std::size_t object_index) const {
   return object_index < has_symbols_.size() && has_symbols_[object_index];
+}
+
+inline bool Symbolizer::HasDebugInfo(std::size_t object_index) const {
+  if (object_index >= debug_.size() || debug_[object_index] == nullptr) return false;
+  DebugCacheLock hold;
+  debug_[object_index]->EnsureLoaded();  // reads the object's DWARF if no lookup has yet
+  return debug_[object_index]->has_info();
 }
 
 }  // namespace detail
@@ -6049,16 +8496,17 @@ constexpr std::uint32_t kKey = 1, kStr = 2, kNum = 3, kNumUnit = 4;
 }
 namespace mapping {
 constexpr std::uint32_t kId = 1, kMemoryStart = 2, kMemoryLimit = 3, kFileOffset = 4,
-                        kFilename = 5, kBuildId = 6, kHasFunctions = 7;
+                        kFilename = 5, kBuildId = 6, kHasFunctions = 7, kHasFilenames = 8,
+                        kHasLineNumbers = 9, kHasInlineFrames = 10;
 }
 namespace location {
 constexpr std::uint32_t kId = 1, kMappingId = 2, kAddress = 3, kLine = 4;
 }
 namespace line {
-constexpr std::uint32_t kFunctionId = 1;
+constexpr std::uint32_t kFunctionId = 1, kLine = 2;
 }
 namespace function {
-constexpr std::uint32_t kId = 1, kName = 2, kSystemName = 3;
+constexpr std::uint32_t kId = 1, kName = 2, kSystemName = 3, kFilename = 4, kStartLine = 5;
 }
 }  // namespace pprof_field
 
@@ -6149,6 +8597,7 @@ class PprofProfileBuilder {
   PprofProfileBuilder(const std::vector<LoadedObject>& objects, Symbolizer& symbolizer)
       : objects_(objects), symbolizer_(symbolizer) {
     objects_by_start_.reserve(objects.size());
+    quality_.resize(objects.size());
     for (std::size_t i = 0; i < objects.size(); ++i) objects_by_start_.push_back(i);
     std::sort(objects_by_start_.begin(), objects_by_start_.end(),
               [&](std::size_t a, std::size_t b) { return objects[a].start < objects[b].start; });
@@ -6212,6 +8661,16 @@ class PprofProfileBuilder {
 
     for (std::size_t i = 0; i < objects_.size(); ++i) {
       const LoadedObject& o = objects_[i];
+      // Each flag says what every location of the mapping got: pprof trusts a
+      // set flag and then never symbolizes those locations itself (given the
+      // binary, it fills in what a clear flag says is missing). A mapping
+      // without locations says whether its object has symbols, and claims no
+      // lines (its DWARF is not read for nothing).
+      const MappingQuality& q = quality_[i];
+      const bool any = q.locations != 0;
+      const bool has_functions = any ? q.functions == q.locations : symbolizer_.HasSymbols(i);
+      const bool has_lines = any && q.lines == q.locations;
+      const bool has_inline = any && q.inline_known == q.locations;
       const std::int64_t filename = strings_.Intern(o.path);
       const std::int64_t build_id = strings_.Intern(o.build_id);
       w.Message(pprof_field::profile::kMapping, [&] {
@@ -6221,9 +8680,10 @@ class PprofProfileBuilder {
         w.OptUint64(pprof_field::mapping::kFileOffset, o.file_offset);
         w.OptInt64(pprof_field::mapping::kFilename, filename);
         w.OptInt64(pprof_field::mapping::kBuildId, build_id);
-        // We resolve function names only: claiming files or lines would make
-        // pprof trust line numbers we never wrote.
-        w.OptBool(pprof_field::mapping::kHasFunctions, symbolizer_.HasSymbols(i));
+        w.OptBool(pprof_field::mapping::kHasFunctions, has_functions);
+        w.OptBool(pprof_field::mapping::kHasFilenames, has_lines);
+        w.OptBool(pprof_field::mapping::kHasLineNumbers, has_lines);
+        w.OptBool(pprof_field::mapping::kHasInlineFrames, has_inline);
       });
     }
 
@@ -6233,21 +8693,29 @@ class PprofProfileBuilder {
         w.Uint64(pprof_field::location::kId, i + 1);
         w.OptUint64(pprof_field::location::kMappingId, loc.mapping_id);
         w.OptUint64(pprof_field::location::kAddress, loc.address);
-        if (loc.function_id != 0) {
-          // Line number 0 is omitted: we do not know it.
-          w.Message(pprof_field::location::kLine,
-                    [&] { w.Uint64(pprof_field::line::kFunctionId, loc.function_id); });
+        // Innermost first, as pprof expects an inline chain. Line number 0
+        // is omitted: we do not know it.
+        for (std::uint32_t k = 0; k < loc.line_count; ++k) {
+          const LineRecord& line = lines_[loc.first_line + k];
+          w.Message(pprof_field::location::kLine, [&] {
+            w.Uint64(pprof_field::line::kFunctionId, line.function_id);
+            w.OptInt64(pprof_field::line::kLine, line.line);
+          });
         }
       });
     }
 
-    for (std::size_t i = 0; i < function_names_.size(); ++i) {
-      const std::int64_t name = function_names_[i];
+    for (std::size_t i = 0; i < functions_.size(); ++i) {
+      const FunctionKey& f = functions_[i];
       w.Message(pprof_field::profile::kFunction, [&] {
         w.Uint64(pprof_field::function::kId, i + 1);
-        w.OptInt64(pprof_field::function::kName, name);
-        // The symbolizer hands us demangled names only; both fields get them.
-        w.OptInt64(pprof_field::function::kSystemName, name);
+        // name: the short form pprof would print; system_name: the linkage
+        // name. They differ for C++, so pprof keeps our name as it is
+        // (it re-demangles only a function whose two names are equal).
+        w.OptInt64(pprof_field::function::kName, f.name);
+        w.OptInt64(pprof_field::function::kSystemName, f.system_name);
+        w.OptInt64(pprof_field::function::kFilename, f.filename);
+        w.OptInt64(pprof_field::function::kStartLine, f.start_line);
       });
     }
 
@@ -6266,7 +8734,31 @@ class PprofProfileBuilder {
   struct LocationRecord {
     std::uint64_t mapping_id;
     std::uint64_t address;
-    std::uint64_t function_id;  // 0: unsymbolized, no Line
+    std::uint32_t first_line;  // into lines_
+    std::uint32_t line_count;  // 0: unsymbolized, no Line
+  };
+  struct LineRecord {
+    std::uint64_t function_id;
+    std::int64_t line;
+  };
+  struct FunctionKey {
+    std::int64_t name, system_name, filename, start_line;
+    bool operator==(const FunctionKey& o) const {
+      return name == o.name && system_name == o.system_name && filename == o.filename &&
+             start_line == o.start_line;
+    }
+  };
+  struct FunctionKeyHash {
+    std::size_t operator()(const FunctionKey& k) const {
+      std::uint64_t h = static_cast<std::uint64_t>(k.name) * 0x9E3779B97F4A7C15ull;
+      h ^= static_cast<std::uint64_t>(k.system_name) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(k.filename) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(k.start_line) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
+      return static_cast<std::size_t>(h);
+    }
+  };
+  struct MappingQuality {
+    std::uint32_t locations = 0, functions = 0, lines = 0, inline_known = 0;
   };
 
   static void WriteValueType(ProtoWriter& w, std::uint32_t field, std::int64_t type,
@@ -6286,13 +8778,27 @@ class PprofProfileBuilder {
     // right function. The mapping is looked up by that address too, so a
     // call ending a segment still maps to it.
     const std::uintptr_t address = pc != 0 ? pc - 1 : 0;
-    std::uint64_t function_id = 0;
+    const std::uint64_t mapping = MappingFor(address);
+    LocationRecord record{mapping, address, static_cast<std::uint32_t>(lines_.size()), 0};
     if (address != 0) {
-      std::uintptr_t start = 0;
-      if (symbolizer_.Lookup(address, name_scratch_, start))
-        function_id = FunctionFor(name_scratch_);
+      SymbolizedFrame frames[kMaxInlineFrames];
+      SymbolizedQuality quality;
+      const int n = symbolizer_.Symbolize(address, frames, kMaxInlineFrames, &quality);
+      for (int i = 0; i < n; ++i) {
+        // A Line needs a Function: a frame known only by its line is left out.
+        if (frames[i].name.empty()) continue;
+        lines_.push_back(LineRecord{FunctionFor(frames[i]), frames[i].line});
+        ++record.line_count;
+      }
+      if (mapping != 0) {
+        MappingQuality& q = quality_[mapping - 1];
+        ++q.locations;
+        q.functions += quality.function && record.line_count != 0;
+        q.lines += quality.line && record.line_count != 0;
+        q.inline_known += quality.inline_known;
+      }
     }
-    const std::uint64_t id = AddLocation({MappingFor(address), address, function_id});
+    const std::uint64_t id = AddLocation(record);
     location_by_pc_.Insert(pc, id);
     return id;
   }
@@ -6304,7 +8810,7 @@ class PprofProfileBuilder {
     if (found != truncation_location_.end()) return found->second;
     const std::string name =
         "[heapprof: stack truncated at " + std::to_string(frames) + " frames]";
-    const std::uint64_t id = AddLocation({0, 0, FunctionFor(name)});
+    const std::uint64_t id = AddMarkerLocation(name);
     truncation_location_.emplace(frames, id);
     return id;
   }
@@ -6312,7 +8818,7 @@ class PprofProfileBuilder {
   // The one frame of samples whose stack did not fit in the stack table
   // (HEAPPROF=max_stacks): their totals are right, their callers unknown.
   std::uint64_t OverflowLocation() {
-    if (overflow_location_ == 0) overflow_location_ = AddLocation({0, 0, FunctionFor("[heapprof: stack table full]")});
+    if (overflow_location_ == 0) overflow_location_ = AddMarkerLocation("[heapprof: stack table full]");
     return overflow_location_;
   }
 
@@ -6321,13 +8827,24 @@ class PprofProfileBuilder {
     return locations_.size();
   }
 
-  std::uint64_t FunctionFor(std::string_view name) {
-    const std::int64_t name_index = strings_.Intern(name);
-    const auto found = function_by_name_.find(name_index);
-    if (found != function_by_name_.end()) return found->second;
-    function_names_.push_back(name_index);
-    const std::uint64_t id = function_names_.size();
-    function_by_name_.emplace(name_index, id);
+  std::uint64_t AddMarkerLocation(std::string_view name) {
+    SymbolizedFrame frame;
+    frame.name = frame.system_name = name;
+    lines_.push_back(LineRecord{FunctionFor(frame), 0});
+    return AddLocation({0, 0, static_cast<std::uint32_t>(lines_.size() - 1), 1});
+  }
+
+  std::uint64_t FunctionFor(const SymbolizedFrame& frame) {
+    FunctionKey key;
+    key.name = strings_.Intern(frame.name);
+    key.system_name = frame.system_name.empty() ? key.name : strings_.Intern(frame.system_name);
+    key.filename = strings_.Intern(!frame.function_file.empty() ? frame.function_file : frame.file);
+    key.start_line = frame.start_line;
+    const auto found = function_by_key_.find(key);
+    if (found != function_by_key_.end()) return found->second;
+    functions_.push_back(key);
+    const std::uint64_t id = functions_.size();
+    function_by_key_.emplace(key, id);
     return id;
   }
 
@@ -6349,13 +8866,15 @@ class PprofProfileBuilder {
   // frames, so distinct PCs are a few percent of all frames, and a table sized
   // for the worst case misses cache on every probe (measured: 2x slower).
   // Doubling as they grow costs less than one oversized clear.
+  static constexpr int kMaxInlineFrames = 32;
   std::vector<LocationRecord> locations_;      // id = index + 1
-  std::vector<std::int64_t> function_names_;   // id = index + 1 -> string index
+  std::vector<LineRecord> lines_;              // of all locations, each one's in a row
+  std::vector<FunctionKey> functions_;         // id = index + 1
   PcLocationMap location_by_pc_;
   std::unordered_map<std::size_t, std::uint64_t> truncation_location_;
   std::uint64_t overflow_location_ = 0;
-  std::unordered_map<std::int64_t, std::uint64_t> function_by_name_;
-  std::string name_scratch_;
+  std::unordered_map<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
+  std::vector<MappingQuality> quality_;        // per object
 };
 
 inline std::string EncodeProfile(const ProfileData& data, const std::vector<LoadedObject>& objects,
@@ -7487,15 +10006,30 @@ class TextProfileStream {
       AppendFormat(out, " %#llx", static_cast<unsigned long long>(stack->pcs()[i]));
     }
     out += '\n';
+    constexpr int kTextInlineFrames = 32;
+    SymbolizedFrame frames[kTextInlineFrames];
     for (std::uint32_t i = 0; i < stack->depth; ++i) {
+      // As Go writes it: one line per frame, inlined frames expanded
+      // (innermost first, all at the same PC), "function+offset file:line".
       const std::uintptr_t pc = stack->pcs()[i];
       std::uintptr_t start = 0;
-      if (symbolizer.Lookup(pc - 1, name, start)) {
-        AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
-        out += name;
-        AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
-      } else {
+      const bool have_symbol = symbolizer.Lookup(pc - 1, name, start);
+      SymbolizedQuality quality;
+      const int n = symbolizer.Symbolize(pc - 1, frames, kTextInlineFrames, &quality);
+      if (n == 0) {
         AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+        continue;
+      }
+      for (int k = 0; k < n; ++k) {
+        AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
+        out += frames[k].full_name.empty() ? frames[k].name : frames[k].full_name;
+        if (k == n - 1 && have_symbol) AppendFormat(out, "+%#llx", static_cast<unsigned long long>(pc - start));
+        if (!frames[k].file.empty() && frames[k].line != 0) {
+          out += '\t';
+          out += frames[k].file;
+          AppendFormat(out, ":%u", frames[k].line);
+        }
+        out += '\n';
       }
     }
     if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {
@@ -7956,8 +10490,10 @@ inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 
@@ -7966,105 +10502,104 @@ namespace detail {
 
 // Rows in the leak report table.
 constexpr std::size_t kLeakReportRows = 10;
-// Frames shown per row.
-constexpr std::size_t kLeakReportFrames = 4;
+// Frames shown per row by default (HEAPPROF=leak_frames=N changes it).
+constexpr std::size_t kLeakReportFrames = 6;
 
 // "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
 // → "std::vector::_M_realloc_insert": template arguments, parameter lists and
 // a leading return type dropped, as pprof's default (simplified) names do.
-inline std::string SimplifyFunctionName(std::string name) {
-  const std::size_t clone = name.find(" [clone ");  // GCC's ".isra.0", ".constprop.0" copies
-  if (clone != std::string::npos) name.resize(clone);
-  std::string out;
-  int angle = 0, paren = 0;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    if (paren == 0 && angle == 0 && name.compare(i, 21, "(anonymous namespace)") == 0) {
-      out += "(anonymous namespace)";
-      i += 20;
-      continue;
-    }
-    if (c == '(' && paren == 0 && angle == 0 && i >= 8 && name.compare(i - 8, 10, "operator()") == 0) {
-      out += "()";
-      ++i;
-      continue;
-    }
-    if (c == '(' && angle == 0) {
-      ++paren;
-      continue;
-    }
-    if (c == ')' && paren > 0) {
-      --paren;
-      continue;
-    }
-    if (paren > 0) continue;
-    // "operator<" / "operator<<" are names, not template brackets.
-    if (c == '<' && !(i >= 8 && name.compare(i - 8, 8, "operator") == 0)) {
-      ++angle;
-      continue;
-    }
-    if (c == '>' && angle > 0) {
-      --angle;
-      continue;
-    }
-    if (angle > 0) continue;
-    out += c;
-  }
-  // Qualifiers after the parameter list.
-  for (bool again = true; again;) {
-    again = false;
-    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
-      const std::size_t n = std::strlen(q);
-      if (out.size() > n && out.compare(out.size() - n, n, q) == 0) {
-        out.resize(out.size() - n);
-        again = true;
-      }
-    }
-  }
-  // A return type ("void ", "int* ") before the qualified name.
-  std::size_t space = std::string::npos;
-  for (std::size_t i = 0, depth = 0; i < out.size(); ++i) {
-    if (out[i] == '(') ++depth;
-    if (out[i] == ')' && depth > 0) --depth;
-    if (out[i] == ' ' && depth == 0) space = i;
-  }
-  if (space != std::string::npos) out = out.substr(space + 1);
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out.empty() ? name : out;
+inline std::string SimplifyFunctionName(const std::string& name) {
+  char buf[1024];
+  const std::size_t n = ShortFunctionName(name.c_str(), buf, sizeof buf);
+  return n != 0 ? std::string(buf, n) : name;
 }
 
+// Frames of the allocator machinery rather than of the program: the standard
+// library's containers and allocators, heapprof itself, the allocation
+// functions. A row starts at the first frame that is none of these, so that
+// at -O0 a leaked vector's row shows who made the vector, not
+// std::__new_allocator::allocate.
+inline bool IsAllocatorMachinery(std::string_view name) {
+  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
+                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
+inline std::string_view BaseName(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+struct LeakFrame {
+  std::string shown;  // "name (file.cpp:42)"
+  bool machinery = false;
+};
+
 struct LeakRow {
-  std::vector<std::string> frames;  // simplified names, innermost first
+  std::vector<std::string> frames;  // shown frames, innermost first, from the first frame of the program
   std::int64_t objects = 0, bytes = 0;
 };
 
-// The in-use part of `data`, summed per stack of function names (call sites,
-// object sizes and labels merged), largest first, as lines for stderr.
+// The frames of one return address, inline frames expanded, innermost first.
+inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<LeakFrame>& out) {
+  SymbolizedFrame frames[32];
+  SymbolizedQuality quality;
+  const int n = pc != 0 ? symbolizer.Symbolize(pc - 1, frames, 32, &quality) : 0;
+  for (int i = 0; i < n; ++i) {
+    LeakFrame f;
+    f.shown = frames[i].name.empty() ? std::string("??") : std::string(frames[i].name);
+    f.machinery = IsAllocatorMachinery(f.shown);
+    if (!frames[i].file.empty() && frames[i].line != 0) {
+      f.shown += " (";
+      f.shown += BaseName(frames[i].file);
+      f.shown += ':';
+      f.shown += std::to_string(frames[i].line);
+      f.shown += ')';
+    }
+    out.push_back(std::move(f));
+  }
+  if (n == 0) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
+    out.push_back(LeakFrame{hex, false});
+  }
+}
+
+// The in-use part of `data`, summed per stack of shown frames (object sizes
+// and labels merged), largest first, as lines for stderr. `max_frames` per row.
 inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
-                                                std::int64_t& total_objects, std::int64_t& total_bytes) {
+                                                std::int64_t& total_objects, std::int64_t& total_bytes,
+                                                std::size_t max_frames = kLeakReportFrames) {
+  if (max_frames == 0) max_frames = kLeakReportFrames;
   std::map<std::vector<std::string>, LeakRow> by_stack;
-  std::map<std::uintptr_t, std::string> names;  // pc → simplified name
+  std::map<std::uintptr_t, std::vector<LeakFrame>> frames_of;  // pc → its frames
   total_objects = total_bytes = 0;
-  std::string name;
   for (const ProfileSample& s : data.samples) {
     if (s.inuse_objects <= 0) continue;
     std::vector<std::string> frames;
+    bool skipping = true;
+    std::size_t skipped = 0;
+    std::vector<std::string> all;
     for (std::uintptr_t pc : s.pcs) {
-      auto it = names.find(pc);
-      if (it == names.end()) {
-        std::uintptr_t start = 0;
-        std::string shown;
-        if (symbolizer.Lookup(pc - 1, name, start)) {
-          shown = SimplifyFunctionName(name);
-        } else {
-          char hex[32];
-          std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
-          shown = hex;
-        }
-        it = names.emplace(pc, std::move(shown)).first;
+      auto it = frames_of.find(pc);
+      if (it == frames_of.end()) {
+        std::vector<LeakFrame> expanded;
+        LeakFramesOf(symbolizer, pc, expanded);
+        it = frames_of.emplace(pc, std::move(expanded)).first;
       }
-      frames.push_back(it->second);
+      for (const LeakFrame& f : it->second) {
+        all.push_back(f.shown);
+        if (skipping && f.machinery) {
+          ++skipped;
+          continue;
+        }
+        skipping = false;
+        frames.push_back(f.shown);
+      }
     }
+    if (frames.empty()) frames = std::move(all);  // nothing but machinery: show it
     if (s.truncated) frames.emplace_back("[truncated]");
     if (s.overflow) frames.emplace_back("[heapprof: stack table full]");
     LeakRow& row = by_stack[frames];
@@ -8082,8 +10617,9 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.objects > b.objects;
   });
   std::vector<std::string> lines;
-  char head[128];
-  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects", "allocated at (innermost first)");
+  char head[160];
+  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects",
+                "allocated at (innermost first, from the first frame outside std:: and heapprof)");
   lines.emplace_back(head);
   for (std::size_t i = 0; i < rows.size() && i < kLeakReportRows; ++i) {
     const LeakRow& row = rows[i];
@@ -8091,11 +10627,11 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     std::snprintf(cols, sizeof cols, "%14s %10lld  ", FormatBytes(static_cast<double>(row.bytes)).c_str(),
                   static_cast<long long>(row.objects));
     std::string line = cols;
-    for (std::size_t f = 0; f < row.frames.size() && f < kLeakReportFrames; ++f) {
+    for (std::size_t f = 0; f < row.frames.size() && f < max_frames; ++f) {
       if (f != 0) line += " < ";
       line += row.frames[f];
     }
-    if (row.frames.size() > kLeakReportFrames) line += " < ...";
+    if (row.frames.size() > max_frames) line += " < ...";
     lines.push_back(std::move(line));
   }
   if (rows.size() > kLeakReportRows) {
@@ -8118,7 +10654,8 @@ inline void LeakReport(const std::string& prefix) noexcept {
     std::string error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    const std::vector<std::string> table = FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use);
+    const std::vector<std::string> table =
+        FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     std::string how = rate <= 1 ? std::string(rate == 1 ? "every allocation recorded" : "sampling off")
                                 : "estimated from samples, rate " + std::to_string(rate) + " bytes";

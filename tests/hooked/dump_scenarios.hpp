@@ -76,8 +76,17 @@ inline int RunDumpSignal() {
 // dump_at_exit / leak_report: leave 5 x 3000 B from LeakedByTest live. Held
 // by a global, so LeakSanitizer (ASan builds) counts them reachable.
 inline char* g_left_at_exit[5];
+// And a vector whose buffer comes from inside the standard library
+// (std::__new_allocator::allocate and friends, inlined or not): the leak
+// report's row must still start at the function that made the vector.
+inline std::vector<int>* g_left_vector = nullptr;
+__attribute__((noinline)) inline void LeakedVectorByTest() {
+  g_left_vector = new std::vector<int>(1000);
+  asm volatile("" : : "r"(g_left_vector) : "memory");
+}
 inline int RunDumpExit() {
   for (char*& p : g_left_at_exit) p = LeakedByTest(3000);
+  LeakedVectorByTest();
   for (int i = 0; i < 50; ++i) delete[] LeakedByTest(100);
   return 0;
 }

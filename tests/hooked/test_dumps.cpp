@@ -178,8 +178,11 @@ TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the
   // The table: a header line and a row for the leaking function with its totals.
   CHECK(out.find("heapprof: leak report: ") != std::string::npos);
   CHECK(out.find("every allocation recorded") != std::string::npos);
-  const std::regex row(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest)");
+  // The row starts at the program's own frame, with its file and line.
+  const std::regex row(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest \(dump_scenarios\.hpp:[0-9]+\))");
   CHECK(std::regex_search(out, row));
+  const std::regex vector_row(R"(heapprof:\s+3\.93 KiB\s+2\s+heapprof_test::LeakedVectorByTest \(dump_scenarios\.hpp:[0-9]+\))");
+  CHECK(std::regex_search(out, vector_row));
   CHECK(out.find("leak profile: " + dir + "/" + leaks[0]) != std::string::npos);
   RemoveDir(dir);
 }
@@ -312,6 +315,8 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
   // The record for TextLeaf: 7 live of 10 allocated, 4000 B each.
   const std::regex record(R"(\n7: 28000 \[10: 40000\] @ 0x[0-9a-f]+( 0x[0-9a-f]+)*\n#\t0x[0-9a-f]+\t[^\n]*TextLeaf)");
   CHECK(std::regex_search(text, record));
+  // Each frame line as Go writes it: "#<tab>pc<tab>function+offset<tab>file:line".
+  CHECK(std::regex_search(text, std::regex(R"(\n#\t0x[0-9a-f]+\t[^\n\t]*TextLeaf[^\n\t]*\+0x[0-9a-f]+\t/[^\n]*test_dumps\.cpp:[0-9]+\n)")));
   CHECK(text.find("# extra = 1\n") != std::string::npos);
   CHECK(text.find("\nMAPPED_LIBRARIES:\n") != std::string::npos);
   for (char* p : keep) delete[] p;

@@ -3,6 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <sstream>
+#include <string>
+
 #include "support/profile_io.hpp"
 
 namespace {
@@ -14,7 +17,92 @@ __attribute__((noinline)) void GoPprofVisibleLeaf() {
   asm volatile("" ::: "memory");
 }
 
+void* g_lines_keep[32];
+void* g_inline_keep[32];
+
+constexpr int kLeafAllocLine = __LINE__ + 2;
+__attribute__((noinline)) void LineVisibleLeaf() {
+  for (int i = 0; i < 32; ++i) g_lines_keep[i] = new char[2000];
+  asm volatile("" ::: "memory");
+}
+
+constexpr int kInlinedAllocLine = __LINE__ + 2;
+__attribute__((always_inline)) inline void InlinedAllocator(int i) {
+  g_inline_keep[i] = new char[3000];
+}
+
+constexpr int kCallOfInlinedLine = __LINE__ + 3;
+__attribute__((noinline)) void CallsInlined() {
+  for (int i = 0; i < 32; ++i) {
+    InlinedAllocator(i);
+  }
+  asm volatile("" ::: "memory");
+}
+
 }  // namespace
+
+TEST_CASE("go tool pprof -lines -top, -list and -traces show file:line and inlined frames from the profile alone") {
+  using namespace heapprof_test;
+  if (GoBinary().empty()) {
+    MESSAGE("go not installed (Debian golang-go): skipped");
+    return;
+  }
+  RateScope rate(1);
+  LineVisibleLeaf();
+  CallsInlined();
+  std::string gz;
+  Profile p;
+  REQUIRE(CaptureProfile(p, false, &gz));
+  const std::string path = TempPath(".pb.gz");
+  REQUIRE(WriteFile(path, gz));
+  const std::string file = "test_pprof_go.cpp:";
+
+  // -symbolize=none: pprof uses only what the profile says, as when it is
+  // scraped by a service that has no copy of the binary.
+  std::string out;
+  int rc = GoPprof("-symbolize=none -lines -top -nodecount=400 -sample_index=inuse_space", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto line_with = [&out](const std::string& a, const std::string& b) {
+    std::istringstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find(a) != std::string::npos && line.find(b) != std::string::npos) return true;
+    }
+    return false;
+  };
+  CHECK(line_with("(anonymous namespace)::LineVisibleLeaf ", file + std::to_string(kLeafAllocLine)));
+  CHECK(line_with("(anonymous namespace)::InlinedAllocator ", file + std::to_string(kInlinedAllocLine)));
+
+  // The inlined callee, then its caller at the call's line, in one stack.
+  rc = GoPprof("-symbolize=none -lines -traces -sample_index=inuse_space -focus=InlinedAllocator", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t callee = out.find("InlinedAllocator " );
+  const std::size_t caller = out.find("CallsInlined ");
+  CHECK(callee != std::string::npos);
+  CHECK(caller != std::string::npos);
+  CHECK(callee < caller);
+  CHECK(line_with("(anonymous namespace)::CallsInlined ", file + std::to_string(kCallOfInlinedLine)));
+
+  // -list reads the source file named by the profile's Function.
+  rc = GoPprof("-symbolize=none -list=LineVisibleLeaf -sample_index=inuse_space", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("ROUTINE") != std::string::npos);
+  CHECK(out.find("new char[2000]") != std::string::npos);
+
+  // Without -lines, names are short and consistent: no parameter lists.
+  rc = GoPprof("-symbolize=none -top -nodecount=400", path, out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("LineVisibleLeaf()") == std::string::npos);
+  CHECK(out.find("(anonymous namespace)::LineVisibleLeaf") != std::string::npos);
+
+  for (void*& q : g_lines_keep) delete[] static_cast<char*>(q);
+  for (void*& q : g_inline_keep) delete[] static_cast<char*>(q);
+  std::remove(path.c_str());
+}
 
 TEST_CASE("go tool pprof reads our profiles (-raw, -top, -traces)") {
   using namespace heapprof_test;

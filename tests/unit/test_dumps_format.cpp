@@ -24,6 +24,31 @@ TEST_CASE("leak report names: template arguments, parameters, return types and c
   CHECK(SimplifyFunctionName("Foo::operator<(Foo const&) const") == "Foo::operator<");
   CHECK(SimplifyFunctionName("Foo::operator()(int)") == "Foo::operator()");
   CHECK(SimplifyFunctionName("int* Make<int>(unsigned long)") == "Make");
+  // Operators keep their names (the report once printed "new" and
+  // "std::thread::_Invoker::operator").
+  CHECK(SimplifyFunctionName("operator new(unsigned long)") == "operator new");
+  CHECK(SimplifyFunctionName("operator delete[](void*, unsigned long)") == "operator delete[]");
+  CHECK(SimplifyFunctionName("std::thread::_Invoker<std::tuple<void (*)(int), int> >::operator()()") ==
+        "std::thread::_Invoker::operator()");
+  CHECK(SimplifyFunctionName("std::ostream& operator<< <char>(std::ostream&, Foo const&)") == "operator<<");
+  CHECK(SimplifyFunctionName("Foo::operator bool() const") == "Foo::operator bool");
+  CHECK(SimplifyFunctionName("bool std::operator==<char>(std::string const&, char const*)") == "std::operator==");
+  CHECK(SimplifyFunctionName("main::{lambda(int)#1}::operator()(int) const") == "main::{lambda(int)#1}::operator()");
+  CHECK(SimplifyFunctionName("Foo::operator->() const") == "Foo::operator->");
+  CHECK(SimplifyFunctionName("Foo::~Foo()") == "Foo::~Foo");
+}
+
+TEST_CASE("leak report rows start at the first frame outside the allocator machinery") {
+  using heapprof::detail::IsAllocatorMachinery;
+  CHECK(IsAllocatorMachinery("std::__new_allocator::allocate"));
+  CHECK(IsAllocatorMachinery("std::vector::_M_realloc_insert"));
+  CHECK(IsAllocatorMachinery("operator new"));
+  CHECK(IsAllocatorMachinery("heapprof::allocator::allocate"));
+  CHECK_FALSE(IsAllocatorMachinery("MakeStrings"));
+  CHECK_FALSE(IsAllocatorMachinery("myns::Cache::Fill"));
+  CHECK(ParseEnvConfig("leak_frames=12").leak_frames == 12);
+  CHECK(ParseEnvConfig("leak_frames=0").leak_frames == 0);
+  CHECK(ParseEnvConfig("leak_frames=65").leak_frames == 0);
 }
 
 TEST_CASE("FormatBytes: binary units, two decimals") {

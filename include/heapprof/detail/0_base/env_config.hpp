@@ -107,6 +107,7 @@ struct EnvConfig {
   int dump_signal = 0;              // signal number; 0 off
   bool dump_at_exit = false;
   bool leak_report = false;
+  std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // HTTP endpoint (http.hpp), "host:port"; empty: off.
   static constexpr std::size_t kMaxListen = 256;
   char http[kMaxListen] = {};
@@ -237,6 +238,13 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
                                                   : "bad value for leak_report (0 or 1):",
                             value);
+      }
+    } else if (key == "leak_frames") {
+      std::uint64_t v;
+      if (ParseCount(value, v) && v > 0 && v <= 64) {
+        cfg.leak_frames = static_cast<std::size_t>(v);
+      } else {
+        ReportConfigProblem("bad value for leak_frames (1 to 64):", value);
       }
     } else if (key == "http") {
       if (!CopyConfigString(value, cfg.http)) {

@@ -182,9 +182,18 @@ inline void ForkParent() noexcept {
   unwind_table::g_lock.unlock();
   g_loader_lock.unlock();
 }
+// Set by the symbolizer (a later layer) before it first takes its cache lock:
+// runs in the child after the engine's locks are released. Through the
+// engine's handler, registered at the first allocation, rather than a
+// pthread_atfork of its own: glibc ignores the child handler of a
+// registration made while another thread's fork runs its prepare handlers,
+// and that fork's child would inherit a held lock.
+inline std::atomic<void (*)()> g_fork_child_symbolizer{nullptr};
+
 inline void ForkChild() noexcept {
   unwind_table::ResetReadersInChild();
   ForkParent();
+  if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
 }
 
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,

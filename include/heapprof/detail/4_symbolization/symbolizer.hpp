@@ -15,16 +15,20 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
+#include "heapprof/detail/4_symbolization/debug_info.hpp"
 #include "heapprof/detail/4_symbolization/elf_file.hpp"
+#include "heapprof/detail/4_symbolization/function_names.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -259,6 +263,16 @@ class SymbolTable {
     return true;
   }
 
+  // The symbol's own bytes (mangled), without a version suffix.
+  std::string_view RawName(std::size_t index) const {
+    std::size_t length = 0;
+    const char* raw = strtab_.CString(symbols_[index].name, &length);
+    if (raw == nullptr) return std::string_view();
+    const void* at = std::memchr(raw, '@', length);
+    if (at != nullptr && at != raw) length = static_cast<std::size_t>(static_cast<const char*>(at) - raw);
+    return std::string_view(raw, length);
+  }
+
   const std::string& Name(std::size_t index) {
     Symbol& s = symbols_[index];
     if (s.cached == 0) {
@@ -398,7 +412,7 @@ class SymbolTable {
   ByteView strtab_;
   std::vector<Symbol> symbols_;         // sorted by value
   std::vector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
-  std::vector<std::string> names_;      // demangled names, filled on first lookup
+  std::deque<std::string> names_;       // demangled names, filled on first lookup (stable)
 };
 
 }  // namespace elf
@@ -416,20 +430,49 @@ inline std::vector<LoadedObject> CollectLoadedObjects() {
   return objects;
 }
 
-// Reads .symtab (falling back to .dynsym) of each object's file once, in process.
+// One frame of a symbolized address: what a pprof Line and its Function say.
+// The views stay valid until the next Symbolize call on the same Symbolizer.
+struct SymbolizedFrame {
+  std::string_view name;           // short form, as pprof displays it: "ns::Class::Method"
+  std::string_view system_name;    // linkage (mangled) name, or the plain name
+  std::string_view full_name;      // demangled with parameters: "ns::Class::Method(int)"
+  std::string_view function_file;  // file declaring the function; may be empty
+  std::string_view file;           // file of `line`; may be empty
+  std::uint32_t line = 0;          // 0 = unknown
+  std::uint32_t start_line = 0;    // the function's declaration line; 0 = unknown
+};
+
+// What Symbolize knew about an address.
+struct SymbolizedQuality {
+  bool function = false;      // the outermost frame has a name
+  bool line = false;          // the innermost frame has a file and line
+  bool inline_known = false;  // .debug_info described it: the chain is complete
+};
+
+// Reads .symtab (falling back to .dynsym) of each object's file once per
+// Symbolizer, and through the process-wide debug cache, its DWARF.
 class Symbolizer {
  public:
-  explicit Symbolizer(const std::vector<LoadedObject>& objects);
+  explicit Symbolizer(const std::vector<LoadedObject>& objects,
+                      const char* debug_directory = elf::kDebugFileDirectory);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
 
-  // Demangled name and start address of the function containing `pc`.
-  // False when no symbol covers it (name and start untouched).
+  // Demangled name and start address of the function containing `pc`, from
+  // the symbol table. False when no symbol covers it (name and start untouched).
   bool Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start);
   // True when the object at `object_index` (into the constructor's vector)
   // had a symbol table we could read.
   bool HasSymbols(std::size_t object_index) const;
+  // True when DWARF was found for the object (its own, or a debug file);
+  // reads it if no lookup has yet.
+  bool HasDebugInfo(std::size_t object_index) const;
+
+  // The frames of `address` (an address inside the call, not a return
+  // address), innermost first: several when the compiler inlined calls there.
+  // Returns how many (at most `max`), 0 when nothing is known.
+  int Symbolize(std::uintptr_t address, SymbolizedFrame* out, int max, SymbolizedQuality* quality);
 
  private:
   struct Range {
@@ -437,18 +480,24 @@ class Symbolizer {
     std::uintptr_t limit;
     std::uintptr_t bias;
     std::size_t table;
+    DebugObject* debug;  // null: no DWARF
   };
+  const Range* RangeOf(std::uintptr_t pc) const;
 
   // unique_ptr keeps each table (and the mapping its names point into) in place.
   std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
-  std::vector<Range> ranges_;  // objects with symbols, sorted by start
+  std::vector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   std::vector<bool> has_symbols_;
+  std::vector<DebugObject*> debug_;  // per object; its DWARF is read on first use
+  char short_buf_[1024];
 };
 
-inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
+inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const char* debug_directory) {
   // Several executable segments of one object share its file and its table.
   std::map<std::string, std::size_t> table_of_file;
+  std::vector<DebugObject*> debug_of_table;
   has_symbols_.reserve(objects.size());
+  debug_.reserve(objects.size());
   for (const LoadedObject& object : objects) {
     std::string key = object.path;
     key.push_back('\0');
@@ -456,14 +505,22 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
     auto it = table_of_file.find(key);
     if (it == table_of_file.end()) {
       auto table = std::make_unique<elf::SymbolTable>();
-      if (!object.path.empty()) table->Load(object.path, object.build_id);
+      DebugObject* debug = nullptr;
+      if (!object.path.empty()) {
+        table->Load(object.path, object.build_id, debug_directory);
+        DebugCacheLock hold;
+        debug = FindDebugObject(object.path.c_str(), object.build_id.c_str(), debug_directory);
+      }
       tables_.push_back(std::move(table));
+      debug_of_table.push_back(debug);
       it = table_of_file.emplace(std::move(key), tables_.size() - 1).first;
     }
     const bool usable = !tables_[it->second]->empty();
+    DebugObject* debug = debug_of_table[it->second];
     has_symbols_.push_back(usable);
-    if (usable && object.start < object.limit) {
-      ranges_.push_back(Range{object.start, object.limit, object.bias, it->second});
+    debug_.push_back(debug);
+    if ((usable || debug != nullptr) && object.start < object.limit) {
+      ranges_.push_back(Range{object.start, object.limit, object.bias, it->second, debug});
     }
   }
   std::sort(ranges_.begin(), ranges_.end(),
@@ -472,22 +529,96 @@ inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects) {
 
 inline Symbolizer::~Symbolizer() = default;
 
-inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), pc,
                              [](std::uintptr_t a, const Range& r) { return a < r.start; });
-  if (it == ranges_.begin()) return false;
+  if (it == ranges_.begin()) return nullptr;
   --it;
-  if (pc >= it->limit) return false;
-  elf::SymbolTable& table = *tables_[it->table];
+  return pc < it->limit ? &*it : nullptr;
+}
+
+inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+  const Range* r = RangeOf(pc);
+  if (r == nullptr) return false;
+  elf::SymbolTable& table = *tables_[r->table];
   std::size_t index = 0;
-  if (!table.Find(pc - it->bias, &index)) return false;
+  if (table.empty() || !table.Find(pc - r->bias, &index)) return false;
   name = table.Name(index);
-  start = static_cast<std::uintptr_t>(table.Value(index)) + it->bias;
+  start = static_cast<std::uintptr_t>(table.Value(index)) + r->bias;
   return true;
+}
+
+inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, int max,
+                                 SymbolizedQuality* quality) {
+  *quality = SymbolizedQuality{};
+  if (max <= 0) return 0;
+  const Range* r = RangeOf(address);
+  if (r == nullptr) return 0;
+  const std::uint64_t file_address = address - r->bias;
+  constexpr int kMaxInline = 64;
+  dwarf::SourceFrame source[kMaxInline];
+  int n = 0;
+  bool inline_known = false;
+  if (r->debug != nullptr) {
+    DebugCacheLock hold;  // decoding fills the shared cache
+    r->debug->EnsureLoaded();
+    n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
+  }
+  for (int i = 0; i < n; ++i) {
+    SymbolizedFrame& f = out[i];
+    f = SymbolizedFrame{};
+    if (source[i].function != nullptr) {
+      const dwarf::FunctionInfo& fn = *source[i].function;
+      f.name = fn.name;
+      f.system_name = fn.system_name;
+      f.full_name = fn.full_name;
+      if (fn.file != nullptr) f.function_file = fn.file;
+      f.start_line = fn.start_line;
+    }
+    if (source[i].file != nullptr) f.file = source[i].file;
+    f.line = source[i].line;
+  }
+  // The symbol table names the outermost function when the DWARF did not, or
+  // gave only an unqualified name (GCC writes no linkage name for a static
+  // function: "Helper" where the symbol says "myns::Helper(int)").
+  elf::SymbolTable& table = *tables_[r->table];
+  std::size_t index = 0;
+  const bool outer_plain = n > 0 && (source[n - 1].function == nullptr || !source[n - 1].function->linkage);
+  if ((n == 0 || outer_plain) && !table.empty() && table.Find(file_address, &index)) {
+    const std::string& full = table.Name(index);
+    const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
+    const std::string_view short_name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
+    SymbolizedFrame& f = out[n == 0 ? 0 : n - 1];
+    const std::size_t m = f.name.size();
+    const bool fits = n == 0 || m == 0 || short_name == f.name ||
+                      (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, f.name) == 0 &&
+                       short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+    if (fits) {
+      if (n == 0) {
+        f = SymbolizedFrame{};
+        n = 1;
+      }
+      f.name = short_name;
+      f.system_name = table.RawName(index);
+      f.full_name = full;
+    }
+  }
+  if (n == 0) return 0;
+  quality->function = !out[n - 1].name.empty();
+  quality->line = !out[0].file.empty() && out[0].line != 0;
+  quality->inline_known = inline_known;
+  return n;
 }
 
 inline bool Symbolizer::HasSymbols(std::size_t object_index) const {
   return object_index < has_symbols_.size() && has_symbols_[object_index];
+}
+
+inline bool Symbolizer::HasDebugInfo(std::size_t object_index) const {
+  if (object_index >= debug_.size() || debug_[object_index] == nullptr) return false;
+  DebugCacheLock hold;
+  debug_[object_index]->EnsureLoaded();  // reads the object's DWARF if no lookup has yet
+  return debug_[object_index]->has_info();
 }
 
 }  // namespace detail

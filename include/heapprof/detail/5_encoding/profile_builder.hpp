@@ -64,16 +64,17 @@ constexpr std::uint32_t kKey = 1, kStr = 2, kNum = 3, kNumUnit = 4;
 }
 namespace mapping {
 constexpr std::uint32_t kId = 1, kMemoryStart = 2, kMemoryLimit = 3, kFileOffset = 4,
-                        kFilename = 5, kBuildId = 6, kHasFunctions = 7;
+                        kFilename = 5, kBuildId = 6, kHasFunctions = 7, kHasFilenames = 8,
+                        kHasLineNumbers = 9, kHasInlineFrames = 10;
 }
 namespace location {
 constexpr std::uint32_t kId = 1, kMappingId = 2, kAddress = 3, kLine = 4;
 }
 namespace line {
-constexpr std::uint32_t kFunctionId = 1;
+constexpr std::uint32_t kFunctionId = 1, kLine = 2;
 }
 namespace function {
-constexpr std::uint32_t kId = 1, kName = 2, kSystemName = 3;
+constexpr std::uint32_t kId = 1, kName = 2, kSystemName = 3, kFilename = 4, kStartLine = 5;
 }
 }  // namespace pprof_field
 
@@ -164,6 +165,7 @@ class PprofProfileBuilder {
   PprofProfileBuilder(const std::vector<LoadedObject>& objects, Symbolizer& symbolizer)
       : objects_(objects), symbolizer_(symbolizer) {
     objects_by_start_.reserve(objects.size());
+    quality_.resize(objects.size());
     for (std::size_t i = 0; i < objects.size(); ++i) objects_by_start_.push_back(i);
     std::sort(objects_by_start_.begin(), objects_by_start_.end(),
               [&](std::size_t a, std::size_t b) { return objects[a].start < objects[b].start; });
@@ -227,6 +229,16 @@ class PprofProfileBuilder {
 
     for (std::size_t i = 0; i < objects_.size(); ++i) {
       const LoadedObject& o = objects_[i];
+      // Each flag says what every location of the mapping got: pprof trusts a
+      // set flag and then never symbolizes those locations itself (given the
+      // binary, it fills in what a clear flag says is missing). A mapping
+      // without locations says whether its object has symbols, and claims no
+      // lines (its DWARF is not read for nothing).
+      const MappingQuality& q = quality_[i];
+      const bool any = q.locations != 0;
+      const bool has_functions = any ? q.functions == q.locations : symbolizer_.HasSymbols(i);
+      const bool has_lines = any && q.lines == q.locations;
+      const bool has_inline = any && q.inline_known == q.locations;
       const std::int64_t filename = strings_.Intern(o.path);
       const std::int64_t build_id = strings_.Intern(o.build_id);
       w.Message(pprof_field::profile::kMapping, [&] {
@@ -236,9 +248,10 @@ class PprofProfileBuilder {
         w.OptUint64(pprof_field::mapping::kFileOffset, o.file_offset);
         w.OptInt64(pprof_field::mapping::kFilename, filename);
         w.OptInt64(pprof_field::mapping::kBuildId, build_id);
-        // We resolve function names only: claiming files or lines would make
-        // pprof trust line numbers we never wrote.
-        w.OptBool(pprof_field::mapping::kHasFunctions, symbolizer_.HasSymbols(i));
+        w.OptBool(pprof_field::mapping::kHasFunctions, has_functions);
+        w.OptBool(pprof_field::mapping::kHasFilenames, has_lines);
+        w.OptBool(pprof_field::mapping::kHasLineNumbers, has_lines);
+        w.OptBool(pprof_field::mapping::kHasInlineFrames, has_inline);
       });
     }
 
@@ -248,21 +261,29 @@ class PprofProfileBuilder {
         w.Uint64(pprof_field::location::kId, i + 1);
         w.OptUint64(pprof_field::location::kMappingId, loc.mapping_id);
         w.OptUint64(pprof_field::location::kAddress, loc.address);
-        if (loc.function_id != 0) {
-          // Line number 0 is omitted: we do not know it.
-          w.Message(pprof_field::location::kLine,
-                    [&] { w.Uint64(pprof_field::line::kFunctionId, loc.function_id); });
+        // Innermost first, as pprof expects an inline chain. Line number 0
+        // is omitted: we do not know it.
+        for (std::uint32_t k = 0; k < loc.line_count; ++k) {
+          const LineRecord& line = lines_[loc.first_line + k];
+          w.Message(pprof_field::location::kLine, [&] {
+            w.Uint64(pprof_field::line::kFunctionId, line.function_id);
+            w.OptInt64(pprof_field::line::kLine, line.line);
+          });
         }
       });
     }
 
-    for (std::size_t i = 0; i < function_names_.size(); ++i) {
-      const std::int64_t name = function_names_[i];
+    for (std::size_t i = 0; i < functions_.size(); ++i) {
+      const FunctionKey& f = functions_[i];
       w.Message(pprof_field::profile::kFunction, [&] {
         w.Uint64(pprof_field::function::kId, i + 1);
-        w.OptInt64(pprof_field::function::kName, name);
-        // The symbolizer hands us demangled names only; both fields get them.
-        w.OptInt64(pprof_field::function::kSystemName, name);
+        // name: the short form pprof would print; system_name: the linkage
+        // name. They differ for C++, so pprof keeps our name as it is
+        // (it re-demangles only a function whose two names are equal).
+        w.OptInt64(pprof_field::function::kName, f.name);
+        w.OptInt64(pprof_field::function::kSystemName, f.system_name);
+        w.OptInt64(pprof_field::function::kFilename, f.filename);
+        w.OptInt64(pprof_field::function::kStartLine, f.start_line);
       });
     }
 
@@ -281,7 +302,31 @@ class PprofProfileBuilder {
   struct LocationRecord {
     std::uint64_t mapping_id;
     std::uint64_t address;
-    std::uint64_t function_id;  // 0: unsymbolized, no Line
+    std::uint32_t first_line;  // into lines_
+    std::uint32_t line_count;  // 0: unsymbolized, no Line
+  };
+  struct LineRecord {
+    std::uint64_t function_id;
+    std::int64_t line;
+  };
+  struct FunctionKey {
+    std::int64_t name, system_name, filename, start_line;
+    bool operator==(const FunctionKey& o) const {
+      return name == o.name && system_name == o.system_name && filename == o.filename &&
+             start_line == o.start_line;
+    }
+  };
+  struct FunctionKeyHash {
+    std::size_t operator()(const FunctionKey& k) const {
+      std::uint64_t h = static_cast<std::uint64_t>(k.name) * 0x9E3779B97F4A7C15ull;
+      h ^= static_cast<std::uint64_t>(k.system_name) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(k.filename) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(k.start_line) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
+      return static_cast<std::size_t>(h);
+    }
+  };
+  struct MappingQuality {
+    std::uint32_t locations = 0, functions = 0, lines = 0, inline_known = 0;
   };
 
   static void WriteValueType(ProtoWriter& w, std::uint32_t field, std::int64_t type,
@@ -301,13 +346,27 @@ class PprofProfileBuilder {
     // right function. The mapping is looked up by that address too, so a
     // call ending a segment still maps to it.
     const std::uintptr_t address = pc != 0 ? pc - 1 : 0;
-    std::uint64_t function_id = 0;
+    const std::uint64_t mapping = MappingFor(address);
+    LocationRecord record{mapping, address, static_cast<std::uint32_t>(lines_.size()), 0};
     if (address != 0) {
-      std::uintptr_t start = 0;
-      if (symbolizer_.Lookup(address, name_scratch_, start))
-        function_id = FunctionFor(name_scratch_);
+      SymbolizedFrame frames[kMaxInlineFrames];
+      SymbolizedQuality quality;
+      const int n = symbolizer_.Symbolize(address, frames, kMaxInlineFrames, &quality);
+      for (int i = 0; i < n; ++i) {
+        // A Line needs a Function: a frame known only by its line is left out.
+        if (frames[i].name.empty()) continue;
+        lines_.push_back(LineRecord{FunctionFor(frames[i]), frames[i].line});
+        ++record.line_count;
+      }
+      if (mapping != 0) {
+        MappingQuality& q = quality_[mapping - 1];
+        ++q.locations;
+        q.functions += quality.function && record.line_count != 0;
+        q.lines += quality.line && record.line_count != 0;
+        q.inline_known += quality.inline_known;
+      }
     }
-    const std::uint64_t id = AddLocation({MappingFor(address), address, function_id});
+    const std::uint64_t id = AddLocation(record);
     location_by_pc_.Insert(pc, id);
     return id;
   }
@@ -319,7 +378,7 @@ class PprofProfileBuilder {
     if (found != truncation_location_.end()) return found->second;
     const std::string name =
         "[heapprof: stack truncated at " + std::to_string(frames) + " frames]";
-    const std::uint64_t id = AddLocation({0, 0, FunctionFor(name)});
+    const std::uint64_t id = AddMarkerLocation(name);
     truncation_location_.emplace(frames, id);
     return id;
   }
@@ -327,7 +386,7 @@ class PprofProfileBuilder {
   // The one frame of samples whose stack did not fit in the stack table
   // (HEAPPROF=max_stacks): their totals are right, their callers unknown.
   std::uint64_t OverflowLocation() {
-    if (overflow_location_ == 0) overflow_location_ = AddLocation({0, 0, FunctionFor("[heapprof: stack table full]")});
+    if (overflow_location_ == 0) overflow_location_ = AddMarkerLocation("[heapprof: stack table full]");
     return overflow_location_;
   }
 
@@ -336,13 +395,24 @@ class PprofProfileBuilder {
     return locations_.size();
   }
 
-  std::uint64_t FunctionFor(std::string_view name) {
-    const std::int64_t name_index = strings_.Intern(name);
-    const auto found = function_by_name_.find(name_index);
-    if (found != function_by_name_.end()) return found->second;
-    function_names_.push_back(name_index);
-    const std::uint64_t id = function_names_.size();
-    function_by_name_.emplace(name_index, id);
+  std::uint64_t AddMarkerLocation(std::string_view name) {
+    SymbolizedFrame frame;
+    frame.name = frame.system_name = name;
+    lines_.push_back(LineRecord{FunctionFor(frame), 0});
+    return AddLocation({0, 0, static_cast<std::uint32_t>(lines_.size() - 1), 1});
+  }
+
+  std::uint64_t FunctionFor(const SymbolizedFrame& frame) {
+    FunctionKey key;
+    key.name = strings_.Intern(frame.name);
+    key.system_name = frame.system_name.empty() ? key.name : strings_.Intern(frame.system_name);
+    key.filename = strings_.Intern(!frame.function_file.empty() ? frame.function_file : frame.file);
+    key.start_line = frame.start_line;
+    const auto found = function_by_key_.find(key);
+    if (found != function_by_key_.end()) return found->second;
+    functions_.push_back(key);
+    const std::uint64_t id = functions_.size();
+    function_by_key_.emplace(key, id);
     return id;
   }
 
@@ -364,13 +434,15 @@ class PprofProfileBuilder {
   // frames, so distinct PCs are a few percent of all frames, and a table sized
   // for the worst case misses cache on every probe (measured: 2x slower).
   // Doubling as they grow costs less than one oversized clear.
+  static constexpr int kMaxInlineFrames = 32;
   std::vector<LocationRecord> locations_;      // id = index + 1
-  std::vector<std::int64_t> function_names_;   // id = index + 1 -> string index
+  std::vector<LineRecord> lines_;              // of all locations, each one's in a row
+  std::vector<FunctionKey> functions_;         // id = index + 1
   PcLocationMap location_by_pc_;
   std::unordered_map<std::size_t, std::uint64_t> truncation_location_;
   std::uint64_t overflow_location_ = 0;
-  std::unordered_map<std::int64_t, std::uint64_t> function_by_name_;
-  std::string name_scratch_;
+  std::unordered_map<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
+  std::vector<MappingQuality> quality_;        // per object
 };
 
 inline std::string EncodeProfile(const ProfileData& data, const std::vector<LoadedObject>& objects,

@@ -160,15 +160,30 @@ class TextProfileStream {
       AppendFormat(out, " %#llx", static_cast<unsigned long long>(stack->pcs()[i]));
     }
     out += '\n';
+    constexpr int kTextInlineFrames = 32;
+    SymbolizedFrame frames[kTextInlineFrames];
     for (std::uint32_t i = 0; i < stack->depth; ++i) {
+      // As Go writes it: one line per frame, inlined frames expanded
+      // (innermost first, all at the same PC), "function+offset file:line".
       const std::uintptr_t pc = stack->pcs()[i];
       std::uintptr_t start = 0;
-      if (symbolizer.Lookup(pc - 1, name, start)) {
-        AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
-        out += name;
-        AppendFormat(out, "+%#llx\n", static_cast<unsigned long long>(pc - start));
-      } else {
+      const bool have_symbol = symbolizer.Lookup(pc - 1, name, start);
+      SymbolizedQuality quality;
+      const int n = symbolizer.Symbolize(pc - 1, frames, kTextInlineFrames, &quality);
+      if (n == 0) {
         AppendFormat(out, "#\t%#llx\n", static_cast<unsigned long long>(pc));
+        continue;
+      }
+      for (int k = 0; k < n; ++k) {
+        AppendFormat(out, "#\t%#llx\t", static_cast<unsigned long long>(pc));
+        out += frames[k].full_name.empty() ? frames[k].name : frames[k].full_name;
+        if (k == n - 1 && have_symbol) AppendFormat(out, "+%#llx", static_cast<unsigned long long>(pc - start));
+        if (!frames[k].file.empty() && frames[k].line != 0) {
+          out += '\t';
+          out += frames[k].file;
+          AppendFormat(out, ":%u", frames[k].line);
+        }
+        out += '\n';
       }
     }
     if (r.bucket->labels != nullptr && r.bucket->labels->count != 0) {

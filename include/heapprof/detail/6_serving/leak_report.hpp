@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "heapprof/detail/0_base/errors.hpp"
@@ -25,105 +27,104 @@ namespace detail {
 
 // Rows in the leak report table.
 constexpr std::size_t kLeakReportRows = 10;
-// Frames shown per row.
-constexpr std::size_t kLeakReportFrames = 4;
+// Frames shown per row by default (HEAPPROF=leak_frames=N changes it).
+constexpr std::size_t kLeakReportFrames = 6;
 
 // "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
 // → "std::vector::_M_realloc_insert": template arguments, parameter lists and
 // a leading return type dropped, as pprof's default (simplified) names do.
-inline std::string SimplifyFunctionName(std::string name) {
-  const std::size_t clone = name.find(" [clone ");  // GCC's ".isra.0", ".constprop.0" copies
-  if (clone != std::string::npos) name.resize(clone);
-  std::string out;
-  int angle = 0, paren = 0;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    if (paren == 0 && angle == 0 && name.compare(i, 21, "(anonymous namespace)") == 0) {
-      out += "(anonymous namespace)";
-      i += 20;
-      continue;
-    }
-    if (c == '(' && paren == 0 && angle == 0 && i >= 8 && name.compare(i - 8, 10, "operator()") == 0) {
-      out += "()";
-      ++i;
-      continue;
-    }
-    if (c == '(' && angle == 0) {
-      ++paren;
-      continue;
-    }
-    if (c == ')' && paren > 0) {
-      --paren;
-      continue;
-    }
-    if (paren > 0) continue;
-    // "operator<" / "operator<<" are names, not template brackets.
-    if (c == '<' && !(i >= 8 && name.compare(i - 8, 8, "operator") == 0)) {
-      ++angle;
-      continue;
-    }
-    if (c == '>' && angle > 0) {
-      --angle;
-      continue;
-    }
-    if (angle > 0) continue;
-    out += c;
-  }
-  // Qualifiers after the parameter list.
-  for (bool again = true; again;) {
-    again = false;
-    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
-      const std::size_t n = std::strlen(q);
-      if (out.size() > n && out.compare(out.size() - n, n, q) == 0) {
-        out.resize(out.size() - n);
-        again = true;
-      }
-    }
-  }
-  // A return type ("void ", "int* ") before the qualified name.
-  std::size_t space = std::string::npos;
-  for (std::size_t i = 0, depth = 0; i < out.size(); ++i) {
-    if (out[i] == '(') ++depth;
-    if (out[i] == ')' && depth > 0) --depth;
-    if (out[i] == ' ' && depth == 0) space = i;
-  }
-  if (space != std::string::npos) out = out.substr(space + 1);
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out.empty() ? name : out;
+inline std::string SimplifyFunctionName(const std::string& name) {
+  char buf[1024];
+  const std::size_t n = ShortFunctionName(name.c_str(), buf, sizeof buf);
+  return n != 0 ? std::string(buf, n) : name;
 }
 
+// Frames of the allocator machinery rather than of the program: the standard
+// library's containers and allocators, heapprof itself, the allocation
+// functions. A row starts at the first frame that is none of these, so that
+// at -O0 a leaked vector's row shows who made the vector, not
+// std::__new_allocator::allocate.
+inline bool IsAllocatorMachinery(std::string_view name) {
+  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
+                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
+inline std::string_view BaseName(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+struct LeakFrame {
+  std::string shown;  // "name (file.cpp:42)"
+  bool machinery = false;
+};
+
 struct LeakRow {
-  std::vector<std::string> frames;  // simplified names, innermost first
+  std::vector<std::string> frames;  // shown frames, innermost first, from the first frame of the program
   std::int64_t objects = 0, bytes = 0;
 };
 
-// The in-use part of `data`, summed per stack of function names (call sites,
-// object sizes and labels merged), largest first, as lines for stderr.
+// The frames of one return address, inline frames expanded, innermost first.
+inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<LeakFrame>& out) {
+  SymbolizedFrame frames[32];
+  SymbolizedQuality quality;
+  const int n = pc != 0 ? symbolizer.Symbolize(pc - 1, frames, 32, &quality) : 0;
+  for (int i = 0; i < n; ++i) {
+    LeakFrame f;
+    f.shown = frames[i].name.empty() ? std::string("??") : std::string(frames[i].name);
+    f.machinery = IsAllocatorMachinery(f.shown);
+    if (!frames[i].file.empty() && frames[i].line != 0) {
+      f.shown += " (";
+      f.shown += BaseName(frames[i].file);
+      f.shown += ':';
+      f.shown += std::to_string(frames[i].line);
+      f.shown += ')';
+    }
+    out.push_back(std::move(f));
+  }
+  if (n == 0) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
+    out.push_back(LeakFrame{hex, false});
+  }
+}
+
+// The in-use part of `data`, summed per stack of shown frames (object sizes
+// and labels merged), largest first, as lines for stderr. `max_frames` per row.
 inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
-                                                std::int64_t& total_objects, std::int64_t& total_bytes) {
+                                                std::int64_t& total_objects, std::int64_t& total_bytes,
+                                                std::size_t max_frames = kLeakReportFrames) {
+  if (max_frames == 0) max_frames = kLeakReportFrames;
   std::map<std::vector<std::string>, LeakRow> by_stack;
-  std::map<std::uintptr_t, std::string> names;  // pc → simplified name
+  std::map<std::uintptr_t, std::vector<LeakFrame>> frames_of;  // pc → its frames
   total_objects = total_bytes = 0;
-  std::string name;
   for (const ProfileSample& s : data.samples) {
     if (s.inuse_objects <= 0) continue;
     std::vector<std::string> frames;
+    bool skipping = true;
+    std::size_t skipped = 0;
+    std::vector<std::string> all;
     for (std::uintptr_t pc : s.pcs) {
-      auto it = names.find(pc);
-      if (it == names.end()) {
-        std::uintptr_t start = 0;
-        std::string shown;
-        if (symbolizer.Lookup(pc - 1, name, start)) {
-          shown = SimplifyFunctionName(name);
-        } else {
-          char hex[32];
-          std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(pc));
-          shown = hex;
-        }
-        it = names.emplace(pc, std::move(shown)).first;
+      auto it = frames_of.find(pc);
+      if (it == frames_of.end()) {
+        std::vector<LeakFrame> expanded;
+        LeakFramesOf(symbolizer, pc, expanded);
+        it = frames_of.emplace(pc, std::move(expanded)).first;
       }
-      frames.push_back(it->second);
+      for (const LeakFrame& f : it->second) {
+        all.push_back(f.shown);
+        if (skipping && f.machinery) {
+          ++skipped;
+          continue;
+        }
+        skipping = false;
+        frames.push_back(f.shown);
+      }
     }
+    if (frames.empty()) frames = std::move(all);  // nothing but machinery: show it
     if (s.truncated) frames.emplace_back("[truncated]");
     if (s.overflow) frames.emplace_back("[heapprof: stack table full]");
     LeakRow& row = by_stack[frames];
@@ -141,8 +142,9 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.objects > b.objects;
   });
   std::vector<std::string> lines;
-  char head[128];
-  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects", "allocated at (innermost first)");
+  char head[160];
+  std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects",
+                "allocated at (innermost first, from the first frame outside std:: and heapprof)");
   lines.emplace_back(head);
   for (std::size_t i = 0; i < rows.size() && i < kLeakReportRows; ++i) {
     const LeakRow& row = rows[i];
@@ -150,11 +152,11 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     std::snprintf(cols, sizeof cols, "%14s %10lld  ", FormatBytes(static_cast<double>(row.bytes)).c_str(),
                   static_cast<long long>(row.objects));
     std::string line = cols;
-    for (std::size_t f = 0; f < row.frames.size() && f < kLeakReportFrames; ++f) {
+    for (std::size_t f = 0; f < row.frames.size() && f < max_frames; ++f) {
       if (f != 0) line += " < ";
       line += row.frames[f];
     }
-    if (row.frames.size() > kLeakReportFrames) line += " < ...";
+    if (row.frames.size() > max_frames) line += " < ...";
     lines.push_back(std::move(line));
   }
   if (rows.size() > kLeakReportRows) {
@@ -177,7 +179,8 @@ inline void LeakReport(const std::string& prefix) noexcept {
     std::string error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    const std::vector<std::string> table = FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use);
+    const std::vector<std::string> table =
+        FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     std::string how = rate <= 1 ? std::string(rate == 1 ? "every allocation recorded" : "sampling off")
                                 : "estimated from samples, rate " + std::to_string(rate) + " bytes";

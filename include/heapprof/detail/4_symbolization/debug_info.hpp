@@ -1,0 +1,349 @@
+// heapprof: where an object's DWARF is (its own sections, compressed or not;
+// a separate debug file by build id or by .gnu_debuglink), and the process-wide
+// cache of what has been decoded from it, kept across profile writes.
+#pragma once
+
+#include <elf.h>
+#include <pthread.h>
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/4_symbolization/debug_memory.hpp"
+#include "heapprof/detail/4_symbolization/dwarf_info.hpp"
+#include "heapprof/detail/4_symbolization/elf_file.hpp"
+#include "heapprof/detail/4_symbolization/inflate.hpp"
+
+namespace heapprof {
+namespace detail {
+
+// The DWARF of one loaded object.
+class DebugObject {
+ public:
+  DebugObject() = default;
+  ~DebugObject() {
+    DebugDelete(info_);
+    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
+  }
+  DebugObject(const DebugObject&) = delete;
+  DebugObject& operator=(const DebugObject&) = delete;
+
+  // `build_id`: the id of the object as loaded (lowercase hex, may be empty).
+  void Load(const char* path, const char* build_id, const char* debug_directory);
+
+  // Loads on first use: a write touches the DWARF only of objects its PCs are in.
+  void Remember(const char* path, const char* build_id, const char* debug_directory) {
+    path_ = path;
+    build_id_ = build_id;
+    debug_directory_ = debug_directory;
+  }
+  void EnsureLoaded() {
+    if (loaded_) return;
+    loaded_ = true;
+    if (path_ != nullptr) Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+  }
+
+  int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {
+    *inline_known = false;
+    return info_ != nullptr ? info_->Lookup(file_address, out, max, inline_known) : 0;
+  }
+  bool has_lines() const { return info_ != nullptr && info_->has_lines(); }
+  bool has_info() const { return info_ != nullptr && info_->has_info(); }
+  const char* debug_file() const { return debug_file_; }
+
+ private:
+  struct Inflated {
+    unsigned char* data;
+    std::size_t size;
+  };
+
+  bool UseFile(elf::MappedFile& file, const char* build_id);
+
+  elf::MappedFile file_;
+  dwarf::Sections sections_{};
+  Inflated inflated_[16] = {};
+  int inflated_count_ = 0;
+  dwarf::DwarfInfo* info_ = nullptr;
+  bool loaded_ = false;
+  const char* path_ = nullptr;             // in the cache's key pool
+  const char* build_id_ = nullptr;
+  const char* debug_directory_ = nullptr;
+  const char* debug_file_ = nullptr;  // the file the DWARF came from
+  char debug_file_buf_[1024] = {};
+};
+
+namespace debug_files {
+
+inline std::uint32_t Crc32(const unsigned char* data, std::size_t n) {
+  std::uint32_t crc = 0xffffffffu;
+  for (std::size_t i = 0; i < n; ++i) {
+    crc ^= data[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return crc ^ 0xffffffffu;
+}
+
+inline bool Exists(const char* path) { return ::access(path, R_OK) == 0; }
+
+// Section name of header `sh` through the section-name string table.
+inline const char* SectionName(const elf::ByteView& file, const elf::SectionTable& sections,
+                               const Elf64_Shdr& sh) {
+  Elf64_Ehdr eh;
+  if (!file.Read(0, &eh)) return nullptr;
+  std::uint64_t index = eh.e_shstrndx;
+  Elf64_Shdr first;
+  if (index == SHN_XINDEX && sections.Get(0, &first)) index = first.sh_link;
+  Elf64_Shdr names;
+  if (!sections.Get(index, &names)) return nullptr;
+  const elf::ByteView strtab = sections.Contents(names);
+  std::size_t length = 0;
+  return strtab.CString(sh.sh_name, &length);
+}
+
+inline bool HasDwarf(const elf::MappedFile& file) {
+  elf::SectionTable sections;
+  if (!sections.Init(file.view())) return false;
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
+    const char* name = SectionName(file.view(), sections, sh);
+    if (name != nullptr && (std::strcmp(name, ".debug_info") == 0 || std::strcmp(name, ".zdebug_info") == 0 ||
+                            std::strcmp(name, ".debug_line") == 0 || std::strcmp(name, ".zdebug_line") == 0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace debug_files
+
+inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
+  elf::SectionTable sections;
+  if (!sections.Init(file.view())) return false;
+  if (build_id != nullptr && build_id[0] != '\0') {
+    const std::string id = elf::FileBuildId(sections);
+    if (!id.empty() && id != build_id) return false;  // replaced on disk since it was loaded
+  }
+  if (!debug_files::HasDwarf(file)) return false;
+  file_ = static_cast<elf::MappedFile&&>(file);
+  const elf::ByteView view = file_.view();
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
+    const char* name = debug_files::SectionName(view, sections, sh);
+    if (name == nullptr) continue;
+    bool gnu_compressed = false;
+    if (std::strncmp(name, ".zdebug_", 8) == 0) {
+      gnu_compressed = true;
+      name += 2;  // ".zdebug_x" → "debug_x"
+    } else if (std::strncmp(name, ".debug_", 7) == 0) {
+      name += 1;
+    } else {
+      continue;
+    }
+    elf::ByteView* target = nullptr;
+    if (std::strcmp(name, "debug_info") == 0) target = &sections_.info;
+    else if (std::strcmp(name, "debug_abbrev") == 0) target = &sections_.abbrev;
+    else if (std::strcmp(name, "debug_line") == 0) target = &sections_.line;
+    else if (std::strcmp(name, "debug_str") == 0) target = &sections_.str;
+    else if (std::strcmp(name, "debug_line_str") == 0) target = &sections_.line_str;
+    else if (std::strcmp(name, "debug_str_offsets") == 0) target = &sections_.str_offsets;
+    else if (std::strcmp(name, "debug_addr") == 0) target = &sections_.addr;
+    else if (std::strcmp(name, "debug_ranges") == 0) target = &sections_.ranges;
+    else if (std::strcmp(name, "debug_rnglists") == 0) target = &sections_.rnglists;
+    if (target == nullptr) continue;
+    elf::ByteView bytes = sections.Contents(sh);
+    if (bytes.size == 0) continue;
+    const unsigned char* packed = nullptr;
+    std::uint64_t packed_size = 0, size = 0;
+    if ((sh.sh_flags & SHF_COMPRESSED) != 0) {
+      Elf64_Chdr ch;
+      if (!bytes.Read(0, &ch) || ch.ch_type != ELFCOMPRESS_ZLIB) continue;  // zstd: not read
+      packed = bytes.data + sizeof ch;
+      packed_size = bytes.size - sizeof ch;
+      size = ch.ch_size;
+    } else if (gnu_compressed) {
+      // "ZLIB", then the size as 8 big-endian bytes (the pre-gABI -gz=zlib-gnu).
+      if (bytes.size < 12 || std::memcmp(bytes.data, "ZLIB", 4) != 0) continue;
+      for (int k = 0; k < 8; ++k) size = (size << 8) | bytes.data[4 + k];
+      packed = bytes.data + 12;
+      packed_size = bytes.size - 12;
+    } else {
+      *target = bytes;
+      continue;
+    }
+    if (inflated_count_ == 16 || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
+    auto* out = static_cast<unsigned char*>(DebugAllocate(static_cast<std::size_t>(size)));
+    if (out == nullptr) continue;
+    if (!inflate::ZlibInflate(packed, static_cast<std::size_t>(packed_size), out, static_cast<std::size_t>(size))) {
+      DebugFree(out, static_cast<std::size_t>(size));
+      continue;
+    }
+    inflated_[inflated_count_++] = Inflated{out, static_cast<std::size_t>(size)};
+    *target = elf::ByteView{out, size};
+  }
+  if (sections_.info.size == 0 || sections_.abbrev.size == 0) {
+    // Without units there is nothing to find a line program through.
+    sections_ = dwarf::Sections{};
+    return false;
+  }
+  info_ = DebugNew<dwarf::DwarfInfo>(sections_);
+  return info_ != nullptr;
+}
+
+inline void DebugObject::Load(const char* path, const char* build_id, const char* debug_directory) {
+  auto remember = [&](const char* name) {
+    std::snprintf(debug_file_buf_, sizeof debug_file_buf_, "%s", name);
+    debug_file_ = debug_file_buf_;
+  };
+  elf::MappedFile own;
+  if (own.Open(path)) {
+    // The own file, if it still has its DWARF.
+    if (UseFile(own, build_id)) {
+      remember(path);
+      return;
+    }
+  }
+  if (debug_directory == nullptr) return;
+  char candidate[1024];
+  // 1. By build id (gdb's /usr/lib/debug/.build-id/xx/yyyy.debug).
+  const std::size_t id_length = build_id != nullptr ? std::strlen(build_id) : 0;
+  if (id_length > 2) {
+    std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, build_id,
+                  build_id + 2);
+    elf::MappedFile debug;
+    if (debug.Open(candidate) && UseFile(debug, build_id)) {
+      remember(candidate);
+      return;
+    }
+  }
+  // 2. By .gnu_debuglink: a file name and the CRC-32 of that file, looked for
+  // beside the object, in its .debug/, and under the debug directory.
+  if (!own.Open(path)) return;
+  elf::SectionTable sections;
+  if (!sections.Init(own.view())) return;
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh)) continue;
+    const char* name = debug_files::SectionName(own.view(), sections, sh);
+    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
+    const elf::ByteView link = sections.Contents(sh);
+    std::size_t length = 0;
+    const char* file = link.CString(0, &length);
+    std::uint32_t crc = 0;
+    if (file == nullptr || length == 0 || std::strchr(file, '/') != nullptr ||
+        !link.Read((length + 4) & ~std::uint64_t{3}, &crc)) {
+      return;
+    }
+    const char* slash = std::strrchr(path, '/');
+    const int dir_length = slash != nullptr ? static_cast<int>(slash - path) : 0;
+    for (int where = 0; where < 3; ++where) {
+      if (where == 0) std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, path, file);
+      if (where == 1) std::snprintf(candidate, sizeof candidate, "%.*s/.debug/%s", dir_length, path, file);
+      if (where == 2)
+        std::snprintf(candidate, sizeof candidate, "%s%.*s/%s", debug_directory, dir_length, path, file);
+      if (std::strcmp(candidate, path) == 0) continue;
+      elf::MappedFile debug;
+      if (!debug.Open(candidate)) continue;
+      const elf::ByteView bytes = debug.view();
+      if (debug_files::Crc32(bytes.data, static_cast<std::size_t>(bytes.size)) != crc) continue;
+      if (UseFile(debug, build_id)) {
+        remember(candidate);
+        return;
+      }
+    }
+    return;
+  }
+}
+
+// ------------------------------------------------------------------ the cache
+
+// Objects are keyed by path and build id; decoded data stays for the life of
+// the process (or until the budget is spent: then new lookups get names only).
+struct DebugCacheEntry {
+  const char* path;
+  const char* build_id;
+  const char* debug_directory;
+  DebugObject* object;
+};
+
+struct DebugCache {
+  static constexpr int kMaxObjects = 1024;
+  DebugCacheEntry entries[kMaxObjects];
+  int count = 0;
+  DebugStringPool keys;
+};
+
+inline SpinLock g_debug_cache_lock;
+inline DebugCache* g_debug_cache = nullptr;
+
+// A child forked while another thread held the lock would wait forever: it
+// starts over with a fresh cache instead (the old one is left, not freed, as
+// it may be half updated). Run by the engine's fork child handler.
+inline void DebugCacheForkChild() noexcept {
+  if (!g_debug_cache_lock.try_lock()) g_debug_cache = nullptr;
+  g_debug_cache_lock.unlock();
+}
+
+// Holds the cache lock with thread cancellation held off: a cancelled thread
+// must not leave the lock taken (with -fno-exceptions nothing would release it).
+// The fork hook is set before the lock is taken (program order, release):
+// a child that inherits the lock held also inherits the hook.
+class DebugCacheLock {
+ public:
+  DebugCacheLock() noexcept {
+    g_fork_child_symbolizer.store(&DebugCacheForkChild, std::memory_order_release);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state_);
+    g_debug_cache_lock.lock();
+  }
+  ~DebugCacheLock() {
+    g_debug_cache_lock.unlock();
+    int ignored = 0;
+    pthread_setcancelstate(old_state_, &ignored);
+  }
+  DebugCacheLock(const DebugCacheLock&) = delete;
+  DebugCacheLock& operator=(const DebugCacheLock&) = delete;
+
+ private:
+  int old_state_ = 0;
+};
+
+// The object for (path, build_id); its DWARF is read by EnsureLoaded, on
+// first use. Null only when memory is short. Call with the DebugCacheLock held.
+inline DebugObject* FindDebugObject(const char* path, const char* build_id, const char* debug_directory) {
+  if (g_debug_cache == nullptr) {
+    g_debug_cache = DebugNew<DebugCache>();
+    if (g_debug_cache == nullptr) return nullptr;
+  }
+  DebugCache& cache = *g_debug_cache;
+  for (int i = 0; i < cache.count; ++i) {
+    const DebugCacheEntry& e = cache.entries[i];
+    const bool same_directory = (e.debug_directory == nullptr && debug_directory == nullptr) ||
+                                (e.debug_directory != nullptr && debug_directory != nullptr &&
+                                 std::strcmp(e.debug_directory, debug_directory) == 0);
+    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0 && same_directory) return e.object;
+  }
+  if (cache.count == DebugCache::kMaxObjects) return nullptr;
+  const char* key_path = cache.keys.Add(path);
+  const char* key_id = cache.keys.Add(build_id);
+  const char* key_dir = debug_directory != nullptr ? cache.keys.Add(debug_directory) : nullptr;
+  DebugObject* object = DebugNew<DebugObject>();
+  if (key_path == nullptr || key_id == nullptr || object == nullptr ||
+      (debug_directory != nullptr && key_dir == nullptr)) {
+    DebugDelete(object);
+    return nullptr;
+  }
+  object->Remember(key_path, key_id, key_dir);
+  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, key_dir, object};
+  return object;
+}
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,590 @@
+// heapprof: source positions and inline chains of code addresses, from the
+// DWARF of one ELF file (.debug_info + .debug_line). Built lazily: the first
+// lookup indexes the units by address (their unit DIEs only); a unit's line
+// table and inline scopes are decoded the first time an address falls in it.
+// Everything decoded lives in debug memory (debug_memory.hpp) and is kept.
+#pragma once
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "heapprof/detail/4_symbolization/debug_memory.hpp"
+#include "heapprof/detail/4_symbolization/dwarf_line.hpp"
+#include "heapprof/detail/4_symbolization/dwarf_reader.hpp"
+#include "heapprof/detail/4_symbolization/function_names.hpp"
+
+namespace heapprof {
+namespace detail {
+namespace dwarf {
+
+// A function as pprof's Function message wants it.
+struct FunctionInfo {
+  const char* name;         // short form: "ns::Class::Method" (pprof's default display)
+  const char* system_name;  // the linkage (mangled) name, or the plain name
+  const char* full_name;    // demangled with parameters, as addr2line -C prints it
+  const char* file;         // where it is declared/defined; may be null
+  std::uint32_t start_line; // 0 = unknown
+  bool linkage;             // system_name is a linkage name (else a plain, unqualified one)
+};
+
+// One frame of an inline chain.
+struct SourceFrame {
+  const FunctionInfo* function;  // null when only the line table knew the address
+  const char* file;              // null = unknown
+  std::uint32_t line;            // 0 = unknown
+};
+
+class DwarfInfo {
+ public:
+  explicit DwarfInfo(const Sections& sections) : s_(sections) {}
+  ~DwarfInfo();
+  DwarfInfo(const DwarfInfo&) = delete;
+  DwarfInfo& operator=(const DwarfInfo&) = delete;
+
+  // Frames of file address `address`, innermost first, at most `max`. Returns
+  // how many; 0 when the DWARF knows nothing of it. `*inline_known` tells
+  // whether .debug_info described the address (so the chain is complete).
+  int Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known);
+
+  bool has_lines() const { return s_.line.size != 0; }
+  bool has_info() const { return s_.info.size != 0; }
+
+ private:
+  struct Scope {
+    std::uint64_t lo, hi;
+    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined)
+    std::uint32_t depth;
+    std::uint32_t call_file;
+    std::uint32_t call_line;
+    std::uint32_t inlined;
+    std::uint32_t parent;  // 1 + index of the innermost scope holding this one; 0 = none
+  };
+  // A namespace, class, struct or union: what qualifies the names of the
+  // functions declared in it when they have no linkage name.
+  struct Container {
+    std::uint64_t offset, end;  // the DIE and one past its subtree
+    const char* name;           // null: anonymous
+    std::uint32_t parent;       // 1 + index; 0 = none
+    std::uint32_t is_namespace;
+  };
+  struct Unit {
+    UnitHeader header;
+    UnitBases bases;
+    std::uint64_t low_pc;
+    std::uint64_t stmt_list;
+    bool has_stmt_list;
+    bool line_failed, scopes_failed;
+    const char* comp_dir;
+    AbbrevTable* abbrevs;
+    LineTable* lines;
+    DebugArray<Scope>* scopes;            // sorted by lo, outer before inner
+    DebugArray<Container>* containers;    // in DIE order
+  };
+  struct UnitRange {
+    std::uint64_t lo, hi;
+    std::uint32_t unit;
+  };
+  struct FunctionSlot {
+    std::uint64_t die;  // 0 = empty
+    FunctionInfo* info;
+  };
+
+  bool IndexUnits();
+  AbbrevTable* Abbrevs(Unit& u);
+  LineTable* Lines(Unit& u);
+  DebugArray<Scope>* Scopes(Unit& u);
+  Unit* UnitOfAddress(std::uint64_t address);
+  Unit* UnitOfOffset(std::uint64_t die_offset);
+  const FunctionInfo* Function(std::uint64_t die);
+  std::size_t Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap);
+  FunctionInfo* MakeFunction(std::uint64_t die);
+  bool DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
+                 DebugArray<Scope>& out, const Scope& proto);
+
+  Sections s_;
+  bool indexed_ = false;
+  DebugArray<Unit> units_;             // by offset
+  DebugArray<UnitRange> unit_ranges_;  // by lo
+  DebugArray<std::uint64_t> unit_max_hi_;
+  DebugArray<FunctionSlot> functions_;  // open addressing by DIE offset
+  std::size_t function_count_ = 0;
+  DebugStringPool pool_;
+};
+
+inline DwarfInfo::~DwarfInfo() {
+  for (Unit& u : units_) {
+    DebugDelete(u.abbrevs);
+    DebugDelete(u.lines);
+    DebugDelete(u.scopes);
+    DebugDelete(u.containers);
+  }
+  for (FunctionSlot& f : functions_) DebugDelete(f.info);
+}
+
+// Each unit's DIE gives its address ranges; units without any (type-only
+// units, or an incomplete description) are not indexed by address.
+inline bool DwarfInfo::IndexUnits() {
+  indexed_ = true;
+  for (std::uint64_t offset = 0; offset < s_.info.size;) {
+    Unit u{};
+    if (!ParseUnitHeader(s_.info, offset, &u.header)) break;
+    offset = u.header.end;
+    if (u.header.unit_type != 1 && u.header.unit_type != 3) continue;  // compile and partial only
+    if (!units_.Push(u)) return false;
+  }
+  for (std::uint32_t i = 0; i < units_.size(); ++i) {
+    Unit& u = units_[i];
+    AbbrevTable* abbrevs = Abbrevs(u);
+    if (abbrevs == nullptr) continue;
+    Cursor c(s_.info, u.header.die_offset);
+    const Abbrev* a = abbrevs->Find(c.Uleb());
+    if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit)) continue;
+    AttrValue low, high, ranges, comp_dir;
+    bool has_low = false, has_high = false, has_ranges = false, has_comp_dir = false;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs->Attr(*a, k);
+      AttrValue v;
+      if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+      switch (spec.name) {
+        case at::kLowPc: low = v; has_low = true; break;
+        case at::kHighPc: high = v; has_high = true; break;
+        case at::kRanges: ranges = v; has_ranges = true; break;
+        case at::kCompDir: comp_dir = v; has_comp_dir = true; break;
+        case at::kStmtList: u.stmt_list = v.u; u.has_stmt_list = true; break;
+        case at::kStrOffsetsBase: u.bases.str_offsets = v.u; break;
+        case at::kAddrBase: case at::kGnuAddrBase: u.bases.addr = v.u; break;
+        case at::kRnglistsBase: u.bases.rnglists = v.u; u.bases.has_rnglists = true; break;
+        default: break;
+      }
+    }
+    if (!c.ok()) continue;
+    if (has_comp_dir) u.comp_dir = ResolveString(s_, u.header, u.bases, comp_dir);
+    if (has_low) ResolveAddress(s_, u.header, u.bases, low, &u.low_pc);
+    DebugArray<Scope> found;
+    Scope proto{};
+    if (!DieRanges(u, has_low ? &low : nullptr, has_high ? &high : nullptr, has_ranges ? &ranges : nullptr,
+                   found, proto)) {
+      return false;
+    }
+    for (const Scope& r : found) {
+      if (!unit_ranges_.Push(UnitRange{r.lo, r.hi, i})) return false;
+    }
+  }
+  std::sort(unit_ranges_.begin(), unit_ranges_.end(),
+            [](const UnitRange& a, const UnitRange& b) { return a.lo < b.lo; });
+  if (!unit_max_hi_.Resize(unit_ranges_.size())) return false;
+  std::uint64_t reach = 0;
+  for (std::size_t i = 0; i < unit_ranges_.size(); ++i) {
+    reach = std::max(reach, unit_ranges_[i].hi);
+    unit_max_hi_[i] = reach;
+  }
+  return true;
+}
+
+inline AbbrevTable* DwarfInfo::Abbrevs(Unit& u) {
+  if (u.abbrevs != nullptr) return u.abbrevs;
+  AbbrevTable* t = DebugNew<AbbrevTable>();
+  if (t == nullptr) return nullptr;
+  if (!t->Parse(s_.abbrev, u.header.abbrev_offset)) {
+    DebugDelete(t);
+    return nullptr;
+  }
+  u.abbrevs = t;
+  return t;
+}
+
+inline LineTable* DwarfInfo::Lines(Unit& u) {
+  if (u.lines != nullptr || u.line_failed) return u.lines;
+  u.line_failed = true;
+  if (!u.has_stmt_list || s_.line.size == 0) return nullptr;
+  LineTable* t = DebugNew<LineTable>();
+  if (t == nullptr) return nullptr;
+  if (!t->Parse(s_, u.stmt_list, u.comp_dir, u.header.address_size, pool_)) {
+    DebugDelete(t);
+    return nullptr;
+  }
+  u.line_failed = false;
+  u.lines = t;
+  return t;
+}
+
+inline bool DwarfInfo::DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
+                                 DebugArray<Scope>& out, const Scope& proto) {
+  if (ranges != nullptr) {
+    bool ok = true;
+    ForEachRange(s_, u.header, u.bases, *ranges, u.low_pc, [&](std::uint64_t lo, std::uint64_t hi) {
+      Scope r = proto;
+      r.lo = lo;
+      r.hi = hi;
+      if (lo != 0 && !out.Push(r)) ok = false;
+    });
+    return ok;
+  }
+  if (low == nullptr || high == nullptr) return true;
+  std::uint64_t lo = 0, hi = 0;
+  if (!ResolveAddress(s_, u.header, u.bases, *low, &lo)) return true;
+  if (IsConstantForm(high->form)) {
+    hi = lo + high->u;
+  } else if (!ResolveAddress(s_, u.header, u.bases, *high, &hi)) {
+    return true;
+  }
+  // Address 0: code the linker discarded (its DIEs stay behind).
+  if (lo == 0 || lo >= hi) return true;
+  Scope r = proto;
+  r.lo = lo;
+  r.hi = hi;
+  return out.Push(r);
+}
+
+// Every subprogram and inlined subroutine with code in the unit, with its
+// depth in the DIE tree, so the scopes holding one address sort innermost first.
+inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
+  if (u.scopes != nullptr || u.scopes_failed) return u.scopes;
+  u.scopes_failed = true;
+  AbbrevTable* abbrevs = Abbrevs(u);
+  if (abbrevs == nullptr) return nullptr;
+  DebugArray<Scope>* scopes = DebugNew<DebugArray<Scope>>();
+  DebugArray<Container>* containers = DebugNew<DebugArray<Container>>();
+  DebugArray<std::uint32_t> open_containers;  // per open DIE with children: 1 + container index, or 0
+  if (scopes == nullptr || containers == nullptr) {
+    DebugDelete(scopes);
+    DebugDelete(containers);
+    return nullptr;
+  }
+  Cursor c(s_.info, u.header.die_offset);
+  std::uint32_t depth = 0;
+  bool ok = true;
+  while (ok && c.ok() && c.pos() < u.header.end) {
+    const std::uint64_t die = c.pos();
+    const std::uint64_t code = c.Uleb();
+    if (code == 0) {
+      if (depth == 0) break;
+      --depth;
+      if (!open_containers.empty()) {
+        const std::uint32_t k = open_containers.back();
+        open_containers.Pop();
+        if (k != 0) (*containers)[k - 1].end = c.pos();
+      }
+      continue;
+    }
+    const Abbrev* a = abbrevs->Find(code);
+    if (a == nullptr) break;
+    const bool wanted = a->tag == tag::kSubprogram || a->tag == tag::kInlinedSubroutine;
+    const bool container = a->tag == tag::kNamespace || a->tag == tag::kClassType ||
+                           a->tag == tag::kStructureType || a->tag == tag::kUnionType;
+    const char* container_name = nullptr;
+    AttrValue low, high, ranges;
+    bool has_low = false, has_high = false, has_ranges = false;
+    Scope proto{};
+    proto.function_die = die;
+    proto.depth = depth;
+    proto.inlined = a->tag == tag::kInlinedSubroutine;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs->Attr(*a, k);
+      if (container && spec.name == at::kName) {
+        AttrValue v;
+        if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+        container_name = ResolveString(s_, u.header, u.bases, v);
+        continue;
+      }
+      if (!wanted) {
+        ReadAttr(c, u.header, spec.form, spec.implicit_const, nullptr);
+        continue;
+      }
+      AttrValue v;
+      if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
+      switch (spec.name) {
+        case at::kLowPc: low = v; has_low = true; break;
+        case at::kHighPc: high = v; has_high = true; break;
+        case at::kRanges: ranges = v; has_ranges = true; break;
+        case at::kAbstractOrigin:
+          if (proto.inlined) proto.function_die = v.u;
+          break;
+        case at::kCallFile: proto.call_file = static_cast<std::uint32_t>(v.u); break;
+        case at::kCallLine: proto.call_line = static_cast<std::uint32_t>(v.u); break;
+        default: break;
+      }
+    }
+    if (!c.ok()) break;
+    if (wanted && !DieRanges(u, has_low ? &low : nullptr, has_high ? &high : nullptr,
+                             has_ranges ? &ranges : nullptr, *scopes, proto)) {
+      ok = false;
+    }
+    if (a->has_children) {
+      ++depth;
+      std::uint32_t k = 0;
+      if (container) {
+        // The innermost open container is the parent.
+        std::uint32_t parent = 0;
+        for (std::size_t j = open_containers.size(); j > 0 && parent == 0; --j) parent = open_containers[j - 1];
+        if (containers->Push(Container{die, u.header.end, container_name, parent, a->tag == tag::kNamespace}))
+          k = static_cast<std::uint32_t>(containers->size());
+      }
+      if (!open_containers.Push(k)) ok = false;
+    }
+  }
+  if (!ok) {
+    DebugDelete(scopes);
+    DebugDelete(containers);
+    return nullptr;
+  }
+  std::sort(scopes->begin(), scopes->end(), [](const Scope& a, const Scope& b) {
+    return a.lo != b.lo ? a.lo < b.lo : a.depth < b.depth;
+  });
+  // Ranges nest (a callee's code lies inside its caller's), so one pass with a
+  // stack of the scopes still open gives each its innermost holder. A lookup
+  // then walks from the last scope starting at or below the address up
+  // through its holders: O(log n + depth) where scanning would be O(n).
+  DebugArray<std::uint32_t> open;
+  for (std::uint32_t i = 0; i < scopes->size(); ++i) {
+    Scope& sc = (*scopes)[i];
+    while (!open.empty() && (*scopes)[open.back()].hi <= sc.lo) open.Pop();
+    sc.parent = open.empty() ? 0 : open.back() + 1;
+    if (!open.Push(i)) {
+      DebugDelete(scopes);
+      DebugDelete(containers);
+      return nullptr;
+    }
+  }
+  u.scopes_failed = false;
+  u.scopes = scopes;
+  u.containers = containers;
+  return scopes;
+}
+
+inline DwarfInfo::Unit* DwarfInfo::UnitOfAddress(std::uint64_t address) {
+  const UnitRange* it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
+                                         [](std::uint64_t a, const UnitRange& r) { return a < r.lo; });
+  for (std::size_t i = static_cast<std::size_t>(it - unit_ranges_.begin()); i > 0 && unit_max_hi_[i - 1] > address;
+       --i) {
+    const UnitRange& r = unit_ranges_[i - 1];
+    if (address < r.hi) return &units_[r.unit];
+  }
+  return nullptr;
+}
+
+inline DwarfInfo::Unit* DwarfInfo::UnitOfOffset(std::uint64_t die_offset) {
+  const Unit* it = std::upper_bound(units_.begin(), units_.end(), die_offset,
+                                    [](std::uint64_t a, const Unit& u) { return a < u.header.offset; });
+  if (it == units_.begin()) return nullptr;
+  Unit* u = &units_[static_cast<std::size_t>(it - units_.begin()) - 1];
+  return die_offset >= u->header.die_offset && die_offset < u->header.end ? u : nullptr;
+}
+
+// Follows DW_AT_abstract_origin and DW_AT_specification from `die` to collect
+// the linkage name, name and declaration position.
+inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
+  const char* linkage = nullptr;
+  const char* plain = nullptr;
+  std::uint64_t plain_die = 0;
+  const char* decl_file = nullptr;
+  std::uint32_t decl_line = 0;
+  std::uint64_t at = die;
+  for (int hop = 0; hop < 8 && at != 0; ++hop) {
+    Unit* u = UnitOfOffset(at);
+    if (u == nullptr) break;
+    AbbrevTable* abbrevs = Abbrevs(*u);
+    if (abbrevs == nullptr) break;
+    Cursor c(s_.info, at);
+    const Abbrev* a = abbrevs->Find(c.Uleb());
+    if (a == nullptr) break;
+    std::uint64_t next = 0;
+    bool has_decl_file = false;
+    std::uint64_t file_index = 0;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs->Attr(*a, k);
+      AttrValue v;
+      if (!ReadAttr(c, u->header, spec.form, spec.implicit_const, &v)) break;
+      switch (spec.name) {
+        case at::kLinkageName: case at::kMipsLinkageName:
+          if (linkage == nullptr) linkage = ResolveString(s_, u->header, u->bases, v);
+          break;
+        case at::kName:
+          if (plain == nullptr) {
+            plain = ResolveString(s_, u->header, u->bases, v);
+            plain_die = at;
+          }
+          break;
+        case at::kDeclFile: file_index = v.u; has_decl_file = true; break;
+        case at::kDeclLine:
+          if (decl_line == 0) decl_line = static_cast<std::uint32_t>(v.u);
+          break;
+        case at::kAbstractOrigin: case at::kSpecification:
+          if (v.form != form::kRefSig8 && v.form != form::kGnuRefAlt && v.form != form::kRefSup4 &&
+              v.form != form::kRefSup8) {
+            next = v.u;
+          }
+          break;
+        default: break;
+      }
+    }
+    if (has_decl_file && decl_file == nullptr) {
+      if (LineTable* lines = Lines(*u)) decl_file = lines->FileName(file_index);
+    }
+    if (linkage != nullptr) break;
+    at = next;
+  }
+  const char* system = linkage != nullptr ? linkage : plain;
+  if (system == nullptr) return nullptr;
+  FunctionInfo* f = DebugNew<FunctionInfo>();
+  if (f == nullptr) return nullptr;
+  f->system_name = system;  // points into the mapped (or inflated) .debug_str
+  f->full_name = system;
+  f->name = system;
+  f->file = decl_file;
+  f->start_line = decl_line;
+  f->linkage = linkage != nullptr;
+  if (linkage != nullptr) {
+    // Demangling runs under the profiler's reentrancy guard: its malloc is
+    // transient and invisible to the profile; only the result is kept.
+    int status = -1;
+    char* demangled = abi::__cxa_demangle(linkage, nullptr, nullptr, &status);
+    if (status == 0 && demangled != nullptr) {
+      const char* full = pool_.Add(demangled);
+      if (full != nullptr) f->full_name = full;
+    }
+    std::free(demangled);
+  }
+  if (linkage == nullptr && plain_die != 0) {
+    // full_name stays the DWARF name, as addr2line prints it; the names in
+    // profiles are qualified, as they would be from a linkage name.
+    Unit* owner = UnitOfOffset(plain_die);
+    char qualified[1024];
+    const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
+    const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
+    if (kept != nullptr) f->name = f->system_name = kept;
+    return f;
+  }
+  char shortened[1024];
+  const std::size_t n = ShortFunctionName(f->full_name, shortened, sizeof shortened);
+  if (n != 0) {
+    const char* kept = pool_.Add(shortened, n);
+    if (kept != nullptr) f->name = kept;
+  }
+  return f;
+}
+
+// "ns::Class::name" for a function DIE without a linkage name (GCC writes none
+// for functions with internal linkage), from the namespaces and classes
+// around the DIE that carries the name.
+inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
+  const char* parts[16];
+  int count = 0;
+  if (Scopes(u) != nullptr && u.containers != nullptr) {
+    const DebugArray<Container>& cs = *u.containers;
+    const Container* it = std::lower_bound(cs.begin(), cs.end(), die,
+                                           [](const Container& k, std::uint64_t d) { return k.offset < d; });
+    std::uint32_t k = static_cast<std::uint32_t>(it - cs.begin());  // 1 + index of the last one before die
+    while (k != 0 && !(die < cs[k - 1].end)) k = cs[k - 1].parent;
+    for (; k != 0 && count < 16; k = cs[k - 1].parent) {
+      const Container& c = cs[k - 1];
+      if (c.name != nullptr) parts[count++] = c.name;
+      else if (c.is_namespace) parts[count++] = "(anonymous namespace)";
+    }
+  }
+  std::size_t n = 0;
+  auto append = [&](const char* text) {
+    const std::size_t len = std::strlen(text);
+    if (n + len + 1 > cap) return false;
+    std::memcpy(out + n, text, len);
+    n += len;
+    return true;
+  };
+  for (int i = count - 1; i >= 0; --i) {
+    if (!append(parts[i]) || !append("::")) return 0;
+  }
+  if (!append(name)) return 0;
+  out[n] = '\0';
+  return n;
+}
+
+inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
+  if ((function_count_ + 1) * 2 > functions_.size()) {
+    DebugArray<FunctionSlot> bigger;
+    if (!bigger.Resize(functions_.size() < 64 ? 128 : functions_.size() * 2)) return nullptr;
+    const std::size_t mask = bigger.size() - 1;
+    for (const FunctionSlot& f : functions_) {
+      if (f.die == 0) continue;
+      std::size_t i = static_cast<std::size_t>((f.die * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+      while (bigger[i].die != 0) i = (i + 1) & mask;
+      bigger[i] = f;
+    }
+    functions_ = static_cast<DebugArray<FunctionSlot>&&>(bigger);
+  }
+  const std::size_t mask = functions_.size() - 1;
+  std::size_t i = static_cast<std::size_t>((die * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+  for (; functions_[i].die != 0; i = (i + 1) & mask) {
+    if (functions_[i].die == die) return functions_[i].info;
+  }
+  // Remembered even when it failed (info null): a bad DIE is read once.
+  functions_[i].die = die;
+  functions_[i].info = MakeFunction(die);
+  ++function_count_;
+  return functions_[i].info;
+}
+
+inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
+  *inline_known = false;
+  if (max <= 0) return 0;
+  if (!indexed_ && !IndexUnits()) return 0;
+  Unit* u = UnitOfAddress(address);
+  if (u == nullptr) return 0;
+  SourceFrame leaf{nullptr, nullptr, 0};
+  if (LineTable* lines = Lines(*u)) lines->Find(address, &leaf.file, &leaf.line);
+  DebugArray<Scope>* scopes = Scopes(*u);
+  if (scopes == nullptr) {
+    if (leaf.file == nullptr) return 0;
+    out[0] = leaf;
+    return 1;
+  }
+  // The scopes holding `address`, innermost (deepest) first, up to the
+  // subprogram that holds them.
+  constexpr int kMaxChain = 64;
+  const Scope* chain[kMaxChain];
+  int found = 0;
+  const Scope* it = std::upper_bound(scopes->begin(), scopes->end(), address,
+                                     [](std::uint64_t a, const Scope& s) { return a < s.lo; });
+  for (std::uint32_t i = static_cast<std::uint32_t>(it - scopes->begin()); i != 0 && found < kMaxChain;) {
+    const Scope& s = (*scopes)[i - 1];
+    if (address < s.hi) chain[found++] = &s;
+    i = s.parent;
+  }
+  std::sort(chain, chain + found, [](const Scope* a, const Scope* b) { return a->depth > b->depth; });
+  int outermost = -1;
+  for (int i = 0; i < found; ++i) {
+    if (!chain[i]->inlined) {
+      outermost = i;
+      break;
+    }
+  }
+  if (outermost < 0) {
+    // No subprogram holds it: the line alone.
+    if (leaf.file == nullptr) return 0;
+    out[0] = leaf;
+    return 1;
+  }
+  *inline_known = true;
+  LineTable* lines = Lines(*u);
+  int n = 0;
+  const char* file = leaf.file;
+  std::uint32_t line = leaf.line;
+  for (int i = 0; i <= outermost && n < max; ++i) {
+    out[n].function = Function(chain[i]->function_die);
+    out[n].file = file;
+    out[n].line = line;
+    ++n;
+    // The caller's position is where this inlined call sits.
+    file = lines != nullptr ? lines->FileName(chain[i]->call_file) : nullptr;
+    line = chain[i]->call_line;
+  }
+  return n;
+}
+
+}  // namespace dwarf
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,133 @@
+// heapprof: the short form of a demangled C++ name, as pprof displays names
+// by default ("demangle=simple": no parameters, no template arguments, no
+// return type): "void std::vector<int>::_M_realloc_insert<int>(...)" →
+// "std::vector::_M_realloc_insert". Operators keep their symbol
+// ("operator()", "operator<<", "operator new[]"), lambdas and
+// "(anonymous namespace)" are kept whole.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <initializer_list>
+
+namespace heapprof {
+namespace detail {
+
+// Writes the short form of `full` into out[0..cap) (NUL-terminated) and
+// returns its length; 0 when it does not fit or nothing would remain.
+inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t cap) {
+  if (full == nullptr || cap == 0) return 0;
+  std::size_t len = std::strlen(full);
+  if (const char* clone = std::strstr(full, " [clone ")) len = static_cast<std::size_t>(clone - full);
+  std::size_t n = 0;
+  std::size_t top_spaces[64];
+  int spaces = 0;
+  bool overflow = false;
+  auto put = [&](char ch) {
+    if (n + 1 < cap) out[n++] = ch;
+    else overflow = true;
+  };
+  auto is_ident = [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+  };
+  int angle = 0, paren = 0;
+  for (std::size_t i = 0; i < len; ++i) {
+    const char ch = full[i];
+    if (angle == 0 && paren == 0) {
+      if (std::strncmp(full + i, "(anonymous namespace)", 21) == 0) {
+        for (std::size_t k = 0; k < 21; ++k) put(full[i + k]);
+        i += 20;
+        continue;
+      }
+      if (ch == '{') {  // {lambda(int)#1}, {unnamed type#1}: copied whole
+        int braces = 0;
+        for (; i < len; ++i) {
+          put(full[i]);
+          if (full[i] == '{') ++braces;
+          if (full[i] == '}' && --braces == 0) break;
+        }
+        continue;
+      }
+      if (std::strncmp(full + i, "operator", 8) == 0 && (i == 0 || !is_ident(full[i - 1])) &&
+          !(i + 8 < len && is_ident(full[i + 8]))) {
+        for (std::size_t k = 0; k < 8; ++k) put(full[i + k]);
+        i += 8;
+        if (i < len && full[i] == '(' && i + 1 < len && full[i + 1] == ')') {
+          put('(');
+          put(')');
+          i += 1;
+        } else if (i < len && full[i] == ' ') {
+          // "operator new[]", "operator delete", a conversion "operator int*":
+          // everything up to the parameter list, minus template arguments.
+          int a = 0;
+          for (; i < len && !(full[i] == '(' && a == 0); ++i) {
+            if (full[i] == '<') ++a;
+            else if (full[i] == '>' && a > 0) --a;
+            else if (a == 0) put(full[i]);
+          }
+          --i;
+        } else {
+          // The symbol: "<" only as (part of) "<", "<<", "<=", "<=>"; after
+          // any other symbol a '<' opens template arguments ("operator==<char>").
+          const std::size_t op = i;
+          for (; i < len && std::strchr("+-*/%^&|~!=<>,[]", full[i]) != nullptr; ++i) {
+            if (full[i] == '<' && i > op && !(i - op == 1 && full[op] == '<')) break;
+            put(full[i]);
+          }
+          --i;
+        }
+        continue;
+      }
+    }
+    if (ch == '(' && angle == 0) {
+      ++paren;
+      continue;
+    }
+    if (ch == ')' && paren > 0) {
+      --paren;
+      continue;
+    }
+    if (paren > 0) continue;
+    if (ch == '<') {
+      ++angle;
+      continue;
+    }
+    if (ch == '>' && angle > 0) {
+      --angle;
+      continue;
+    }
+    if (angle > 0) continue;
+    if (ch == ' ' && spaces < 64) top_spaces[spaces++] = n;
+    put(ch);
+  }
+  if (overflow) return 0;
+  // Qualifiers after the parameter list.
+  for (bool again = true; again;) {
+    again = false;
+    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
+      const std::size_t k = std::strlen(q);
+      if (n > k && std::memcmp(out + n - k, q, k) == 0) {
+        n -= k;
+        again = true;
+      }
+    }
+  }
+  while (n > 0 && out[n - 1] == ' ') --n;
+  // A return type before the name: cut at the last space that separates words
+  // at the top level ("operator new" and lambdas never recorded theirs).
+  std::size_t start = 0;
+  for (int s = spaces - 1; s >= 0; --s) {
+    if (top_spaces[s] < n) {
+      start = top_spaces[s] + 1;
+      break;
+    }
+  }
+  if (start >= n) return 0;
+  std::memmove(out, out + start, n - start);
+  n -= start;
+  out[n] = '\0';
+  return n;
+}
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,443 @@
+// The DWARF reader against binutils: tests/support/dwarf_fixture.cc is
+// compiled by g++ and clang++ at -O0 and -O2, with -gdwarf-4 and -gdwarf-5,
+// with and without -gz, and every address of its functions is symbolized by
+// heapprof and by `addr2line -f -i -C`; the two must agree frame by frame.
+// Then separate debug files (build id, .gnu_debuglink), a stripped binary, and
+// the inflater on its own.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "heapprof/detail/4_symbolization/inflate.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/profile_builder.hpp"
+#include "support/profile_decoder.hpp"
+#include "support/profile_io.hpp"
+
+namespace {
+
+using heapprof::detail::LoadedObject;
+using heapprof::detail::SymbolizedFrame;
+using heapprof::detail::SymbolizedQuality;
+using heapprof::detail::Symbolizer;
+using heapprof_test::RunCommand;
+
+bool HaveTool(const char* name) {
+  std::string out;
+  return RunCommand(std::string("command -v ") + name, out) == 0;
+}
+
+// tests/support/dwarf_fixture.cc, found from this file's own path.
+std::string FixturePath() {
+  std::string here = __FILE__;
+  const std::size_t cut = here.rfind("/unit/");
+  if (cut == std::string::npos) return "";
+  const std::string path = here.substr(0, cut) + "/support/dwarf_fixture.cc";
+  return access(path.c_str(), R_OK) == 0 ? path : "";
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/heapprof_dwarf_XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  return dir != nullptr ? dir : "";
+}
+
+struct Frame {
+  std::string function, location;  // "file:line", line "?" when unknown
+  bool operator==(const Frame& o) const { return function == o.function && location == o.location; }
+};
+using Frames = std::vector<Frame>;
+
+std::string Show(const Frames& frames) {
+  std::string s;
+  for (const Frame& f : frames) s += "[" + f.function + " @ " + f.location + "] ";
+  return s;
+}
+
+// "file:12 (discriminator 3)" → "file:12"; ":0" → ":?" (addr2line's unknown).
+std::string NormalLocation(std::string loc) {
+  const std::size_t d = loc.find(" (discriminator");
+  if (d != std::string::npos) loc.resize(d);
+  if (loc.size() >= 2 && loc.compare(loc.size() - 2, 2, ":0") == 0) loc.replace(loc.size() - 1, 1, "?");
+  return loc;
+}
+
+// Addresses of every byte of the fixture's own functions (nm's sized text symbols).
+std::vector<std::uint64_t> FunctionAddresses(const std::string& binary) {
+  std::string out;
+  RunCommand("nm -S --defined-only " + binary, out);
+  std::vector<std::uint64_t> addresses;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    char type = 0;
+    unsigned long long value = 0, size = 0;
+    char name[512];
+    if (std::sscanf(line.c_str(), "%llx %llx %c %511s", &value, &size, &type, name) != 4) continue;
+    if (type != 'T' && type != 't') continue;
+    if (std::strncmp(name, "_start", 6) == 0 || std::strstr(name, "tm_clones") != nullptr ||
+        std::strncmp(name, "__do_global", 11) == 0 || std::strcmp(name, "frame_dummy") == 0) {
+      continue;  // crt code without DWARF: names only, compared elsewhere
+    }
+    for (unsigned long long a = value; a < value + size; ++a) addresses.push_back(a);
+  }
+  return addresses;
+}
+
+// `tool` run over the addresses; its output split per address (-a markers).
+std::vector<Frames> Reference(const std::string& command, const std::string& binary,
+                              const std::vector<std::uint64_t>& addresses, const std::string& dir) {
+  std::string input;
+  char buf[32];
+  for (std::uint64_t a : addresses) {
+    std::snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(a));
+    input += buf;
+  }
+  const std::string in_path = dir + "/addresses.txt";
+  heapprof_test::WriteFile(in_path, input);
+  std::string out;
+  RunCommand(command + " " + binary + " < " + in_path, out);
+  std::vector<Frames> result;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("0x", 0) == 0) {
+      result.emplace_back();
+      continue;
+    }
+    if (result.empty()) continue;
+    if (line.empty()) continue;
+    std::string location;
+    std::getline(lines, location);
+    // llvm-symbolizer prints "file:line:column".
+    const std::size_t last = location.rfind(':');
+    if (last != std::string::npos && command.find("llvm") != std::string::npos) {
+      const std::size_t prev = location.rfind(':', last - 1);
+      if (prev != std::string::npos) location.resize(last);
+    }
+    result.back().push_back(Frame{line, NormalLocation(location)});
+  }
+  return result;
+}
+
+Frames Ours(Symbolizer& symbolizer, std::uint64_t address) {
+  SymbolizedFrame frames[32];
+  SymbolizedQuality quality;
+  const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(address), frames, 32, &quality);
+  Frames out;
+  if (n == 0) out.push_back(Frame{"??", "??:?"});
+  for (int i = 0; i < n; ++i) {
+    const std::string file = frames[i].file.empty() ? "??" : std::string(frames[i].file);
+    out.push_back(Frame{frames[i].full_name.empty() ? "??" : std::string(frames[i].full_name),
+                        NormalLocation(file + ":" + std::to_string(frames[i].line))});
+  }
+  return out;
+}
+
+std::vector<LoadedObject> WholeFile(const std::string& path, const std::string& build_id = "") {
+  // File addresses as memory addresses (bias 0): every address maps to it.
+  LoadedObject o;
+  o.start = 1;
+  o.limit = ~std::uintptr_t{0} >> 1;
+  o.path = path;
+  o.build_id = build_id;
+  return {o};
+}
+
+std::string BuildIdOf(const std::string& path) {
+  heapprof::detail::elf::MappedFile file;
+  heapprof::detail::elf::SectionTable sections;
+  if (!file.Open(path.c_str()) || !sections.Init(file.view())) return "";
+  return heapprof::detail::elf::FileBuildId(sections);
+}
+
+struct Tally {
+  std::size_t addresses = 0, agree = 0, binutils_symtab_name = 0, llvm_agrees = 0, differ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("dwarf: frame-by-frame agreement with addr2line -f -i -C (gcc, clang; -O0, -O2; DWARF 4, 5; -gz)") {
+  const std::string fixture = FixturePath();
+  if (fixture.empty() || !HaveTool("addr2line") || !HaveTool("nm")) {
+    MESSAGE("fixture source, addr2line or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const bool have_llvm = HaveTool("llvm-symbolizer");
+  struct Variant {
+    const char* compiler;
+    const char* flags;
+  };
+  const Variant variants[] = {
+      {"g++", "-O0 -gdwarf-4"},   {"g++", "-O0 -gdwarf-5"},          {"g++", "-O2 -gdwarf-4"},
+      {"g++", "-O2 -gdwarf-5"},   {"g++", "-O2 -gdwarf-5 -gz"},      {"g++", "-O0 -gdwarf-4 -gz"},
+      {"clang++", "-O0 -gdwarf-4"}, {"clang++", "-O0 -gdwarf-5"},    {"clang++", "-O2 -gdwarf-4"},
+      {"clang++", "-O2 -gdwarf-5"}, {"clang++", "-O2 -gdwarf-5 -gz"},
+  };
+  int built = 0;
+  for (const Variant& v : variants) {
+    if (!HaveTool(v.compiler)) continue;
+    const std::string compiler = v.compiler, flags = v.flags;
+    CAPTURE(compiler);
+    CAPTURE(flags);
+    const std::string binary = dir + "/fixture_" + std::to_string(built++);
+    std::string out;
+    const int rc = RunCommand(std::string(v.compiler) + " -std=c++17 " + v.flags + " " + fixture + " -o " + binary, out);
+    REQUIRE_MESSAGE(rc == 0, out);
+    const std::vector<std::uint64_t> addresses = FunctionAddresses(binary);
+    REQUIRE(addresses.size() > 100);
+    const std::vector<Frames> ref = Reference("addr2line -f -i -C -a -e", binary, addresses, dir);
+    REQUIRE(ref.size() == addresses.size());
+    std::vector<Frames> llvm;
+    if (have_llvm) llvm = Reference("llvm-symbolizer -f -i -C -a -e", binary, addresses, dir);
+
+    std::vector<LoadedObject> objects = WholeFile(binary);
+    Symbolizer symbolizer(objects);
+    CHECK(symbolizer.HasDebugInfo(0));
+    Tally t;
+    for (std::size_t i = 0; i < addresses.size(); ++i) {
+      const Frames ours = Ours(symbolizer, addresses[i]);
+      ++t.addresses;
+      if (ours == ref[i]) {
+        ++t.agree;
+        continue;
+      }
+      // binutils names an inlined frame at the very start of its caller by
+      // the caller's symbol (its ELF symbol starts there): same chain, same
+      // lines, only the innermost name differs and repeats the outermost.
+      const Frames& r = ref[i];
+      if (r.size() == ours.size() && r.size() >= 2 && r[0].function == r.back().function &&
+          r[0].location == ours[0].location) {
+        bool rest_equal = true;
+        for (std::size_t k = 1; k < r.size(); ++k) rest_equal = rest_equal && r[k] == ours[k];
+        if (rest_equal) {
+          ++t.binutils_symtab_name;
+          continue;
+        }
+      }
+      // binutils 2.40 misses clang's DWARF 5 inline chains (DW_FORM_rnglistx
+      // and addrx ranges); llvm-symbolizer reads them, and decides.
+      if (have_llvm && i < llvm.size() && llvm[i] == ours) {
+        ++t.llvm_agrees;
+        continue;
+      }
+      ++t.differ;
+      if (t.differ <= 5) {
+        MESSAGE("address 0x" << std::hex << addresses[i] << std::dec << ": addr2line " << Show(ref[i])
+                             << "| heapprof " << Show(ours));
+      }
+    }
+    const std::string variant = std::string(v.compiler) + " " + v.flags;
+    MESSAGE(variant << ": " << t.addresses << " addresses, " << t.agree
+                       << " identical to addr2line, " << t.binutils_symtab_name
+                       << " differ only by binutils' symbol-table name for an inlined frame at a function start, "
+                       << t.llvm_agrees << " identical to llvm-symbolizer where addr2line differs, " << t.differ
+                       << " wrong");
+    CHECK(t.differ == 0);
+    CHECK(t.agree * 2 > t.addresses);
+  }
+  std::string ignored;
+  RunCommand("rm -rf " + dir, ignored);
+}
+
+TEST_CASE("dwarf: separate debug files by build id and .gnu_debuglink; a stripped binary without one") {
+  const std::string fixture = FixturePath();
+  if (fixture.empty() || !HaveTool("g++") || !HaveTool("objcopy") || !HaveTool("strip")) {
+    MESSAGE("fixture, g++, objcopy or strip missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const std::string full = dir + "/full";
+  REQUIRE(RunCommand("g++ -std=c++17 -O2 -g -Wl,--build-id " + fixture + " -o " + full, out) == 0);
+  const std::string build_id = BuildIdOf(full);
+  REQUIRE(build_id.size() > 2);
+  REQUIRE(RunCommand("objcopy --only-keep-debug " + full + " " + dir + "/full.debug", out) == 0);
+  REQUIRE(RunCommand("strip --strip-all " + full + " -o " + dir + "/stripped", out) == 0);
+  const std::string debug_root = dir + "/debugroot";
+  const std::string id_dir = debug_root + "/.build-id/" + build_id.substr(0, 2);
+  REQUIRE(RunCommand("mkdir -p " + id_dir + " && cp " + dir + "/full.debug " + id_dir + "/" +
+                         build_id.substr(2) + ".debug",
+                     out) == 0);
+  // .gnu_debuglink: the debug file beside the stripped binary.
+  REQUIRE(RunCommand("mkdir -p " + dir + "/linked && cp " + dir + "/full.debug " + dir + "/linked/fixture.debug && " +
+                         "objcopy --add-gnu-debuglink=" + dir + "/linked/fixture.debug " + dir + "/stripped " + dir +
+                         "/linked/fixture",
+                     out) == 0);
+
+  // The reference: the unstripped binary itself.
+  std::vector<LoadedObject> full_objects = WholeFile(full, build_id);
+  Symbolizer reference(full_objects);
+  const std::vector<std::uint64_t> addresses = FunctionAddresses(full);
+  REQUIRE(!addresses.empty());
+
+  SUBCASE("build id") {
+    std::vector<LoadedObject> objects = WholeFile(dir + "/stripped", build_id);
+    Symbolizer symbolizer(objects, debug_root.c_str());
+    CHECK(symbolizer.HasDebugInfo(0));
+    CHECK(symbolizer.HasSymbols(0));  // .symtab from the debug file too
+    std::size_t same = 0;
+    for (std::uint64_t a : addresses) same += Ours(symbolizer, a) == Ours(reference, a);
+    CHECK(same == addresses.size());
+  }
+  SUBCASE(".gnu_debuglink") {
+    std::vector<LoadedObject> objects = WholeFile(dir + "/linked/fixture", build_id);
+    Symbolizer symbolizer(objects, "/nonexistent");
+    CHECK(symbolizer.HasDebugInfo(0));
+    std::size_t with_lines = 0;
+    for (std::uint64_t a : addresses) {
+      SymbolizedFrame frames[32];
+      SymbolizedQuality q;
+      with_lines += symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &q) > 0 && q.line;
+    }
+    CHECK(with_lines * 10 > addresses.size() * 9);
+  }
+  SUBCASE("stripped, no debug file: nothing claimed") {
+    std::vector<LoadedObject> objects = WholeFile(dir + "/stripped", build_id);
+    Symbolizer symbolizer(objects, "/nonexistent");
+    CHECK_FALSE(symbolizer.HasDebugInfo(0));
+    std::size_t named = 0;
+    for (std::uint64_t a : addresses) {
+      SymbolizedFrame frames[32];
+      SymbolizedQuality q;
+      named += symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &q) > 0 && q.function;
+    }
+    CHECK(named == 0);  // only .dynsym is left, and it names none of these
+  }
+  RunCommand("rm -rf " + dir, out);
+}
+
+namespace {
+
+// The object as the loader would map it at `bias`: its executable PT_LOAD.
+bool MapLikeLoader(const std::string& path, std::uintptr_t bias, LoadedObject& o) {
+  heapprof::detail::elf::MappedFile file;
+  if (!file.Open(path.c_str())) return false;
+  const heapprof::detail::elf::ByteView v = file.view();
+  Elf64_Ehdr eh;
+  if (!v.Read(0, &eh)) return false;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    if (!v.Read(eh.e_phoff + i * sizeof ph, &ph)) return false;
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    o.start = bias + (ph.p_vaddr & ~std::uint64_t{4095});
+    o.limit = bias + ph.p_vaddr + ph.p_memsz;
+    o.file_offset = ph.p_offset & ~std::uint64_t{4095};
+    o.bias = bias;
+    o.path = path;
+    return true;
+  }
+  return false;
+}
+
+std::uint64_t SymbolAddress(const std::string& binary, const std::string& name) {
+  std::string out;
+  RunCommand("nm --defined-only " + binary + " | grep ' " + name + "$'", out);
+  return std::strtoull(out.c_str(), nullptr, 16);
+}
+
+}  // namespace
+
+TEST_CASE("dwarf: a stripped binary without debug info claims no functions; its addresses name the frames in an unstripped copy") {
+  const std::string fixture = FixturePath();
+  if (fixture.empty() || !HaveTool("g++") || !HaveTool("strip") || !HaveTool("addr2line")) {
+    MESSAGE("fixture, g++, strip or addr2line missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  std::string out;
+  const std::string full = dir + "/fixture", stripped = dir + "/stripped/fixture";
+  REQUIRE(RunCommand("g++ -std=c++17 -O0 -g -Wl,--build-id " + fixture + " -o " + full + " && mkdir -p " + dir +
+                         "/stripped && strip --strip-all " + full + " -o " + stripped,
+                     out) == 0);
+  const std::uint64_t compute = SymbolAddress(full, "_Z7Computei");
+  const std::uint64_t fill = SymbolAddress(full, "_ZN7fixture6Buffer4FillEi");
+  REQUIRE(compute != 0);
+  REQUIRE(fill != 0);
+
+  const std::uintptr_t bias = 0x555555554000u;
+  std::vector<LoadedObject> objects(1);
+  REQUIRE(MapLikeLoader(stripped, bias, objects[0]));
+  objects[0].build_id = BuildIdOf(stripped);
+  REQUIRE(!objects[0].build_id.empty());
+  Symbolizer symbolizer(objects, "/nonexistent");
+  heapprof::detail::ProfileData data;
+  data.period = 1;
+  heapprof::detail::ProfileSample sample;
+  sample.pcs = {bias + fill + 9, bias + compute + 20};  // return addresses inside the two
+  sample.alloc_objects = sample.inuse_objects = 1;
+  sample.alloc_bytes = sample.inuse_bytes = sample.object_size = 4096;
+  data.samples.push_back(sample);
+  const std::string bytes = heapprof::detail::EncodeProfile(data, objects, symbolizer);
+  heapprof_test::Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::DecodeProfile(bytes, p, &why), why);
+  REQUIRE(p.mappings.size() == 1);
+  CHECK_FALSE(p.mappings[0].has_functions);
+  CHECK_FALSE(p.mappings[0].has_line_numbers);
+  CHECK_FALSE(p.mappings[0].has_inline_frames);
+  for (const auto& loc : p.locations) CHECK(loc.lines.empty());
+
+  // What a symbolizer given the unstripped copy does with the profile (the
+  // standalone pprof runs binutils so): the mapping turns each location into
+  // a file address, and the copy names it. (`go tool pprof`, the copy bundled
+  // with Go, symbolizes only Go binaries locally.)
+  std::string input;
+  for (const auto& loc : p.locations) {
+    char buf[32];
+    const std::uint64_t file_address = loc.address - p.mappings[0].memory_start + p.mappings[0].file_offset;
+    std::snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(file_address));
+    input += buf;
+  }
+  REQUIRE(heapprof_test::WriteFile(dir + "/addresses.txt", input));
+  RunCommand("addr2line -f -C -e " + full + " < " + dir + "/addresses.txt", out);
+  INFO(out);
+  CHECK(out.find("fixture::Buffer::Fill(int)") != std::string::npos);
+  CHECK(out.find("Compute(int)") != std::string::npos);
+  if (std::getenv("HEAPPROF_TEST_KEEP") == nullptr) RunCommand("rm -rf " + dir, out);
+  else MESSAGE("kept " << dir);
+}
+
+TEST_CASE("inflate: a zlib stream from zlib itself, and corrupt ones refused") {
+  using heapprof::detail::inflate::ZlibInflate;
+  // "hello hello hello\n" compressed by zlib (level 9): a back reference.
+  const unsigned char packed[] = {0x78, 0xda, 0xcb, 0x48, 0xcd, 0xc9, 0xc9, 0x57, 0xc8, 0x40,
+                                  0x90, 0x5c, 0x00, 0x40, 0xb5, 0x06, 0x87};
+  unsigned char out[18];
+  const bool ok = ZlibInflate(packed, sizeof packed, out, sizeof out);
+  CHECK(ok);
+  if (ok) CHECK(std::memcmp(out, "hello hello hello\n", 18) == 0);
+  // Wrong size, truncation, a flipped checksum: refused, never a fault.
+  unsigned char small[10];
+  CHECK_FALSE(ZlibInflate(packed, sizeof packed, small, sizeof small));
+  CHECK_FALSE(ZlibInflate(packed, sizeof packed - 3, out, sizeof out));
+  unsigned char bad[sizeof packed];
+  std::memcpy(bad, packed, sizeof packed);
+  bad[sizeof bad - 1] ^= 1;
+  CHECK_FALSE(ZlibInflate(bad, sizeof bad, out, sizeof out));
+  std::uint64_t rng = 7;
+  for (int round = 0; round < 2000; ++round) {
+    unsigned char noise[64];
+    for (auto& b : noise) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      b = static_cast<unsigned char>(rng >> 56);
+    }
+    noise[0] = 0x78;
+    noise[1] = 0x9c;
+    unsigned char sink[256];
+    (void)ZlibInflate(noise, sizeof noise, sink, sizeof sink);
+  }
+}
