@@ -16,6 +16,7 @@
 
 #if HEAPPROF_ENABLED
 
+#include <cerrno>
 #include <cstdlib>
 #include <ostream>
 #include <stdexcept>
@@ -118,14 +119,23 @@ HEAPPROF_LINKED_BEGIN
 
 // noinline: the unwinders start from this function's frame record (its saved
 // rbp is the hook's, its return address points into the hook).
-HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
-  AllocSlowPath(p, n, hook_return, __builtin_frame_address(0));
+// Both keep errno: a successful malloc or a free must not change it (free
+// keeps it by POSIX 2024), and the slow paths make system calls.
+HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
+  const int saved_errno = errno;
+  AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
+  errno = saved_errno;
   // No tail call: the unwinder reads this function's frame record, which a
   // tail call would pop before the sample is taken (clang -O2 does that).
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept { return FreeSlowPath(p, n, how); }
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept {
+  const int saved_errno = errno;
+  const bool kept = FreeSlowPath(p, n, how);
+  errno = saved_errno;
+  return kept;
+}
 
 // ---------------------------------------------------------------- labels
 
@@ -246,7 +256,7 @@ HEAPPROF_LINKED_END
 namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
-void OnAllocSlow(void*, std::size_t, const void*) noexcept {}
+void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
 bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }

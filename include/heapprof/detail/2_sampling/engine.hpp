@@ -28,6 +28,7 @@
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/2_sampling/sampler.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
 #include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 #include "heapprof/detail/3_unwinding/table.hpp"
@@ -99,6 +100,7 @@ inline void EnsureInit() noexcept {
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     ReentrancyGuard guard;
+    DetectBlockSize();
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
@@ -225,17 +227,18 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
 // address points into the hook.
-HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return,
+HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;  // heapprof::allocator counts this one itself
-  ThreadState* ts = CurrentThreadSlot(flags);
+  ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
+  const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
-    g_registry.CountUnregisteredAlloc(n);
+    g_registry.CountUnregisteredAlloc(counted);
     return;
   }
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, n);
+  BumpCounter(ts->alloc_bytes, counted);
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   const std::uint64_t rate = RateOf(state);
   std::int64_t left = LoadRelaxed(ts->countdown);
@@ -278,7 +281,11 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return false;
-  bool sized = (how & kFreeSized) != 0;
+  // What Stats count: the caller's size (heapprof::allocator), or the block's
+  // usable size (the global hooks), read while the block is still ours.
+  // Start-up first: it decides how BlockSize reads (and warms it up).
+  if (flags.guard == 0 && !flags.exiting) EnsureInit();
+  if ((how & kFreeSized) == 0) n = BlockSize(p);
   // Even under the guard: a sampled object's free must never be lost.
   if (MaybeSampled(p)) {
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
@@ -294,14 +301,9 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) {
-        b->frees.fetch_add(1, std::memory_order_relaxed);
-        if (!sized) n = b->size;
-        sized = true;
-      }
+      if (b != nullptr) b->frees.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (!sized) n = malloc_usable_size(p);
   CountFree(flags, n);
   DrainDeferredFrees();
   return false;
@@ -315,22 +317,9 @@ inline void DrainDeferredFrees() noexcept {
   t.draining = true;
   DeferredFree f;
   while (PopDeferredFree(f)) {
-    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) std::free(f.p);
+    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
   }
   t.draining = false;
-}
-
-// Unsized operator delete: the caller did not say how big the object was.
-// malloc_usable_size is the allocator's own answer (>= the requested size);
-// programs built with sized deallocation (GCC's default) never come here.
-HEAPPROF_ALWAYS_INLINE bool OnFreeUnsized(void* p) noexcept {
-  ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    return OnFreeSlow(p, 0, kFreeCanDefer);
-  }
-  BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, malloc_usable_size(p));
-  return false;
 }
 
 }  // namespace detail
