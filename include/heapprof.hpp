@@ -52,6 +52,9 @@
 #if defined(HEAPPROF_REPLACE_MALLOC)
 #include "heapprof/detail/1_hooks/malloc.hpp"
 #endif
+#if defined(HEAPPROF_PRELOAD_LIBRARY)
+#include "heapprof/detail/6_serving/preload_engine.hpp"
+#endif
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 #include "heapprof/detail/1_hooks/new_delete.hpp"
 #endif

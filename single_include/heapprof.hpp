@@ -1558,6 +1558,9 @@ inline std::string FormatBytes(double bytes) {
 // under the malloc family. Weak and hidden: absent without that macro, and
 // never another object's.
 extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept;
+// Defined by the implementation unit: decides whether this copy of the engine
+// records (engine.hpp: g_engine_off). Weak and hidden likewise.
+extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_engine_role() noexcept;
 
 namespace heapprof {
 namespace detail {
@@ -1574,6 +1577,16 @@ namespace detail {
 // glibc chunks. Both ways give the same number for every live block, so
 // switching while blocks are live keeps the counts exact.
 inline bool g_glibc_chunks = false;
+
+// The malloc and free under the hooks when the malloc family is replaced
+// (1_hooks/malloc.hpp sets them before the first block is seen); otherwise
+// the process's malloc and std::free. g_release_block releases a block whose
+// free the profiler deferred (live_map.hpp).
+inline void* (*g_underlying_malloc)(std::size_t) = nullptr;
+inline void (*g_release_block)(void*) = &std::free;
+// Its malloc_usable_size, called directly: in libheapprof_preload.so under an
+// allocator preloaded ahead of it, the name would find that allocator's.
+inline std::size_t (*g_underlying_usable_size)(void*) = &malloc_usable_size;
 
 // glibc malloc.c: the word before the block is the chunk's size with three
 // flag bits (bit 1: the chunk is mmapped). musable() is that size less the
@@ -1594,15 +1607,8 @@ HEAPPROF_ALWAYS_INLINE std::size_t BlockSize(void* p) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return GlibcChunkUsable(p);
 #endif
-  return malloc_usable_size(p);
+  return g_underlying_usable_size(p);
 }
-
-// The malloc and free under the hooks when the malloc family is replaced
-// (1_hooks/malloc.hpp sets them before the first block is seen); otherwise
-// the process's malloc and std::free. g_release_block releases a block whose
-// free the profiler deferred (live_map.hpp).
-inline void* (*g_underlying_malloc)(std::size_t) = nullptr;
-inline void (*g_release_block)(void*) = &std::free;
 
 // Decides g_glibc_chunks, once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
@@ -1616,7 +1622,7 @@ inline void DetectBlockSize() noexcept {
     SuppressHooks quiet;
     void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
     if (void* p = alloc(1)) {
-      (void)malloc_usable_size(p);
+      (void)g_underlying_usable_size(p);
       g_release_block(p);
     }
   }
@@ -1633,7 +1639,7 @@ inline void DetectBlockSize() noexcept {
   for (std::size_t n : kSizes) {
     void* p = alloc(n);
     if (p == nullptr) return;
-    agree = agree && GlibcChunkUsable(p) == malloc_usable_size(p) && malloc_usable_size(p) >= n;
+    agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
     release(p);
   }
   if (agree) StoreRelaxed(g_glibc_chunks, true);
@@ -4664,6 +4670,13 @@ inline void RunExitHook() {
   }
 }
 
+// One engine per process. A program that compiles heapprof in and also runs
+// under libheapprof_preload.so has two copies of it; start-up decides which
+// one records (detail/implementation.hpp: heapprof_detail_engine_role) and
+// the other turns itself off: its hooks still run (they are bound) but their
+// slow paths return at once, and its API forwards to the recording engine.
+inline bool g_engine_off = false;
+
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
 void ForkPrepare() noexcept;
@@ -4676,6 +4689,7 @@ inline void EnsureInit() noexcept {
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     ReentrancyGuard guard;
     DetectBlockSize();
+    if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
@@ -4720,6 +4734,7 @@ inline std::uint64_t SeedFor(const void* slot) noexcept {
 HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
   ReentrancyGuard guard;
   EnsureInit();
+  if (g_engine_off) return nullptr;  // every allocation of this thread stays on the slow path, which returns
   ThreadState* ts = g_registry.Acquire();
   if (ts == nullptr) return nullptr;
   CurrentStackBounds(ts->stack_lo, ts->stack_hi);
@@ -4809,7 +4824,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
-    g_registry.CountUnregisteredAlloc(counted);
+    if (!g_engine_off) g_registry.CountUnregisteredAlloc(counted);
     return;
   }
   BumpCounter(ts->alloc_objects, 1);
@@ -4844,7 +4859,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
 HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcept {
   ThreadState* ts = CurrentThreadSlot(flags);
   if (ts == nullptr) {
-    g_registry.CountUnregisteredFree(n);
+    if (!g_engine_off) g_registry.CountUnregisteredFree(n);
     return;
   }
   BumpCounter(ts->free_objects, 1);
@@ -9032,13 +9047,45 @@ inline bool StartFromEnv() noexcept {
 #if HEAPPROF_ENABLED
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 
 namespace heapprof {
+namespace detail {
+
+// ---------------------------------------------------------------- one engine
+// What libheapprof_preload.so offers a program that compiled heapprof in too
+// (6_serving/preload_engine.hpp). Plain function pointers, versioned: the two
+// copies may come from different heapprof releases.
+struct EngineApi {
+  std::uint32_t version;  // kEngineApiVersion
+  std::uint32_t size;     // sizeof(EngineApi) of the library
+  void (*set_sample_rate)(std::size_t) noexcept;
+  std::size_t (*get_sample_rate)() noexcept;
+  Stats (*get_stats)() noexcept;
+  bool (*write_stream)(std::ostream& out, bool allocs);
+  bool (*write_path)(const char* path, bool allocs);
+  void (*set_unwinder)(Unwinder) noexcept;
+  Unwinder (*get_unwinder)() noexcept;
+};
+constexpr std::uint32_t kEngineApiVersion = 1;
+using EngineApiGetter = const EngineApi* (*)() noexcept;
+
+// The engine this program's API forwards to (set at start-up), or nullptr.
+inline const EngineApi* g_external_engine = nullptr;
+
+inline const EngineApi* ExternalEngine() noexcept {
+  EnsureInit();
+  return g_external_engine;
+}
+
+}  // namespace detail
+
 HEAPPROF_LINKED_BEGIN
 
 // ---------------------------------------------------------------- sample rate, Stats
@@ -9048,18 +9095,18 @@ HEAPPROF_LINKED_BEGIN
 // and so never waits on a lock its own thread holds.
 
 void SetSampleRate(std::size_t mean_bytes) noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->set_sample_rate(mean_bytes);
   detail::ReentrancyGuard guard;
   detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
 std::size_t GetSampleRate() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_sample_rate();
   return static_cast<std::size_t>(detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire)));
 }
 
 Stats GetStats() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_stats();
   detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};
@@ -9090,20 +9137,24 @@ Stats GetStats() noexcept {
 // ---------------------------------------------------------------- writers
 
 bool WriteHeapProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->write_stream(out, false);
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, false);
 }
 bool WriteAllocsProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->write_stream(out, true);
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, true);
 }
 
 bool WriteHeapProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
   HEAPPROF_CATCH_ALL { return false; }
 }
 bool WriteAllocsProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
@@ -9114,13 +9165,14 @@ bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(pat
 // ---------------------------------------------------------------- unwinder
 
 void SetUnwinder(Unwinder u) noexcept {
-  detail::EnsureInit();  // HEAPPROF=unwinder=... must not override a later explicit choice
+  // EnsureInit first: HEAPPROF=unwinder=... must not override a later explicit choice
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->set_unwinder(u);
   detail::g_unwinder.store(u == Unwinder::kTable ? detail::kUnwinderTable : detail::kUnwinderFramePointer,
                            std::memory_order_relaxed);
 }
 
 Unwinder GetUnwinder() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_unwinder();
   return detail::g_unwinder.load(std::memory_order_relaxed) == detail::kUnwinderTable ? Unwinder::kTable
                                                                                         : Unwinder::kFramePointer;
 }
@@ -9243,11 +9295,37 @@ const char* HttpServerError(const HttpServerState* state) noexcept {
 HEAPPROF_LINKED_END
 
 // HEAPPROF's dump thread and HTTP server start with the program (when it asks
-// for them), from this unit's static initialisation.
-[[maybe_unused]] static const bool g_started_from_env = StartFromEnv();
+// for them), from this unit's static initialisation; by the engine that
+// records only (the other one's start-up would serve an empty profile, or
+// fail to bind the same port).
+[[maybe_unused]] static const bool g_started_from_env =
+    secure_getenv("HEAPPROF") != nullptr && (EnsureInit(), !g_engine_off) && StartFromEnv();
 
 }  // namespace detail
 }  // namespace heapprof
+
+#if !defined(HEAPPROF_PRELOAD_LIBRARY)
+// Start-up of a program that compiled heapprof in: if libheapprof_preload.so
+// is loaded too and its malloc is the process's, that library records (it
+// sees every C allocation, and this program's operator new reaches its
+// malloc), and this copy turns itself off and forwards its API there. Labels
+// set through this copy are not forwarded (README: the preload library).
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  using heapprof::detail::EngineApiGetter;
+  auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
+  if (getter == nullptr) return;
+  const heapprof::detail::EngineApi* e = getter();
+  if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||
+      e->size < sizeof(heapprof::detail::EngineApi)) {
+    return;
+  }
+  heapprof::detail::g_external_engine = e;
+  heapprof::detail::g_engine_off = true;
+  heapprof::detail::ReportRaw(
+      "heapprof: libheapprof_preload.so is loaded and records this process; the copy compiled into the program "
+      "forwards to it\n");
+}
+#endif
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
@@ -9411,8 +9489,7 @@ inline Functions g_fn = {&FirstMalloc,        &FirstFree,         &FirstCalloc, 
 // 0 not resolved, 1 resolving, 2 resolved.
 inline std::atomic<int> g_state{0};
 inline thread_local bool tls_resolving HEAPPROF_TLS_MODEL = false;
-// True when the process's malloc is another object's (loaded before ours):
-// our malloc family is then never called, only our operator new uses g_fn.
+// True when the process's malloc is another object's (loaded before ours).
 inline bool g_shadowed = false;
 
 inline int BootstrapPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
@@ -9482,16 +9559,18 @@ inline bool Resolve() noexcept {
   }
   tls_resolving = true;
   SuppressHooks quiet;  // dlsym's allocations (bootstrap blocks) are not counted
-  // Is the process's malloc ours? If an object before us defines it (an
-  // allocator preloaded ahead of libheapprof_preload.so), our malloc family
-  // never runs: use that allocator for our operator new, and say so.
-  void* handle = RTLD_NEXT;
+  // Is the process's malloc ours? If an object before us defines it (a
+  // program that replaces malloc itself, an allocator preloaded ahead of
+  // libheapprof_preload.so), our malloc family runs only when that one calls
+  // it as its own next malloc: start-up then turns this engine off
+  // (preload_engine.hpp). The allocator under us is still the next one: the
+  // first one's would call back into us.
+  void* const handle = RTLD_NEXT;
   Dl_info process_malloc{}, ours{};
   void* active = dlsym(RTLD_DEFAULT, "malloc");
   if (active != nullptr && dladdr(active, &process_malloc) != 0 &&
       dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
       process_malloc.dli_fbase != ours.dli_fbase) {
-    handle = RTLD_DEFAULT;
     g_shadowed = true;
   }
   Functions f{};
@@ -9535,6 +9614,7 @@ inline bool Resolve() noexcept {
   g_fn.free = f.free;
   g_fn.malloc = f.malloc;
   g_underlying_malloc = f.malloc;
+  g_underlying_usable_size = g_fn.usable_size;
   g_release_block = f.free;
   tls_resolving = false;
   g_state.store(2, std::memory_order_release);
@@ -9725,6 +9805,69 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_ma
 
 #endif  // HEAPPROF_MALLOC_HOOKS
 // ---- end heapprof/detail/1_hooks/malloc.hpp ----
+#endif
+#if defined(HEAPPROF_PRELOAD_LIBRARY)
+// ---- begin heapprof/detail/6_serving/preload_engine.hpp ----
+// heapprof: what libheapprof_preload.so adds to the implementation: its side
+// of "one engine per process". Included by <heapprof.hpp> only with
+// HEAPPROF_PRELOAD_LIBRARY (preload/heapprof_preload.cpp).
+//
+//  - Its malloc is the process's (it is first in LD_PRELOAD, the program does
+//    not define malloc): it records, and offers its API to a copy of heapprof
+//    compiled into the program (heapprof_preload_engine_v1), which then turns
+//    itself off and forwards there (implementation.hpp).
+//  - Otherwise (the program replaces malloc itself, or an allocator precedes
+//    the library in LD_PRELOAD) it turns itself off and says so once.
+
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
+
+#include <dlfcn.h>
+#include <ostream>
+
+
+namespace heapprof {
+namespace detail {
+
+inline bool PreloadWriteStream(std::ostream& out, bool allocs) {
+  return allocs ? WriteAllocsProfile(out) : WriteHeapProfile(out);
+}
+inline bool PreloadWritePath(const char* path, bool allocs) {
+  return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
+}
+
+inline const EngineApi g_preload_engine_api = {
+    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
+    &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
+};
+
+}  // namespace detail
+}  // namespace heapprof
+
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  if (!heapprof::detail::real::g_shadowed) return;
+  heapprof::detail::g_engine_off = true;
+  Dl_info info{};
+  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
+                            info.dli_fname[0] != '\0'
+                        ? info.dli_fname
+                        : "the program";
+  heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
+  heapprof::detail::ReportRaw(who);
+  heapprof::detail::ReportRaw(
+      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
+      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
+}
+
+// The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
+extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
+  heapprof::detail::EnsureInit();
+  return heapprof::detail::g_engine_off ? nullptr : &heapprof::detail::g_preload_engine_api;
+}
+
+#endif  // HEAPPROF_MALLOC_HOOKS && HEAPPROF_PRELOAD_LIBRARY
+// ---- end heapprof/detail/6_serving/preload_engine.hpp ----
 #endif
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 // ---- begin heapprof/detail/1_hooks/new_delete.hpp ----

@@ -91,3 +91,51 @@ TEST_CASE("preload: under jemalloc and tcmalloc preloaded after it") {
 }
 
 #endif
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_PATH) && defined(HEAPPROF_ONE_ENGINE_PATH)
+
+TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs one engine") {
+  const std::string profile = heapprof_test::TempPath(".pb.gz");
+  std::string alone, preloaded;
+  REQUIRE(heapprof_test::RunCommand(std::string(HEAPPROF_ONE_ENGINE_PATH) + " " + profile, alone) == 0);
+  INFO(alone);
+  // Alone: its operator new only (the mallocs are not hooked).
+  CHECK(alone.find("one_engine: allocs 1000 live_objects 1000 rate 1") != std::string::npos);
+  // Preloaded: the library records (its malloc sees both the program's
+  // operator new, which calls malloc, and the mallocs), once each; the
+  // program's API forwards to it.
+  REQUIRE(heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +
+                                        HEAPPROF_ONE_ENGINE_PATH + " " + profile,
+                                    preloaded) == 0);
+  INFO(preloaded);
+  CHECK(preloaded.find("forwards to it") != std::string::npos);
+  CHECK(preloaded.find("one_engine: allocs 2000 live_objects 2000 rate 1") != std::string::npos);
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(profile, p));
+  unlink(profile.c_str());
+  // The program's operator new is the leaf of the new'd blocks (it calls malloc).
+  std::int64_t news = 0, mallocs = 0;
+  const int io = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
+    for (const std::string& n : names) {
+      if (n.find("OneEngineNew") != std::string::npos) news += s.values.at(static_cast<std::size_t>(io));
+      if (n.find("OneEngineMalloc") != std::string::npos) mallocs += s.values.at(static_cast<std::size_t>(io));
+    }
+  }
+  CHECK(news == 1000);
+  CHECK(mallocs == 1000);
+}
+
+TEST_CASE("preload: a program that replaces malloc itself records itself; the library stays off") {
+  std::string output;
+  const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +
+                                               heapprof_test::SelfExe() + " -tc='exact Stats: new char*'",
+                                           output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("records nothing") != std::string::npos);
+  CHECK(output.find("Status: SUCCESS") != std::string::npos);
+}
+
+#endif

@@ -37,6 +37,9 @@
 // under the malloc family. Weak and hidden: absent without that macro, and
 // never another object's.
 extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept;
+// Defined by the implementation unit: decides whether this copy of the engine
+// records (engine.hpp: g_engine_off). Weak and hidden likewise.
+extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_engine_role() noexcept;
 
 namespace heapprof {
 namespace detail {
@@ -53,6 +56,16 @@ namespace detail {
 // glibc chunks. Both ways give the same number for every live block, so
 // switching while blocks are live keeps the counts exact.
 inline bool g_glibc_chunks = false;
+
+// The malloc and free under the hooks when the malloc family is replaced
+// (1_hooks/malloc.hpp sets them before the first block is seen); otherwise
+// the process's malloc and std::free. g_release_block releases a block whose
+// free the profiler deferred (live_map.hpp).
+inline void* (*g_underlying_malloc)(std::size_t) = nullptr;
+inline void (*g_release_block)(void*) = &std::free;
+// Its malloc_usable_size, called directly: in libheapprof_preload.so under an
+// allocator preloaded ahead of it, the name would find that allocator's.
+inline std::size_t (*g_underlying_usable_size)(void*) = &malloc_usable_size;
 
 // glibc malloc.c: the word before the block is the chunk's size with three
 // flag bits (bit 1: the chunk is mmapped). musable() is that size less the
@@ -73,15 +86,8 @@ HEAPPROF_ALWAYS_INLINE std::size_t BlockSize(void* p) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return GlibcChunkUsable(p);
 #endif
-  return malloc_usable_size(p);
+  return g_underlying_usable_size(p);
 }
-
-// The malloc and free under the hooks when the malloc family is replaced
-// (1_hooks/malloc.hpp sets them before the first block is seen); otherwise
-// the process's malloc and std::free. g_release_block releases a block whose
-// free the profiler deferred (live_map.hpp).
-inline void* (*g_underlying_malloc)(std::size_t) = nullptr;
-inline void (*g_release_block)(void*) = &std::free;
 
 // Decides g_glibc_chunks, once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
@@ -95,7 +101,7 @@ inline void DetectBlockSize() noexcept {
     SuppressHooks quiet;
     void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
     if (void* p = alloc(1)) {
-      (void)malloc_usable_size(p);
+      (void)g_underlying_usable_size(p);
       g_release_block(p);
     }
   }
@@ -112,7 +118,7 @@ inline void DetectBlockSize() noexcept {
   for (std::size_t n : kSizes) {
     void* p = alloc(n);
     if (p == nullptr) return;
-    agree = agree && GlibcChunkUsable(p) == malloc_usable_size(p) && malloc_usable_size(p) >= n;
+    agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
     release(p);
   }
   if (agree) StoreRelaxed(g_glibc_chunks, true);

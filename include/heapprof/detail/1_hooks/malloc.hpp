@@ -119,8 +119,7 @@ inline Functions g_fn = {&FirstMalloc,        &FirstFree,         &FirstCalloc, 
 // 0 not resolved, 1 resolving, 2 resolved.
 inline std::atomic<int> g_state{0};
 inline thread_local bool tls_resolving HEAPPROF_TLS_MODEL = false;
-// True when the process's malloc is another object's (loaded before ours):
-// our malloc family is then never called, only our operator new uses g_fn.
+// True when the process's malloc is another object's (loaded before ours).
 inline bool g_shadowed = false;
 
 inline int BootstrapPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
@@ -190,16 +189,18 @@ inline bool Resolve() noexcept {
   }
   tls_resolving = true;
   SuppressHooks quiet;  // dlsym's allocations (bootstrap blocks) are not counted
-  // Is the process's malloc ours? If an object before us defines it (an
-  // allocator preloaded ahead of libheapprof_preload.so), our malloc family
-  // never runs: use that allocator for our operator new, and say so.
-  void* handle = RTLD_NEXT;
+  // Is the process's malloc ours? If an object before us defines it (a
+  // program that replaces malloc itself, an allocator preloaded ahead of
+  // libheapprof_preload.so), our malloc family runs only when that one calls
+  // it as its own next malloc: start-up then turns this engine off
+  // (preload_engine.hpp). The allocator under us is still the next one: the
+  // first one's would call back into us.
+  void* const handle = RTLD_NEXT;
   Dl_info process_malloc{}, ours{};
   void* active = dlsym(RTLD_DEFAULT, "malloc");
   if (active != nullptr && dladdr(active, &process_malloc) != 0 &&
       dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
       process_malloc.dli_fbase != ours.dli_fbase) {
-    handle = RTLD_DEFAULT;
     g_shadowed = true;
   }
   Functions f{};
@@ -243,6 +244,7 @@ inline bool Resolve() noexcept {
   g_fn.free = f.free;
   g_fn.malloc = f.malloc;
   g_underlying_malloc = f.malloc;
+  g_underlying_usable_size = g_fn.usable_size;
   g_release_block = f.free;
   tls_resolving = false;
   g_state.store(2, std::memory_order_release);

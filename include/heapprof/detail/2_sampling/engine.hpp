@@ -89,6 +89,13 @@ inline void RunExitHook() {
   }
 }
 
+// One engine per process. A program that compiles heapprof in and also runs
+// under libheapprof_preload.so has two copies of it; start-up decides which
+// one records (detail/implementation.hpp: heapprof_detail_engine_role) and
+// the other turns itself off: its hooks still run (they are bound) but their
+// slow paths return at once, and its API forwards to the recording engine.
+inline bool g_engine_off = false;
+
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
 void ForkPrepare() noexcept;
@@ -101,6 +108,7 @@ inline void EnsureInit() noexcept {
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     ReentrancyGuard guard;
     DetectBlockSize();
+    if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     g_init_pid = getpid();
@@ -145,6 +153,7 @@ inline std::uint64_t SeedFor(const void* slot) noexcept {
 HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
   ReentrancyGuard guard;
   EnsureInit();
+  if (g_engine_off) return nullptr;  // every allocation of this thread stays on the slow path, which returns
   ThreadState* ts = g_registry.Acquire();
   if (ts == nullptr) return nullptr;
   CurrentStackBounds(ts->stack_lo, ts->stack_hi);
@@ -234,7 +243,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
-    g_registry.CountUnregisteredAlloc(counted);
+    if (!g_engine_off) g_registry.CountUnregisteredAlloc(counted);
     return;
   }
   BumpCounter(ts->alloc_objects, 1);
@@ -269,7 +278,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
 HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcept {
   ThreadState* ts = CurrentThreadSlot(flags);
   if (ts == nullptr) {
-    g_registry.CountUnregisteredFree(n);
+    if (!g_engine_off) g_registry.CountUnregisteredFree(n);
     return;
   }
   BumpCounter(ts->free_objects, 1);
