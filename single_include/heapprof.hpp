@@ -1599,7 +1599,7 @@ HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
   std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
   asm("" : "+r"(at));
   const std::size_t head = *reinterpret_cast<const std::size_t*>(at);
-  return (head & ~std::size_t{7}) - ((head & 2) != 0 ? 16 : 8);
+  return (head & ~std::size_t{7}) - 8 - ((head & 2) << 2);  // - 16 when bit 1 is set
 }
 
 // The usable size of a live block from malloc (or the allocator behind it).
@@ -9415,6 +9415,7 @@ HEAPPROF_LINKED_END
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <link.h>
 #include <malloc.h>
 #include <sched.h>
 #include <unistd.h>
@@ -9568,7 +9569,13 @@ inline bool Resolve() noexcept {
   void* const handle = RTLD_NEXT;
   Dl_info process_malloc{}, ours{};
   void* active = dlsym(RTLD_DEFAULT, "malloc");
-  if (active != nullptr && dladdr(active, &process_malloc) != 0 &&
+  // Only a definition counts: a non-PIE program that takes malloc's address
+  // (Debian's python3) has its PLT stub as malloc's canonical address, which
+  // dlsym returns, under an undefined symbol (SHN_UNDEF).
+  void* sym_entry = nullptr;
+  const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
+  const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
+  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
       dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
       process_malloc.dli_fbase != ours.dli_fbase) {
     g_shadowed = true;
