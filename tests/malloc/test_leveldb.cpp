@@ -53,25 +53,47 @@ void InsideLevelDb(const heapprof_test::Profile& p, const std::string& frame, st
 
 TEST_CASE("leveldb: LRUCache::Insert's mallocs appear with their stacks, and leave with the cache") {
   RateScope rate(1);
-  Delta d;
+  {
+    // Warm-up: the first profile with LevelDB frames loads its symbols, which
+    // the symbolizer keeps (on the host's heap, for now): not part of the count.
+    leveldb::Cache* warm = leveldb::NewLRUCache(1 << 20);
+    LevelDbInsertAll(warm, 10);
+    heapprof_test::Profile p;
+    REQUIRE(heapprof_test::CaptureProfile(p));
+    delete warm;
+    REQUIRE(heapprof_test::CaptureProfile(p));
+  }
+  // Stats over the cache's life, the profile writes left out (the symbolizer
+  // keeps the names it looks up: see README, Limits).
+  Delta built;
   leveldb::Cache* cache = leveldb::NewLRUCache(1 << 30);
   LevelDbInsertAll(cache, 2000);
-  heapprof_test::Profile p;
-  std::string why;
-  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
-  std::int64_t objects = 0, bytes = 0;
-  std::string leaf;
-  InsideLevelDb(p, "LevelDbInsertAll", objects, bytes, leaf);
-  MESSAGE("inside LevelDB: " << objects << " objects, " << bytes << " bytes; a leaf: " << leaf);
-  CHECK(objects >= 2000);           // one handle per entry
-  CHECK(bytes >= 2000 * (94 + 40));  // the key is copied into the handle
+  built.Stop();
+  CHECK(built.live_objects() >= 2000);
+  {
+    heapprof_test::Profile p;
+    std::string why;
+    REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
+    std::int64_t objects = 0, bytes = 0;
+    std::string leaf;
+    InsideLevelDb(p, "LevelDbInsertAll", objects, bytes, leaf);
+    INFO("inside LevelDB: " << objects << " objects, " << bytes << " bytes; a leaf: " << leaf);
+    CHECK(objects >= 2000);           // one handle per entry
+    CHECK(bytes >= 2000 * (94 + 40));  // the key is copied into the handle
+  }
+  Delta torn_down;
   delete cache;
-  REQUIRE(heapprof_test::CaptureProfile(p));
-  InsideLevelDb(p, "LevelDbInsertAll", objects, bytes, leaf);
-  CHECK(objects == 0);
-  d.Stop();
-  CHECK(d.live_bytes() == 0);
-  CHECK(d.live_objects() == 0);
+  torn_down.Stop();
+  CHECK(built.live_objects() + torn_down.live_objects() == 0);
+  CHECK(built.live_bytes() + torn_down.live_bytes() == 0);
+  {
+    heapprof_test::Profile p;
+    REQUIRE(heapprof_test::CaptureProfile(p));
+    std::int64_t objects = 0, bytes = 0;
+    std::string leaf;
+    InsideLevelDb(p, "LevelDbInsertAll", objects, bytes, leaf);
+    CHECK(objects == 0);
+  }
 }
 
 #endif
