@@ -83,11 +83,11 @@ TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and mallo
     }
     for (std::string* s : strings) delete s;
     arrays.clear();
-    arrays.shrink_to_fit();
+    decltype(arrays)().swap(arrays);
     c_blocks.clear();
-    c_blocks.shrink_to_fit();
+    decltype(c_blocks)().swap(c_blocks);
     strings.clear();
-    strings.shrink_to_fit();
+    decltype(strings)().swap(strings);
     d.Stop();
     CHECK(d.live_objects() == 0);
     CHECK(d.live_bytes() == 0);
