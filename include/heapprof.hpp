@@ -9,6 +9,10 @@
 //                                            (compiled once, here) and the
 //                                            global operator new/delete hooks
 //
+// HEAPPROF_REPLACE_MALLOC (also implies HEAPPROF_IMPLEMENTATION) replaces the
+// malloc family too (malloc, free, calloc, realloc, posix_memalign, ...), so
+// C allocations of every library are profiled as well.
+//
 // HEAPPROF_IMPLEMENTATION instead of HEAPPROF_REPLACE_NEW_DELETE compiles the
 // implementation without the global hooks (heapprof::allocator then profiles
 // just the containers that use it). Forgetting both is a link error that names
@@ -29,7 +33,7 @@
 #include "heapprof/http.hpp"
 #endif  // HEAPPROF_HPP_API_INCLUDED
 
-#if defined(HEAPPROF_REPLACE_NEW_DELETE) && !defined(HEAPPROF_IMPLEMENTATION)
+#if (defined(HEAPPROF_REPLACE_NEW_DELETE) || defined(HEAPPROF_REPLACE_MALLOC)) && !defined(HEAPPROF_IMPLEMENTATION)
 #define HEAPPROF_IMPLEMENTATION
 #endif
 
@@ -45,6 +49,12 @@
 #if defined(HEAPPROF_IMPLEMENTATION) && !defined(HEAPPROF_HPP_IMPLEMENTATION_INCLUDED)
 #define HEAPPROF_HPP_IMPLEMENTATION_INCLUDED
 #include "heapprof/detail/implementation.hpp"
+#if defined(HEAPPROF_REPLACE_MALLOC)
+#include "heapprof/detail/1_hooks/malloc.hpp"
+#endif
+#if defined(HEAPPROF_PRELOAD_LIBRARY)
+#include "heapprof/detail/6_serving/preload_engine.hpp"
+#endif
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 #include "heapprof/detail/1_hooks/new_delete.hpp"
 #endif

@@ -12,6 +12,10 @@
 //                                            (compiled once, here) and the
 //                                            global operator new/delete hooks
 //
+// HEAPPROF_REPLACE_MALLOC (also implies HEAPPROF_IMPLEMENTATION) replaces the
+// malloc family too (malloc, free, calloc, realloc, posix_memalign, ...), so
+// C allocations of every library are profiled as well.
+//
 // HEAPPROF_IMPLEMENTATION instead of HEAPPROF_REPLACE_NEW_DELETE compiles the
 // implementation without the global hooks (heapprof::allocator then profiles
 // just the containers that use it). Forgetting both is a link error that names
@@ -111,6 +115,15 @@
 #if __has_feature(address_sanitizer)
 #define HEAPPROF_ASAN 1
 #endif
+#endif
+
+// The malloc family can be replaced (HEAPPROF_REPLACE_MALLOC) except under
+// AddressSanitizer and ThreadSanitizer, whose runtimes own malloc: there the
+// macro is a no-op and only operator new/delete are profiled.
+#if HEAPPROF_ENABLED && !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
+#define HEAPPROF_MALLOC_HOOKS 1
+#else
+#define HEAPPROF_MALLOC_HOOKS 0
 #endif
 
 // Exceptions may be off (-fno-exceptions, as Google-style code bases build).
@@ -387,11 +400,13 @@ HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
 // ---------------------------------------------------------------- slow paths
 // Compiled once, in the implementation unit.
 HEAPPROF_LINKED_BEGIN
-// An allocation that ran the countdown out (or the thread's first).
-void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept;
+// An allocation that ran the countdown out (or the thread's first). `how`:
+// kCountBlock (a global hook: Stats count the block's usable size, see
+// 1_hooks/block_hooks.hpp) or 0 (heapprof::allocator: Stats count `n`).
+void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept;
 // A free of a maybe-sampled object (or the thread's first). `flags`:
-// kFreeSized (the caller knows `n`), kFreeCanDefer (the caller releases the
-// block with std::free and skips that when told to). True: the profiler keeps
+// kFreeSized (Stats count `n`; otherwise the block's usable size), kFreeCanDefer
+// (the caller releases the block itself and skips that when told to). True: the profiler keeps
 // the block and releases it itself later (a signal handler freed a sampled
 // object while its thread was inside the profiler, holding the lock the free
 // needs: 2_sampling/live_map.hpp).
@@ -402,6 +417,7 @@ HEAPPROF_LINKED_END
 
 constexpr unsigned kFreeSized = 1;
 constexpr unsigned kFreeCanDefer = 2;
+constexpr unsigned kCountBlock = 1;
 
 // ---------------------------------------------------------------- fast paths
 
@@ -412,7 +428,7 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY(left <= 0)) {
-    OnAllocSlow(p, n, hook_return);
+    OnAllocSlow(p, n, hook_return, 0);
     return;
   }
   StoreRelaxed(ts->countdown, left);
@@ -794,7 +810,7 @@ class HttpServer {
 // ---- end heapprof/http.hpp ----
 #endif  // HEAPPROF_HPP_API_INCLUDED
 
-#if defined(HEAPPROF_REPLACE_NEW_DELETE) && !defined(HEAPPROF_IMPLEMENTATION)
+#if (defined(HEAPPROF_REPLACE_NEW_DELETE) || defined(HEAPPROF_REPLACE_MALLOC)) && !defined(HEAPPROF_IMPLEMENTATION)
 #define HEAPPROF_IMPLEMENTATION
 #endif
 
@@ -1546,6 +1562,163 @@ inline std::string FormatBytes(double bytes) {
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/report.hpp ----
 
+// ---- begin heapprof/detail/1_hooks/block_hooks.hpp ----
+// heapprof: the fast paths of the global hooks (operator new/delete and the
+// malloc family), which count what the allocator holds: the block's usable
+// size, at the allocation and at the free.
+//
+// Why that unit: a free does not always know the requested size. C's free()
+// never does, and neither does an unsized operator delete, which GCC emits
+// for delete[] of trivially destructible types (no array cookie) and for
+// std::unique_ptr<char[]>. The usable size is the one number both ends can
+// compute from the pointer alone, so live_bytes returns exactly to its
+// baseline for any mix of sized, unsized and C frees (jemalloc's
+// stats.allocated and Go's HeapAlloc count the same way). The profile keeps
+// the requested sizes of its samples: the live map remembers them.
+//
+// The sampler's countdown still runs on requested bytes, so the profile's
+// weights are those of the bytes the program asked for.
+//
+// Cost: on glibc the usable size is read inline from the chunk header that
+// malloc just wrote, or that free is about to read (a load and three ALU
+// ops), after a one-time check that the formula agrees with glibc's own
+// malloc_usable_size (DetectBlockSize). Under any other allocator (jemalloc,
+// tcmalloc, a sanitizer's) it is that allocator's malloc_usable_size.
+
+
+#if HEAPPROF_ENABLED
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <malloc.h>
+
+
+// Defined by 1_hooks/malloc.hpp (HEAPPROF_REPLACE_MALLOC): finds the allocator
+// under the malloc family. Weak and hidden: absent without that macro, and
+// never another object's.
+extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept;
+// Defined by the implementation unit: decides whether this copy of the engine
+// records (engine.hpp: g_engine_off). Weak and hidden likewise.
+extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_engine_role() noexcept;
+
+namespace heapprof {
+namespace detail {
+
+// glibc's chunk layout is read inline only on x86-64 (aarch64 may tag memory,
+// which changes the formula) and never under a sanitizer (it owns malloc).
+#if defined(__x86_64__) && !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
+#define HEAPPROF_DETAIL_GLIBC_CHUNKS 1
+#else
+#define HEAPPROF_DETAIL_GLIBC_CHUNKS 0
+#endif
+
+// True once DetectBlockSize has proven that the blocks the hooks see are
+// glibc chunks. Both ways give the same number for every live block, so
+// switching while blocks are live keeps the counts exact.
+inline bool g_glibc_chunks = false;
+
+// The malloc and free under the hooks when the malloc family is replaced
+// (1_hooks/malloc.hpp sets them before the first block is seen); otherwise
+// the process's malloc and std::free. g_release_block releases a block whose
+// free the profiler deferred (live_map.hpp).
+inline void* (*g_underlying_malloc)(std::size_t) = nullptr;
+inline void (*g_release_block)(void*) = &std::free;
+// Its malloc_usable_size, called directly: in libheapprof_preload.so under an
+// allocator preloaded ahead of it, the name would find that allocator's.
+inline std::size_t (*g_underlying_usable_size)(void*) = &malloc_usable_size;
+
+// glibc malloc.c: the word before the block is the chunk's size with three
+// flag bits (bit 1: the chunk is mmapped). musable() is that size less the
+// header: 16 bytes for an mmapped chunk, 8 for a heap chunk (whose next
+// chunk's prev_size word is usable while this one is in use).
+HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
+  // The header is outside the block as the compiler knows it (malloc's
+  // result): the empty asm hides where the address came from, or GCC rejects
+  // the read (-Warray-bounds) and may assume it cannot happen.
+  std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
+  asm("" : "+r"(at));
+  const std::size_t head = *reinterpret_cast<const std::size_t*>(at);
+  return (head & ~std::size_t{7}) - 8 - ((head & 2) << 2);  // - 16 when bit 1 is set
+}
+
+// The usable size of a live block from malloc (or the allocator behind it).
+HEAPPROF_ALWAYS_INLINE std::size_t BlockSize(void* p) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return GlibcChunkUsable(p);
+#endif
+  return g_underlying_usable_size(p);
+}
+
+// Decides g_glibc_chunks, once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
+// malloc is glibc's own (not an allocator preloaded or linked in, not
+// libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
+inline void DetectBlockSize() noexcept {
+  if (&heapprof_detail_resolve_malloc != nullptr) heapprof_detail_resolve_malloc();
+  {
+    // gperftools' malloc_usable_size allocates with operator new on its first
+    // call (MallocExtension::instance()), which would come back here through
+    // the hooks and BlockSize forever: make that first call now, unseen.
+    SuppressHooks quiet;
+    void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+    if (void* p = alloc(1)) {
+      (void)g_underlying_usable_size(p);
+      g_release_block(p);
+    }
+  }
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  void* (*const real_malloc)(std::size_t) = g_underlying_malloc;
+  void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
+  void* used = real_malloc != nullptr ? reinterpret_cast<void*>(real_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+  if (glibc == nullptr || glibc != used) return;
+  void* (*alloc)(std::size_t) = real_malloc != nullptr ? real_malloc : &std::malloc;
+  void (*release)(void*) = g_release_block;
+  // A small, a medium and an mmapped block (above glibc's 128 KiB threshold).
+  static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, std::size_t{1} << 20};
+  bool agree = true;
+  for (std::size_t n : kSizes) {
+    void* p = alloc(n);
+    if (p == nullptr) return;
+    agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
+    release(p);
+  }
+  if (agree) StoreRelaxed(g_glibc_chunks, true);
+#endif
+}
+
+// The global hooks' fast paths: OnAlloc and OnFree of fast_path.hpp, counting
+// the block's usable size in Stats. `n` (the requested size) drives the sampler.
+HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return) noexcept {
+  ThreadState* ts = tls_thread_state;
+  const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
+  if (HEAPPROF_UNLIKELY(left <= 0)) {
+    OnAllocSlow(p, n, hook_return, kCountBlock);
+    return;
+  }
+  StoreRelaxed(ts->countdown, left);
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, BlockSize(p));
+}
+
+// Before `p` goes back to the allocator, sized or not: the same cost either
+// way. True: the profiler keeps the block and releases it later (see
+// OnFreeSlow); only when `can_defer`.
+HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
+    return OnFreeSlow(p, 0, can_defer ? kFreeCanDefer : 0u);
+  }
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, BlockSize(p));
+  return false;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+
+#endif  // HEAPPROF_ENABLED
+// ---- end heapprof/detail/1_hooks/block_hooks.hpp ----
 
 // ---- begin heapprof/detail/2_sampling/sampler.hpp ----
 // heapprof: the byte-countdown sampler (Poisson sampling over allocated bytes).
@@ -4834,6 +5007,13 @@ inline void RunExitHook() {
   }
 }
 
+// One engine per process. A program that compiles heapprof in and also runs
+// under libheapprof_preload.so has two copies of it; start-up decides which
+// one records (detail/implementation.hpp: heapprof_detail_engine_role) and
+// the other turns itself off: its hooks still run (they are bound) but their
+// slow paths return at once, and its API forwards to the recording engine.
+inline bool g_engine_off = false;
+
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
 void ForkPrepare() noexcept;
@@ -4845,6 +5025,8 @@ inline void EnsureInit() noexcept {
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     ReentrancyGuard guard;
+    DetectBlockSize();
+    if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
@@ -4889,6 +5071,7 @@ inline std::uint64_t SeedFor(const void* slot) noexcept {
 HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
   ReentrancyGuard guard;
   EnsureInit();
+  if (g_engine_off) return nullptr;  // every allocation of this thread stays on the slow path, which returns
   ThreadState* ts = g_registry.Acquire();
   if (ts == nullptr) return nullptr;
   CurrentStackBounds(ts->stack_lo, ts->stack_hi);
@@ -5011,17 +5194,18 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
 // address points into the hook.
-HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return,
+HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;  // heapprof::allocator counts this one itself
-  ThreadState* ts = CurrentThreadSlot(flags);
+  ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
+  const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
-    g_registry.CountUnregisteredAlloc(n);
+    if (!g_engine_off) g_registry.CountUnregisteredAlloc(counted);
     return;
   }
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, n);
+  BumpCounter(ts->alloc_bytes, counted);
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   const std::uint64_t rate = RateOf(state);
   std::int64_t left = LoadRelaxed(ts->countdown);
@@ -5052,7 +5236,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
 HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcept {
   ThreadState* ts = CurrentThreadSlot(flags);
   if (ts == nullptr) {
-    g_registry.CountUnregisteredFree(n);
+    if (!g_engine_off) g_registry.CountUnregisteredFree(n);
     return;
   }
   BumpCounter(ts->free_objects, 1);
@@ -5064,7 +5248,11 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return false;
-  bool sized = (how & kFreeSized) != 0;
+  // What Stats count: the caller's size (heapprof::allocator), or the block's
+  // usable size (the global hooks), read while the block is still ours.
+  // Start-up first: it decides how BlockSize reads (and warms it up).
+  if (flags.guard == 0 && !flags.exiting) EnsureInit();
+  if ((how & kFreeSized) == 0) n = BlockSize(p);
   // Even under the guard: a sampled object's free must never be lost.
   if (MaybeSampled(p)) {
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
@@ -5080,14 +5268,9 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) {
-        b->frees.fetch_add(1, std::memory_order_relaxed);
-        if (!sized) n = b->size;
-        sized = true;
-      }
+      if (b != nullptr) b->frees.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (!sized) n = malloc_usable_size(p);
   CountFree(flags, n);
   DrainDeferredFrees();
   return false;
@@ -5101,22 +5284,9 @@ inline void DrainDeferredFrees() noexcept {
   t.draining = true;
   DeferredFree f;
   while (PopDeferredFree(f)) {
-    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) std::free(f.p);
+    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
   }
   t.draining = false;
-}
-
-// Unsized operator delete: the caller did not say how big the object was.
-// malloc_usable_size is the allocator's own answer (>= the requested size);
-// programs built with sized deallocation (GCC's default) never come here.
-HEAPPROF_ALWAYS_INLINE bool OnFreeUnsized(void* p) noexcept {
-  ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    return OnFreeSlow(p, 0, kFreeCanDefer);
-  }
-  BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, malloc_usable_size(p));
-  return false;
 }
 
 }  // namespace detail
@@ -12084,13 +12254,46 @@ inline bool StartFromEnv() noexcept {
 
 #if HEAPPROF_ENABLED
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 
 namespace heapprof {
+namespace detail {
+
+// ---------------------------------------------------------------- one engine
+// What libheapprof_preload.so offers a program that compiled heapprof in too
+// (6_serving/preload_engine.hpp). Plain function pointers, versioned: the two
+// copies may come from different heapprof releases.
+struct EngineApi {
+  std::uint32_t version;  // kEngineApiVersion
+  std::uint32_t size;     // sizeof(EngineApi) of the library
+  void (*set_sample_rate)(std::size_t) noexcept;
+  std::size_t (*get_sample_rate)() noexcept;
+  Stats (*get_stats)() noexcept;
+  bool (*write_stream)(std::ostream& out, bool allocs);
+  bool (*write_path)(const char* path, bool allocs);
+  void (*set_unwinder)(Unwinder) noexcept;
+  Unwinder (*get_unwinder)() noexcept;
+};
+constexpr std::uint32_t kEngineApiVersion = 1;
+using EngineApiGetter = const EngineApi* (*)() noexcept;
+
+// The engine this program's API forwards to (set at start-up), or nullptr.
+inline const EngineApi* g_external_engine = nullptr;
+
+inline const EngineApi* ExternalEngine() noexcept {
+  EnsureInit();
+  return g_external_engine;
+}
+
+}  // namespace detail
+
 HEAPPROF_LINKED_BEGIN
 
 // ---------------------------------------------------------------- sample rate, Stats
@@ -12100,18 +12303,18 @@ HEAPPROF_LINKED_BEGIN
 // and so never waits on a lock its own thread holds.
 
 void SetSampleRate(std::size_t mean_bytes) noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->set_sample_rate(mean_bytes);
   detail::ReentrancyGuard guard;
   detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
 std::size_t GetSampleRate() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_sample_rate();
   return static_cast<std::size_t>(detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire)));
 }
 
 Stats GetStats() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_stats();
   detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};
@@ -12142,20 +12345,24 @@ Stats GetStats() noexcept {
 // ---------------------------------------------------------------- writers
 
 bool WriteHeapProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->write_stream(out, false);
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, false);
 }
 bool WriteAllocsProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->write_stream(out, true);
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, true);
 }
 
 bool WriteHeapProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
   HEAPPROF_CATCH_ALL { return false; }
 }
 bool WriteAllocsProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
@@ -12166,13 +12373,14 @@ bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(pat
 // ---------------------------------------------------------------- unwinder
 
 void SetUnwinder(Unwinder u) noexcept {
-  detail::EnsureInit();  // HEAPPROF=unwinder=... must not override a later explicit choice
+  // EnsureInit first: HEAPPROF=unwinder=... must not override a later explicit choice
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->set_unwinder(u);
   detail::g_unwinder.store(u == Unwinder::kTable ? detail::kUnwinderTable : detail::kUnwinderFramePointer,
                            std::memory_order_relaxed);
 }
 
 Unwinder GetUnwinder() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_unwinder();
   return detail::g_unwinder.load(std::memory_order_relaxed) == detail::kUnwinderTable ? Unwinder::kTable
                                                                                         : Unwinder::kFramePointer;
 }
@@ -12186,14 +12394,23 @@ HEAPPROF_LINKED_BEGIN
 
 // noinline: the unwinders start from this function's frame record (its saved
 // rbp is the hook's, its return address points into the hook).
-HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
-  AllocSlowPath(p, n, hook_return, __builtin_frame_address(0));
+// Both keep errno: a successful malloc or a free must not change it (free
+// keeps it by POSIX 2024), and the slow paths make system calls.
+HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
+  const int saved_errno = errno;
+  AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
+  errno = saved_errno;
   // No tail call: the unwinder reads this function's frame record, which a
   // tail call would pop before the sample is taken (clang -O2 does that).
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept { return FreeSlowPath(p, n, how); }
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept {
+  const int saved_errno = errno;
+  const bool kept = FreeSlowPath(p, n, how);
+  errno = saved_errno;
+  return kept;
+}
 
 // ---------------------------------------------------------------- labels
 
@@ -12286,11 +12503,37 @@ const char* HttpServerError(const HttpServerState* state) noexcept {
 HEAPPROF_LINKED_END
 
 // HEAPPROF's dump thread and HTTP server start with the program (when it asks
-// for them), from this unit's static initialisation.
-[[maybe_unused]] static const bool g_started_from_env = StartFromEnv();
+// for them), from this unit's static initialisation; by the engine that
+// records only (the other one's start-up would serve an empty profile, or
+// fail to bind the same port).
+[[maybe_unused]] static const bool g_started_from_env =
+    secure_getenv("HEAPPROF") != nullptr && (EnsureInit(), !g_engine_off) && StartFromEnv();
 
 }  // namespace detail
 }  // namespace heapprof
+
+#if !defined(HEAPPROF_PRELOAD_LIBRARY)
+// Start-up of a program that compiled heapprof in: if libheapprof_preload.so
+// is loaded too and its malloc is the process's, that library records (it
+// sees every C allocation, and this program's operator new reaches its
+// malloc), and this copy turns itself off and forwards its API there. Labels
+// set through this copy are not forwarded (README: the preload library).
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  using heapprof::detail::EngineApiGetter;
+  auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
+  if (getter == nullptr) return;
+  const heapprof::detail::EngineApi* e = getter();
+  if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||
+      e->size < sizeof(heapprof::detail::EngineApi)) {
+    return;
+  }
+  heapprof::detail::g_external_engine = e;
+  heapprof::detail::g_engine_off = true;
+  heapprof::detail::ReportRaw(
+      "heapprof: libheapprof_preload.so is loaded and records this process; the copy compiled into the program "
+      "forwards to it\n");
+}
+#endif
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
@@ -12314,7 +12557,7 @@ HEAPPROF_LINKED_END
 namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
-void OnAllocSlow(void*, std::size_t, const void*) noexcept {}
+void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
 bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
@@ -12336,6 +12579,511 @@ HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
 // ---- end heapprof/detail/implementation.hpp ----
+#if defined(HEAPPROF_REPLACE_MALLOC)
+// ---- begin heapprof/detail/1_hooks/malloc.hpp ----
+// heapprof: the replacement malloc family. Included by <heapprof.hpp> only
+// when HEAPPROF_REPLACE_MALLOC is defined, in the one implementation unit (or
+// in libheapprof_preload.so). Every library of the process then allocates
+// through these: libc's own strdup, getline, opendir; zlib; OpenSSL.
+//
+//   malloc free calloc realloc reallocarray posix_memalign aligned_alloc
+//   memalign valloc pvalloc malloc_usable_size free_sized free_aligned_sized
+//
+// Each one calls the same function of the allocator under us and then the
+// inline fast path (block_hooks.hpp), so errno, calloc's overflow check,
+// malloc(0), realloc(p, 0) and the alignment rules are exactly that
+// allocator's. The allocator under us is the next definition after ours in
+// the lookup order, dlsym(RTLD_NEXT): glibc's, or jemalloc's, tcmalloc's,
+// mimalloc's when one is preloaded after heapprof (or linked into the
+// program, which heapprof's executable precedes). dlsym itself allocates, so
+// while the resolving thread is inside it our malloc serves a small static
+// bootstrap buffer whose blocks are never released.
+//
+// In the profile a realloc is the free of the old block and the allocation of
+// the new one; an operator new of ours calls the real malloc directly, so it
+// counts once (new_delete.hpp).
+//
+// Under AddressSanitizer or ThreadSanitizer, which own malloc, nothing here is
+// defined: HEAPPROF_REPLACE_MALLOC is a no-op (a note at compile time with
+// GCC; HEAPPROF_MALLOC_HOOKS is 0), and operator new/delete are still profiled.
+
+
+#if HEAPPROF_ENABLED && !HEAPPROF_MALLOC_HOOKS
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma message("heapprof: HEAPPROF_REPLACE_MALLOC is ignored under AddressSanitizer/ThreadSanitizer (they own malloc); operator new/delete are still profiled")
+#endif
+#endif
+
+#if HEAPPROF_MALLOC_HOOKS
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <link.h>
+#include <malloc.h>
+#include <sched.h>
+#include <unistd.h>
+
+
+namespace heapprof {
+namespace detail {
+namespace real {
+
+// ---------------------------------------------------------------- bootstrap
+// Blocks handed out while dlsym runs on the resolving thread. Each has a
+// 16-byte header holding its size; none is ever reused or released.
+constexpr std::size_t kBootstrapBytes = std::size_t{64} << 10;
+alignas(4096) inline unsigned char g_bootstrap[kBootstrapBytes];
+inline std::size_t g_bootstrap_used = 0;  // under the resolving thread only
+
+HEAPPROF_ALWAYS_INLINE bool IsBootstrap(const void* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(g_bootstrap) < kBootstrapBytes;
+}
+
+inline void* BootstrapAlloc(std::size_t n, std::size_t align) noexcept {
+  if (align < 16) align = 16;
+  if (n > kBootstrapBytes || align > 4096) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::size_t at = (g_bootstrap_used + 16 + align - 1) & ~(align - 1);
+  if (at + n > kBootstrapBytes) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  g_bootstrap_used = at + n;
+  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-1] = n;  // zeroed memory otherwise: calloc is free
+  return g_bootstrap + at;
+}
+
+inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-1]; }
+
+// ---------------------------------------------------------------- the allocator under us
+struct Functions {
+  void* (*malloc)(std::size_t);
+  void (*free)(void*);
+  void* (*calloc)(std::size_t, std::size_t);
+  void* (*realloc)(void*, std::size_t);
+  void* (*memalign)(std::size_t, std::size_t);
+  int (*posix_memalign)(void**, std::size_t, std::size_t);
+  void* (*aligned_alloc)(std::size_t, std::size_t);
+  void* (*valloc)(std::size_t);
+  void* (*pvalloc)(std::size_t);
+  std::size_t (*usable_size)(void*);
+};
+
+bool Resolve() noexcept;
+
+// Until Resolve has run, every entry points at one of these: they resolve,
+// then call the real function (or, on the resolving thread, the bootstrap).
+inline void* FirstMalloc(std::size_t n) noexcept;
+inline void FirstFree(void* p) noexcept;
+inline void* FirstCalloc(std::size_t c, std::size_t s) noexcept;
+inline void* FirstRealloc(void* p, std::size_t n) noexcept;
+inline void* FirstMemalign(std::size_t a, std::size_t n) noexcept;
+inline int FirstPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept;
+inline void* FirstAlignedAlloc(std::size_t a, std::size_t n) noexcept;
+inline void* FirstValloc(std::size_t n) noexcept;
+inline void* FirstPvalloc(std::size_t n) noexcept;
+inline std::size_t FirstUsableSize(void* p) noexcept;
+
+inline Functions g_fn = {&FirstMalloc,        &FirstFree,         &FirstCalloc, &FirstRealloc,
+                         &FirstMemalign,      &FirstPosixMemalign, &FirstAlignedAlloc,
+                         &FirstValloc,        &FirstPvalloc,      &FirstUsableSize};
+
+// 0 not resolved, 1 resolving, 2 resolved.
+inline std::atomic<int> g_state{0};
+inline thread_local bool tls_resolving HEAPPROF_TLS_MODEL = false;
+// True when the process's malloc is another object's (loaded before ours).
+inline bool g_shadowed = false;
+
+inline int BootstrapPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  void* p = BootstrapAlloc(n, a);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+// Fallbacks for functions an allocator does not export.
+inline void* MemalignViaPosix(std::size_t a, std::size_t n) noexcept {
+  void* p = nullptr;
+  const int e = g_fn.posix_memalign(&p, a, n);
+  if (e != 0) {
+    errno = e;
+    return nullptr;
+  }
+  return p;
+}
+inline void* VallocViaMemalign(std::size_t n) noexcept { return g_fn.memalign(static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), n); }
+inline void* PvallocViaMemalign(std::size_t n) noexcept {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (n > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_fn.memalign(page, n == 0 ? page : (n + page - 1) & ~(page - 1));
+}
+inline int PosixMemalignViaMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  if (a == 0 || a % sizeof(void*) != 0 || (a & (a - 1)) != 0) return EINVAL;
+  const int saved = errno;
+  void* p = g_fn.memalign(a, n);
+  if (p == nullptr) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+inline void* AlignedAllocViaMemalign(std::size_t a, std::size_t n) noexcept { return g_fn.memalign(a, n); }
+inline std::size_t NoUsableSize(void*) noexcept { return 0; }
+
+// `name` from the object that defines the real malloc (`base`), else
+// `fallback`: an allocator without pvalloc (jemalloc) must not get glibc's,
+// which is what dlsym would find next, and which would mix two heaps.
+template <class F>
+inline F Lookup(void* handle, const char* name, const void* base, F fallback) noexcept {
+  void* f = dlsym(handle, name);
+  if (f == nullptr) return fallback;
+  Dl_info info{};
+  if (base != nullptr && (dladdr(f, &info) == 0 || info.dli_fbase != base)) return fallback;
+  return reinterpret_cast<F>(f);
+}
+
+inline void OurObjectMarker() noexcept {}
+
+// Finds the allocator under us. Thread-safe: one thread resolves, others wait.
+// False: this thread is inside the resolution (dlsym allocating); the caller
+// serves the bootstrap buffer.
+inline bool Resolve() noexcept {
+  if (g_state.load(std::memory_order_acquire) == 2) return true;
+  if (tls_resolving) return false;
+  int expected = 0;
+  if (!g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    while (g_state.load(std::memory_order_acquire) != 2) sched_yield();
+    return true;
+  }
+  tls_resolving = true;
+  SuppressHooks quiet;  // dlsym's allocations (bootstrap blocks) are not counted
+  // Is the process's malloc ours? If an object before us defines it (a
+  // program that replaces malloc itself, an allocator preloaded ahead of
+  // libheapprof_preload.so), our malloc family runs only when that one calls
+  // it as its own next malloc: start-up then turns this engine off
+  // (preload_engine.hpp). The allocator under us is still the next one: the
+  // first one's would call back into us.
+  void* const handle = RTLD_NEXT;
+  Dl_info process_malloc{}, ours{};
+  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  // Only a definition counts: a non-PIE program that takes malloc's address
+  // (Debian's python3) has its PLT stub as malloc's canonical address, which
+  // dlsym returns, under an undefined symbol (SHN_UNDEF).
+  void* sym_entry = nullptr;
+  const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
+  const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
+  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
+      dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
+      process_malloc.dli_fbase != ours.dli_fbase) {
+    g_shadowed = true;
+  }
+  Functions f{};
+  f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t)>(nullptr));
+  Dl_info malloc_info{};
+  const void* base = f.malloc != nullptr && dladdr(reinterpret_cast<void*>(f.malloc), &malloc_info) != 0
+                         ? malloc_info.dli_fbase
+                         : nullptr;
+  f.free = Lookup(handle, "free", base, static_cast<void (*)(void*)>(nullptr));
+  f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
+  f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t)>(nullptr));
+  f.memalign = Lookup(handle, "memalign", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
+  f.posix_memalign =
+      Lookup(handle, "posix_memalign", base, static_cast<int (*)(void**, std::size_t, std::size_t)>(nullptr));
+  if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
+    // No dynamic symbol to follow (a static program?): glibc's own entry points.
+    base = nullptr;
+    f.malloc = Lookup(RTLD_DEFAULT, "__libc_malloc", nullptr, f.malloc);
+    f.free = Lookup(RTLD_DEFAULT, "__libc_free", nullptr, f.free);
+    f.calloc = Lookup(RTLD_DEFAULT, "__libc_calloc", nullptr, f.calloc);
+    f.realloc = Lookup(RTLD_DEFAULT, "__libc_realloc", nullptr, f.realloc);
+    f.memalign = Lookup(RTLD_DEFAULT, "__libc_memalign", nullptr, f.memalign);
+  }
+  if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
+    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: cannot find the real malloc (dlsym); aborting\n");
+    std::abort();
+  }
+  if (f.memalign == nullptr && f.posix_memalign == nullptr) {
+    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: the real allocator has neither memalign nor posix_memalign; aborting\n");
+    std::abort();
+  }
+  // Published one by one; the fallbacks call g_fn, so theirs go first.
+  g_fn.posix_memalign = f.posix_memalign != nullptr ? f.posix_memalign : &PosixMemalignViaMemalign;
+  g_fn.memalign = f.memalign != nullptr ? f.memalign : &MemalignViaPosix;
+  g_fn.aligned_alloc = Lookup(handle, "aligned_alloc", base, &AlignedAllocViaMemalign);
+  g_fn.valloc = Lookup(handle, "valloc", base, &VallocViaMemalign);
+  g_fn.pvalloc = Lookup(handle, "pvalloc", base, &PvallocViaMemalign);
+  g_fn.usable_size = Lookup(handle, "malloc_usable_size", base, &NoUsableSize);
+  g_fn.realloc = f.realloc;
+  g_fn.calloc = f.calloc;
+  g_fn.free = f.free;
+  g_fn.malloc = f.malloc;
+  g_underlying_malloc = f.malloc;
+  g_underlying_usable_size = g_fn.usable_size;
+  g_release_block = f.free;
+  tls_resolving = false;
+  g_state.store(2, std::memory_order_release);
+  return true;
+}
+
+inline void* FirstMalloc(std::size_t n) noexcept { return Resolve() ? g_fn.malloc(n) : BootstrapAlloc(n, 16); }
+inline void FirstFree(void* p) noexcept {
+  if (Resolve() && !IsBootstrap(p)) g_fn.free(p);
+}
+inline void* FirstCalloc(std::size_t c, std::size_t s) noexcept {
+  if (Resolve()) return g_fn.calloc(c, s);
+  std::size_t n;
+  if (__builtin_mul_overflow(c, s, &n)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return BootstrapAlloc(n, 16);  // never-used static memory: already zero
+}
+inline void* FirstRealloc(void* p, std::size_t n) noexcept {
+  if (Resolve()) return g_fn.realloc(p, n);
+  void* q = BootstrapAlloc(n, 16);
+  if (q != nullptr && p != nullptr) {
+    const std::size_t old = BootstrapSize(p);
+    std::memcpy(q, p, old < n ? old : n);
+  }
+  return q;
+}
+inline void* FirstMemalign(std::size_t a, std::size_t n) noexcept {
+  return Resolve() ? g_fn.memalign(a, n) : BootstrapAlloc(n, a);
+}
+inline int FirstPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  if (Resolve()) return g_fn.posix_memalign(out, a, n);
+  return BootstrapPosixMemalign(out, a, n);
+}
+inline void* FirstAlignedAlloc(std::size_t a, std::size_t n) noexcept {
+  return Resolve() ? g_fn.aligned_alloc(a, n) : BootstrapAlloc(n, a);
+}
+inline void* FirstValloc(std::size_t n) noexcept { return Resolve() ? g_fn.valloc(n) : BootstrapAlloc(n, 4096); }
+inline void* FirstPvalloc(std::size_t n) noexcept { return Resolve() ? g_fn.pvalloc(n) : BootstrapAlloc(n, 4096); }
+inline std::size_t FirstUsableSize(void* p) noexcept { return Resolve() ? g_fn.usable_size(p) : 0; }
+
+// What operator new/delete call when both families are replaced: the real
+// allocator directly, so a new counts once.
+HEAPPROF_ALWAYS_INLINE void* Malloc(std::size_t n) noexcept { return g_fn.malloc(n); }
+HEAPPROF_ALWAYS_INLINE void Free(void* p) noexcept {
+  if (HEAPPROF_LIKELY(!IsBootstrap(p))) g_fn.free(p);
+}
+HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  return g_fn.posix_memalign(out, a, n);
+}
+
+// The shared bodies of the hooks (always inlined into each, so the hook's
+// return address is the caller's call site).
+HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
+  if (p == nullptr || HEAPPROF_UNLIKELY(IsBootstrap(p))) return;
+  if (!OnFreeBlock(p)) g_fn.free(p);
+}
+
+HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
+  if (p == nullptr) {
+    void* q = g_fn.malloc(n);
+    if (q != nullptr) OnAllocBlock(q, n, ret);
+    return q;
+  }
+  if (HEAPPROF_UNLIKELY(IsBootstrap(p))) {  // a bootstrap block moves to the real heap
+    void* q = g_fn.malloc(n);
+    if (q != nullptr) {
+      const std::size_t old = BootstrapSize(p);
+      std::memcpy(q, p, old < n ? old : n);
+      OnAllocBlock(q, n, ret);
+    }
+    return q;
+  }
+  // The old block leaves the profile before the allocator may reuse it; a
+  // realloc cannot be deferred (the caller expects the move now).
+  OnFreeBlock(p, false);
+  void* q = g_fn.realloc(p, n);
+  if (q != nullptr) {
+    OnAllocBlock(q, n, ret);
+  } else if (n != 0) {
+    // Failed: the old block is still the caller's, unchanged. It comes back
+    // as a new allocation (its original request size is not known: the
+    // usable size stands in for it).
+    const int saved = errno;
+    OnAllocBlock(p, BlockSize(p), ret);
+    errno = saved;
+  }
+  // else realloc(p, 0) freed p (glibc): counted above.
+  return q;
+}
+
+}  // namespace real
+}  // namespace detail
+}  // namespace heapprof
+
+// Every hook is a function of its own (no identical code folding: GCC could
+// make valloc a call to pvalloc, and the leaf frame would be wrong).
+#if defined(__clang__)
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used))
+#else
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noipa))
+#endif
+#define HEAPPROF_DETAIL_RET __builtin_return_address(0)
+
+// glibc declares these without free_sized/free_aligned_sized before 2.40.
+extern "C" void free_sized(void* p, std::size_t n) noexcept;
+extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.malloc(n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
+
+// C23: the caller's size is not trusted; the count is the block's size, as for free.
+HEAPPROF_DETAIL_MALLOC_HOOK void free_sized(void* p, std::size_t) noexcept { heapprof::detail::real::FreeBody(p); }
+HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::size_t) noexcept {
+  heapprof::detail::real::FreeBody(p);
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
+  void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* realloc(void* p, std::size_t n) noexcept {
+  return heapprof::detail::real::ReallocBody(p, n, HEAPPROF_DETAIL_RET);
+}
+
+// glibc's reallocarray: ENOMEM when count * size overflows, else realloc.
+HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::size_t size) noexcept {
+  std::size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return heapprof::detail::real::ReallocBody(p, n, HEAPPROF_DETAIL_RET);
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
+  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, n);
+  if (e == 0) heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+  return e;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.memalign(alignment, n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.valloc(n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.pvalloc(n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
+  if (p == nullptr) return 0;
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::IsBootstrap(p))) return heapprof::detail::real::BootstrapSize(p);
+  return heapprof::detail::real::g_fn.usable_size(p);
+}
+
+// Start-up (engine.hpp: EnsureInit) resolves the allocator before it decides
+// how BlockSize reads: hidden, so only this object's engine finds it.
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept {
+  heapprof::detail::real::Resolve();
+}
+
+#undef HEAPPROF_DETAIL_RET
+#undef HEAPPROF_DETAIL_MALLOC_HOOK
+
+#endif  // HEAPPROF_MALLOC_HOOKS
+// ---- end heapprof/detail/1_hooks/malloc.hpp ----
+#endif
+#if defined(HEAPPROF_PRELOAD_LIBRARY)
+// ---- begin heapprof/detail/6_serving/preload_engine.hpp ----
+// heapprof: what libheapprof_preload.so adds to the implementation: its side
+// of "one engine per process". Included by <heapprof.hpp> only with
+// HEAPPROF_PRELOAD_LIBRARY (preload/heapprof_preload.cpp).
+//
+//  - Its malloc is the process's (it is first in LD_PRELOAD, the program does
+//    not define malloc): it records, and offers its API to a copy of heapprof
+//    compiled into the program (heapprof_preload_engine_v1), which then turns
+//    itself off and forwards there (implementation.hpp).
+//  - Otherwise (the program replaces malloc itself, or an allocator precedes
+//    the library in LD_PRELOAD) it turns itself off and says so once.
+
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
+
+#include <dlfcn.h>
+#include <ostream>
+
+
+namespace heapprof {
+namespace detail {
+
+inline bool PreloadWriteStream(std::ostream& out, bool allocs) {
+  return allocs ? WriteAllocsProfile(out) : WriteHeapProfile(out);
+}
+inline bool PreloadWritePath(const char* path, bool allocs) {
+  return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
+}
+
+inline const EngineApi g_preload_engine_api = {
+    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
+    &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
+};
+
+}  // namespace detail
+}  // namespace heapprof
+
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  if (!heapprof::detail::real::g_shadowed) return;
+  heapprof::detail::g_engine_off = true;
+  Dl_info info{};
+  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
+                            info.dli_fname[0] != '\0'
+                        ? info.dli_fname
+                        : "the program";
+  heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
+  heapprof::detail::ReportRaw(who);
+  heapprof::detail::ReportRaw(
+      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
+      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
+}
+
+// The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
+extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
+  heapprof::detail::EnsureInit();
+  return heapprof::detail::g_engine_off ? nullptr : &heapprof::detail::g_preload_engine_api;
+}
+
+#endif  // HEAPPROF_MALLOC_HOOKS && HEAPPROF_PRELOAD_LIBRARY
+// ---- end heapprof/detail/6_serving/preload_engine.hpp ----
+#endif
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 // ---- begin heapprof/detail/1_hooks/new_delete.hpp ----
 // heapprof: replacement global operator new/delete, every replaceable form.
@@ -12346,8 +13094,13 @@ HEAPPROF_LINKED_END
 //
 // Behaviour is the standard library's (invariant 6): the new_handler loop and
 // std::bad_alloc, nullptr from the nothrow forms, alignment honoured. Each
-// function allocates, then calls the inline fast path: the hook adds a load,
-// a subtract, a branch and three stores to the allocation.
+// function allocates, then calls the inline fast path (block_hooks.hpp): the
+// hook adds a load, a subtract, a branch, three stores and the block's size
+// to the allocation. Sized and unsized deletes run the same code: Stats count
+// the block's usable size, which the pointer alone gives.
+//
+// With HEAPPROF_REPLACE_MALLOC too, these call the allocator under the malloc
+// hooks directly (malloc.hpp), so a new is counted once, here.
 
 
 #if HEAPPROF_ENABLED
@@ -12389,21 +13142,42 @@ HEAPPROF_ALWAYS_INLINE void* RetryWithNewHandler(Allocate allocate, bool nothrow
   }
 }
 
+// The allocator under the hooks.
+#if defined(HEAPPROF_REPLACE_MALLOC) && HEAPPROF_MALLOC_HOOKS
+HEAPPROF_ALWAYS_INLINE void* NewMalloc(std::size_t n) noexcept { return real::Malloc(n); }
+HEAPPROF_ALWAYS_INLINE void NewFree(void* p) noexcept { real::Free(p); }
+HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t n) noexcept {
+  return real::PosixMemalign(p, a, n);
+}
+#else
+HEAPPROF_ALWAYS_INLINE void* NewMalloc(std::size_t n) noexcept { return std::malloc(n); }
+HEAPPROF_ALWAYS_INLINE void NewFree(void* p) noexcept { std::free(p); }
+HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t n) noexcept {
+  return posix_memalign(p, a, n);
+}
+#endif
+
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
-  if (void* p = std::malloc(n)) return p;
-  return RetryWithNewHandler([n] { return std::malloc(n); }, false);
+  if (void* p = NewMalloc(n)) return p;
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
   if (n == 0) n = 1;
-  if (void* p = std::malloc(n)) return p;
-  return RetryWithNewHandler([n] { return std::malloc(n); }, true);
+  if (void* p = NewMalloc(n)) return p;
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noexcept {
   void* p = nullptr;
-  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+  return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
+}
+
+// Every delete, sized or not: the same code (the size is the block's).
+HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
+  if (p == nullptr) return;
+  if (!OnFreeBlock(p)) NewFree(p);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
@@ -12441,96 +13215,84 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
   void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al) {
   void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS
 
-// Unsized forms learn the size from the live map (sampled objects) or from
-// malloc_usable_size; sized forms trust the caller, as the standard lets them.
+// Sized forms ignore the size the caller passes: Stats count the block's
+// usable size at both ends, so every mix of sized and unsized deletes balances.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t) noexcept {
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t) noexcept {
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 
 #undef HEAPPROF_DETAIL_HOOK

@@ -86,6 +86,15 @@
 #endif
 #endif
 
+// The malloc family can be replaced (HEAPPROF_REPLACE_MALLOC) except under
+// AddressSanitizer and ThreadSanitizer, whose runtimes own malloc: there the
+// macro is a no-op and only operator new/delete are profiled.
+#if HEAPPROF_ENABLED && !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
+#define HEAPPROF_MALLOC_HOOKS 1
+#else
+#define HEAPPROF_MALLOC_HOOKS 0
+#endif
+
 // Exceptions may be off (-fno-exceptions, as Google-style code bases build).
 // The implementation then never throws or catches: HEAPPROF_TRY/CATCH_ALL
 // compile to an if/else whose else is dead, and what would throw

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <malloc.h>
 #include <cstdlib>
 #include <exception>
 #include <new>
@@ -45,9 +46,10 @@ int main() {
     char* array = new char[static_cast<std::size_t>(i)];
     g_sink = one;
     g_sink = array;
+    // Stats count the blocks' usable sizes (heapprof::allocator: the requested ones).
+    want_bytes += malloc_usable_size(one) + malloc_usable_size(array);
     delete one;
     delete[] array;
-    want_bytes += sizeof(int) + static_cast<std::size_t>(i);
   }
   {
     std::vector<long, heapprof::allocator<long>> v;

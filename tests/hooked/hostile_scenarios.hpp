@@ -21,6 +21,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "support/block_size.hpp"
+
 namespace heapprof_test {
 
 #define HEAPPROF_HOSTILE_CHECK(cond)                                                  \
@@ -77,6 +79,8 @@ inline void AllocatingHandler(int) {
 
 inline int RunSignalAllocInFree() {
   heapprof::SetSampleRate(1);
+  const std::uint64_t u32 = heapprof_test::UsableFor(32), u48 = heapprof_test::UsableFor(48),
+                      u64 = heapprof_test::UsableFor(64);
   const heapprof::Stats s_pool = heapprof::GetStats();
   for (void*& p : g_pool) p = ::operator new(64);
   struct sigaction sa {};
@@ -105,9 +109,9 @@ inline int RunSignalAllocInFree() {
               static_cast<unsigned long long>(sender.sent.load()), static_cast<unsigned long long>(runs),
               static_cast<unsigned long long>(pool_freed));
   HEAPPROF_HOSTILE_CHECK(s1.alloc_objects - s0.alloc_objects == kLoops + runs);
-  HEAPPROF_HOSTILE_CHECK(s1.alloc_bytes - s0.alloc_bytes == 32ull * kLoops + 48ull * runs);
+  HEAPPROF_HOSTILE_CHECK(s1.alloc_bytes - s0.alloc_bytes == u32 * kLoops + u48 * runs);
   HEAPPROF_HOSTILE_CHECK(s1.free_objects - s0.free_objects == kLoops + runs + pool_freed);
-  HEAPPROF_HOSTILE_CHECK(s1.free_bytes - s0.free_bytes == 32ull * kLoops + 48ull * runs + 64ull * pool_freed);
+  HEAPPROF_HOSTILE_CHECK(s1.free_bytes - s0.free_bytes == u32 * kLoops + u48 * runs + u64 * pool_freed);
   for (int i = static_cast<int>(pool_freed); i < kPoolSize; ++i) ::operator delete(g_pool[i], 64);
   const heapprof::Stats s2 = heapprof::GetStats();
   // Every sampled object, the handler's included, left the live map.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "child_scenarios.hpp"
+#include "support/block_size.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
@@ -315,6 +316,8 @@ TEST_CASE("thread exit: thread_local and pthread key destructors allocate and fr
   const std::size_t saved = heapprof::GetSampleRate();
   heapprof::SetSampleRate(1);
   REQUIRE(pthread_key_create(&g_late_key, &LateKeyDestructor) == 0);
+  std::size_t u[6];
+  for (int i = 1; i <= 5; ++i) u[i] = heapprof_test::UsableFor(7800 + static_cast<std::size_t>(i));
   const heapprof::Stats s0 = heapprof::GetStats();
   // pthread_create, not std::thread: its state object would be one more
   // allocation in the totals.
@@ -326,8 +329,8 @@ TEST_CASE("thread exit: thread_local and pthread key destructors allocate and fr
   // 7801, 7802, 7803, 7804, 7805 allocated; all but 7803 freed.
   CHECK(s1.alloc_objects - s0.alloc_objects == 5);
   CHECK(s1.free_objects - s0.free_objects == 4);
-  CHECK(s1.alloc_bytes - s0.alloc_bytes == 7801 + 7802 + 7803 + 7804 + 7805);
-  CHECK(s1.free_bytes - s0.free_bytes == 7801 + 7802 + 7804 + 7805);
+  CHECK(s1.alloc_bytes - s0.alloc_bytes == u[1] + u[2] + u[3] + u[4] + u[5]);
+  CHECK(s1.free_bytes - s0.free_bytes == u[1] + u[2] + u[4] + u[5]);
   CHECK(s1.sampled_live_objects - s0.sampled_live_objects == 1);
   Profile p;
   REQUIRE(heapprof_test::CaptureProfile(p));

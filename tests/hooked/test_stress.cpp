@@ -13,12 +13,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstdint>
+#include <malloc.h>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "support/block_size.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
@@ -264,7 +266,7 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
   for (const Held& h : held) {
     held_bytes[kWorkerNames[h.owner]] += static_cast<std::int64_t>(h.n);
     held_objects[kWorkerNames[h.owner]] += 1;
-    total_held_bytes += h.n;
+    total_held_bytes += malloc_usable_size(h.p);
   }
   INFO("first bad profile: " << r2.first_bad);
   CHECK(r2.profiles_bad == 0);
@@ -272,11 +274,9 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
   // Everything the helpers allocated is freed again (threads joined, profile
   // buffers gone), so what is live now is exactly what the queue holds.
   CHECK(e1.live_objects - e0.live_objects == held.size());
-  // Bytes: the profile writer's own allocations are never sampled, and some
-  // of them are freed by unsized operator delete (inside libstdc++), which
-  // Stats can only count as malloc_usable_size (README: Stats). So live_bytes
-  // may read low by that much; the profile's in-use bytes below are exact.
-  CHECK(e1.live_bytes - e0.live_bytes <= total_held_bytes);
+  // Bytes too: Stats count usable sizes at both ends, so the writer's own
+  // allocations (some freed by unsized deletes inside libstdc++) balance.
+  CHECK(e1.live_bytes - e0.live_bytes == total_held_bytes);
   CHECK(e1.sampled_live_objects - e0.sampled_live_objects == held.size());
   CHECK(e1.alloc_objects - e0.alloc_objects >= exact.allocs.load());
   CHECK(e1.samples_dropped == e0.samples_dropped);

@@ -16,13 +16,46 @@
 
 #if HEAPPROF_ENABLED
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 
 namespace heapprof {
+namespace detail {
+
+// ---------------------------------------------------------------- one engine
+// What libheapprof_preload.so offers a program that compiled heapprof in too
+// (6_serving/preload_engine.hpp). Plain function pointers, versioned: the two
+// copies may come from different heapprof releases.
+struct EngineApi {
+  std::uint32_t version;  // kEngineApiVersion
+  std::uint32_t size;     // sizeof(EngineApi) of the library
+  void (*set_sample_rate)(std::size_t) noexcept;
+  std::size_t (*get_sample_rate)() noexcept;
+  Stats (*get_stats)() noexcept;
+  bool (*write_stream)(std::ostream& out, bool allocs);
+  bool (*write_path)(const char* path, bool allocs);
+  void (*set_unwinder)(Unwinder) noexcept;
+  Unwinder (*get_unwinder)() noexcept;
+};
+constexpr std::uint32_t kEngineApiVersion = 1;
+using EngineApiGetter = const EngineApi* (*)() noexcept;
+
+// The engine this program's API forwards to (set at start-up), or nullptr.
+inline const EngineApi* g_external_engine = nullptr;
+
+inline const EngineApi* ExternalEngine() noexcept {
+  EnsureInit();
+  return g_external_engine;
+}
+
+}  // namespace detail
+
 HEAPPROF_LINKED_BEGIN
 
 // ---------------------------------------------------------------- sample rate, Stats
@@ -32,18 +65,18 @@ HEAPPROF_LINKED_BEGIN
 // and so never waits on a lock its own thread holds.
 
 void SetSampleRate(std::size_t mean_bytes) noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->set_sample_rate(mean_bytes);
   detail::ReentrancyGuard guard;
   detail::ApplyRate(mean_bytes);  // also resets the caller's own countdown, exactly
 }
 
 std::size_t GetSampleRate() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_sample_rate();
   return static_cast<std::size_t>(detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire)));
 }
 
 Stats GetStats() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_stats();
   detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};
@@ -74,20 +107,24 @@ Stats GetStats() noexcept {
 // ---------------------------------------------------------------- writers
 
 bool WriteHeapProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->write_stream(out, false);
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, false);
 }
 bool WriteAllocsProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->write_stream(out, true);
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, true);
 }
 
 bool WriteHeapProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
   HEAPPROF_CATCH_ALL { return false; }
 }
 bool WriteAllocsProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
@@ -98,13 +135,14 @@ bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(pat
 // ---------------------------------------------------------------- unwinder
 
 void SetUnwinder(Unwinder u) noexcept {
-  detail::EnsureInit();  // HEAPPROF=unwinder=... must not override a later explicit choice
+  // EnsureInit first: HEAPPROF=unwinder=... must not override a later explicit choice
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->set_unwinder(u);
   detail::g_unwinder.store(u == Unwinder::kTable ? detail::kUnwinderTable : detail::kUnwinderFramePointer,
                            std::memory_order_relaxed);
 }
 
 Unwinder GetUnwinder() noexcept {
-  detail::EnsureInit();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_unwinder();
   return detail::g_unwinder.load(std::memory_order_relaxed) == detail::kUnwinderTable ? Unwinder::kTable
                                                                                         : Unwinder::kFramePointer;
 }
@@ -118,14 +156,23 @@ HEAPPROF_LINKED_BEGIN
 
 // noinline: the unwinders start from this function's frame record (its saved
 // rbp is the hook's, its return address points into the hook).
-HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept {
-  AllocSlowPath(p, n, hook_return, __builtin_frame_address(0));
+// Both keep errno: a successful malloc or a free must not change it (free
+// keeps it by POSIX 2024), and the slow paths make system calls.
+HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
+  const int saved_errno = errno;
+  AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
+  errno = saved_errno;
   // No tail call: the unwinder reads this function's frame record, which a
   // tail call would pop before the sample is taken (clang -O2 does that).
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept { return FreeSlowPath(p, n, how); }
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept {
+  const int saved_errno = errno;
+  const bool kept = FreeSlowPath(p, n, how);
+  errno = saved_errno;
+  return kept;
+}
 
 // ---------------------------------------------------------------- labels
 
@@ -218,11 +265,37 @@ const char* HttpServerError(const HttpServerState* state) noexcept {
 HEAPPROF_LINKED_END
 
 // HEAPPROF's dump thread and HTTP server start with the program (when it asks
-// for them), from this unit's static initialisation.
-[[maybe_unused]] static const bool g_started_from_env = StartFromEnv();
+// for them), from this unit's static initialisation; by the engine that
+// records only (the other one's start-up would serve an empty profile, or
+// fail to bind the same port).
+[[maybe_unused]] static const bool g_started_from_env =
+    secure_getenv("HEAPPROF") != nullptr && (EnsureInit(), !g_engine_off) && StartFromEnv();
 
 }  // namespace detail
 }  // namespace heapprof
+
+#if !defined(HEAPPROF_PRELOAD_LIBRARY)
+// Start-up of a program that compiled heapprof in: if libheapprof_preload.so
+// is loaded too and its malloc is the process's, that library records (it
+// sees every C allocation, and this program's operator new reaches its
+// malloc), and this copy turns itself off and forwards its API there. Labels
+// set through this copy are not forwarded (README: the preload library).
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  using heapprof::detail::EngineApiGetter;
+  auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
+  if (getter == nullptr) return;
+  const heapprof::detail::EngineApi* e = getter();
+  if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||
+      e->size < sizeof(heapprof::detail::EngineApi)) {
+    return;
+  }
+  heapprof::detail::g_external_engine = e;
+  heapprof::detail::g_engine_off = true;
+  heapprof::detail::ReportRaw(
+      "heapprof: libheapprof_preload.so is loaded and records this process; the copy compiled into the program "
+      "forwards to it\n");
+}
+#endif
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
@@ -246,7 +319,7 @@ HEAPPROF_LINKED_END
 namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
-void OnAllocSlow(void*, std::size_t, const void*) noexcept {}
+void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
 bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }

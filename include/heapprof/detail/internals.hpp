@@ -25,6 +25,7 @@
 #include "heapprof/detail/0_base/report.hpp"
 
 #include "heapprof/detail/1_hooks/fast_path.hpp"
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
 
 #include "heapprof/detail/2_sampling/sampler.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"

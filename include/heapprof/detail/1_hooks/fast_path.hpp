@@ -124,11 +124,13 @@ HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
 // ---------------------------------------------------------------- slow paths
 // Compiled once, in the implementation unit.
 HEAPPROF_LINKED_BEGIN
-// An allocation that ran the countdown out (or the thread's first).
-void OnAllocSlow(void* p, std::size_t n, const void* hook_return) noexcept;
+// An allocation that ran the countdown out (or the thread's first). `how`:
+// kCountBlock (a global hook: Stats count the block's usable size, see
+// 1_hooks/block_hooks.hpp) or 0 (heapprof::allocator: Stats count `n`).
+void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept;
 // A free of a maybe-sampled object (or the thread's first). `flags`:
-// kFreeSized (the caller knows `n`), kFreeCanDefer (the caller releases the
-// block with std::free and skips that when told to). True: the profiler keeps
+// kFreeSized (Stats count `n`; otherwise the block's usable size), kFreeCanDefer
+// (the caller releases the block itself and skips that when told to). True: the profiler keeps
 // the block and releases it itself later (a signal handler freed a sampled
 // object while its thread was inside the profiler, holding the lock the free
 // needs: 2_sampling/live_map.hpp).
@@ -139,6 +141,7 @@ HEAPPROF_LINKED_END
 
 constexpr unsigned kFreeSized = 1;
 constexpr unsigned kFreeCanDefer = 2;
+constexpr unsigned kCountBlock = 1;
 
 // ---------------------------------------------------------------- fast paths
 
@@ -149,7 +152,7 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY(left <= 0)) {
-    OnAllocSlow(p, n, hook_return);
+    OnAllocSlow(p, n, hook_return, 0);
     return;
   }
   StoreRelaxed(ts->countdown, left);

@@ -6,8 +6,13 @@
 //
 // Behaviour is the standard library's (invariant 6): the new_handler loop and
 // std::bad_alloc, nullptr from the nothrow forms, alignment honoured. Each
-// function allocates, then calls the inline fast path: the hook adds a load,
-// a subtract, a branch and three stores to the allocation.
+// function allocates, then calls the inline fast path (block_hooks.hpp): the
+// hook adds a load, a subtract, a branch, three stores and the block's size
+// to the allocation. Sized and unsized deletes run the same code: Stats count
+// the block's usable size, which the pointer alone gives.
+//
+// With HEAPPROF_REPLACE_MALLOC too, these call the allocator under the malloc
+// hooks directly (malloc.hpp), so a new is counted once, here.
 #pragma once
 
 #include "heapprof/config.hpp"
@@ -19,6 +24,7 @@
 #include <new>
 
 #include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 
 namespace heapprof {
@@ -53,21 +59,42 @@ HEAPPROF_ALWAYS_INLINE void* RetryWithNewHandler(Allocate allocate, bool nothrow
   }
 }
 
+// The allocator under the hooks.
+#if defined(HEAPPROF_REPLACE_MALLOC) && HEAPPROF_MALLOC_HOOKS
+HEAPPROF_ALWAYS_INLINE void* NewMalloc(std::size_t n) noexcept { return real::Malloc(n); }
+HEAPPROF_ALWAYS_INLINE void NewFree(void* p) noexcept { real::Free(p); }
+HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t n) noexcept {
+  return real::PosixMemalign(p, a, n);
+}
+#else
+HEAPPROF_ALWAYS_INLINE void* NewMalloc(std::size_t n) noexcept { return std::malloc(n); }
+HEAPPROF_ALWAYS_INLINE void NewFree(void* p) noexcept { std::free(p); }
+HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t n) noexcept {
+  return posix_memalign(p, a, n);
+}
+#endif
+
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
-  if (void* p = std::malloc(n)) return p;
-  return RetryWithNewHandler([n] { return std::malloc(n); }, false);
+  if (void* p = NewMalloc(n)) return p;
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
   if (n == 0) n = 1;
-  if (void* p = std::malloc(n)) return p;
-  return RetryWithNewHandler([n] { return std::malloc(n); }, true);
+  if (void* p = NewMalloc(n)) return p;
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noexcept {
   void* p = nullptr;
-  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+  return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
+}
+
+// Every delete, sized or not: the same code (the size is the block's).
+HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
+  if (p == nullptr) return;
+  if (!OnFreeBlock(p)) NewFree(p);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
@@ -105,96 +132,84 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
   void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al) {
   void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
-  heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
-  if (p != nullptr) heapprof::detail::OnAlloc(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
   return p;
 }
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS
 
-// Unsized forms learn the size from the live map (sampled objects) or from
-// malloc_usable_size; sized forms trust the caller, as the standard lets them.
+// Sized forms ignore the size the caller passes: Stats count the block's
+// usable size at both ends, so every mix of sized and unsized deletes balances.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t) noexcept {
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t) noexcept {
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n, std::align_val_t) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFree(p, n)) std::free(p);
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  if (p == nullptr) return;
-  if (!heapprof::detail::OnFreeUnsized(p)) std::free(p);
+  heapprof::detail::Delete(p);
 }
 
 #undef HEAPPROF_DETAIL_HOOK

@@ -29,6 +29,7 @@
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/2_sampling/sampler.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
 #include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 #include "heapprof/detail/3_unwinding/table.hpp"
@@ -87,6 +88,13 @@ inline void RunExitHook() {
   }
 }
 
+// One engine per process. A program that compiles heapprof in and also runs
+// under libheapprof_preload.so has two copies of it; start-up decides which
+// one records (detail/implementation.hpp: heapprof_detail_engine_role) and
+// the other turns itself off: its hooks still run (they are bound) but their
+// slow paths return at once, and its API forwards to the recording engine.
+inline bool g_engine_off = false;
+
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
 void ForkPrepare() noexcept;
@@ -98,6 +106,8 @@ inline void EnsureInit() noexcept {
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     ReentrancyGuard guard;
+    DetectBlockSize();
+    if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
     pthread_key_create(&g_thread_key, &OnThreadExit);
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
@@ -142,6 +152,7 @@ inline std::uint64_t SeedFor(const void* slot) noexcept {
 HEAPPROF_NOINLINE inline ThreadState* RegisterThread() noexcept {
   ReentrancyGuard guard;
   EnsureInit();
+  if (g_engine_off) return nullptr;  // every allocation of this thread stays on the slow path, which returns
   ThreadState* ts = g_registry.Acquire();
   if (ts == nullptr) return nullptr;
   CurrentStackBounds(ts->stack_lo, ts->stack_hi);
@@ -264,17 +275,18 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
 // address points into the hook.
-HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return,
+HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return;  // heapprof::allocator counts this one itself
-  ThreadState* ts = CurrentThreadSlot(flags);
+  ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
+  const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
-    g_registry.CountUnregisteredAlloc(n);
+    if (!g_engine_off) g_registry.CountUnregisteredAlloc(counted);
     return;
   }
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, n);
+  BumpCounter(ts->alloc_bytes, counted);
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   const std::uint64_t rate = RateOf(state);
   std::int64_t left = LoadRelaxed(ts->countdown);
@@ -305,7 +317,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
 HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcept {
   ThreadState* ts = CurrentThreadSlot(flags);
   if (ts == nullptr) {
-    g_registry.CountUnregisteredFree(n);
+    if (!g_engine_off) g_registry.CountUnregisteredFree(n);
     return;
   }
   BumpCounter(ts->free_objects, 1);
@@ -317,7 +329,11 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return false;
-  bool sized = (how & kFreeSized) != 0;
+  // What Stats count: the caller's size (heapprof::allocator), or the block's
+  // usable size (the global hooks), read while the block is still ours.
+  // Start-up first: it decides how BlockSize reads (and warms it up).
+  if (flags.guard == 0 && !flags.exiting) EnsureInit();
+  if ((how & kFreeSized) == 0) n = BlockSize(p);
   // Even under the guard: a sampled object's free must never be lost.
   if (MaybeSampled(p)) {
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
@@ -333,14 +349,9 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) {
-        b->frees.fetch_add(1, std::memory_order_relaxed);
-        if (!sized) n = b->size;
-        sized = true;
-      }
+      if (b != nullptr) b->frees.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (!sized) n = malloc_usable_size(p);
   CountFree(flags, n);
   DrainDeferredFrees();
   return false;
@@ -354,22 +365,9 @@ inline void DrainDeferredFrees() noexcept {
   t.draining = true;
   DeferredFree f;
   while (PopDeferredFree(f)) {
-    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) std::free(f.p);
+    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
   }
   t.draining = false;
-}
-
-// Unsized operator delete: the caller did not say how big the object was.
-// malloc_usable_size is the allocator's own answer (>= the requested size);
-// programs built with sized deallocation (GCC's default) never come here.
-HEAPPROF_ALWAYS_INLINE bool OnFreeUnsized(void* p) noexcept {
-  ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    return OnFreeSlow(p, 0, kFreeCanDefer);
-  }
-  BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, malloc_usable_size(p));
-  return false;
 }
 
 }  // namespace detail

@@ -1,0 +1,66 @@
+// bench/malloc_churn: ns per malloc+free pair of mixed small sizes at stack
+// depth ~24: the churn of a C program (the loop is plain C: malloc and free).
+//
+// Built twice from this file: `bench_malloc_churn_plain` (no heapprof) and
+// `bench_malloc_churn_heapprof` (HEAPPROF_BENCH_HOOKED: HEAPPROF_REPLACE_MALLOC).
+// The plain build also runs under LD_PRELOAD=libheapprof_preload.so, and both
+// under a preloaded jemalloc or tcmalloc (bench/run.sh).
+// Usage: bench_malloc_churn_{plain,heapprof} [rate] [pairs] [depth]
+//   rate: heapprof sample rate (the hooked build; the preloaded library reads
+//   HEAPPROF=rate=...), default 524288.
+// Prints ns per pair in thread CPU time.
+#if defined(HEAPPROF_BENCH_HOOKED)
+#define HEAPPROF_REPLACE_MALLOC
+#define HEAPPROF_REPLACE_NEW_DELETE
+#include <heapprof.hpp>
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+namespace {
+
+void* volatile g_sink;
+
+__attribute__((noinline)) void Churn(long pairs) {
+  static const size_t kSizes[8] = {16, 24, 32, 48, 64, 96, 128, 256};
+  for (long i = 0; i < pairs; ++i) {
+    void* p = malloc(kSizes[i & 7]);
+    g_sink = p;
+    free(p);
+  }
+}
+
+__attribute__((noinline)) void AtDepth(int depth, long pairs) {
+  if (depth <= 1) {
+    Churn(pairs);
+    return;
+  }
+  AtDepth(depth - 1, pairs);
+  asm volatile("" ::: "memory");  // keeps this frame: no tail call
+}
+
+double ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long rate = argc > 1 ? atol(argv[1]) : 524288;
+  const long pairs = argc > 2 ? atol(argv[2]) : 20000000;
+  const int depth = argc > 3 ? atoi(argv[3]) : 24;
+#if defined(HEAPPROF_BENCH_HOOKED)
+  heapprof::SetSampleRate(static_cast<size_t>(rate));
+#else
+  (void)rate;
+#endif
+  AtDepth(depth, pairs / 10);  // warm up
+  const double t0 = ThreadCpuNs();
+  AtDepth(depth, pairs);
+  printf("%.3f\n", (ThreadCpuNs() - t0) / static_cast<double>(pairs));
+  return 0;
+}

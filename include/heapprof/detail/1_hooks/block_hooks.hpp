@@ -1,0 +1,158 @@
+// heapprof: the fast paths of the global hooks (operator new/delete and the
+// malloc family), which count what the allocator holds: the block's usable
+// size, at the allocation and at the free.
+//
+// Why that unit: a free does not always know the requested size. C's free()
+// never does, and neither does an unsized operator delete, which GCC emits
+// for delete[] of trivially destructible types (no array cookie) and for
+// std::unique_ptr<char[]>. The usable size is the one number both ends can
+// compute from the pointer alone, so live_bytes returns exactly to its
+// baseline for any mix of sized, unsized and C frees (jemalloc's
+// stats.allocated and Go's HeapAlloc count the same way). The profile keeps
+// the requested sizes of its samples: the live map remembers them.
+//
+// The sampler's countdown still runs on requested bytes, so the profile's
+// weights are those of the bytes the program asked for.
+//
+// Cost: on glibc the usable size is read inline from the chunk header that
+// malloc just wrote, or that free is about to read (a load and three ALU
+// ops), after a one-time check that the formula agrees with glibc's own
+// malloc_usable_size (DetectBlockSize). Under any other allocator (jemalloc,
+// tcmalloc, a sanitizer's) it is that allocator's malloc_usable_size.
+#pragma once
+
+#include "heapprof/config.hpp"
+
+#if HEAPPROF_ENABLED
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <malloc.h>
+
+#include "heapprof/detail/1_hooks/fast_path.hpp"
+
+// Defined by 1_hooks/malloc.hpp (HEAPPROF_REPLACE_MALLOC): finds the allocator
+// under the malloc family. Weak and hidden: absent without that macro, and
+// never another object's.
+extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept;
+// Defined by the implementation unit: decides whether this copy of the engine
+// records (engine.hpp: g_engine_off). Weak and hidden likewise.
+extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_engine_role() noexcept;
+
+namespace heapprof {
+namespace detail {
+
+// glibc's chunk layout is read inline only on x86-64 (aarch64 may tag memory,
+// which changes the formula) and never under a sanitizer (it owns malloc).
+#if defined(__x86_64__) && !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
+#define HEAPPROF_DETAIL_GLIBC_CHUNKS 1
+#else
+#define HEAPPROF_DETAIL_GLIBC_CHUNKS 0
+#endif
+
+// True once DetectBlockSize has proven that the blocks the hooks see are
+// glibc chunks. Both ways give the same number for every live block, so
+// switching while blocks are live keeps the counts exact.
+inline bool g_glibc_chunks = false;
+
+// The malloc and free under the hooks when the malloc family is replaced
+// (1_hooks/malloc.hpp sets them before the first block is seen); otherwise
+// the process's malloc and std::free. g_release_block releases a block whose
+// free the profiler deferred (live_map.hpp).
+inline void* (*g_underlying_malloc)(std::size_t) = nullptr;
+inline void (*g_release_block)(void*) = &std::free;
+// Its malloc_usable_size, called directly: in libheapprof_preload.so under an
+// allocator preloaded ahead of it, the name would find that allocator's.
+inline std::size_t (*g_underlying_usable_size)(void*) = &malloc_usable_size;
+
+// glibc malloc.c: the word before the block is the chunk's size with three
+// flag bits (bit 1: the chunk is mmapped). musable() is that size less the
+// header: 16 bytes for an mmapped chunk, 8 for a heap chunk (whose next
+// chunk's prev_size word is usable while this one is in use).
+HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
+  // The header is outside the block as the compiler knows it (malloc's
+  // result): the empty asm hides where the address came from, or GCC rejects
+  // the read (-Warray-bounds) and may assume it cannot happen.
+  std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
+  asm("" : "+r"(at));
+  const std::size_t head = *reinterpret_cast<const std::size_t*>(at);
+  return (head & ~std::size_t{7}) - 8 - ((head & 2) << 2);  // - 16 when bit 1 is set
+}
+
+// The usable size of a live block from malloc (or the allocator behind it).
+HEAPPROF_ALWAYS_INLINE std::size_t BlockSize(void* p) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return GlibcChunkUsable(p);
+#endif
+  return g_underlying_usable_size(p);
+}
+
+// Decides g_glibc_chunks, once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
+// malloc is glibc's own (not an allocator preloaded or linked in, not
+// libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
+inline void DetectBlockSize() noexcept {
+  if (&heapprof_detail_resolve_malloc != nullptr) heapprof_detail_resolve_malloc();
+  {
+    // gperftools' malloc_usable_size allocates with operator new on its first
+    // call (MallocExtension::instance()), which would come back here through
+    // the hooks and BlockSize forever: make that first call now, unseen.
+    SuppressHooks quiet;
+    void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+    if (void* p = alloc(1)) {
+      (void)g_underlying_usable_size(p);
+      g_release_block(p);
+    }
+  }
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  void* (*const real_malloc)(std::size_t) = g_underlying_malloc;
+  void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
+  void* used = real_malloc != nullptr ? reinterpret_cast<void*>(real_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+  if (glibc == nullptr || glibc != used) return;
+  void* (*alloc)(std::size_t) = real_malloc != nullptr ? real_malloc : &std::malloc;
+  void (*release)(void*) = g_release_block;
+  // A small, a medium and an mmapped block (above glibc's 128 KiB threshold).
+  static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, std::size_t{1} << 20};
+  bool agree = true;
+  for (std::size_t n : kSizes) {
+    void* p = alloc(n);
+    if (p == nullptr) return;
+    agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
+    release(p);
+  }
+  if (agree) StoreRelaxed(g_glibc_chunks, true);
+#endif
+}
+
+// The global hooks' fast paths: OnAlloc and OnFree of fast_path.hpp, counting
+// the block's usable size in Stats. `n` (the requested size) drives the sampler.
+HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return) noexcept {
+  ThreadState* ts = tls_thread_state;
+  const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
+  if (HEAPPROF_UNLIKELY(left <= 0)) {
+    OnAllocSlow(p, n, hook_return, kCountBlock);
+    return;
+  }
+  StoreRelaxed(ts->countdown, left);
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, BlockSize(p));
+}
+
+// Before `p` goes back to the allocator, sized or not: the same cost either
+// way. True: the profiler keeps the block and releases it later (see
+// OnFreeSlow); only when `can_defer`.
+HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
+    return OnFreeSlow(p, 0, can_defer ? kFreeCanDefer : 0u);
+  }
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, BlockSize(p));
+  return false;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+
+#endif  // HEAPPROF_ENABLED

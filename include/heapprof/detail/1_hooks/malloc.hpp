@@ -1,0 +1,443 @@
+// heapprof: the replacement malloc family. Included by <heapprof.hpp> only
+// when HEAPPROF_REPLACE_MALLOC is defined, in the one implementation unit (or
+// in libheapprof_preload.so). Every library of the process then allocates
+// through these: libc's own strdup, getline, opendir; zlib; OpenSSL.
+//
+//   malloc free calloc realloc reallocarray posix_memalign aligned_alloc
+//   memalign valloc pvalloc malloc_usable_size free_sized free_aligned_sized
+//
+// Each one calls the same function of the allocator under us and then the
+// inline fast path (block_hooks.hpp), so errno, calloc's overflow check,
+// malloc(0), realloc(p, 0) and the alignment rules are exactly that
+// allocator's. The allocator under us is the next definition after ours in
+// the lookup order, dlsym(RTLD_NEXT): glibc's, or jemalloc's, tcmalloc's,
+// mimalloc's when one is preloaded after heapprof (or linked into the
+// program, which heapprof's executable precedes). dlsym itself allocates, so
+// while the resolving thread is inside it our malloc serves a small static
+// bootstrap buffer whose blocks are never released.
+//
+// In the profile a realloc is the free of the old block and the allocation of
+// the new one; an operator new of ours calls the real malloc directly, so it
+// counts once (new_delete.hpp).
+//
+// Under AddressSanitizer or ThreadSanitizer, which own malloc, nothing here is
+// defined: HEAPPROF_REPLACE_MALLOC is a no-op (a note at compile time with
+// GCC; HEAPPROF_MALLOC_HOOKS is 0), and operator new/delete are still profiled.
+#pragma once
+
+#include "heapprof/config.hpp"
+
+#if HEAPPROF_ENABLED && !HEAPPROF_MALLOC_HOOKS
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma message("heapprof: HEAPPROF_REPLACE_MALLOC is ignored under AddressSanitizer/ThreadSanitizer (they own malloc); operator new/delete are still profiled")
+#endif
+#endif
+
+#if HEAPPROF_MALLOC_HOOKS
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <link.h>
+#include <malloc.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"
+
+namespace heapprof {
+namespace detail {
+namespace real {
+
+// ---------------------------------------------------------------- bootstrap
+// Blocks handed out while dlsym runs on the resolving thread. Each has a
+// 16-byte header holding its size; none is ever reused or released.
+constexpr std::size_t kBootstrapBytes = std::size_t{64} << 10;
+alignas(4096) inline unsigned char g_bootstrap[kBootstrapBytes];
+inline std::size_t g_bootstrap_used = 0;  // under the resolving thread only
+
+HEAPPROF_ALWAYS_INLINE bool IsBootstrap(const void* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(g_bootstrap) < kBootstrapBytes;
+}
+
+inline void* BootstrapAlloc(std::size_t n, std::size_t align) noexcept {
+  if (align < 16) align = 16;
+  if (n > kBootstrapBytes || align > 4096) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::size_t at = (g_bootstrap_used + 16 + align - 1) & ~(align - 1);
+  if (at + n > kBootstrapBytes) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  g_bootstrap_used = at + n;
+  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-1] = n;  // zeroed memory otherwise: calloc is free
+  return g_bootstrap + at;
+}
+
+inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-1]; }
+
+// ---------------------------------------------------------------- the allocator under us
+struct Functions {
+  void* (*malloc)(std::size_t);
+  void (*free)(void*);
+  void* (*calloc)(std::size_t, std::size_t);
+  void* (*realloc)(void*, std::size_t);
+  void* (*memalign)(std::size_t, std::size_t);
+  int (*posix_memalign)(void**, std::size_t, std::size_t);
+  void* (*aligned_alloc)(std::size_t, std::size_t);
+  void* (*valloc)(std::size_t);
+  void* (*pvalloc)(std::size_t);
+  std::size_t (*usable_size)(void*);
+};
+
+bool Resolve() noexcept;
+
+// Until Resolve has run, every entry points at one of these: they resolve,
+// then call the real function (or, on the resolving thread, the bootstrap).
+inline void* FirstMalloc(std::size_t n) noexcept;
+inline void FirstFree(void* p) noexcept;
+inline void* FirstCalloc(std::size_t c, std::size_t s) noexcept;
+inline void* FirstRealloc(void* p, std::size_t n) noexcept;
+inline void* FirstMemalign(std::size_t a, std::size_t n) noexcept;
+inline int FirstPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept;
+inline void* FirstAlignedAlloc(std::size_t a, std::size_t n) noexcept;
+inline void* FirstValloc(std::size_t n) noexcept;
+inline void* FirstPvalloc(std::size_t n) noexcept;
+inline std::size_t FirstUsableSize(void* p) noexcept;
+
+inline Functions g_fn = {&FirstMalloc,        &FirstFree,         &FirstCalloc, &FirstRealloc,
+                         &FirstMemalign,      &FirstPosixMemalign, &FirstAlignedAlloc,
+                         &FirstValloc,        &FirstPvalloc,      &FirstUsableSize};
+
+// 0 not resolved, 1 resolving, 2 resolved.
+inline std::atomic<int> g_state{0};
+inline thread_local bool tls_resolving HEAPPROF_TLS_MODEL = false;
+// True when the process's malloc is another object's (loaded before ours).
+inline bool g_shadowed = false;
+
+inline int BootstrapPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  void* p = BootstrapAlloc(n, a);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+// Fallbacks for functions an allocator does not export.
+inline void* MemalignViaPosix(std::size_t a, std::size_t n) noexcept {
+  void* p = nullptr;
+  const int e = g_fn.posix_memalign(&p, a, n);
+  if (e != 0) {
+    errno = e;
+    return nullptr;
+  }
+  return p;
+}
+inline void* VallocViaMemalign(std::size_t n) noexcept { return g_fn.memalign(static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), n); }
+inline void* PvallocViaMemalign(std::size_t n) noexcept {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (n > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_fn.memalign(page, n == 0 ? page : (n + page - 1) & ~(page - 1));
+}
+inline int PosixMemalignViaMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  if (a == 0 || a % sizeof(void*) != 0 || (a & (a - 1)) != 0) return EINVAL;
+  const int saved = errno;
+  void* p = g_fn.memalign(a, n);
+  if (p == nullptr) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+inline void* AlignedAllocViaMemalign(std::size_t a, std::size_t n) noexcept { return g_fn.memalign(a, n); }
+inline std::size_t NoUsableSize(void*) noexcept { return 0; }
+
+// `name` from the object that defines the real malloc (`base`), else
+// `fallback`: an allocator without pvalloc (jemalloc) must not get glibc's,
+// which is what dlsym would find next, and which would mix two heaps.
+template <class F>
+inline F Lookup(void* handle, const char* name, const void* base, F fallback) noexcept {
+  void* f = dlsym(handle, name);
+  if (f == nullptr) return fallback;
+  Dl_info info{};
+  if (base != nullptr && (dladdr(f, &info) == 0 || info.dli_fbase != base)) return fallback;
+  return reinterpret_cast<F>(f);
+}
+
+inline void OurObjectMarker() noexcept {}
+
+// Finds the allocator under us. Thread-safe: one thread resolves, others wait.
+// False: this thread is inside the resolution (dlsym allocating); the caller
+// serves the bootstrap buffer.
+inline bool Resolve() noexcept {
+  if (g_state.load(std::memory_order_acquire) == 2) return true;
+  if (tls_resolving) return false;
+  int expected = 0;
+  if (!g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    while (g_state.load(std::memory_order_acquire) != 2) sched_yield();
+    return true;
+  }
+  tls_resolving = true;
+  SuppressHooks quiet;  // dlsym's allocations (bootstrap blocks) are not counted
+  // Is the process's malloc ours? If an object before us defines it (a
+  // program that replaces malloc itself, an allocator preloaded ahead of
+  // libheapprof_preload.so), our malloc family runs only when that one calls
+  // it as its own next malloc: start-up then turns this engine off
+  // (preload_engine.hpp). The allocator under us is still the next one: the
+  // first one's would call back into us.
+  void* const handle = RTLD_NEXT;
+  Dl_info process_malloc{}, ours{};
+  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  // Only a definition counts: a non-PIE program that takes malloc's address
+  // (Debian's python3) has its PLT stub as malloc's canonical address, which
+  // dlsym returns, under an undefined symbol (SHN_UNDEF).
+  void* sym_entry = nullptr;
+  const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
+  const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
+  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
+      dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
+      process_malloc.dli_fbase != ours.dli_fbase) {
+    g_shadowed = true;
+  }
+  Functions f{};
+  f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t)>(nullptr));
+  Dl_info malloc_info{};
+  const void* base = f.malloc != nullptr && dladdr(reinterpret_cast<void*>(f.malloc), &malloc_info) != 0
+                         ? malloc_info.dli_fbase
+                         : nullptr;
+  f.free = Lookup(handle, "free", base, static_cast<void (*)(void*)>(nullptr));
+  f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
+  f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t)>(nullptr));
+  f.memalign = Lookup(handle, "memalign", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
+  f.posix_memalign =
+      Lookup(handle, "posix_memalign", base, static_cast<int (*)(void**, std::size_t, std::size_t)>(nullptr));
+  if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
+    // No dynamic symbol to follow (a static program?): glibc's own entry points.
+    base = nullptr;
+    f.malloc = Lookup(RTLD_DEFAULT, "__libc_malloc", nullptr, f.malloc);
+    f.free = Lookup(RTLD_DEFAULT, "__libc_free", nullptr, f.free);
+    f.calloc = Lookup(RTLD_DEFAULT, "__libc_calloc", nullptr, f.calloc);
+    f.realloc = Lookup(RTLD_DEFAULT, "__libc_realloc", nullptr, f.realloc);
+    f.memalign = Lookup(RTLD_DEFAULT, "__libc_memalign", nullptr, f.memalign);
+  }
+  if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
+    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: cannot find the real malloc (dlsym); aborting\n");
+    std::abort();
+  }
+  if (f.memalign == nullptr && f.posix_memalign == nullptr) {
+    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: the real allocator has neither memalign nor posix_memalign; aborting\n");
+    std::abort();
+  }
+  // Published one by one; the fallbacks call g_fn, so theirs go first.
+  g_fn.posix_memalign = f.posix_memalign != nullptr ? f.posix_memalign : &PosixMemalignViaMemalign;
+  g_fn.memalign = f.memalign != nullptr ? f.memalign : &MemalignViaPosix;
+  g_fn.aligned_alloc = Lookup(handle, "aligned_alloc", base, &AlignedAllocViaMemalign);
+  g_fn.valloc = Lookup(handle, "valloc", base, &VallocViaMemalign);
+  g_fn.pvalloc = Lookup(handle, "pvalloc", base, &PvallocViaMemalign);
+  g_fn.usable_size = Lookup(handle, "malloc_usable_size", base, &NoUsableSize);
+  g_fn.realloc = f.realloc;
+  g_fn.calloc = f.calloc;
+  g_fn.free = f.free;
+  g_fn.malloc = f.malloc;
+  g_underlying_malloc = f.malloc;
+  g_underlying_usable_size = g_fn.usable_size;
+  g_release_block = f.free;
+  tls_resolving = false;
+  g_state.store(2, std::memory_order_release);
+  return true;
+}
+
+inline void* FirstMalloc(std::size_t n) noexcept { return Resolve() ? g_fn.malloc(n) : BootstrapAlloc(n, 16); }
+inline void FirstFree(void* p) noexcept {
+  if (Resolve() && !IsBootstrap(p)) g_fn.free(p);
+}
+inline void* FirstCalloc(std::size_t c, std::size_t s) noexcept {
+  if (Resolve()) return g_fn.calloc(c, s);
+  std::size_t n;
+  if (__builtin_mul_overflow(c, s, &n)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return BootstrapAlloc(n, 16);  // never-used static memory: already zero
+}
+inline void* FirstRealloc(void* p, std::size_t n) noexcept {
+  if (Resolve()) return g_fn.realloc(p, n);
+  void* q = BootstrapAlloc(n, 16);
+  if (q != nullptr && p != nullptr) {
+    const std::size_t old = BootstrapSize(p);
+    std::memcpy(q, p, old < n ? old : n);
+  }
+  return q;
+}
+inline void* FirstMemalign(std::size_t a, std::size_t n) noexcept {
+  return Resolve() ? g_fn.memalign(a, n) : BootstrapAlloc(n, a);
+}
+inline int FirstPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  if (Resolve()) return g_fn.posix_memalign(out, a, n);
+  return BootstrapPosixMemalign(out, a, n);
+}
+inline void* FirstAlignedAlloc(std::size_t a, std::size_t n) noexcept {
+  return Resolve() ? g_fn.aligned_alloc(a, n) : BootstrapAlloc(n, a);
+}
+inline void* FirstValloc(std::size_t n) noexcept { return Resolve() ? g_fn.valloc(n) : BootstrapAlloc(n, 4096); }
+inline void* FirstPvalloc(std::size_t n) noexcept { return Resolve() ? g_fn.pvalloc(n) : BootstrapAlloc(n, 4096); }
+inline std::size_t FirstUsableSize(void* p) noexcept { return Resolve() ? g_fn.usable_size(p) : 0; }
+
+// What operator new/delete call when both families are replaced: the real
+// allocator directly, so a new counts once.
+HEAPPROF_ALWAYS_INLINE void* Malloc(std::size_t n) noexcept { return g_fn.malloc(n); }
+HEAPPROF_ALWAYS_INLINE void Free(void* p) noexcept {
+  if (HEAPPROF_LIKELY(!IsBootstrap(p))) g_fn.free(p);
+}
+HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
+  return g_fn.posix_memalign(out, a, n);
+}
+
+// The shared bodies of the hooks (always inlined into each, so the hook's
+// return address is the caller's call site).
+HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
+  if (p == nullptr || HEAPPROF_UNLIKELY(IsBootstrap(p))) return;
+  if (!OnFreeBlock(p)) g_fn.free(p);
+}
+
+HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
+  if (p == nullptr) {
+    void* q = g_fn.malloc(n);
+    if (q != nullptr) OnAllocBlock(q, n, ret);
+    return q;
+  }
+  if (HEAPPROF_UNLIKELY(IsBootstrap(p))) {  // a bootstrap block moves to the real heap
+    void* q = g_fn.malloc(n);
+    if (q != nullptr) {
+      const std::size_t old = BootstrapSize(p);
+      std::memcpy(q, p, old < n ? old : n);
+      OnAllocBlock(q, n, ret);
+    }
+    return q;
+  }
+  // The old block leaves the profile before the allocator may reuse it; a
+  // realloc cannot be deferred (the caller expects the move now).
+  OnFreeBlock(p, false);
+  void* q = g_fn.realloc(p, n);
+  if (q != nullptr) {
+    OnAllocBlock(q, n, ret);
+  } else if (n != 0) {
+    // Failed: the old block is still the caller's, unchanged. It comes back
+    // as a new allocation (its original request size is not known: the
+    // usable size stands in for it).
+    const int saved = errno;
+    OnAllocBlock(p, BlockSize(p), ret);
+    errno = saved;
+  }
+  // else realloc(p, 0) freed p (glibc): counted above.
+  return q;
+}
+
+}  // namespace real
+}  // namespace detail
+}  // namespace heapprof
+
+// Every hook is a function of its own (no identical code folding: GCC could
+// make valloc a call to pvalloc, and the leaf frame would be wrong).
+#if defined(__clang__)
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used))
+#else
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noipa))
+#endif
+#define HEAPPROF_DETAIL_RET __builtin_return_address(0)
+
+// glibc declares these without free_sized/free_aligned_sized before 2.40.
+extern "C" void free_sized(void* p, std::size_t n) noexcept;
+extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.malloc(n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
+
+// C23: the caller's size is not trusted; the count is the block's size, as for free.
+HEAPPROF_DETAIL_MALLOC_HOOK void free_sized(void* p, std::size_t) noexcept { heapprof::detail::real::FreeBody(p); }
+HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::size_t) noexcept {
+  heapprof::detail::real::FreeBody(p);
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
+  void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* realloc(void* p, std::size_t n) noexcept {
+  return heapprof::detail::real::ReallocBody(p, n, HEAPPROF_DETAIL_RET);
+}
+
+// glibc's reallocarray: ENOMEM when count * size overflows, else realloc.
+HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::size_t size) noexcept {
+  std::size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return heapprof::detail::real::ReallocBody(p, n, HEAPPROF_DETAIL_RET);
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
+  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, n);
+  if (e == 0) heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+  return e;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.memalign(alignment, n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.valloc(n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
+  void* p = heapprof::detail::real::g_fn.pvalloc(n);
+  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  return p;
+}
+
+HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
+  if (p == nullptr) return 0;
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::IsBootstrap(p))) return heapprof::detail::real::BootstrapSize(p);
+  return heapprof::detail::real::g_fn.usable_size(p);
+}
+
+// Start-up (engine.hpp: EnsureInit) resolves the allocator before it decides
+// how BlockSize reads: hidden, so only this object's engine finds it.
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept {
+  heapprof::detail::real::Resolve();
+}
+
+#undef HEAPPROF_DETAIL_RET
+#undef HEAPPROF_DETAIL_MALLOC_HOOK
+
+#endif  // HEAPPROF_MALLOC_HOOKS

@@ -1,0 +1,65 @@
+// heapprof: what libheapprof_preload.so adds to the implementation: its side
+// of "one engine per process". Included by <heapprof.hpp> only with
+// HEAPPROF_PRELOAD_LIBRARY (preload/heapprof_preload.cpp).
+//
+//  - Its malloc is the process's (it is first in LD_PRELOAD, the program does
+//    not define malloc): it records, and offers its API to a copy of heapprof
+//    compiled into the program (heapprof_preload_engine_v1), which then turns
+//    itself off and forwards there (implementation.hpp).
+//  - Otherwise (the program replaces malloc itself, or an allocator precedes
+//    the library in LD_PRELOAD) it turns itself off and says so once.
+#pragma once
+
+#include "heapprof/config.hpp"
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
+
+#include <dlfcn.h>
+#include <ostream>
+
+#include "heapprof/api.hpp"
+#include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/1_hooks/malloc.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
+
+namespace heapprof {
+namespace detail {
+
+inline bool PreloadWriteStream(std::ostream& out, bool allocs) {
+  return allocs ? WriteAllocsProfile(out) : WriteHeapProfile(out);
+}
+inline bool PreloadWritePath(const char* path, bool allocs) {
+  return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
+}
+
+inline const EngineApi g_preload_engine_api = {
+    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
+    &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
+};
+
+}  // namespace detail
+}  // namespace heapprof
+
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  if (!heapprof::detail::real::g_shadowed) return;
+  heapprof::detail::g_engine_off = true;
+  Dl_info info{};
+  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
+                            info.dli_fname[0] != '\0'
+                        ? info.dli_fname
+                        : "the program";
+  heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
+  heapprof::detail::ReportRaw(who);
+  heapprof::detail::ReportRaw(
+      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
+      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
+}
+
+// The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
+extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
+  heapprof::detail::EnsureInit();
+  return heapprof::detail::g_engine_off ? nullptr : &heapprof::detail::g_preload_engine_api;
+}
+
+#endif  // HEAPPROF_MALLOC_HOOKS && HEAPPROF_PRELOAD_LIBRARY

@@ -1,0 +1,141 @@
+// libheapprof_preload.so on programs that know nothing of heapprof: a plain C
+// program, and this C++ test program itself re-run as a child. Configured by
+// HEAPPROF alone (here: rate=1 and a dump at exit), so every allocation of
+// the child is in the dump, exactly.
+#include "common.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_PATH) && defined(HEAPPROF_PLAIN_C_PATH)
+
+namespace {
+
+// Runs `program` under the preload library with a dump at exit; reads the dump.
+bool RunPreloaded(const std::string& program, const std::string& extra_env, heapprof_test::Profile& p,
+                  std::string& output) {
+  const std::string prefix = heapprof_test::TempPath("-preload");
+  const std::string cmd = "LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " HEAPPROF=rate=1,dump_at_exit=1,dump_prefix=" +
+                          prefix + " " + extra_env + " " + program + " 2>&1";
+  const int rc = heapprof_test::RunCommand(cmd, output);
+  INFO(cmd);
+  INFO(output);
+  CHECK(rc == 0);
+  // The one dump: <prefix>.<pid>.0001.heap.pb.gz, its name in the output.
+  const std::size_t at = output.find("wrote " + prefix);
+  REQUIRE(at != std::string::npos);
+  const std::size_t end = output.find(' ', at + 6);
+  const std::string path = output.substr(at + 6, end - at - 6);
+  const bool ok = heapprof_test::ReadProfileFile(path, p);
+  unlink(path.c_str());
+  unlink(prefix.c_str());
+  return ok;
+}
+
+std::int64_t Sum(const heapprof_test::Profile& p, const std::string& leaf, const char* type) {
+  return heapprof_test::SumForLeaf(p, leaf, type);
+}
+
+}  // namespace
+
+TEST_CASE("preload: a plain C program's mallocs, callocs and reallocs, exactly, at rate 1") {
+  heapprof_test::Profile p;
+  std::string output;
+  REQUIRE(RunPreloaded(HEAPPROF_PLAIN_C_PATH, "", p, output));
+  CHECK(output.find("plain_c: kept 4100 blocks") != std::string::npos);
+  CHECK(Sum(p, "plain_c_keep_malloc", "inuse_objects") == 4000);
+  CHECK(Sum(p, "plain_c_keep_malloc", "inuse_space") == 4000 * 1000);
+  CHECK(Sum(p, "plain_c_keep_calloc", "inuse_objects") == 100);
+  CHECK(Sum(p, "plain_c_keep_calloc", "inuse_space") == 100 * 10000);
+  // 1 KiB, 2 KiB, ... 1 MiB: 11 allocations, the last one live.
+  CHECK(Sum(p, "plain_c_grow", "alloc_objects") == 11);
+  CHECK(Sum(p, "plain_c_grow", "inuse_objects") == 1);
+  CHECK(Sum(p, "plain_c_grow", "inuse_space") == 1 << 20);
+  // strdup's malloc: libc's strdup is the leaf, plain_c_churn its caller.
+  CHECK(Sum(p, "strdup", "alloc_objects") >= 200000);
+  CHECK(Sum(p, "plain_c_churn", "inuse_objects") == 0);
+  CHECK(Sum(p, "plain_c_churn", "alloc_objects") == 200000);
+}
+
+TEST_CASE("preload: under jemalloc and tcmalloc preloaded after it") {
+  for (const char* lib : {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                          "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"}) {
+    if (access(lib, R_OK) != 0) {
+      MESSAGE(lib << " not installed: skipped");
+      continue;
+    }
+    CAPTURE(lib);
+    heapprof_test::Profile p;
+    std::string output;
+    // LD_PRELOAD lists heapprof first: its malloc is the process's, and the
+    // allocator after it (RTLD_NEXT) does the allocating.
+    const std::string prefix = heapprof_test::TempPath("-preload");
+    const std::string cmd = "LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + ":" + lib +
+                            " HEAPPROF=rate=1,dump_at_exit=1,dump_prefix=" + prefix + " " + HEAPPROF_PLAIN_C_PATH + " 2>&1";
+    REQUIRE(heapprof_test::RunCommand(cmd, output) == 0);
+    INFO(output);
+    const std::size_t at = output.find("wrote " + prefix);
+    REQUIRE(at != std::string::npos);
+    const std::size_t end = output.find(' ', at + 6);
+    const std::string path = output.substr(at + 6, end - at - 6);
+    REQUIRE(heapprof_test::ReadProfileFile(path, p));
+    unlink(path.c_str());
+    unlink(prefix.c_str());
+    CHECK(Sum(p, "plain_c_keep_malloc", "inuse_objects") == 4000);
+    CHECK(Sum(p, "plain_c_keep_calloc", "inuse_space") == 100 * 10000);
+    CHECK(Sum(p, "plain_c_grow", "inuse_space") == 1 << 20);
+    CHECK(Sum(p, "plain_c_churn", "inuse_objects") == 0);
+  }
+}
+
+#endif
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_PATH) && defined(HEAPPROF_ONE_ENGINE_PATH)
+
+TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs one engine") {
+  const std::string profile = heapprof_test::TempPath(".pb.gz");
+  std::string alone, preloaded;
+  REQUIRE(heapprof_test::RunCommand(std::string(HEAPPROF_ONE_ENGINE_PATH) + " " + profile, alone) == 0);
+  INFO(alone);
+  // Alone: its operator new only (the mallocs are not hooked).
+  CHECK(alone.find("one_engine: allocs 1000 live_objects 1000 rate 1") != std::string::npos);
+  // Preloaded: the library records (its malloc sees both the program's
+  // operator new, which calls malloc, and the mallocs), once each; the
+  // program's API forwards to it.
+  REQUIRE(heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +
+                                        HEAPPROF_ONE_ENGINE_PATH + " " + profile,
+                                    preloaded) == 0);
+  INFO(preloaded);
+  CHECK(preloaded.find("forwards to it") != std::string::npos);
+  CHECK(preloaded.find("one_engine: allocs 2000 live_objects 2000 rate 1") != std::string::npos);
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(profile, p));
+  unlink(profile.c_str());
+  // The program's operator new is the leaf of the new'd blocks (it calls malloc).
+  std::int64_t news = 0, mallocs = 0;
+  const int io = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
+    for (const std::string& n : names) {
+      if (n.find("OneEngineNew") != std::string::npos) news += s.values.at(static_cast<std::size_t>(io));
+      if (n.find("OneEngineMalloc") != std::string::npos) mallocs += s.values.at(static_cast<std::size_t>(io));
+    }
+  }
+  CHECK(news == 1000);
+  CHECK(mallocs == 1000);
+}
+
+TEST_CASE("preload: a program that replaces malloc itself records itself; the library stays off") {
+  std::string output;
+  const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +
+                                               heapprof_test::SelfExe() + " -tc='exact Stats: new char*'",
+                                           output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("records nothing") != std::string::npos);
+  CHECK(output.find("Status: SUCCESS") != std::string::npos);
+}
+
+#endif
