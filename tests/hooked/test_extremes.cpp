@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <malloc.h>
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -277,9 +279,15 @@ namespace {
 
 void* g_exit_kept = nullptr;
 
+// The usable size of each block as allocated (Stats count usable sizes): it
+// depends on the heap's state (a split that leaves less than a minimum chunk
+// gives the whole chunk), so it is read from the block itself, not predicted.
+std::size_t g_exit_usable[6];
+
 __attribute__((noinline)) void* ExitAlloc(std::size_t size) {
   void* p = ::operator new(size);
   asm volatile("" ::"r"(p) : "memory");
+  if (size > 7800 && size <= 7805) g_exit_usable[size - 7800] = malloc_usable_size(p);
   return p;
 }
 
@@ -316,8 +324,7 @@ TEST_CASE("thread exit: thread_local and pthread key destructors allocate and fr
   const std::size_t saved = heapprof::GetSampleRate();
   heapprof::SetSampleRate(1);
   REQUIRE(pthread_key_create(&g_late_key, &LateKeyDestructor) == 0);
-  std::size_t u[6];
-  for (int i = 1; i <= 5; ++i) u[i] = heapprof_test::UsableFor(7800 + static_cast<std::size_t>(i));
+  const std::size_t* u = g_exit_usable;
   const heapprof::Stats s0 = heapprof::GetStats();
   // pthread_create, not std::thread: its state object would be one more
   // allocation in the totals.
