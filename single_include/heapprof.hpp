@@ -10543,6 +10543,12 @@ class Dumper {
     }
     stop_.store(false, std::memory_order_relaxed);
     signal_pending_.store(false, std::memory_order_relaxed);
+    if (cfg_->dump_interval != 0 || cfg_->inuse_interval != 0) {
+      const Stats s = GetStats();
+      const std::uint64_t di = cfg_->dump_interval, ii = cfg_->inuse_interval;
+      if (di != 0) first_alloc_mark_ = (s.alloc_bytes / di + 1) * di;
+      if (ii != 0) first_inuse_mark_ = (s.live_bytes / ii + 1) * ii;
+    }
     StartThread();
   }
 
@@ -10581,15 +10587,10 @@ class Dumper {
   void Loop() noexcept {
     const EnvConfig& cfg = *cfg_;
     const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
-    // The next multiples above what the process holds now (0 at start-up;
-    // a forked child starts from its parent's counts).
-    std::uint64_t next_alloc_mark = cfg.dump_interval;
-    std::uint64_t next_inuse_mark = cfg.inuse_interval;
-    if (byte_triggers) {
-      const Stats s = GetStats();
-      if (cfg.dump_interval != 0) next_alloc_mark = (s.alloc_bytes / cfg.dump_interval + 1) * cfg.dump_interval;
-      if (cfg.inuse_interval != 0) next_inuse_mark = (s.live_bytes / cfg.inuse_interval + 1) * cfg.inuse_interval;
-    }
+    // The first marks: SIZE at start-up; in a forked child, the next
+    // multiples above the counts it inherited (taken in the fork handler).
+    std::uint64_t next_alloc_mark = first_alloc_mark_ != 0 ? first_alloc_mark_ : cfg.dump_interval;
+    std::uint64_t next_inuse_mark = first_inuse_mark_ != 0 ? first_inuse_mark_ : cfg.inuse_interval;
     const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
     std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
     char drain[64];
@@ -10639,6 +10640,8 @@ class Dumper {
   pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   struct sigaction previous_ {};  // dump_signal's disposition before ours
   unsigned seq_ = 0;  // under write_mutex_
+  std::uint64_t first_alloc_mark_ = 0;  // a forked child's first byte-trigger marks (0: SIZE)
+  std::uint64_t first_inuse_mark_ = 0;
 };
 
 inline Dumper g_dumper;
