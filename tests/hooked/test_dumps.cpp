@@ -324,7 +324,10 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
   const std::string file = heapprof_test::TempPath(".txt");
   REQUIRE(heapprof_test::WriteFile(file, text));
   std::string out;
-  const int rc = heapprof_test::GoPprof("-raw", file, out);
+  // -symbolize=none: the values are what is checked here; without it pprof
+  // runs addr2line/nm over every binary in MAPPED_LIBRARIES (this test
+  // program's debug info included), which took over a minute on a busy CI box.
+  const int rc = heapprof_test::GoPprof("-symbolize=none -raw", file, out);
   if (rc == -2) {
     MESSAGE("go not installed: skipping the go tool pprof part");
   } else {
@@ -352,7 +355,7 @@ TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the count
   const std::int64_t proto_inuse = heapprof_test::SumForLeaf(proto, "TextLeaf", "inuse_space");
   for (char* p : keep) delete[] p;
   std::string out;
-  const int rc = heapprof_test::GoPprof("-raw", file, out);
+  const int rc = heapprof_test::GoPprof("-symbolize=none -raw", file, out);
   if (rc == -2) {
     MESSAGE("go not installed: skipping");
   } else {
