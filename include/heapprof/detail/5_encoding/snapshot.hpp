@@ -41,7 +41,7 @@ inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
 inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   if (labels == nullptr) return;
   for (std::uint32_t i = 0; i < labels->count; ++i) {
-    sample.labels.emplace_back(std::string(labels->entries()[i].key), std::string(labels->entries()[i].value));
+    sample.labels.emplace_back(ArenaString(labels->entries()[i].key), ArenaString(labels->entries()[i].value));
   }
 }
 
@@ -59,7 +59,7 @@ struct BucketCounts {
   std::uint64_t allocs, frees;
 };
 struct ProfileBaseline {
-  std::vector<BucketCounts> counts;  // sorted by bucket address
+  ArenaVector<BucketCounts> counts;  // sorted by bucket address
   std::int64_t time_nanos = 0;
 };
 
@@ -152,23 +152,23 @@ inline void WarnIfNoAllocationSeen() noexcept {
 }
 
 // `data` as a gzip'ed profile.proto message. Throws bad_alloc.
-inline std::string EncodeGzipped(const ProfileData& data, const std::vector<LoadedObject>& objects,
+inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                  Symbolizer& symbolizer) {
-  std::string gz;
+  ArenaString gz;
   GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
   return gz;
 }
 
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
-inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
+inline bool BuildProfileBytes(bool allocs_default, ArenaString& gz,
                               const ProfileBaseline* since = nullptr) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
   HEAPPROF_TRY {
     const ProfileData data = SnapshotProfile(allocs_default, since);
-    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
     gz = EncodeGzipped(data, objects, symbolizer);
     return true;
