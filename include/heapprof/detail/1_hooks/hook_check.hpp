@@ -21,7 +21,7 @@ namespace heapprof {
 namespace detail {
 
 // Internal linkage: its address is always this object's own code.
-static void HookCheckAnchor() noexcept {}
+[[maybe_unused]] static void HookCheckAnchor() noexcept {}
 
 struct MainProgramQuery {
   std::uintptr_t address;

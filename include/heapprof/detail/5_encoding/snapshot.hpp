@@ -2,8 +2,9 @@
 //
 // snapshot buckets (lock-free walk) → scale (Go's formula) → ProfileData
 // → EncodeProfile (symbolized in process) → GzipCompress → bytes.
-// Runs under the reentrancy guard: what the writer allocates is counted in
-// Stats but never sampled, and no engine lock is held while it allocates.
+// Runs under the reentrancy guard. What the writer allocates comes from the
+// profiler's arena (arena_allocator.hpp), never the host's heap: Stats'
+// alloc counters do not move while a profile is written.
 #pragma once
 
 #include <unistd.h>

@@ -191,7 +191,7 @@ class Dumper {
   }
 
   static void* Main(void* self) noexcept {
-    ReentrancyGuard guard;  // the thread's own allocations are counted, never sampled
+    ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
     static_cast<Dumper*>(self)->Loop();
     return nullptr;
   }
