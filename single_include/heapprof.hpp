@@ -916,14 +916,19 @@ class Arena {
 
   // Zeroed memory aligned to min(size class, 4096), or nullptr if the OS said no.
   void* Allocate(std::size_t size) noexcept {
+    void* p = AllocateUninitialized(size);
+    if (p != nullptr && size <= kLargest) std::memset(p, 0, kMinBlock << ClassOf(size));  // mmap'ed: zero
+    return p;
+  }
+
+  // The same without the zeroing (for containers, which construct what they use).
+  void* AllocateUninitialized(std::size_t size) noexcept {
     if (size > kLargest) return MapLarge(size);
     const int cls = ClassOf(size);
-    const std::size_t block = kMinBlock << cls;
     LockGuard hold(lock_);
     if (free_[cls] == nullptr && !RefillLocked(cls)) return nullptr;
     FreeBlock* b = free_[cls];
     free_[cls] = b->next;
-    std::memset(static_cast<void*>(b), 0, block);
     return b;
   }
 
@@ -1229,6 +1234,128 @@ namespace detail {
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/errors.hpp ----
+// ---- begin heapprof/detail/0_base/arena_allocator.hpp ----
+// heapprof: standard containers on the profiler's arena.
+// Writing a profile (symbol tables, the builder's tables, the encoded and
+// compressed bytes), the dumps and the HTTP server keep their data in these
+// containers, so the profiler never takes memory from the host's heap: none of
+// it goes through the program's operator new or malloc (a leak checker, the
+// program's own heap numbers and Stats::alloc_* never see it), and all of it
+// is counted in Stats::profiler_bytes. Blocks up to 256 KiB come from the
+// arena's size classes and go back to their free lists when a write ends, so
+// the next write reuses them; larger ones are mappings of their own, unmapped
+// when freed. Only the implementation unit includes this file.
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+
+namespace heapprof {
+namespace detail {
+
+// Stateless: every instance allocates from g_arena, so all compare equal and
+// containers swap and move their storage freely. Out of memory is bad_alloc,
+// as from std::allocator (the writers catch it and fail the write).
+template <class T>
+class ArenaAllocator {
+ public:
+  using value_type = T;
+  using propagate_on_container_move_assignment = std::true_type;
+  using is_always_equal = std::true_type;
+
+  constexpr ArenaAllocator() noexcept = default;
+  template <class U>
+  constexpr ArenaAllocator(const ArenaAllocator<U>&) noexcept {}
+
+  T* allocate(std::size_t n) {
+    if (n > static_cast<std::size_t>(-1) / 2 / sizeof(T)) ThrowBadAlloc();
+    void* p = g_arena.AllocateUninitialized(n * sizeof(T));
+    if (p == nullptr) ThrowBadAlloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { g_arena.Free(p, n * sizeof(T)); }
+
+  template <class U>
+  friend bool operator==(const ArenaAllocator&, const ArenaAllocator<U>&) noexcept {
+    return true;
+  }
+  template <class U>
+  friend bool operator!=(const ArenaAllocator&, const ArenaAllocator<U>&) noexcept {
+    return false;
+  }
+};
+
+using ArenaString = std::basic_string<char, std::char_traits<char>, ArenaAllocator<char>>;
+template <class T>
+using ArenaVector = std::vector<T, ArenaAllocator<T>>;
+template <class T>
+using ArenaDeque = std::deque<T, ArenaAllocator<T>>;
+template <class K, class V, class Less = std::less<K>>
+using ArenaMap = std::map<K, V, Less, ArenaAllocator<std::pair<const K, V>>>;
+template <class K, class V, class Hash = std::hash<K>, class Eq = std::equal_to<K>>
+using ArenaUnorderedMap = std::unordered_map<K, V, Hash, Eq, ArenaAllocator<std::pair<const K, V>>>;
+
+// An arena string equals a host one with the same bytes (found by ADL: the
+// tests compare the writer's output with std::string).
+inline bool operator==(const ArenaString& a, const std::string& b) noexcept {
+  return a.size() == b.size() && a.compare(0, a.size(), b.data(), b.size()) == 0;
+}
+inline bool operator==(const std::string& a, const ArenaString& b) noexcept { return b == a; }
+inline bool operator!=(const ArenaString& a, const std::string& b) noexcept { return !(a == b); }
+inline bool operator!=(const std::string& a, const ArenaString& b) noexcept { return !(b == a); }
+
+// One object on the arena, owned like std::unique_ptr.
+template <class T>
+struct ArenaDeleter {
+  void operator()(T* p) const noexcept {
+    if (p == nullptr) return;
+    p->~T();
+    g_arena.Free(p, sizeof(T));
+  }
+};
+template <class T>
+using ArenaPtr = std::unique_ptr<T, ArenaDeleter<T>>;
+
+// Throws bad_alloc when the arena has no memory (or what T's constructor throws).
+template <class T, class... Args>
+ArenaPtr<T> MakeArena(Args&&... args) {
+  static_assert(alignof(T) <= 16, "arena blocks are 16-byte aligned at least");
+  void* p = g_arena.AllocateUninitialized(sizeof(T));
+  if (p == nullptr) ThrowBadAlloc();
+  struct Undo {  // T's constructor may throw
+    void* p;
+    ~Undo() {
+      if (p != nullptr) g_arena.Free(p, sizeof(T));
+    }
+  } undo{p};
+  T* object = new (p) T(std::forward<Args>(args)...);
+  undo.p = nullptr;
+  return ArenaPtr<T>(object);
+}
+
+// Decimal text of `v` (std::to_string takes the host's heap).
+inline ArenaString ArenaDecimal(unsigned long long v) {
+  char buf[24];
+  char* p = buf + sizeof buf;
+  do {
+    *--p = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  return ArenaString(p, static_cast<std::size_t>(buf + sizeof buf - p));
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/0_base/arena_allocator.hpp ----
 // ---- begin heapprof/detail/0_base/env_config.hpp ----
 // heapprof: the HEAPPROF environment variable, read once at start-up.
 // Format (like jemalloc's MALLOC_CONF): comma-separated key=value pairs, e.g.
@@ -1495,6 +1622,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
 // heapprof: one-line messages on stderr, and the small formatting helpers
 // that the dumps, the leak report and the HTTP server share.
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -1503,6 +1631,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <string_view>
 
 
 namespace heapprof {
@@ -1523,14 +1652,33 @@ inline void ReportRaw(const char* text) noexcept {
   errno = saved;
 }
 
-// "heapprof: <line>\n" to stderr with a single write(2), so lines from
-// threads don't mix.
-inline void ReportLine(const std::string& line) noexcept {
-  HEAPPROF_TRY {
-    const std::string out = "heapprof: " + line + "\n";
-    ReportRaw(out.c_str());
+// "heapprof: <line>\n" to stderr with a single writev(2), so lines from
+// threads don't mix, and without allocating.
+inline void ReportLine(std::string_view line) noexcept {
+  const int saved = errno;
+  char prefix[] = "heapprof: ";
+  char newline[] = "\n";
+  iovec parts[3] = {{prefix, sizeof prefix - 1}, {const_cast<char*>(line.data()), line.size()}, {newline, 1}};
+  std::size_t left = parts[0].iov_len + parts[1].iov_len + 1;
+  iovec* at = parts;
+  int count = 3;
+  while (left > 0) {
+    const ssize_t n = ::writev(2, at, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    left -= static_cast<std::size_t>(n);
+    for (std::size_t done = static_cast<std::size_t>(n); done > 0 && count > 0;) {  // a short write
+      const std::size_t take = done < at->iov_len ? done : at->iov_len;
+      at->iov_base = static_cast<char*>(at->iov_base) + take;
+      at->iov_len -= take;
+      done -= take;
+      if (at->iov_len == 0) {
+        ++at;
+        --count;
+      }
+    }
   }
-  HEAPPROF_CATCH_ALL_NOEXCEPT {}
+  errno = saved;
 }
 
 inline std::int64_t MonotonicMillis() noexcept {
@@ -1540,7 +1688,7 @@ inline std::int64_t MonotonicMillis() noexcept {
 }
 
 // 1536 → "1.50 KiB".
-inline std::string FormatBytes(double bytes) {
+inline ArenaString FormatBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   std::size_t u = 0;
   const bool negative = bytes < 0;
@@ -1555,7 +1703,7 @@ inline std::string FormatBytes(double bytes) {
   } else {
     std::snprintf(buf, sizeof buf, "%s%.2f %s", negative ? "-" : "", v, units[u]);
   }
-  return buf;
+  return ArenaString(buf);
 }
 
 }  // namespace detail
@@ -5476,9 +5624,9 @@ class SectionTable {
   std::uint64_t count_ = 0;
 };
 
-inline std::string HexLower(const unsigned char* bytes, std::size_t length) {
+inline ArenaString HexLower(const unsigned char* bytes, std::size_t length) {
   static const char kDigits[] = "0123456789abcdef";
-  std::string out(length * 2, '0');
+  ArenaString out(length * 2, '0');
   for (std::size_t i = 0; i < length; ++i) {
     out[2 * i] = kDigits[bytes[i] >> 4];
     out[2 * i + 1] = kDigits[bytes[i] & 0xf];
@@ -5489,7 +5637,7 @@ inline std::string HexLower(const unsigned char* bytes, std::size_t length) {
 // Scans a note area for NT_GNU_BUILD_ID owned by "GNU". Name and descriptor are
 // padded to `align` (4 for classic notes, 8 for areas such as .note.gnu.property
 // laid out with 8-byte alignment, per the gABI note format).
-inline std::string FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
+inline ArenaString FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
   if (align != 8) align = 4;
   const auto pad = [align](std::uint64_t n) { return (n + align - 1) & ~(align - 1); };
   std::uint64_t offset = 0;
@@ -5505,20 +5653,20 @@ inline std::string FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
     }
     offset = next;
   }
-  return std::string();
+  return ArenaString();
 }
 
 // The build id recorded in a file's SHT_NOTE sections. Sections, not PT_NOTE:
 // a separate debug file keeps the note section but its program headers' file
 // offsets no longer point at it.
-inline std::string FileBuildId(const SectionTable& sections) {
+inline ArenaString FileBuildId(const SectionTable& sections) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type != SHT_NOTE) continue;
-    std::string id = FindGnuBuildId(sections.Contents(sh), sh.sh_addralign);
+    ArenaString id = FindGnuBuildId(sections.Contents(sh), sh.sh_addralign);
     if (!id.empty()) return id;
   }
-  return std::string();
+  return ArenaString();
 }
 
 }  // namespace elf
@@ -5529,10 +5677,11 @@ inline std::string FileBuildId(const SectionTable& sections) {
 // heapprof: the loaded objects of this process (executable and shared objects)
 // and in-process symbolization from their ELF symbol tables.
 //
-// Runs only when a profile is written, never inside an allocation hook, so it
-// uses the standard containers freely.
+// Runs only when a profile is written, never inside an allocation hook. Its
+// tables are standard containers on the profiler's arena (arena_allocator.hpp).
 
 #include <cxxabi.h>
+#include <limits.h>
 #include <link.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -7631,7 +7780,7 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
   elf::SectionTable sections;
   if (!sections.Init(file.view())) return false;
   if (build_id != nullptr && build_id[0] != '\0') {
-    const std::string id = elf::FileBuildId(sections);
+    const ArenaString id = elf::FileBuildId(sections);
     if (!id.empty() && id != build_id) return false;  // replaced on disk since it was loaded
   }
   if (!debug_files::HasDwarf(file)) return false;
@@ -7861,12 +8010,12 @@ struct LoadedObject {
   std::uintptr_t limit = 0;       // one past its last byte
   std::uint64_t file_offset = 0;  // file offset that `start` maps
   std::uintptr_t bias = 0;        // dlpi_addr: memory address = file vaddr + bias
-  std::string path;               // absolute file name; the main program's real path
-  std::string build_id;           // GNU build id, lowercase hex; empty if the file has none
+  ArenaString path;               // absolute file name; the main program's real path
+  ArenaString build_id;           // GNU build id, lowercase hex; empty if the file has none
 };
 
 // Every loaded object with an executable segment, the main program first.
-std::vector<LoadedObject> CollectLoadedObjects();
+ArenaVector<LoadedObject> CollectLoadedObjects();
 
 namespace elf {
 
@@ -7881,27 +8030,27 @@ struct FreeDeleter {
 
 // The kernel's name for our executable: the real path, even when argv[0] was
 // relative or a symlink.
-inline std::string ReadSelfExe() {
-  std::string buf(256, '\0');
+inline ArenaString ReadSelfExe() {
+  ArenaString buf(256, '\0');
   for (;;) {
     const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
-    if (n < 0) return std::string();
+    if (n < 0) return ArenaString();
     if (static_cast<std::size_t>(n) < buf.size()) {
       buf.resize(static_cast<std::size_t>(n));
       return buf;
     }
     // readlink truncates silently; a full buffer may be a cut path.
-    if (buf.size() >= (1u << 16)) return std::string();
+    if (buf.size() >= (1u << 16)) return ArenaString();
     buf.resize(buf.size() * 2);
   }
 }
 
 // A relative name (dlopen("./x.so"), a program started through ld.so) means
 // the working directory of now; resolve it before the process moves on.
-inline std::string ResolvedPath(const char* name) {
-  if (name[0] == '/') return std::string(name);
-  std::unique_ptr<char, FreeDeleter> real(::realpath(name, nullptr));
-  return real ? std::string(real.get()) : std::string(name);
+inline ArenaString ResolvedPath(const char* name) {
+  if (name[0] == '/') return ArenaString(name);
+  char real[PATH_MAX];  // realpath(name, nullptr) would malloc
+  return ::realpath(name, real) != nullptr ? ArenaString(real) : ArenaString(name);
 }
 
 inline bool SegmentCovers(const dl_phdr_info& info, std::uintptr_t address) {
@@ -7917,7 +8066,7 @@ inline bool SegmentCovers(const dl_phdr_info& info, std::uintptr_t address) {
 // The build id from the object's PT_NOTE segments as mapped. A note segment is
 // read only when a PT_LOAD maps it from file bytes, so every read hits memory
 // the loader mapped.
-inline std::string MemoryBuildId(const dl_phdr_info& info) {
+inline ArenaString MemoryBuildId(const dl_phdr_info& info) {
   for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
     const Elf64_Phdr& note = info.dlpi_phdr[i];
     if (note.p_type != PT_NOTE || note.p_filesz == 0) continue;
@@ -7931,10 +8080,10 @@ inline std::string MemoryBuildId(const dl_phdr_info& info) {
     if (!mapped) continue;
     const ByteView bytes{reinterpret_cast<const unsigned char*>(info.dlpi_addr + note.p_vaddr),
                          note.p_filesz};
-    std::string id = FindGnuBuildId(bytes, note.p_align);
+    ArenaString id = FindGnuBuildId(bytes, note.p_align);
     if (!id.empty()) return id;
   }
-  return std::string();
+  return ArenaString();
 }
 
 // The kernel maps whole pages: the mapping starts at the page holding the
@@ -7954,7 +8103,7 @@ inline LoadedObject SegmentMapping(const Elf64_Phdr& ph, std::uintptr_t bias,
 }
 
 struct CollectState {
-  std::vector<LoadedObject>* out = nullptr;
+  ArenaVector<LoadedObject>* out = nullptr;
   std::uintptr_t vdso = 0;
   std::uintptr_t page_mask = 0;
   bool first = true;
@@ -7971,7 +8120,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     // The vDSO has no file for the symbolizer or pprof to read.
     if (state.vdso != 0 && SegmentCovers(*info, state.vdso)) return 0;
     const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-    std::string path;
+    ArenaString path;
     if (name[0] == '\0') {
       // glibc names the main program "" and lists it first; any other nameless
       // object has no file we could point at.
@@ -7980,7 +8129,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     } else {
       path = ResolvedPath(name);
     }
-    std::string build_id;
+    ArenaString build_id;
     bool have_build_id = false;
     for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
       const Elf64_Phdr& ph = info->dlpi_phdr[i];
@@ -7996,7 +8145,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     }
   }
   HEAPPROF_CATCH_ALL {
-    state.out_of_memory = true;  // std::string or std::vector: bad_alloc
+    state.out_of_memory = true;  // ArenaString or ArenaVector: bad_alloc
     return 1;
   }
   return 0;
@@ -8004,11 +8153,11 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
 
 // Names of symbols that are not mangled C++ come back unchanged, except that a
 // version suffix ("memcpy@@GLIBC_2.14" in an unstripped .symtab) is dropped.
-inline std::string Demangle(const char* raw, std::size_t length) {
+inline ArenaString Demangle(const char* raw, std::size_t length) {
   const void* at = std::memchr(raw, '@', length);
   if (at != nullptr && at != raw)
     length = static_cast<std::size_t>(static_cast<const char*>(at) - raw);
-  std::string name(raw, length);
+  ArenaString name(raw, length);
   if (length > 2 && raw[0] == '_' && raw[1] == 'Z') {
     int status = -1;
     std::unique_ptr<char, FreeDeleter> out(
@@ -8032,19 +8181,20 @@ class SymbolTable {
  public:
   // `build_id` is the id of the object as loaded in memory: a file on disk with
   // a different id was replaced after loading, and its symbols would lie.
-  bool Load(const std::string& path, const std::string& build_id,
+  bool Load(std::string_view path_view, std::string_view build_id_view,
             const char* debug_directory = kDebugFileDirectory) {
+    const ArenaString path(path_view), build_id(build_id_view);  // NUL-terminated
     MappedFile own;
     SectionTable own_sections;
     bool own_usable = own.Open(path.c_str()) && own_sections.Init(own.view());
     if (own_usable && !build_id.empty()) {
-      const std::string file_id = FileBuildId(own_sections);
+      const ArenaString file_id = FileBuildId(own_sections);
       if (!file_id.empty() && file_id != build_id) own_usable = false;
     }
     // .symtab also names static functions; .dynsym only what the object exports.
     if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
     if (debug_directory != nullptr && build_id.size() > 2) {
-      const std::string debug_path = std::string(debug_directory) + "/.build-id/" +
+      const ArenaString debug_path = ArenaString(debug_directory) + "/.build-id/" +
                                      build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
       MappedFile debug;
       SectionTable debug_sections;
@@ -8095,12 +8245,12 @@ class SymbolTable {
     return std::string_view(raw, length);
   }
 
-  const std::string& Name(std::size_t index) {
+  const ArenaString& Name(std::size_t index) {
     Symbol& s = symbols_[index];
     if (s.cached == 0) {
       std::size_t length = 0;
       const char* raw = strtab_.CString(s.name, &length);
-      names_.push_back(raw != nullptr ? Demangle(raw, length) : std::string());
+      names_.push_back(raw != nullptr ? Demangle(raw, length) : ArenaString());
       s.cached = static_cast<std::uint32_t>(names_.size()) & 0x7fffffffu;
     }
     return names_[s.cached - 1];
@@ -8146,7 +8296,7 @@ class SymbolTable {
     const ByteView strtab = sections.Contents(strings);
     if (strtab.size == 0) return false;
 
-    std::vector<SectionRange> ranges(static_cast<std::size_t>(sections.count()));
+    ArenaVector<SectionRange> ranges(static_cast<std::size_t>(sections.count()));
     for (std::uint64_t i = 1; i < sections.count(); ++i) {
       Elf64_Shdr sh;
       if (!sections.Get(i, &sh) || (sh.sh_flags & SHF_EXECINSTR) == 0) continue;
@@ -8154,7 +8304,7 @@ class SymbolTable {
       ranges[i] = SectionRange{sh.sh_addr, sh.sh_addr + sh.sh_size, true};
     }
 
-    std::vector<Candidate> found;
+    ArenaVector<Candidate> found;
     const std::uint64_t count = syms.size / sizeof(Elf64_Sym);
     for (std::uint64_t i = 1; i < count; ++i) {
       Elf64_Sym sym;
@@ -8203,7 +8353,7 @@ class SymbolTable {
       return a.symbol.name < b.symbol.name;
     });
 
-    std::vector<Symbol> symbols;
+    ArenaVector<Symbol> symbols;
     symbols.reserve(found.size());
     for (std::size_t i = 0; i < found.size(); ++i) {
       const Symbol& s = found[i].symbol;
@@ -8215,7 +8365,7 @@ class SymbolTable {
       }
       symbols.push_back(s);
     }
-    std::vector<std::uint64_t> max_end(symbols.size());
+    ArenaVector<std::uint64_t> max_end(symbols.size());
     std::uint64_t reach = 0;
     for (std::size_t i = 0; i < symbols.size(); ++i) {
       if (!symbols[i].zero_size) reach = std::max(reach, symbols[i].end);
@@ -8232,15 +8382,15 @@ class SymbolTable {
 
   MappedFile file_;
   ByteView strtab_;
-  std::vector<Symbol> symbols_;         // sorted by value
-  std::vector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
-  std::deque<std::string> names_;       // demangled names, filled on first lookup (stable)
+  ArenaVector<Symbol> symbols_;         // sorted by value
+  ArenaVector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
+  ArenaDeque<ArenaString> names_;       // demangled names, filled on first lookup (stable)
 };
 
 }  // namespace elf
 
-inline std::vector<LoadedObject> CollectLoadedObjects() {
-  std::vector<LoadedObject> objects;
+inline ArenaVector<LoadedObject> CollectLoadedObjects() {
+  ArenaVector<LoadedObject> objects;
   elf::CollectState state;
   state.out = &objects;
   state.vdso = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
@@ -8275,7 +8425,7 @@ struct SymbolizedQuality {
 // Symbolizer, and through the process-wide debug cache, its DWARF.
 class Symbolizer {
  public:
-  explicit Symbolizer(const std::vector<LoadedObject>& objects,
+  explicit Symbolizer(const ArenaVector<LoadedObject>& objects,
                       const char* debug_directory = elf::kDebugFileDirectory);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
@@ -8283,7 +8433,7 @@ class Symbolizer {
 
   // Demangled name and start address of the function containing `pc`, from
   // the symbol table. False when no symbol covers it (name and start untouched).
-  bool Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start);
+  bool Lookup(std::uintptr_t pc, ArenaString& name, std::uintptr_t& start);
   // True when the object at `object_index` (into the constructor's vector)
   // had a symbol table we could read.
   bool HasSymbols(std::size_t object_index) const;
@@ -8306,27 +8456,27 @@ class Symbolizer {
   };
   const Range* RangeOf(std::uintptr_t pc) const;
 
-  // unique_ptr keeps each table (and the mapping its names point into) in place.
-  std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
-  std::vector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
-  std::vector<bool> has_symbols_;
-  std::vector<DebugObject*> debug_;  // per object; its DWARF is read on first use
+  // ArenaPtr keeps each table (and the mapping its names point into) in place.
+  ArenaVector<ArenaPtr<elf::SymbolTable>> tables_;
+  ArenaVector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
+  ArenaVector<bool> has_symbols_;
+  ArenaVector<DebugObject*> debug_;  // per object; its DWARF is read on first use
   char short_buf_[1024];
 };
 
-inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const char* debug_directory) {
+inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const char* debug_directory) {
   // Several executable segments of one object share its file and its table.
-  std::map<std::string, std::size_t> table_of_file;
-  std::vector<DebugObject*> debug_of_table;
+  ArenaMap<ArenaString, std::size_t> table_of_file;
+  ArenaVector<DebugObject*> debug_of_table;
   has_symbols_.reserve(objects.size());
   debug_.reserve(objects.size());
   for (const LoadedObject& object : objects) {
-    std::string key = object.path;
+    ArenaString key = object.path;
     key.push_back('\0');
     key += object.build_id;
     auto it = table_of_file.find(key);
     if (it == table_of_file.end()) {
-      auto table = std::make_unique<elf::SymbolTable>();
+      auto table = MakeArena<elf::SymbolTable>();
       DebugObject* debug = nullptr;
       if (!object.path.empty()) {
         table->Load(object.path, object.build_id, debug_directory);
@@ -8359,7 +8509,7 @@ inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
   return pc < it->limit ? &*it : nullptr;
 }
 
-inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+inline bool Symbolizer::Lookup(std::uintptr_t pc, ArenaString& name, std::uintptr_t& start) {
   const Range* r = RangeOf(pc);
   if (r == nullptr) return false;
   elf::SymbolTable& table = *tables_[r->table];
@@ -8407,7 +8557,7 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   std::size_t index = 0;
   const bool outer_plain = n > 0 && (source[n - 1].function == nullptr || !source[n - 1].function->linkage);
   if ((n == 0 || outer_plain) && !table.empty() && table.Find(file_address, &index)) {
-    const std::string& full = table.Name(index);
+    const ArenaString& full = table.Name(index);
     const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
     const std::string_view short_name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
     SymbolizedFrame& f = out[n == 0 ? 0 : n - 1];
@@ -8450,7 +8600,7 @@ inline bool Symbolizer::HasDebugInfo(std::size_t object_index) const {
 // ---- begin heapprof/detail/5_encoding/protobuf.hpp ----
 // heapprof: a streaming protobuf encoder for the subset of the wire format
 // (https://protobuf.dev/programming-guides/encoding/) that profile.proto needs.
-// It appends straight into a std::string: no message tree, no generated code,
+// It appends straight into an ArenaString: no message tree, no generated code,
 // no allocation beyond the output buffer growing.
 
 #include <cstddef>
@@ -8458,6 +8608,7 @@ inline bool Symbolizer::HasDebugInfo(std::size_t object_index) const {
 #include <cstring>
 #include <string>
 #include <string_view>
+
 
 namespace heapprof {
 namespace detail {
@@ -8488,7 +8639,7 @@ inline char* WriteVarint(char* p, std::uint64_t v) {
   return p;
 }
 
-inline void AppendVarint(std::string& out, std::uint64_t v) {
+inline void AppendVarint(ArenaString& out, std::uint64_t v) {
   char buf[kMaxVarintBytes];
   out.append(buf, static_cast<std::size_t>(WriteVarint(buf, v) - buf));
 }
@@ -8497,15 +8648,15 @@ inline std::uint64_t Tag(std::uint32_t field, WireType type) {
   return (std::uint64_t{field} << 3) | static_cast<std::uint32_t>(type);
 }
 
-inline void AppendTag(std::string& out, std::uint32_t field, WireType type) {
+inline void AppendTag(ArenaString& out, std::uint32_t field, WireType type) {
   AppendVarint(out, Tag(field, type));
 }
 
 class ProtoWriter {
  public:
-  explicit ProtoWriter(std::string& out) : out_(out) {}
+  explicit ProtoWriter(ArenaString& out) : out_(out) {}
 
-  std::string& buffer() { return out_; }
+  ArenaString& buffer() { return out_; }
 
   void Uint64(std::uint32_t field, std::uint64_t v) {
     // One append per field: the append call, not the byte shuffling, is what
@@ -8597,7 +8748,7 @@ class ProtoWriter {
     return static_cast<std::uint64_t>(v);
   }
 
-  std::string& out_;
+  ArenaString& out_;
 };
 
 }  // namespace detail
@@ -8612,10 +8763,8 @@ class ProtoWriter {
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -8624,7 +8773,7 @@ namespace heapprof {
 namespace detail {
 
 struct ProfileSample {
-  std::vector<std::uintptr_t> pcs;  // return addresses, [0] = leaf (the caller of operator new)
+  ArenaVector<std::uintptr_t> pcs;  // return addresses, [0] = leaf (the caller of operator new)
   bool truncated = false;           // the stack was cut at HEAPPROF_MAX_FRAMES
   bool overflow = false;            // the stack table was full: no pcs, one marker frame
   std::int64_t alloc_objects = 0;   // already scaled to estimates
@@ -8632,11 +8781,11 @@ struct ProfileSample {
   std::int64_t inuse_objects = 0;
   std::int64_t inuse_bytes = 0;
   std::int64_t object_size = 0;     // numeric label "bytes", unit "bytes"
-  std::vector<std::pair<std::string, std::string>> labels;  // string labels
+  ArenaVector<std::pair<ArenaString, ArenaString>> labels;  // string labels
 };
 
 struct ProfileData {
-  std::vector<ProfileSample> samples;
+  ArenaVector<ProfileSample> samples;
   std::int64_t period = 0;          // sample rate in bytes (period_type space/bytes)
   std::int64_t time_nanos = 0;
   std::int64_t duration_nanos = 0;  // 0 = field omitted
@@ -8644,7 +8793,7 @@ struct ProfileData {
 };
 
 // Serialises `data` as one uncompressed profile.proto message.
-std::string EncodeProfile(const ProfileData& data, const std::vector<LoadedObject>& objects,
+ArenaString EncodeProfile(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                           Symbolizer& symbolizer);
 
 // profile.proto field numbers, checked one by one against the .proto: a wrong
@@ -8696,12 +8845,12 @@ class PprofStringTable {
   }
 
   void Encode(ProtoWriter& w) const {
-    for (const std::string& s : storage_) w.String(pprof_field::profile::kStringTable, s);
+    for (const ArenaString& s : storage_) w.String(pprof_field::profile::kStringTable, s);
   }
 
  private:
-  std::deque<std::string> storage_;
-  std::unordered_map<std::string_view, std::int64_t> index_;
+  ArenaDeque<ArenaString> storage_;
+  ArenaUnorderedMap<std::string_view, std::int64_t> index_;
 };
 
 // PC -> location id, probed once per recorded frame: the builder's hot loop.
@@ -8748,7 +8897,7 @@ class PcLocationMap {
   }
 
   void Rehash(std::size_t capacity) {  // capacity: a power of two
-    std::vector<Slot> old(capacity, Slot{0, 0});
+    ArenaVector<Slot> old(capacity, Slot{0, 0});
     old.swap(slots_);
     mask_ = capacity - 1;
     shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
@@ -8756,7 +8905,7 @@ class PcLocationMap {
       if (slot.id != 0) Place(slot.pc, slot.id);
   }
 
-  std::vector<Slot> slots_;
+  ArenaVector<Slot> slots_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
   unsigned shift_ = 64;
@@ -8764,7 +8913,7 @@ class PcLocationMap {
 
 class PprofProfileBuilder {
  public:
-  PprofProfileBuilder(const std::vector<LoadedObject>& objects, Symbolizer& symbolizer)
+  PprofProfileBuilder(const ArenaVector<LoadedObject>& objects, Symbolizer& symbolizer)
       : objects_(objects), symbolizer_(symbolizer) {
     objects_by_start_.reserve(objects.size());
     quality_.resize(objects.size());
@@ -8773,10 +8922,10 @@ class PprofProfileBuilder {
               [&](std::size_t a, std::size_t b) { return objects[a].start < objects[b].start; });
   }
 
-  std::string Encode(const ProfileData& data) {
+  ArenaString Encode(const ProfileData& data) {
     std::size_t total_frames = 0;
     for (const ProfileSample& s : data.samples) total_frames += s.pcs.size();
-    std::string out;
+    ArenaString out;
     // Location ids take one or two bytes each; values and labels ~40 more.
     out.reserve(total_frames * 2 + data.samples.size() * 48 + 4096);
     ProtoWriter w(out);
@@ -8796,7 +8945,7 @@ class PprofProfileBuilder {
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_objects, count);
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_space, bytes);
 
-    std::vector<std::uint64_t> location_ids;
+    ArenaVector<std::uint64_t> location_ids;
     location_ids.reserve(HEAPPROF_MAX_FRAMES + 1);
     for (const ProfileSample& s : data.samples) {
       location_ids.clear();
@@ -8978,8 +9127,8 @@ class PprofProfileBuilder {
   std::uint64_t TruncationLocation(std::size_t frames) {
     const auto found = truncation_location_.find(frames);
     if (found != truncation_location_.end()) return found->second;
-    const std::string name =
-        "[heapprof: stack truncated at " + std::to_string(frames) + " frames]";
+    const ArenaString name =
+        "[heapprof: stack truncated at " + ArenaDecimal(frames) + " frames]";
     const std::uint64_t id = AddMarkerLocation(name);
     truncation_location_.emplace(frames, id);
     return id;
@@ -9028,26 +9177,26 @@ class PprofProfileBuilder {
     return address < objects_[i].limit ? i + 1 : 0;
   }
 
-  const std::vector<LoadedObject>& objects_;
+  const ArenaVector<LoadedObject>& objects_;
   Symbolizer& symbolizer_;
-  std::vector<std::size_t> objects_by_start_;
+  ArenaVector<std::size_t> objects_by_start_;
   PprofStringTable strings_;
   // None of these is reserved by frame count: stacks share most of their
   // frames, so distinct PCs are a few percent of all frames, and a table sized
   // for the worst case misses cache on every probe (measured: 2x slower).
   // Doubling as they grow costs less than one oversized clear.
   static constexpr int kMaxInlineFrames = 32;
-  std::vector<LocationRecord> locations_;      // id = index + 1
-  std::vector<LineRecord> lines_;              // of all locations, each one's in a row
-  std::vector<FunctionKey> functions_;         // id = index + 1
+  ArenaVector<LocationRecord> locations_;      // id = index + 1
+  ArenaVector<LineRecord> lines_;              // of all locations, each one's in a row
+  ArenaVector<FunctionKey> functions_;         // id = index + 1
   PcLocationMap location_by_pc_;
-  std::unordered_map<std::size_t, std::uint64_t> truncation_location_;
+  ArenaUnorderedMap<std::size_t, std::uint64_t> truncation_location_;
   std::uint64_t overflow_location_ = 0;
-  std::unordered_map<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
-  std::vector<MappingQuality> quality_;        // per object
+  ArenaUnorderedMap<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
+  ArenaVector<MappingQuality> quality_;        // per object
 };
 
-inline std::string EncodeProfile(const ProfileData& data, const std::vector<LoadedObject>& objects,
+inline ArenaString EncodeProfile(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                  Symbolizer& symbolizer) {
   PprofProfileBuilder builder(objects, symbolizer);
   return builder.Encode(data);
@@ -9081,7 +9230,7 @@ namespace heapprof {
 namespace detail {
 
 // Appends one complete gzip member holding `in` to `out`.
-inline void GzipCompress(std::string_view in, std::string& out);
+inline void GzipCompress(std::string_view in, ArenaString& out);
 
 namespace deflate {
 
@@ -9369,7 +9518,7 @@ inline void StoreLittleEndian64(unsigned char* p, std::uint64_t v) {
   p[7] = static_cast<unsigned char>(v >> 56);
 }
 
-// Writes bits least significant first straight into the tail of a std::string.
+// Writes bits least significant first straight into the tail of an ArenaString.
 // Every Put stores all eight accumulator bytes and then advances past the whole
 // ones, so there is no flush branch; the caller reserves room for a whole block
 // first, so Put has no bounds check either.
@@ -9378,7 +9527,7 @@ class BitWriter {
   // One Put takes up to this many bits: at most 7 are pending before it.
   static constexpr int kMaxPutBits = 56;
 
-  explicit BitWriter(std::string& out) : out_(out), pos_(out.size()) {}
+  explicit BitWriter(ArenaString& out) : out_(out), pos_(out.size()) {}
 
   void Reserve(std::size_t bytes) {
     // +8: Put stores eight bytes even when it completes fewer.
@@ -9417,7 +9566,7 @@ class BitWriter {
   }
 
  private:
-  std::string& out_;
+  ArenaString& out_;
   unsigned char* buffer_ = nullptr;
   std::size_t pos_;
   std::uint64_t bits_ = 0;
@@ -9482,7 +9631,7 @@ inline constexpr std::uint32_t kMatchFlag = 0x80000000u;
 class Encoder {
  public:
   // `max_segment` exists for tests, which cannot afford GiB inputs.
-  explicit Encoder(std::string& out, std::size_t max_segment = kMaxSegment)
+  explicit Encoder(ArenaString& out, std::size_t max_segment = kMaxSegment)
       : writer_(out),
         max_segment_(std::min(std::max<std::size_t>(max_segment, 1), kMaxSegment)),
         head_(std::size_t{1} << kHashBits),
@@ -9640,11 +9789,11 @@ class Encoder {
     std::array<std::uint8_t, kNumCodeLengthSymbols> code_length_lengths{};
     std::array<CodeWord, kNumCodeLengthSymbols> code_length_words{};
     // Each entry: symbol in the low byte, repeat-count extra bits above.
-    std::vector<std::uint16_t> runs;
+    ArenaVector<std::uint16_t> runs;
     std::uint64_t bits = 0;
   };
 
-  static void RunLengthEncode(const std::uint8_t* lengths, int count, std::vector<std::uint16_t>* runs) {
+  static void RunLengthEncode(const std::uint8_t* lengths, int count, ArenaVector<std::uint16_t>* runs) {
     for (int i = 0; i < count;) {
       const std::uint8_t value = lengths[i];
       int run = 1;
@@ -9810,9 +9959,9 @@ class Encoder {
 
   BitWriter writer_;
   std::size_t max_segment_;
-  std::vector<std::int32_t> head_;  // hash -> latest position with that hash
-  std::vector<std::int32_t> prev_;  // position % window -> previous position, same hash
-  std::vector<std::uint32_t> tokens_;
+  ArenaVector<std::int32_t> head_;  // hash -> latest position with that hash
+  ArenaVector<std::int32_t> prev_;  // position % window -> previous position, same hash
+  ArenaVector<std::uint32_t> tokens_;
   std::size_t num_tokens_ = 0;
   std::array<std::uint32_t, kNumLitLenSymbols> lit_freqs_{};
   std::array<std::uint32_t, kNumDistSymbols> dist_freqs_{};
@@ -9827,7 +9976,7 @@ inline constexpr std::array<char, 10> kGzipHeader = {'\x1f', '\x8b', 8, 0, 0, 0,
 
 }  // namespace deflate
 
-inline void GzipCompress(std::string_view in, std::string& out) {
+inline void GzipCompress(std::string_view in, ArenaString& out) {
   const auto* data = reinterpret_cast<const unsigned char*>(in.data());
   out.append(deflate::kGzipHeader.data(), deflate::kGzipHeader.size());
   deflate::Encoder(out).Compress(data, in.size());
@@ -9847,8 +9996,9 @@ inline void GzipCompress(std::string_view in, std::string& out) {
 //
 // snapshot buckets (lock-free walk) → scale (Go's formula) → ProfileData
 // → EncodeProfile (symbolized in process) → GzipCompress → bytes.
-// Runs under the reentrancy guard: what the writer allocates is counted in
-// Stats but never sampled, and no engine lock is held while it allocates.
+// Runs under the reentrancy guard. What the writer allocates comes from the
+// profiler's arena (arena_allocator.hpp), never the host's heap: Stats'
+// alloc counters do not move while a profile is written.
 
 #include <unistd.h>
 
@@ -9878,7 +10028,7 @@ inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
 inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   if (labels == nullptr) return;
   for (std::uint32_t i = 0; i < labels->count; ++i) {
-    sample.labels.emplace_back(std::string(labels->entries()[i].key), std::string(labels->entries()[i].value));
+    sample.labels.emplace_back(ArenaString(labels->entries()[i].key), ArenaString(labels->entries()[i].value));
   }
 }
 
@@ -9896,7 +10046,7 @@ struct BucketCounts {
   std::uint64_t allocs, frees;
 };
 struct ProfileBaseline {
-  std::vector<BucketCounts> counts;  // sorted by bucket address
+  ArenaVector<BucketCounts> counts;  // sorted by bucket address
   std::int64_t time_nanos = 0;
 };
 
@@ -9989,23 +10139,23 @@ inline void WarnIfNoAllocationSeen() noexcept {
 }
 
 // `data` as a gzip'ed profile.proto message. Throws bad_alloc.
-inline std::string EncodeGzipped(const ProfileData& data, const std::vector<LoadedObject>& objects,
+inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                  Symbolizer& symbolizer) {
-  std::string gz;
+  ArenaString gz;
   GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
   return gz;
 }
 
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
-inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
+inline bool BuildProfileBytes(bool allocs_default, ArenaString& gz,
                               const ProfileBaseline* since = nullptr) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
   HEAPPROF_TRY {
     const ProfileData data = SnapshotProfile(allocs_default, since);
-    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
     gz = EncodeGzipped(data, objects, symbolizer);
     return true;
@@ -10026,8 +10176,6 @@ inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10048,8 +10196,8 @@ namespace detail {
 // the mean object size the formula needs is exact; a bucket sampled at an
 // older rate has its counts converted to the header's rate. At rate 0 or 1
 // the counts are the estimates themselves (pprof does not scale those).
-inline void AppendFormat(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-inline void AppendFormat(std::string& out, const char* fmt, ...) {
+inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void AppendFormat(ArenaString& out, const char* fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -10067,7 +10215,7 @@ struct TextRecord {
 // a line, split a `key=value` pair or confuse a terminal are written as
 // \xNN, so a label cannot forge records (a value holding "\nheap profile:
 // ..." once made `go tool pprof` read terabytes from a 100-byte heap).
-inline void AppendEscaped(std::string& out, std::string_view text) {
+inline void AppendEscaped(ArenaString& out, std::string_view text) {
   static const char kHex[] = "0123456789abcdef";
   for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
@@ -10090,12 +10238,12 @@ inline void AppendEscaped(std::string& out, std::string_view text) {
 class TextProfileStream {
  public:
   // False (nothing to write) if the snapshot failed.
-  bool Begin(std::string& out, std::function<void(std::string&)> extra_comments = {}) noexcept {
+  bool Begin(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
     ReentrancyGuard guard;
     EnsureInit();
     WarnIfNoAllocationSeen();
     HEAPPROF_TRY {
-      extra_comments_ = std::move(extra_comments);
+      extra_comments_ = extra_comments;
       const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
       for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
         const BucketCounts now = ReadCounts(b);
@@ -10128,7 +10276,7 @@ class TextProfileStream {
                    static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
                    static_cast<unsigned long long>(2 * rate));
       objects_ = CollectLoadedObjects();
-      symbolizer_.reset(new Symbolizer(objects_));
+      symbolizer_ = MakeArena<Symbolizer>(objects_);
       return true;
     }
     HEAPPROF_CATCH_ALL_NOEXCEPT { return false; }
@@ -10136,14 +10284,14 @@ class TextProfileStream {
 
   // Appends the next records (at least one) until `out` has grown by about
   // `budget`, or the trailer; false once everything is written (or on failure).
-  bool Next(std::string& out, std::size_t budget) noexcept {
+  bool Next(ArenaString& out, std::size_t budget) noexcept {
     if (done_ || symbolizer_ == nullptr) return false;
     ReentrancyGuard guard;
     HEAPPROF_TRY {
       const std::size_t start = out.size();
       while (next_ < records_.size() && out.size() - start < budget) AppendRecord(out, records_[next_++]);
       if (next_ == records_.size()) {
-        if (extra_comments_) extra_comments_(out);
+        if (extra_comments_ != nullptr) extra_comments_(out);
         out += "\nMAPPED_LIBRARIES:\n";
         for (const LoadedObject& o : objects_) {
           AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
@@ -10164,9 +10312,9 @@ class TextProfileStream {
   bool done() const noexcept { return done_; }
 
  private:
-  void AppendRecord(std::string& out, const TextRecord& r) {
+  void AppendRecord(ArenaString& out, const TextRecord& r) {
     Symbolizer& symbolizer = *symbolizer_;
-    std::string& name = name_;
+    ArenaString& name = name_;
     const auto size = static_cast<std::int64_t>(r.bucket->size);
     AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
                  static_cast<long long>(r.inuse_objects * size), static_cast<long long>(r.alloc_objects),
@@ -10215,16 +10363,16 @@ class TextProfileStream {
     out += '\n';
   }
 
-  std::vector<TextRecord> records_;
+  ArenaVector<TextRecord> records_;
   std::size_t next_ = 0;
-  std::vector<LoadedObject> objects_;
-  std::unique_ptr<Symbolizer> symbolizer_;
-  std::function<void(std::string&)> extra_comments_;
-  std::string name_;
+  ArenaVector<LoadedObject> objects_;
+  ArenaPtr<Symbolizer> symbolizer_;
+  void (*extra_comments_)(ArenaString&) = nullptr;
+  ArenaString name_;
   bool done_ = false;
 };
 
-inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
+inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
   out.clear();
   TextProfileStream stream;
   if (!stream.Begin(out, extra_comments)) {
@@ -10273,13 +10421,13 @@ namespace detail {
 // pthread_cancel must unwind through here. WriteFileAtomic below holds
 // cancellation off during the write, so a cancelled write leaves nothing
 // behind either, with or without exceptions.
-inline bool WriteFileAtomicNow(const std::string& given_path, const std::string& bytes, std::string* error) {
+inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString& bytes, ArenaString* error) {
   ReentrancyGuard guard;
   // What is at the path decides: nothing or a regular file is replaced; a
   // symlink is followed (its target is replaced, the link stays); anything
   // else (a FIFO, a device such as /dev/null, a socket, a directory) is
   // refused: renaming over it would replace a special file with a regular one.
-  std::string path = given_path;
+  ArenaString path = given_path;
   struct stat st {};
   st.st_mode = S_IFREG;  // nothing there (yet): created
   for (int hops = 0; ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
@@ -10293,8 +10441,8 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
       path.assign(target, static_cast<std::size_t>(n));
     } else {  // relative to the link's directory
       const std::size_t slash = path.rfind('/');
-      path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-             std::string(target, static_cast<std::size_t>(n));
+      path = (slash == ArenaString::npos ? ArenaString() : path.substr(0, slash + 1)) +
+             ArenaString(target, static_cast<std::size_t>(n));
     }
     st.st_mode = S_IFREG;
   }
@@ -10308,7 +10456,7 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
                 counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
     struct Temporary {
-      std::string name;
+      ArenaString name;
       int fd = -1;
       bool keep = false;
       ~Temporary() {
@@ -10317,7 +10465,7 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
       }
     } tmp{path + suffix};
     auto fail = [&](const char* what, int err, bool on_tmp) {
-      if (error != nullptr) *error = std::string(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
+      if (error != nullptr) *error = ArenaString(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
       return false;
     };
     tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -10354,7 +10502,7 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
 // in a build without exceptions a forced unwind runs no destructor, so a
 // cancel inside the write would leave the temporary behind. A pending
 // cancellation then acts right here, on the way out.
-inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
+inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, ArenaString* error = nullptr) {
   int state = PTHREAD_CANCEL_ENABLE;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
   const bool ok = WriteFileAtomicNow(path, bytes, error);
@@ -10364,9 +10512,9 @@ inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, s
 }
 
 // The profile, gzip'ed, written atomically to `path`.
-inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) {
+inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
-  std::string gz;
+  ArenaString gz;
   if (!BuildProfileBytes(allocs_default, gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
@@ -10376,7 +10524,7 @@ inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default) {
   ReentrancyGuard guard;
-  std::string gz;
+  ArenaString gz;
   if (!BuildProfileBytes(allocs_default, gz)) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
@@ -10445,7 +10593,7 @@ class Dumper {
     cfg_ = &cfg;
     if (!cfg.WantsDumper()) return;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(std::string("cannot start the dump thread: pipe: ") + std::strerror(errno));
+      ReportLine(ArenaString("cannot start the dump thread: pipe: ") + std::strerror(errno));
       return;
     }
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
@@ -10474,13 +10622,13 @@ class Dumper {
       const unsigned seq = ++seq_;
       char name[64];
       std::snprintf(name, sizeof name, ".%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), seq);
-      const std::string path = Prefix() + name;
-      std::string error;
+      const ArenaString path = Prefix() + name;
+      ArenaString error;
       ok = WriteProfileFile(path, false, &error);
       if (ok) {
         ReportLine("wrote " + path + " (" + why + ")");
       } else {
-        ReportLine("cannot write heap profile (" + std::string(why) + "): " + error);
+        ReportLine("cannot write heap profile (" + ArenaString(why) + "): " + error);
       }
     }
     HEAPPROF_CATCH_ALL_NOEXCEPT { ok = false; }
@@ -10488,8 +10636,8 @@ class Dumper {
     return ok;
   }
 
-  std::string Prefix() const {
-    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? std::string(cfg_->dump_prefix) : std::string("heapprof");
+  ArenaString Prefix() const {
+    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
 
   // The signal handler's end of the pipe (async-signal-safe: one write(2)).
@@ -10518,7 +10666,7 @@ class Dumper {
     const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
-      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
+      ReportLine(ArenaString("cannot start the dump thread: ") + std::strerror(rc));
       return false;
     }
     running_.store(true, std::memory_order_release);
@@ -10538,7 +10686,7 @@ class Dumper {
     ::close(wake_[1]);
     wake_[0] = wake_[1] = -1;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(std::string("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
+      ReportLine(ArenaString("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
       return;
     }
     stop_.store(false, std::memory_order_relaxed);
@@ -10565,7 +10713,7 @@ class Dumper {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     if (sigaction(sig, &sa, &previous_) != 0) {
-      ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
+      ReportLine(ArenaString("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
   }
 
@@ -10579,7 +10727,7 @@ class Dumper {
   }
 
   static void* Main(void* self) noexcept {
-    ReentrancyGuard guard;  // the thread's own allocations are counted, never sampled
+    ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
     static_cast<Dumper*>(self)->Loop();
     return nullptr;
   }
@@ -10678,13 +10826,13 @@ constexpr std::size_t kLeakReportRows = 10;
 // Frames shown per row by default (HEAPPROF=leak_frames=N changes it).
 constexpr std::size_t kLeakReportFrames = 6;
 
-// "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
+// "void ArenaVector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
 // → "std::vector::_M_realloc_insert": template arguments, parameter lists and
 // a leading return type dropped, as pprof's default (simplified) names do.
-inline std::string SimplifyFunctionName(const std::string& name) {
+inline ArenaString SimplifyFunctionName(const ArenaString& name) {
   char buf[1024];
   const std::size_t n = ShortFunctionName(name.c_str(), buf, sizeof buf);
-  return n != 0 ? std::string(buf, n) : name;
+  return n != 0 ? ArenaString(buf, n) : name;
 }
 
 // Frames of the allocator machinery rather than of the program: the standard
@@ -10706,29 +10854,29 @@ inline std::string_view BaseName(std::string_view path) {
 }
 
 struct LeakFrame {
-  std::string shown;  // "name (file.cpp:42)"
+  ArenaString shown;  // "name (file.cpp:42)"
   bool machinery = false;
 };
 
 struct LeakRow {
-  std::vector<std::string> frames;  // shown frames, innermost first, from the first frame of the program
+  ArenaVector<ArenaString> frames;  // shown frames, innermost first, from the first frame of the program
   std::int64_t objects = 0, bytes = 0;
 };
 
 // The frames of one return address, inline frames expanded, innermost first.
-inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<LeakFrame>& out) {
+inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, ArenaVector<LeakFrame>& out) {
   SymbolizedFrame frames[32];
   SymbolizedQuality quality;
   const int n = pc != 0 ? symbolizer.Symbolize(pc - 1, frames, 32, &quality) : 0;
   for (int i = 0; i < n; ++i) {
     LeakFrame f;
-    f.shown = frames[i].name.empty() ? std::string("??") : std::string(frames[i].name);
+    f.shown = frames[i].name.empty() ? ArenaString("??") : ArenaString(frames[i].name);
     f.machinery = IsAllocatorMachinery(f.shown);
     if (!frames[i].file.empty() && frames[i].line != 0) {
       f.shown += " (";
       f.shown += BaseName(frames[i].file);
       f.shown += ':';
-      f.shown += std::to_string(frames[i].line);
+      f.shown += ArenaDecimal(frames[i].line);
       f.shown += ')';
     }
     out.push_back(std::move(f));
@@ -10742,23 +10890,23 @@ inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<
 
 // The in-use part of `data`, summed per stack of shown frames (object sizes
 // and labels merged), largest first, as lines for stderr. `max_frames` per row.
-inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
+inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
                                                 std::int64_t& total_objects, std::int64_t& total_bytes,
                                                 std::size_t max_frames = kLeakReportFrames) {
   if (max_frames == 0) max_frames = kLeakReportFrames;
-  std::map<std::vector<std::string>, LeakRow> by_stack;
-  std::map<std::uintptr_t, std::vector<LeakFrame>> frames_of;  // pc → its frames
+  ArenaMap<ArenaVector<ArenaString>, LeakRow> by_stack;
+  ArenaMap<std::uintptr_t, ArenaVector<LeakFrame>> frames_of;  // pc → its frames
   total_objects = total_bytes = 0;
   for (const ProfileSample& s : data.samples) {
     if (s.inuse_objects <= 0) continue;
-    std::vector<std::string> frames;
+    ArenaVector<ArenaString> frames;
     bool skipping = true;
     std::size_t skipped = 0;
-    std::vector<std::string> all;
+    ArenaVector<ArenaString> all;
     for (std::uintptr_t pc : s.pcs) {
       auto it = frames_of.find(pc);
       if (it == frames_of.end()) {
-        std::vector<LeakFrame> expanded;
+        ArenaVector<LeakFrame> expanded;
         LeakFramesOf(symbolizer, pc, expanded);
         it = frames_of.emplace(pc, std::move(expanded)).first;
       }
@@ -10781,7 +10929,7 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     total_objects += s.inuse_objects;
     total_bytes += s.inuse_bytes;
   }
-  std::vector<LeakRow> rows;
+  ArenaVector<LeakRow> rows;
   for (auto& entry : by_stack) {
     entry.second.frames = entry.first;
     rows.push_back(std::move(entry.second));
@@ -10789,7 +10937,7 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
   std::sort(rows.begin(), rows.end(), [](const LeakRow& a, const LeakRow& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.objects > b.objects;
   });
-  std::vector<std::string> lines;
+  ArenaVector<ArenaString> lines;
   char head[160];
   std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects",
                 "allocated at (innermost first, from the first frame outside std:: and heapprof)");
@@ -10799,7 +10947,7 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     char cols[64];
     std::snprintf(cols, sizeof cols, "%14s %10lld  ", FormatBytes(static_cast<double>(row.bytes)).c_str(),
                   static_cast<long long>(row.objects));
-    std::string line = cols;
+    ArenaString line = cols;
     for (std::size_t f = 0; f < row.frames.size() && f < max_frames; ++f) {
       if (f != 0) line += " < ";
       line += row.frames[f];
@@ -10808,36 +10956,36 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     lines.push_back(std::move(line));
   }
   if (rows.size() > kLeakReportRows) {
-    lines.push_back("... and " + std::to_string(rows.size() - kLeakReportRows) + " more stacks in the profile");
+    lines.push_back("... and " + ArenaDecimal(rows.size() - kLeakReportRows) + " more stacks in the profile");
   }
   return lines;
 }
 
-inline void LeakReport(const std::string& prefix) noexcept {
+inline void LeakReport(const ArenaString& prefix) noexcept {
   ReentrancyGuard guard;
   HEAPPROF_TRY {
     char name[64];
     std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
-    const std::string path = prefix + name;
+    const ArenaString path = prefix + name;
     // One snapshot and one symbolizer for both the file and the table, so
     // they agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
-    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
-    std::string error;
+    ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    const std::vector<std::string> table =
+    const ArenaVector<ArenaString> table =
         FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-    std::string how = rate <= 1 ? std::string(rate == 1 ? "every allocation recorded" : "sampling off")
-                                : "estimated from samples, rate " + std::to_string(rate) + " bytes";
-    std::string out = "leak report: " + std::to_string(objects_in_use) + " objects, " +
+    ArenaString how = rate <= 1 ? ArenaString(rate == 1 ? "every allocation recorded" : "sampling off")
+                                : "estimated from samples, rate " + ArenaDecimal(rate) + " bytes";
+    ArenaString out = "leak report: " + ArenaDecimal(objects_in_use) + " objects, " +
                       FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" + how + ")";
     if (objects_in_use == 0) out += ": nothing to report";
     ReportLine(out);
     if (objects_in_use != 0) {
-      for (const std::string& line : table) ReportLine("  " + line);
+      for (const ArenaString& line : table) ReportLine("  " + line);
     }
     if (written) {
       ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
@@ -10873,6 +11021,7 @@ inline void LeakReport(const std::string& prefix) noexcept {
 #include <string>
 #include <string_view>
 
+
 namespace heapprof {
 namespace detail {
 namespace http {
@@ -10895,13 +11044,13 @@ struct Request {
   std::string_view method;  // views into the parsed head
   std::string_view target;  // as sent
   int minor_version = 1;    // HTTP/1.<minor>
-  std::string path;         // percent-decoded
+  ArenaString path;         // percent-decoded
   std::string_view raw_query;  // after '?', as sent (the symbolz GET form)
   std::uint64_t content_length = 0;
   // Query parameters the profile endpoints read; the first occurrence wins
   // (Go's FormValue). Unknown parameters are ignored, as Go does.
   bool has_seconds = false, has_debug = false, has_gc = false;
-  std::string seconds, debug, gc;  // percent-decoded values
+  ArenaString seconds, debug, gc;  // percent-decoded values
   bool has_host = false;
   bool close = false;  // Connection: close asked for (we always close anyway)
 };
@@ -10962,7 +11111,7 @@ inline int HexValue(char c) noexcept {
 }
 
 // %XX decoding; in a query, '+' is a space. False on a bad escape or a NUL.
-inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
+inline bool PercentDecode(std::string_view in, bool plus_is_space, ArenaString& out) {
   out.clear();
   out.reserve(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -10983,7 +11132,7 @@ inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& 
 }
 
 inline Error ParseQuery(std::string_view query, Request& req) {
-  std::string key, value;
+  ArenaString key, value;
   while (!query.empty()) {
     std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
@@ -11360,15 +11509,15 @@ struct ListenAddress {
 struct StartError {
   enum Kind { kNone, kInvalidAddress, kSystem } kind = kNone;
   int err = 0;
-  std::string message;  // the whole message
-  std::string context;  // kSystem: the message without strerror(err), for std::system_error
+  ArenaString message;  // the whole message
+  ArenaString context;  // kSystem: the message without strerror(err), for std::system_error
 };
 
 // False (and `error` says why) for a malformed address.
 inline bool ParseListenAddress(std::string_view listen, ListenAddress& out, StartError& error) {
   const auto bad = [&](const char* why) {
     error.kind = StartError::kInvalidAddress;
-    error.message = "heapprof::HttpServer: bad listen address \"" + std::string(listen) + "\": " + why +
+    error.message = "heapprof::HttpServer: bad listen address \"" + ArenaString(listen) + "\": " + why +
                     " (expected host:port, e.g. 127.0.0.1:6060, [::1]:6060 or :0)";
     return false;
   };
@@ -11400,14 +11549,14 @@ inline bool ParseListenAddress(std::string_view listen, ListenAddress& out, Star
     auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.addr);
     a6->sin6_family = AF_INET6;
     a6->sin6_port = htons(static_cast<std::uint16_t>(value));
-    const std::string h(host);
+    const ArenaString h(host);
     if (inet_pton(AF_INET6, h.c_str(), &a6->sin6_addr) != 1) return bad("not a numeric IPv6 address");
     out.len = sizeof(sockaddr_in6);
   } else {
     auto* a4 = reinterpret_cast<sockaddr_in*>(&out.addr);
     a4->sin_family = AF_INET;
     a4->sin_port = htons(static_cast<std::uint16_t>(value));
-    const std::string h = host.empty() || host == "localhost" ? std::string("127.0.0.1") : std::string(host);
+    const ArenaString h = host.empty() || host == "localhost" ? ArenaString("127.0.0.1") : ArenaString(host);
     if (inet_pton(AF_INET, h.c_str(), &a4->sin_addr) != 1) return bad("not a numeric IPv4 address or localhost");
     out.len = sizeof(sockaddr_in);
   }
@@ -11433,8 +11582,8 @@ inline const char* StatusText(int status) noexcept {
 
 // Status line, headers, Content-Length, Connection: close, then the body
 // unless head_only.
-inline void AppendResponse(std::string& out, int status, const std::vector<std::pair<const char*, std::string>>& headers,
-                           const std::string& body, bool head_only) {
+inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
+                           const ArenaString& body, bool head_only) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -11451,8 +11600,8 @@ inline void AppendResponse(std::string& out, int status, const std::vector<std::
 
 // The head of a response whose body is streamed: no Content-Length, the end
 // of the body is the end of the connection (HTTP/1.1, RFC 9112 6.3).
-inline void AppendStreamHead(std::string& out, int status,
-                             const std::vector<std::pair<const char*, std::string>>& headers) {
+inline void AppendStreamHead(ArenaString& out, int status,
+                             const ArenaVector<std::pair<const char*, ArenaString>>& headers) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -11466,17 +11615,17 @@ inline void AppendStreamHead(std::string& out, int status,
 }
 
 // Go's serveError / http.Error: one line of text.
-inline std::string ErrorResponse(int status, const char* reason, bool head_only = false) {
-  std::string out;
-  std::vector<std::pair<const char*, std::string>> headers = {
+inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false) {
+  ArenaString out;
+  ArenaVector<std::pair<const char*, ArenaString>> headers = {
       {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
   if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
-  AppendResponse(out, status, headers, std::string(reason) + "\n", head_only);
+  AppendResponse(out, status, headers, ArenaString(reason) + "\n", head_only);
   return out;
 }
 
-inline std::string IndexHtml() {
-  std::string b =
+inline ArenaString IndexHtml() {
+  ArenaString b =
       "<html>\n<head>\n<title>/debug/pprof/</title>\n<style>\n.profile-name{\n\tdisplay:inline-block;\n"
       "\twidth:6rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/<br>\n<br>\nTypes of profiles available:\n"
       "<table>\n<thead><td>Count</td><td>Profile</td></thead>\n";
@@ -11500,7 +11649,7 @@ inline std::string IndexHtml() {
 
 // Stats as `# name = value` lines after the records, like Go's
 // `# runtime.MemStats` block.
-inline void AppendStatsComments(std::string& out) {
+inline void AppendStatsComments(ArenaString& out) {
   const Stats s = GetStats();
   out += "\n# heapprof.Stats\n";
   const std::pair<const char*, std::uint64_t> rows[] = {
@@ -11516,11 +11665,11 @@ inline void AppendStatsComments(std::string& out) {
 
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
 // address that resolves.
-inline std::string SymbolBody(std::string_view addresses) {
-  std::string body = "num_symbols: 1\n";
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+inline ArenaString SymbolBody(std::string_view addresses) {
+  ArenaString body = "num_symbols: 1\n";
+  const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   Symbolizer symbolizer(objects);
-  std::string name;
+  ArenaString name;
   ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
     std::uintptr_t start = 0;
     if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
@@ -11534,10 +11683,10 @@ inline std::string SymbolBody(std::string_view addresses) {
 
 // The complete response for a plan (other than kDelta before its window
 // ends). `symbol_request`: kSymbol's addresses (the body or the query).
-inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
+inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
                                  std::string_view symbol_request = {}) {
   const char* name = plan.allocs ? "allocs" : "heap";
-  std::string out, body;
+  ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
       return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only);
@@ -11569,7 +11718,7 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
       if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
         return ErrorResponse(500, "failed to collect profile", plan.head_only);
       }
-      std::string disposition = "attachment; filename=\"";
+      ArenaString disposition = "attachment; filename=\"";
       disposition += name;
       if (plan.action == Action::kDelta) disposition += "-delta";
       disposition += '"';
@@ -11592,27 +11741,27 @@ struct Connection {
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
   std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
-  std::string in;
-  std::string out;
+  ArenaString in;
+  ArenaString out;
   std::size_t sent = 0;
   Plan plan;
-  std::unique_ptr<ProfileBaseline> baseline;
+  ArenaPtr<ProfileBaseline> baseline;
   std::uint64_t serial = 0;                   // names the connection to the builder
-  std::unique_ptr<TextProfileStream> stream;  // a streamed text body with more to come
+  ArenaPtr<TextProfileStream> stream;  // a streamed text body with more to come
 };
 
 // Work for the builder thread, and what it hands back.
 struct BuildJob {
   std::uint64_t serial = 0;
   Plan plan;
-  std::unique_ptr<ProfileBaseline> baseline;
-  std::string symbol_request;
-  std::unique_ptr<TextProfileStream> stream;  // set: the stream's next piece
+  ArenaPtr<ProfileBaseline> baseline;
+  ArenaString symbol_request;
+  ArenaPtr<TextProfileStream> stream;  // set: the stream's next piece
 };
 struct BuildResult {
   std::uint64_t serial = 0;
-  std::string bytes;
-  std::unique_ptr<TextProfileStream> stream;  // more to come
+  ArenaString bytes;
+  ArenaPtr<TextProfileStream> stream;  // more to come
 };
 
 class Server;
@@ -11644,7 +11793,7 @@ class Server {
   explicit Server(std::string_view listen, Limits limits = {}) : limits_(limits) {
     ListenAddress addr;
     if (!ParseListenAddress(listen, addr, error_)) return;
-    const auto fail = [&](int err, const std::string& what) {
+    const auto fail = [&](int err, const ArenaString& what) {
       error_.kind = StartError::kSystem;
       error_.err = err;
       error_.context = "heapprof::HttpServer: " + what;
@@ -11662,7 +11811,7 @@ class Server {
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
         ::listen(listen_fd_, 128) != 0) {
-      fail(errno, "cannot listen on " + std::string(listen));
+      fail(errno, "cannot listen on " + ArenaString(listen));
       return;
     }
     sockaddr_storage bound{};
@@ -11778,7 +11927,7 @@ class Server {
       r.serial = job.serial;
       HEAPPROF_TRY { Build(job, r); }
       HEAPPROF_CATCH_ALL_NOEXCEPT {
-        r.bytes = std::string();
+        r.bytes = ArenaString();
         r.stream.reset();
       }
       pthread_mutex_lock(&jobs_mutex_);
@@ -11798,14 +11947,14 @@ class Server {
       return;
     }
     if (job.plan.action == Action::kText) {
-      const std::vector<std::pair<const char*, std::string>> headers = {
+      const ArenaVector<std::pair<const char*, ArenaString>> headers = {
           {"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}};
       if (job.plan.head_only) {
         AppendStreamHead(r.bytes, 200, headers);
         return;
       }
-      std::unique_ptr<TextProfileStream> stream(new TextProfileStream());
-      std::string first;
+      ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
+      ArenaString first;
       if (!stream->Begin(first, AppendStatsComments)) {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
@@ -11820,14 +11969,14 @@ class Server {
   }
 
   // Hands the connection's request to the builder.
-  void Dispatch(Connection& c, std::unique_ptr<ProfileBaseline> baseline, std::string symbol_request) {
+  void Dispatch(Connection& c, ArenaPtr<ProfileBaseline> baseline, ArenaString symbol_request) {
     BuildJob job;
     job.serial = c.serial = ++next_serial_;
     job.plan = c.plan;
     job.baseline = std::move(baseline);
     job.symbol_request = std::move(symbol_request);
     Queue(std::move(job));
-    std::string().swap(c.in);
+    ArenaString().swap(c.in);
     c.state = Connection::State::kBuilding;
     c.deadline_ms = INT64_MAX;  // the builder always answers
   }
@@ -11842,7 +11991,7 @@ class Server {
 
   // The builder's answers, to their connections (gone ones are dropped).
   void TakeResults() {
-    std::vector<BuildResult> done;
+    ArenaVector<BuildResult> done;
     pthread_mutex_lock(&jobs_mutex_);
     done.swap(results_);
     pthread_mutex_unlock(&jobs_mutex_);
@@ -11866,7 +12015,7 @@ class Server {
 
   void Run() noexcept {
     ReentrancyGuard guard;  // nothing the server allocates is sampled
-    std::vector<pollfd> fds;
+    ArenaVector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       HEAPPROF_TRY {
         fds.clear();
@@ -11928,7 +12077,7 @@ class Server {
         return;  // EAGAIN, a connection reset before we took it, ...
       }
       if (conns_.size() >= limits_.max_connections) {
-        const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
+        const ArenaString busy = ErrorResponse(503, "too many connections to the profiling server");
         (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         ::close(fd);
         continue;
@@ -12008,7 +12157,7 @@ class Server {
     }
     c.plan = PlanRequest(req);
     if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
-      Dispatch(c, nullptr, std::string(req.raw_query));
+      Dispatch(c, nullptr, ArenaString(req.raw_query));
       return true;
     }
     if (c.plan.action == Action::kSymbol) {
@@ -12024,19 +12173,19 @@ class Server {
       for (const Connection& other : conns_) waiting += other.state == Connection::State::kWaiting ? 1 : 0;
       if (waiting >= limits_.max_delta_windows) {
         Respond(c, ErrorResponse(503, ("too many ?seconds= profiles in progress (at most " +
-                                       std::to_string(limits_.max_delta_windows) + " at once)")
+                                       ArenaDecimal(limits_.max_delta_windows) + " at once)")
                                           .c_str()));
         return true;
       }
-      c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
+      c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
       c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
-      std::string().swap(c.in);
+      ArenaString().swap(c.in);
       return true;
     }
     if (c.plan.action == Action::kProfile || c.plan.action == Action::kText) {
-      Dispatch(c, nullptr, std::string());
+      Dispatch(c, nullptr, ArenaString());
     } else {
       Respond(c, BuildResponse(c.plan));  // the index, a redirect, an error: nothing to build
     }
@@ -12050,8 +12199,8 @@ class Server {
     return true;
   }
 
-  void Respond(Connection& c, std::string response) {
-    std::string().swap(c.in);
+  void Respond(Connection& c, ArenaString response) {
+    ArenaString().swap(c.in);
     c.out = std::move(response);
     c.sent = 0;
     c.state = Connection::State::kWriting;
@@ -12074,7 +12223,7 @@ class Server {
       job.serial = c.serial;
       job.stream = std::move(c.stream);
       Queue(std::move(job));
-      std::string().swap(c.out);
+      ArenaString().swap(c.out);
       c.sent = 0;
       c.state = Connection::State::kBuilding;
       c.deadline_ms = INT64_MAX;
@@ -12083,7 +12232,7 @@ class Server {
     // All sent: half-close so the client sees the end of the response, then
     // drain (see kDrainTimeoutMs).
     ::shutdown(c.fd, SHUT_WR);
-    std::string().swap(c.out);
+    ArenaString().swap(c.out);
     c.state = Connection::State::kDraining;
     c.deadline_ms = MonotonicMillis() + kDrainTimeoutMs;
   }
@@ -12097,7 +12246,7 @@ class Server {
         Respond(c, ErrorResponse(408, "timed out reading the request body"));
         break;
       case Connection::State::kWaiting:
-        Dispatch(c, std::move(c.baseline), std::string());
+        Dispatch(c, std::move(c.baseline), ArenaString());
         break;
       case Connection::State::kBuilding:  // no deadline: the builder answers
         break;
@@ -12128,13 +12277,13 @@ class Server {
   int wake_fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
-  std::vector<Connection> conns_;  // the server thread's only
+  ArenaVector<Connection> conns_;  // the server thread's only
   std::uint64_t next_serial_ = 0;  // the server thread's only
   pthread_t builder_{};
   pthread_mutex_t jobs_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t jobs_cond_ = PTHREAD_COND_INITIALIZER;
-  std::deque<BuildJob> jobs_;         // under jobs_mutex_
-  std::vector<BuildResult> results_;  // under jobs_mutex_
+  ArenaDeque<BuildJob> jobs_;         // under jobs_mutex_
+  ArenaVector<BuildResult> results_;  // under jobs_mutex_
   bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
   const pid_t owner_pid_ = ::getpid();
@@ -12188,7 +12337,7 @@ inline void StopEnvHttpServer() noexcept {
   ReentrancyGuard guard;
   HttpServer* server = g_env_http_server;
   g_env_http_server = nullptr;
-  delete server;
+  ArenaDeleter<HttpServer>()(server);
 }
 
 // atexit (see engine.hpp): stop the server and the dump thread, then the
@@ -12205,18 +12354,20 @@ inline void StartHttpFromEnv() noexcept {
   const char* listen = g_env_config.http;
   if (listen[0] == '\0') return;
   ReentrancyGuard guard;
-  HttpServer* server = new (std::nothrow) HttpServer(listen, std::nothrow);
-  if (server == nullptr) return;
+  void* memory = g_arena.AllocateUninitialized(sizeof(HttpServer));  // never the host's heap
+  if (memory == nullptr) return;
+  HttpServer* server = new (memory) HttpServer(listen, std::nothrow);
   if (!server->serving()) {
-    ReportLine(std::string("HEAPPROF http=") + listen + ": " + server->error() + "; not serving");
-    delete server;
+    HEAPPROF_TRY { ReportLine(ArenaString("HEAPPROF http=") + listen + ": " + server->error() + "; not serving"); }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {}
+    ArenaDeleter<HttpServer>()(server);
     return;
   }
   g_env_http_server = server;
   HEAPPROF_TRY {
-    std::string host(listen, static_cast<std::size_t>(std::strrchr(listen, ':') - listen));
+    ArenaString host(listen, static_cast<std::size_t>(std::strrchr(listen, ':') - listen));
     if (host.empty() || host == "localhost") host = "127.0.0.1";
-    const std::string url = "http://" + host + ":" + std::to_string(server->port()) + "/debug/pprof/";
+    const ArenaString url = "http://" + host + ":" + ArenaDecimal(server->port()) + "/debug/pprof/";
     ReportLine("serving " + url + " (go tool pprof " + url + "heap)");
   }
   HEAPPROF_CATCH_ALL_NOEXCEPT {}
@@ -12466,8 +12617,8 @@ HEAPPROF_LINKED_BEGIN
 HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
   ReentrancyGuard guard;  // the server's own memory is never sampled
   EnsureInit();
-  HttpServerState* state = nullptr;
-  HEAPPROF_TRY { state = new HttpServerState(listen); }
+  HttpServerState* state = nullptr;  // on the arena, like everything the server holds
+  HEAPPROF_TRY { state = MakeArena<HttpServerState>(listen).release(); }
   HEAPPROF_CATCH_ALL { state = nullptr; }
   if (state == nullptr) {
 #if HEAPPROF_EXCEPTIONS
@@ -12478,10 +12629,14 @@ HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
   if (state->server.ok() || !throw_errors) return state;
   const http::StartError& e = state->server.error();
 #if HEAPPROF_EXCEPTIONS
-  const http::StartError error = e;
-  delete state;
-  if (error.kind == http::StartError::kInvalidAddress) throw std::invalid_argument(error.message);
-  throw std::system_error(error.err, std::generic_category(), error.context);
+  // The exception's text is the caller's (host) memory.
+  const std::string message(e.message.data(), e.message.size());
+  const std::string context(e.context.data(), e.context.size());
+  const http::StartError::Kind kind = e.kind;
+  const int err = e.err;
+  ArenaDeleter<HttpServerState>()(state);
+  if (kind == http::StartError::kInvalidAddress) throw std::invalid_argument(message);
+  throw std::system_error(err, std::generic_category(), context);
 #else
   ReportLine(e.message + "; not serving");
   return state;
@@ -12490,7 +12645,7 @@ HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
 
 void StopHttpServer(HttpServerState* state) noexcept {
   ReentrancyGuard guard;
-  if (state != nullptr && state != HttpOutOfMemory()) delete state;
+  if (state != nullptr && state != HttpOutOfMemory()) ArenaDeleter<HttpServerState>()(state);
 }
 
 std::uint16_t HttpServerPort(const HttpServerState* state) noexcept {
@@ -12631,6 +12786,82 @@ HEAPPROF_LINKED_END
 #include <sched.h>
 #include <unistd.h>
 
+// ---- begin heapprof/detail/1_hooks/hook_check.hpp ----
+// heapprof: hooks that never take effect, said once on stderr.
+// A replacement operator new or malloc works only where the dynamic linker
+// finds it first: the executable comes before every library, so hooks
+// compiled into a dlopen'ed plugin (or a library after libstdc++/libc in the
+// lookup order) are never called; the plugin's own `new` binds to the
+// executable's or libstdc++'s, and the profile stays empty. At the static
+// initialisation of the unit that defines the hooks, the object the dynamic
+// linker resolves the symbol to is compared with the object holding this
+// code. Included only by the hook definitions (new_delete.hpp, malloc.hpp).
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdint>
+#include <cstdio>
+
+
+namespace heapprof {
+namespace detail {
+
+// Internal linkage: its address is always this object's own code.
+[[maybe_unused]] static void HookCheckAnchor() noexcept {}
+
+struct MainProgramQuery {
+  std::uintptr_t address;
+  bool covered;
+};
+
+// dl_iterate_phdr lists the main program first.
+inline int MainProgramCovers(dl_phdr_info* info, std::size_t, void* data) noexcept {
+  auto* q = static_cast<MainProgramQuery*>(data);
+  for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    const std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+    if (q->address >= lo && q->address - lo < ph.p_memsz) q->covered = true;
+  }
+  return 1;
+}
+
+// One line even when both hook families are compiled in.
+inline bool g_hooks_not_in_effect_reported = false;
+
+// `symbol`: a (mangled) name the hooks define; `hooks`: what they are called
+// in the message.
+inline void ReportHooksNotInEffect(const char* symbol, const char* hooks) noexcept {
+#if !defined(HEAPPROF_PRELOAD_LIBRARY)  // the preload library says which engine records itself
+  const void* own = reinterpret_cast<const void*>(&HookCheckAnchor);
+  MainProgramQuery q{reinterpret_cast<std::uintptr_t>(own), false};
+  dl_iterate_phdr(&MainProgramCovers, &q);
+  if (q.covered || g_hooks_not_in_effect_reported) return;  // the executable's always come first
+  void* resolved = dlsym(RTLD_DEFAULT, symbol);
+  Dl_info ours{}, theirs{};
+  if (resolved == nullptr || dladdr(own, &ours) == 0 || dladdr(resolved, &theirs) == 0) return;
+  if (ours.dli_fbase == theirs.dli_fbase) return;
+  g_hooks_not_in_effect_reported = true;
+  const char* here = ours.dli_fname != nullptr && ours.dli_fname[0] != '\0' ? ours.dli_fname : "a shared object";
+  const char* there = theirs.dli_fname != nullptr && theirs.dli_fname[0] != '\0' ? theirs.dli_fname : "the executable";
+  char line[1536];
+  std::snprintf(line, sizeof line,
+                "heapprof: the %s hooks compiled into %s never take effect: the process's %s is the one in %s, "
+                "which the dynamic linker finds first (hooks in a dlopen'ed plugin or a library never run). "
+                "Define HEAPPROF_REPLACE_NEW_DELETE/HEAPPROF_REPLACE_MALLOC in a .cpp file of the executable, "
+                "or preload libheapprof_preload.so\n",
+                hooks, here, symbol, there);
+  ReportRaw(line);
+#else
+  (void)symbol;
+  (void)hooks;
+#endif
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/1_hooks/hook_check.hpp ----
 
 namespace heapprof {
 namespace detail {
@@ -13021,6 +13252,10 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_ma
 #undef HEAPPROF_DETAIL_RET
 #undef HEAPPROF_DETAIL_MALLOC_HOOK
 
+// Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
+[[maybe_unused]] static const bool g_heapprof_malloc_hooks_checked =
+    (heapprof::detail::ReportHooksNotInEffect("malloc", "malloc"), true);
+
 #endif  // HEAPPROF_MALLOC_HOOKS
 // ---- end heapprof/detail/1_hooks/malloc.hpp ----
 #endif
@@ -13299,6 +13534,10 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 }
 
 #undef HEAPPROF_DETAIL_HOOK
+
+// Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
+[[maybe_unused]] static const bool g_heapprof_new_delete_hooks_checked =
+    (heapprof::detail::ReportHooksNotInEffect("_Znwm", "operator new/delete"), true);
 
 #endif  // HEAPPROF_ENABLED
 // ---- end heapprof/detail/1_hooks/new_delete.hpp ----

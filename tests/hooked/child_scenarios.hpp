@@ -550,7 +550,48 @@ inline int RunStackCapSmall() {
   return 0;
 }
 
+// ---- plugin_hooks: a dlopen'ed plugin that defines the hooks says they never run ----
+inline int RunPluginHooks() {
+#if defined(HEAPPROF_HOOKS_PLUGIN_PATH)
+  void* plugin = dlopen(HEAPPROF_HOOKS_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (plugin == nullptr) {
+    std::fprintf(stderr, "plugin_hooks: dlopen: %s\n", dlerror());
+    return 3;
+  }
+  auto alloc = reinterpret_cast<int (*)()>(dlsym(plugin, "heapprof_hooks_plugin_alloc"));
+  if (alloc == nullptr || alloc() != 42) return 4;
+  std::printf("plugin_hooks: loaded\n");
+  return 0;
+#else
+  std::printf("plugin_hooks: no plugin built\n");
+  return 0;
+#endif
+}
+
+// ---- dump_no_host_heap: a dump (dump thread, HEAPPROF=dump_signal) takes
+// nothing from the host's heap. No allocation here between the two readings.
+inline int RunDumpNoHostHeap() {
+  std::vector<char*> keep;
+  for (int i = 0; i < 2000; ++i) keep.push_back(new char[100 + i % 300]);
+  char path[512];
+  std::snprintf(path, sizeof path, "%s/p.%ld.0001.heap.pb.gz", std::getenv("HEAPPROF_TEST_DIR"),
+                static_cast<long>(getpid()));
+  const heapprof::Stats before = heapprof::GetStats();
+  raise(SIGUSR1);
+  for (int i = 0; i < 3000 && access(path, F_OK) != 0; ++i) usleep(10000);
+  usleep(200000);  // the dump's line and its frees after the rename
+  const heapprof::Stats after = heapprof::GetStats();
+  const bool written = access(path, F_OK) == 0;
+  std::printf("dump_no_host_heap: written=%d alloc_objects %llu -> %llu, alloc_bytes %llu -> %llu\n", written ? 1 : 0,
+              static_cast<unsigned long long>(before.alloc_objects), static_cast<unsigned long long>(after.alloc_objects),
+              static_cast<unsigned long long>(before.alloc_bytes), static_cast<unsigned long long>(after.alloc_bytes));
+  for (char* p : keep) delete[] p;
+  return written && after.alloc_objects == before.alloc_objects && after.alloc_bytes == before.alloc_bytes ? 0 : 1;
+}
+
 inline int RunChild(const char* name) {
+  if (std::strcmp(name, "plugin_hooks") == 0) return RunPluginHooks();
+  if (std::strcmp(name, "dump_no_host_heap") == 0) return RunDumpNoHostHeap();
   if (std::strcmp(name, "tiny_stack_first") == 0) return RunTinyStackFirst();
   if (std::strcmp(name, "stack_cap") == 0) return RunStackCap();
   if (std::strcmp(name, "stack_cap_small") == 0) return RunStackCapSmall();

@@ -308,8 +308,9 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
     delete[] keep.back();
     keep.pop_back();
   }
-  std::string text;
-  REQUIRE(heapprof::detail::BuildTextHeapProfile(text, [](std::string& s) { s += "# extra = 1\n"; }));
+  heapprof::detail::ArenaString built;
+  REQUIRE(heapprof::detail::BuildTextHeapProfile(built, [](heapprof::detail::ArenaString& s) { s += "# extra = 1\n"; }));
+  const std::string text(built.data(), built.size());
   CHECK(text.rfind("heap profile: ", 0) == 0);
   CHECK(text.find(" @ heap/2\n") != std::string::npos);  // Go writes 2*rate
   // The record for TextLeaf: 7 live of 10 allocated, 4000 B each.
@@ -345,8 +346,9 @@ TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the count
   std::vector<char*> keep;
   // 32 MiB of 64 KiB objects: about 320 samples.
   for (int i = 0; i < 512; ++i) keep.push_back(TextLeaf(65536));
-  std::string text;
-  REQUIRE(heapprof::detail::BuildTextHeapProfile(text));
+  heapprof::detail::ArenaString built;
+  REQUIRE(heapprof::detail::BuildTextHeapProfile(built));
+  const std::string text(built.data(), built.size());
   CHECK(text.find(" @ heap/131072\n") != std::string::npos);
   const std::string file = heapprof_test::TempPath(".txt");
   REQUIRE(heapprof_test::WriteFile(file, text));
@@ -384,8 +386,9 @@ TEST_CASE("delta profile: only what happened after the baseline, with duration_n
   for (int i = 0; i < 6; ++i) during.push_back(DeltaDuring(3000));
   delete[] before.back();  // freed in the window: -1 in use, no alloc
   before.pop_back();
-  std::string gz;
-  REQUIRE(heapprof::detail::BuildProfileBytes(true, gz, &base));
+  heapprof::detail::ArenaString built;
+  REQUIRE(heapprof::detail::BuildProfileBytes(true, built, &base));
+  const std::string gz(built.data(), built.size());
   std::string raw;
   REQUIRE(heapprof_test::Gunzip(gz, raw));
   Profile p;

@@ -144,7 +144,7 @@ Frames Ours(Symbolizer& symbolizer, std::uint64_t address) {
   return out;
 }
 
-std::vector<LoadedObject> WholeFile(const std::string& path, const std::string& build_id = "") {
+heapprof::detail::ArenaVector<LoadedObject> WholeFile(const std::string& path, const std::string& build_id = "") {
   // File addresses as memory addresses (bias 0): every address maps to it.
   LoadedObject o;
   o.start = 1;
@@ -158,7 +158,7 @@ std::string BuildIdOf(const std::string& path) {
   heapprof::detail::elf::MappedFile file;
   heapprof::detail::elf::SectionTable sections;
   if (!file.Open(path.c_str()) || !sections.Init(file.view())) return "";
-  return heapprof::detail::elf::FileBuildId(sections);
+  return std::string(heapprof::detail::elf::FileBuildId(sections));
 }
 
 struct Tally {
@@ -203,7 +203,7 @@ TEST_CASE("dwarf: frame-by-frame agreement with addr2line -f -i -C (gcc, clang; 
     std::vector<Frames> llvm;
     if (have_llvm) llvm = Reference("llvm-symbolizer -f -i -C -a -e", binary, addresses, dir);
 
-    std::vector<LoadedObject> objects = WholeFile(binary);
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
     Symbolizer symbolizer(objects);
     CHECK(symbolizer.HasDebugInfo(0));
     Tally t;
@@ -279,13 +279,13 @@ TEST_CASE("dwarf: separate debug files by build id and .gnu_debuglink; a strippe
                      out) == 0);
 
   // The reference: the unstripped binary itself.
-  std::vector<LoadedObject> full_objects = WholeFile(full, build_id);
+  heapprof::detail::ArenaVector<LoadedObject> full_objects = WholeFile(full, build_id);
   Symbolizer reference(full_objects);
   const std::vector<std::uint64_t> addresses = FunctionAddresses(full);
   REQUIRE(!addresses.empty());
 
   SUBCASE("build id") {
-    std::vector<LoadedObject> objects = WholeFile(dir + "/stripped", build_id);
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(dir + "/stripped", build_id);
     Symbolizer symbolizer(objects, debug_root.c_str());
     CHECK(symbolizer.HasDebugInfo(0));
     CHECK(symbolizer.HasSymbols(0));  // .symtab from the debug file too
@@ -294,7 +294,7 @@ TEST_CASE("dwarf: separate debug files by build id and .gnu_debuglink; a strippe
     CHECK(same == addresses.size());
   }
   SUBCASE(".gnu_debuglink") {
-    std::vector<LoadedObject> objects = WholeFile(dir + "/linked/fixture", build_id);
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(dir + "/linked/fixture", build_id);
     Symbolizer symbolizer(objects, "/nonexistent");
     CHECK(symbolizer.HasDebugInfo(0));
     std::size_t with_lines = 0;
@@ -306,7 +306,7 @@ TEST_CASE("dwarf: separate debug files by build id and .gnu_debuglink; a strippe
     CHECK(with_lines * 10 > addresses.size() * 9);
   }
   SUBCASE("stripped, no debug file: nothing claimed") {
-    std::vector<LoadedObject> objects = WholeFile(dir + "/stripped", build_id);
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(dir + "/stripped", build_id);
     Symbolizer symbolizer(objects, "/nonexistent");
     CHECK_FALSE(symbolizer.HasDebugInfo(0));
     std::size_t named = 0;
@@ -369,7 +369,7 @@ TEST_CASE("dwarf: a stripped binary without debug info claims no functions; its 
   REQUIRE(fill != 0);
 
   const std::uintptr_t bias = 0x555555554000u;
-  std::vector<LoadedObject> objects(1);
+  heapprof::detail::ArenaVector<LoadedObject> objects(1);
   REQUIRE(MapLikeLoader(stripped, bias, objects[0]));
   objects[0].build_id = BuildIdOf(stripped);
   REQUIRE(!objects[0].build_id.empty());
@@ -381,7 +381,7 @@ TEST_CASE("dwarf: a stripped binary without debug info claims no functions; its 
   sample.alloc_objects = sample.inuse_objects = 1;
   sample.alloc_bytes = sample.inuse_bytes = sample.object_size = 4096;
   data.samples.push_back(sample);
-  const std::string bytes = heapprof::detail::EncodeProfile(data, objects, symbolizer);
+  const std::string bytes(heapprof::detail::EncodeProfile(data, objects, symbolizer));
   heapprof_test::Profile p;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::DecodeProfile(bytes, p, &why), why);

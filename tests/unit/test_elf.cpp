@@ -178,9 +178,9 @@ std::string ReadelfBuildId(const std::string& path) {
   return out.substr(at + key.size(), end - at - key.size());
 }
 
-const LoadedObject* FindByBaseName(const std::vector<LoadedObject>& objects, const char* name) {
+const LoadedObject* FindByBaseName(const heapprof::detail::ArenaVector<LoadedObject>& objects, const char* name) {
   for (const LoadedObject& o : objects) {
-    if (BaseName(o.path) == name) return &o;
+    if (BaseName(std::string(o.path)) == name) return &o;
   }
   return nullptr;
 }
@@ -255,7 +255,7 @@ std::vector<MapsLine> ReadMaps() {
 }  // namespace
 
 TEST_CASE("CollectLoadedObjects: main program first, with its real path and code") {
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   REQUIRE(!objects.empty());
   const LoadedObject& main = objects[0];
   CHECK(main.path == RealPath("/proc/self/exe"));
@@ -280,7 +280,7 @@ TEST_CASE("CollectLoadedObjects: main program first, with its real path and code
 }
 
 TEST_CASE("CollectLoadedObjects: every entry is an executable mapping the kernel agrees on") {
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   const std::vector<MapsLine> maps = ReadMaps();
   REQUIRE(!maps.empty());
   for (const LoadedObject& o : objects) {
@@ -290,7 +290,7 @@ TEST_CASE("CollectLoadedObjects: every entry is an executable mapping the kernel
       if (m.start != o.start) continue;
       CHECK(m.perms.find('x') != std::string::npos);
       CHECK(m.offset == o.file_offset);
-      CHECK(RealPath(m.path) == RealPath(o.path));
+      CHECK(RealPath(m.path) == RealPath(std::string(o.path)));
       // The segment's tail shares its last page; the mapping ends on that page.
       CHECK(o.limit <= m.end);
       CHECK(m.end - o.limit < static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE)));
@@ -305,13 +305,13 @@ TEST_CASE("CollectLoadedObjects: build ids match readelf -n") {
     MESSAGE("readelf not installed: build-id cross-check skipped");
     return;
   }
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   REQUIRE(!objects.empty());
   const LoadedObject* libc = FindByBaseName(objects, "libc.so.6");
   REQUIRE(libc != nullptr);
   for (const LoadedObject* o : {&objects[0], libc}) {
     INFO("object ", o->path);
-    const std::string expected = ReadelfBuildId(o->path);
+    const std::string expected = ReadelfBuildId(std::string(o->path));
     // Debian links with --build-id by default; without one the test has nothing to compare.
     REQUIRE(!expected.empty());
     CHECK(o->build_id == expected);
@@ -319,12 +319,12 @@ TEST_CASE("CollectLoadedObjects: build ids match readelf -n") {
 }
 
 TEST_CASE("Symbolizer: static, namespaced, templated and libc functions") {
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   Symbolizer symbolizer(objects);
   REQUIRE(symbolizer.HasSymbols(0));
   CHECK_FALSE(symbolizer.HasSymbols(objects.size()));
 
-  std::string name;
+  heapprof::detail::ArenaString name;
   std::uintptr_t start = 0;
 
   SUBCASE("a static function, found by an address inside it") {
@@ -333,7 +333,7 @@ TEST_CASE("Symbolizer: static, namespaced, templated and libc functions") {
     CHECK(name == "elf_test_static_fn(int)");
     CHECK(start == fn);
     // The second lookup comes from the cache and must agree.
-    std::string again;
+    heapprof::detail::ArenaString again;
     std::uintptr_t again_start = 0;
     REQUIRE(symbolizer.Lookup(fn + 1, again, again_start));
     CHECK(again == name);
@@ -426,7 +426,7 @@ TEST_CASE("Symbolizer: static, namespaced, templated and libc functions") {
 }
 
 TEST_CASE("SymbolTable: .dynsym alone names exported functions") {
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   const LoadedObject* libc = FindByBaseName(objects, "libc.so.6");
   REQUIRE(libc != nullptr);
   void* handle = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
@@ -490,7 +490,7 @@ TEST_CASE("SegmentMapping: a segment that does not start on a page boundary") {
 }
 
 TEST_CASE("Symbolizer: several segments of one object share its table") {
-  std::vector<LoadedObject> objects = CollectLoadedObjects();
+  heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   REQUIRE(!objects.empty());
   // Split the main program's segment in two, as a linker with separate
   // executable segments would lay it out.
@@ -504,7 +504,7 @@ TEST_CASE("Symbolizer: several segments of one object share its table") {
   Symbolizer symbolizer(objects);
   CHECK(symbolizer.HasSymbols(0));
   CHECK(symbolizer.HasSymbols(1));
-  std::string name;
+  heapprof::detail::ArenaString name;
   std::uintptr_t start = 0;
   REQUIRE(symbolizer.Lookup(fn + 2, name, start));
   CHECK(name == "elf_test_static_fn(int)");
@@ -540,10 +540,10 @@ TEST_CASE("Symbolizer: unreadable, truncated and corrupt files give no symbols a
   const std::uintptr_t fn = AddressOf(&elf_test_static_fn);
   for (const std::string& path : paths) {
     INFO("path ", path);
-    std::vector<LoadedObject> objects = {MainProgramAt(path)};
+    heapprof::detail::ArenaVector<LoadedObject> objects = {MainProgramAt(path)};
     Symbolizer symbolizer(objects);
     CHECK_FALSE(symbolizer.HasSymbols(0));
-    std::string name = "untouched";
+    heapprof::detail::ArenaString name = "untouched";
     std::uintptr_t start = 0;
     CHECK_FALSE(symbolizer.Lookup(fn, name, start));
     CHECK_FALSE(symbolizer.Lookup(objects[0].start, name, start));
@@ -560,7 +560,7 @@ TEST_CASE("Symbolizer: a file replaced on disk (other build id) is not trusted")
   main.build_id = std::string(main.build_id.size(), '0');
   Symbolizer symbolizer({main});
   CHECK_FALSE(symbolizer.HasSymbols(0));
-  std::string name;
+  heapprof::detail::ArenaString name;
   std::uintptr_t start = 0;
   CHECK_FALSE(symbolizer.Lookup(AddressOf(&elf_test_static_fn), name, start));
 }
@@ -619,11 +619,11 @@ TEST_CASE("Symbolizer: random corruption of headers and symbol tables never cras
       REQUIRE(::pwrite(fd, &value, 1, static_cast<off_t>(at)) == 1);
     }
     {
-      std::vector<LoadedObject> objects = {MainProgramAt(path)};
+      heapprof::detail::ArenaVector<LoadedObject> objects = {MainProgramAt(path)};
       objects[0].build_id = CollectLoadedObjects().at(0).build_id;
       Symbolizer symbolizer(objects);
       with_symbols += symbolizer.HasSymbols(0) ? 1 : 0;
-      std::string name;
+      heapprof::detail::ArenaString name;
       std::uintptr_t start = 0;
       for (const std::uintptr_t pc : probes) {
         for (std::uintptr_t delta = 0; delta < 64; delta += 7)
@@ -654,13 +654,13 @@ TEST_CASE("SymbolTable: a stripped file finds its .symtab in a build-id debug fi
   REQUIRE(!dir.path().empty());
   const std::string stripped = dir.path() + "/stripped";
   const std::string debug_dir = dir.path() + "/debug";
-  const std::string debug_file = debug_dir + "/.build-id/" + main.build_id.substr(0, 2) + "/" +
-                                 main.build_id.substr(2) + ".debug";
-  REQUIRE(std::system(("mkdir -p '" + debug_dir + "/.build-id/" + main.build_id.substr(0, 2) + "'")
+  const std::string debug_file = debug_dir + "/.build-id/" + std::string(main.build_id).substr(0, 2) + "/" +
+                                 std::string(main.build_id).substr(2) + ".debug";
+  REQUIRE(std::system(("mkdir -p '" + debug_dir + "/.build-id/" + std::string(main.build_id).substr(0, 2) + "'")
                           .c_str()) == 0);
-  REQUIRE(std::system(("objcopy --strip-all '" + main.path + "' '" + stripped + "'").c_str()) == 0);
+  REQUIRE(std::system(("objcopy --strip-all '" + std::string(main.path) + "' '" + stripped + "'").c_str()) == 0);
   REQUIRE(std::system(
-              ("objcopy --only-keep-debug '" + main.path + "' '" + debug_file + "'").c_str()) == 0);
+              ("objcopy --only-keep-debug '" + std::string(main.path) + "' '" + debug_file + "'").c_str()) == 0);
 
   const std::uint64_t vaddr = AddressOf(&elf_test_static_fn) - main.bias;
   std::size_t index = 0;

@@ -23,9 +23,9 @@ using heapprof::detail::GzipCompress;
 using heapprof_test::Gunzip;
 
 std::string Gzip(std::string_view in) {
-  std::string out;
+  heapprof::detail::ArenaString out;
   GzipCompress(in, out);
-  return out;
+  return std::string(out);
 }
 
 // SplitMix64: deterministic, so a failure reproduces.
@@ -442,13 +442,13 @@ TEST_CASE("match tables restart cleanly at segment boundaries") {
   auto gzip_with_segments = [](std::string_view in, std::size_t segment) {
     const auto* data = reinterpret_cast<const unsigned char*>(in.data());
     const auto& header = heapprof::detail::deflate::kGzipHeader;
-    std::string gz(header.data(), header.size());
+    heapprof::detail::ArenaString gz(header.data(), header.size());
     heapprof::detail::deflate::Encoder(gz, segment).Compress(data, in.size());
     const auto size = static_cast<std::uint32_t>(in.size());
     for (std::uint32_t word : {heapprof::detail::deflate::Crc32Update(0, data, in.size()), size}) {
       for (int shift = 0; shift < 32; shift += 8) gz.push_back(static_cast<char>(word >> shift));
     }
-    return gz;
+    return std::string(gz);
   };
   const std::string data = ProfileLike(300000, 9) + RandomBytes(50000, 9) + Text(200000, 9);
   CHECK(gzip_with_segments(data, std::size_t{1} << 30) == Gzip(data));
@@ -549,7 +549,7 @@ TEST_CASE("skewed literal statistics that need length-limited codes") {
 
 TEST_CASE("output is deterministic and appended to what the string holds") {
   const std::string data = ProfileLike(200000, 1);
-  std::string out = "prefix";
+  heapprof::detail::ArenaString out = "prefix";
   GzipCompress(data, out);
   CHECK(out.compare(0, 6, "prefix") == 0);
   CHECK(out.substr(6) == Gzip(data));

@@ -53,13 +53,13 @@ const std::uintptr_t kMiddle = PcIn(&pb_frames::MiddleFrame);
 const std::uintptr_t kRoot = PcIn(&pb_frames::RootFrame);
 
 struct Env {
-  std::vector<LoadedObject> objects = CollectLoadedObjects();
+  heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   Symbolizer symbolizer{objects};
 };
 
 ProfileSample MakeSample(std::vector<std::uintptr_t> pcs, std::int64_t base, std::int64_t size) {
   ProfileSample s;
-  s.pcs = std::move(pcs);
+  s.pcs.assign(pcs.begin(), pcs.end());
   s.alloc_objects = base;
   s.alloc_bytes = base * size;
   s.inuse_objects = base / 2;
@@ -69,7 +69,7 @@ ProfileSample MakeSample(std::vector<std::uintptr_t> pcs, std::int64_t base, std
 }
 
 heapprof_test::Profile EncodeAndDecode(const ProfileData& data, Env& env) {
-  const std::string bytes = EncodeProfile(data, env.objects, env.symbolizer);
+  const std::string bytes(EncodeProfile(data, env.objects, env.symbolizer));
   heapprof_test::Profile p;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::DecodeProfile(bytes, p, &why), why);
@@ -82,7 +82,7 @@ bool Contains(const std::string& haystack, const std::string& needle) {
 }
 
 // The object that holds `address`, as an index into `objects`, or -1.
-int ObjectIndexOf(const std::vector<LoadedObject>& objects, std::uintptr_t address) {
+int ObjectIndexOf(const heapprof::detail::ArenaVector<LoadedObject>& objects, std::uintptr_t address) {
   for (std::size_t i = 0; i < objects.size(); ++i)
     if (address >= objects[i].start && address < objects[i].limit) return static_cast<int>(i);
   return -1;
@@ -403,7 +403,7 @@ TEST_CASE("profile builder: an empty profile is valid") {
 }
 
 TEST_CASE("profile builder: with no loaded objects, locations carry no mapping") {
-  const std::vector<LoadedObject> none;
+  const heapprof::detail::ArenaVector<LoadedObject> none;
   Symbolizer symbolizer(none);
   ProfileData data;
   data.samples = {MakeSample({kLeaf, kRoot}, 1, 8)};
@@ -417,7 +417,7 @@ TEST_CASE("profile builder: with no loaded objects, locations carry no mapping")
 
 TEST_CASE("profile decoder: rejects malformed input without crashing") {
   Env env;
-  const std::string good = EncodeProfile(TypicalProfile(), env.objects, env.symbolizer);
+  const std::string good(EncodeProfile(TypicalProfile(), env.objects, env.symbolizer));
   heapprof_test::Profile p;
   REQUIRE(heapprof_test::DecodeProfile(good, p));
 
@@ -540,7 +540,7 @@ TEST_CASE("profile builder: 10000 stacks of 30 frames encode in milliseconds") {
     return std::chrono::duration<double, std::milli>(d).count();
   };
   // Symbolization separately, to tell its cost from the builder's.
-  std::string name;
+  heapprof::detail::ArenaString name;
   std::uintptr_t start = 0;
   const auto t0 = Clock::now();
   for (const std::uintptr_t pc : pool) (void)env.symbolizer.Lookup(pc - 1, name, start);
@@ -637,7 +637,7 @@ TEST_CASE("profile builder: go tool pprof reads the profile") {
   }
   Env env;
   const ProfileData data = TypicalProfile();
-  const std::string bytes = EncodeProfile(data, env.objects, env.symbolizer);
+  const std::string bytes(EncodeProfile(data, env.objects, env.symbolizer));
 
   char path[] = "/tmp/heapprof_pb_test_XXXXXX";
   const int fd = mkstemp(path);

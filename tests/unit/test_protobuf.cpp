@@ -10,26 +10,28 @@
 #include "heapprof/detail/5_encoding/protobuf.hpp"
 #include "support/profile_decoder.hpp"
 
+using heapprof::detail::ArenaString;
+
 namespace {
 
 using heapprof::detail::ProtoWriter;
 using heapprof::detail::WireType;
 
-std::string Bytes(std::initializer_list<int> bytes) {
-  std::string s;
+ArenaString Bytes(std::initializer_list<int> bytes) {
+  ArenaString s;
   for (const int b : bytes) s.push_back(static_cast<char>(b));
   return s;
 }
 
-std::string Varint(std::uint64_t v) {
-  std::string out;
+ArenaString Varint(std::uint64_t v) {
+  ArenaString out;
   heapprof::detail::AppendVarint(out, v);
   return out;
 }
 
-std::string Hex(const std::string& s) {
+ArenaString Hex(const ArenaString& s) {
   static const char kDigits[] = "0123456789abcdef";
-  std::string out;
+  ArenaString out;
   for (const char c : s) {
     const auto b = static_cast<unsigned char>(c);
     out += kDigits[b >> 4];
@@ -72,7 +74,7 @@ TEST_CASE("protobuf: VarintSize matches the encoded length at every boundary") {
 }
 
 TEST_CASE("protobuf: tags") {
-  std::string out;
+  ArenaString out;
   heapprof::detail::AppendTag(out, 1, WireType::kVarint);
   CHECK_BYTES(out, Bytes({0x08}));
   out.clear();
@@ -96,7 +98,7 @@ TEST_CASE("protobuf: tags") {
 }
 
 TEST_CASE("protobuf: scalar fields") {
-  std::string out;
+  ArenaString out;
   ProtoWriter w(out);
   SUBCASE("uint64: the spec's 150 example") {
     w.Uint64(1, 150);
@@ -138,7 +140,7 @@ TEST_CASE("protobuf: scalar fields") {
 }
 
 TEST_CASE("protobuf: length-delimited bytes and strings") {
-  std::string out;
+  ArenaString out;
   ProtoWriter w(out);
   SUBCASE("the spec's \"testing\" example") {
     w.String(2, "testing");
@@ -149,19 +151,19 @@ TEST_CASE("protobuf: length-delimited bytes and strings") {
     CHECK_BYTES(out, Bytes({0x32, 0x00}));
   }
   SUBCASE("embedded NUL and high bytes pass through") {
-    w.Bytes(1, std::string("\0\xff", 2));
+    w.Bytes(1, ArenaString("\0\xff", 2));
     CHECK_BYTES(out, Bytes({0x0a, 0x02, 0x00, 0xff}));
   }
   SUBCASE("300-byte string: two-byte length") {
-    w.String(1, std::string(300, 'x'));
+    w.String(1, ArenaString(300, 'x'));
     REQUIRE(out.size() == 3 + 300);
     CHECK_BYTES(out.substr(0, 3), Bytes({0x0a, 0xac, 0x02}));
-    CHECK(out.substr(3) == std::string(300, 'x'));
+    CHECK(out.substr(3) == ArenaString(300, 'x'));
   }
 }
 
 TEST_CASE("protobuf: packed repeated varints") {
-  std::string out;
+  ArenaString out;
   ProtoWriter w(out);
   SUBCASE("the spec's packed example: field 4 = [3, 270, 86942]") {
     const std::uint64_t v[] = {3, 270, 86942};
@@ -191,7 +193,7 @@ TEST_CASE("protobuf: packed repeated varints") {
 }
 
 TEST_CASE("protobuf: embedded messages") {
-  std::string out;
+  ArenaString out;
   ProtoWriter w(out);
   SUBCASE("the spec's Test3 { c: Test1 { a: 150 } }") {
     w.Message(3, [&] { w.Uint64(1, 150); });
@@ -218,34 +220,34 @@ TEST_CASE("protobuf: embedded messages") {
   }
   SUBCASE("body of exactly 127 and 128 bytes: the one-byte placeholder boundary") {
     // String field 1 with n payload bytes has a body of n + 2 bytes.
-    w.Message(1, [&] { w.String(1, std::string(125, 'a')); });
+    w.Message(1, [&] { w.String(1, ArenaString(125, 'a')); });
     REQUIRE(out.size() == 2 + 127);
     CHECK_BYTES(out.substr(0, 4), Bytes({0x0a, 0x7f, 0x0a, 0x7d}));
     out.clear();
-    w.Message(1, [&] { w.String(1, std::string(125, 'a')); w.Uint64(2, 0); });
+    w.Message(1, [&] { w.String(1, ArenaString(125, 'a')); w.Uint64(2, 0); });
     REQUIRE(out.size() == 3 + 129);
     CHECK_BYTES(out.substr(0, 5), Bytes({0x0a, 0x81, 0x01, 0x0a, 0x7d}));
     CHECK_BYTES(out.substr(out.size() - 2), Bytes({0x10, 0x00}));
   }
   SUBCASE("large bodies at two levels shift correctly") {
     // inner body: tag + len(2) + 200 = 203 bytes; outer body: 2 + (1 + 2 + 203) + 2 = 210.
-    const std::string payload(200, 'z');
+    const ArenaString payload(200, 'z');
     w.Message(1, [&] {
       w.Uint64(1, 7);
       w.Message(2, [&] { w.String(1, payload); });
       w.Uint64(3, 9);
     });
-    std::string expected =
+    ArenaString expected =
         Bytes({0x0a, 0xd2, 0x01, 0x08, 0x07, 0x12, 0xcb, 0x01, 0x0a, 0xc8, 0x01});
     expected += payload;
     expected += Bytes({0x18, 0x09});
     CHECK(out == expected);
   }
   SUBCASE("a body needing a three-byte length") {
-    const std::string payload(20000, 'q');
+    const ArenaString payload(20000, 'q');
     w.Message(1, [&] { w.Bytes(2, payload); });
     // body = 1 + 3 (20000 = a0 9c 01) + 20000 = 20004 = a4 9c 01
-    std::string expected = Bytes({0x0a, 0xa4, 0x9c, 0x01, 0x12, 0xa0, 0x9c, 0x01});
+    ArenaString expected = Bytes({0x0a, 0xa4, 0x9c, 0x01, 0x12, 0xa0, 0x9c, 0x01});
     expected += payload;
     CHECK(out == expected);
   }
@@ -258,9 +260,9 @@ TEST_CASE("protobuf: embedded messages") {
 }
 
 TEST_CASE("protobuf: appends to what is already in the buffer") {
-  std::string out = "prefix";
+  ArenaString out = "prefix";
   ProtoWriter w(out);
-  w.Message(1, [&] { w.String(1, std::string(130, 'c')); });
+  w.Message(1, [&] { w.String(1, ArenaString(130, 'c')); });
   CHECK(out.compare(0, 6, "prefix") == 0);
   CHECK_BYTES(out.substr(6, 5), Bytes({0x0a, 0x85, 0x01, 0x0a, 0x82}));
   CHECK(&w.buffer() == &out);
@@ -269,7 +271,7 @@ TEST_CASE("protobuf: appends to what is already in the buffer") {
 TEST_CASE("protobuf: the test decoder reads what the encoder wrote") {
   // A ValueType-shaped message encoded by hand through the writer, then read
   // back by the independent test decoder: both sides agree on the wire format.
-  std::string out;
+  ArenaString out;
   ProtoWriter w(out);
   w.Message(1, [&] { w.Int64(1, 1); w.Int64(2, 2); });
   w.Message(2, [&] {
@@ -283,7 +285,7 @@ TEST_CASE("protobuf: the test decoder reads what the encoder wrote") {
   w.String(6, "unit");
   heapprof_test::Profile p;
   std::string why;
-  REQUIRE_MESSAGE(heapprof_test::DecodeProfile(out, p, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::DecodeProfile(std::string(out), p, &why), why);
   REQUIRE(p.sample_types.size() == 1);
   CHECK(p.sample_types[0].type == "type");
   CHECK(p.sample_types[0].unit == "unit");

@@ -225,8 +225,8 @@ HEAPPROF_LINKED_BEGIN
 HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
   ReentrancyGuard guard;  // the server's own memory is never sampled
   EnsureInit();
-  HttpServerState* state = nullptr;
-  HEAPPROF_TRY { state = new HttpServerState(listen); }
+  HttpServerState* state = nullptr;  // on the arena, like everything the server holds
+  HEAPPROF_TRY { state = MakeArena<HttpServerState>(listen).release(); }
   HEAPPROF_CATCH_ALL { state = nullptr; }
   if (state == nullptr) {
 #if HEAPPROF_EXCEPTIONS
@@ -237,10 +237,14 @@ HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
   if (state->server.ok() || !throw_errors) return state;
   const http::StartError& e = state->server.error();
 #if HEAPPROF_EXCEPTIONS
-  const http::StartError error = e;
-  delete state;
-  if (error.kind == http::StartError::kInvalidAddress) throw std::invalid_argument(error.message);
-  throw std::system_error(error.err, std::generic_category(), error.context);
+  // The exception's text is the caller's (host) memory.
+  const std::string message(e.message.data(), e.message.size());
+  const std::string context(e.context.data(), e.context.size());
+  const http::StartError::Kind kind = e.kind;
+  const int err = e.err;
+  ArenaDeleter<HttpServerState>()(state);
+  if (kind == http::StartError::kInvalidAddress) throw std::invalid_argument(message);
+  throw std::system_error(err, std::generic_category(), context);
 #else
   ReportLine(e.message + "; not serving");
   return state;
@@ -249,7 +253,7 @@ HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
 
 void StopHttpServer(HttpServerState* state) noexcept {
   ReentrancyGuard guard;
-  if (state != nullptr && state != HttpOutOfMemory()) delete state;
+  if (state != nullptr && state != HttpOutOfMemory()) ArenaDeleter<HttpServerState>()(state);
 }
 
 std::uint16_t HttpServerPort(const HttpServerState* state) noexcept {

@@ -21,6 +21,7 @@
 #include "heapprof/detail/0_base/hash.hpp"
 #include "heapprof/detail/0_base/intern_table.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 #include "heapprof/detail/0_base/env_config.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 

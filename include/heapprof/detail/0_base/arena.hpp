@@ -28,14 +28,19 @@ class Arena {
 
   // Zeroed memory aligned to min(size class, 4096), or nullptr if the OS said no.
   void* Allocate(std::size_t size) noexcept {
+    void* p = AllocateUninitialized(size);
+    if (p != nullptr && size <= kLargest) std::memset(p, 0, kMinBlock << ClassOf(size));  // mmap'ed: zero
+    return p;
+  }
+
+  // The same without the zeroing (for containers, which construct what they use).
+  void* AllocateUninitialized(std::size_t size) noexcept {
     if (size > kLargest) return MapLarge(size);
     const int cls = ClassOf(size);
-    const std::size_t block = kMinBlock << cls;
     LockGuard hold(lock_);
     if (free_[cls] == nullptr && !RefillLocked(cls)) return nullptr;
     FreeBlock* b = free_[cls];
     free_[cls] = b->next;
-    std::memset(static_cast<void*>(b), 0, block);
     return b;
   }
 

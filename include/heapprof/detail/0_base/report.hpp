@@ -2,6 +2,7 @@
 // that the dumps, the leak report and the HTTP server share.
 #pragma once
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,7 +11,9 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <string_view>
 
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/config.hpp"
 
@@ -32,14 +35,33 @@ inline void ReportRaw(const char* text) noexcept {
   errno = saved;
 }
 
-// "heapprof: <line>\n" to stderr with a single write(2), so lines from
-// threads don't mix.
-inline void ReportLine(const std::string& line) noexcept {
-  HEAPPROF_TRY {
-    const std::string out = "heapprof: " + line + "\n";
-    ReportRaw(out.c_str());
+// "heapprof: <line>\n" to stderr with a single writev(2), so lines from
+// threads don't mix, and without allocating.
+inline void ReportLine(std::string_view line) noexcept {
+  const int saved = errno;
+  char prefix[] = "heapprof: ";
+  char newline[] = "\n";
+  iovec parts[3] = {{prefix, sizeof prefix - 1}, {const_cast<char*>(line.data()), line.size()}, {newline, 1}};
+  std::size_t left = parts[0].iov_len + parts[1].iov_len + 1;
+  iovec* at = parts;
+  int count = 3;
+  while (left > 0) {
+    const ssize_t n = ::writev(2, at, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    left -= static_cast<std::size_t>(n);
+    for (std::size_t done = static_cast<std::size_t>(n); done > 0 && count > 0;) {  // a short write
+      const std::size_t take = done < at->iov_len ? done : at->iov_len;
+      at->iov_base = static_cast<char*>(at->iov_base) + take;
+      at->iov_len -= take;
+      done -= take;
+      if (at->iov_len == 0) {
+        ++at;
+        --count;
+      }
+    }
   }
-  HEAPPROF_CATCH_ALL_NOEXCEPT {}
+  errno = saved;
 }
 
 inline std::int64_t MonotonicMillis() noexcept {
@@ -49,7 +71,7 @@ inline std::int64_t MonotonicMillis() noexcept {
 }
 
 // 1536 → "1.50 KiB".
-inline std::string FormatBytes(double bytes) {
+inline ArenaString FormatBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   std::size_t u = 0;
   const bool negative = bytes < 0;
@@ -64,7 +86,7 @@ inline std::string FormatBytes(double bytes) {
   } else {
     std::snprintf(buf, sizeof buf, "%s%.2f %s", negative ? "-" : "", v, units[u]);
   }
-  return buf;
+  return ArenaString(buf);
 }
 
 }  // namespace detail

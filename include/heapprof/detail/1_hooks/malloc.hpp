@@ -50,6 +50,7 @@
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/1_hooks/block_hooks.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
+#include "heapprof/detail/1_hooks/hook_check.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -439,5 +440,9 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_ma
 
 #undef HEAPPROF_DETAIL_RET
 #undef HEAPPROF_DETAIL_MALLOC_HOOK
+
+// Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
+[[maybe_unused]] static const bool g_heapprof_malloc_hooks_checked =
+    (heapprof::detail::ReportHooksNotInEffect("malloc", "malloc"), true);
 
 #endif  // HEAPPROF_MALLOC_HOOKS

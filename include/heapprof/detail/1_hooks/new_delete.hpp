@@ -25,6 +25,7 @@
 
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/1_hooks/block_hooks.hpp"
+#include "heapprof/detail/1_hooks/hook_check.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 
 namespace heapprof {
@@ -213,5 +214,9 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 }
 
 #undef HEAPPROF_DETAIL_HOOK
+
+// Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
+[[maybe_unused]] static const bool g_heapprof_new_delete_hooks_checked =
+    (heapprof::detail::ReportHooksNotInEffect("_Znwm", "operator new/delete"), true);
 
 #endif  // HEAPPROF_ENABLED

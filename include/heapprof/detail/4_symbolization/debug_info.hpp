@@ -128,7 +128,7 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
   elf::SectionTable sections;
   if (!sections.Init(file.view())) return false;
   if (build_id != nullptr && build_id[0] != '\0') {
-    const std::string id = elf::FileBuildId(sections);
+    const ArenaString id = elf::FileBuildId(sections);
     if (!id.empty() && id != build_id) return false;  // replaced on disk since it was loaded
   }
   if (!debug_files::HasDwarf(file)) return false;

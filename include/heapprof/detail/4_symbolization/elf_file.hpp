@@ -17,6 +17,7 @@
 #include <string>
 
 #include "heapprof/config.hpp"
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -181,9 +182,9 @@ class SectionTable {
   std::uint64_t count_ = 0;
 };
 
-inline std::string HexLower(const unsigned char* bytes, std::size_t length) {
+inline ArenaString HexLower(const unsigned char* bytes, std::size_t length) {
   static const char kDigits[] = "0123456789abcdef";
-  std::string out(length * 2, '0');
+  ArenaString out(length * 2, '0');
   for (std::size_t i = 0; i < length; ++i) {
     out[2 * i] = kDigits[bytes[i] >> 4];
     out[2 * i + 1] = kDigits[bytes[i] & 0xf];
@@ -194,7 +195,7 @@ inline std::string HexLower(const unsigned char* bytes, std::size_t length) {
 // Scans a note area for NT_GNU_BUILD_ID owned by "GNU". Name and descriptor are
 // padded to `align` (4 for classic notes, 8 for areas such as .note.gnu.property
 // laid out with 8-byte alignment, per the gABI note format).
-inline std::string FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
+inline ArenaString FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
   if (align != 8) align = 4;
   const auto pad = [align](std::uint64_t n) { return (n + align - 1) & ~(align - 1); };
   std::uint64_t offset = 0;
@@ -210,20 +211,20 @@ inline std::string FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
     }
     offset = next;
   }
-  return std::string();
+  return ArenaString();
 }
 
 // The build id recorded in a file's SHT_NOTE sections. Sections, not PT_NOTE:
 // a separate debug file keeps the note section but its program headers' file
 // offsets no longer point at it.
-inline std::string FileBuildId(const SectionTable& sections) {
+inline ArenaString FileBuildId(const SectionTable& sections) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type != SHT_NOTE) continue;
-    std::string id = FindGnuBuildId(sections.Contents(sh), sh.sh_addralign);
+    ArenaString id = FindGnuBuildId(sections.Contents(sh), sh.sh_addralign);
     if (!id.empty()) return id;
   }
-  return std::string();
+  return ArenaString();
 }
 
 }  // namespace elf

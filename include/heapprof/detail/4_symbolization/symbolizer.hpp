@@ -1,11 +1,12 @@
 // heapprof: the loaded objects of this process (executable and shared objects)
 // and in-process symbolization from their ELF symbol tables.
 //
-// Runs only when a profile is written, never inside an allocation hook, so it
-// uses the standard containers freely.
+// Runs only when a profile is written, never inside an allocation hook. Its
+// tables are standard containers on the profiler's arena (arena_allocator.hpp).
 #pragma once
 
 #include <cxxabi.h>
+#include <limits.h>
 #include <link.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "heapprof/config.hpp"
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/4_symbolization/debug_info.hpp"
@@ -39,12 +41,12 @@ struct LoadedObject {
   std::uintptr_t limit = 0;       // one past its last byte
   std::uint64_t file_offset = 0;  // file offset that `start` maps
   std::uintptr_t bias = 0;        // dlpi_addr: memory address = file vaddr + bias
-  std::string path;               // absolute file name; the main program's real path
-  std::string build_id;           // GNU build id, lowercase hex; empty if the file has none
+  ArenaString path;               // absolute file name; the main program's real path
+  ArenaString build_id;           // GNU build id, lowercase hex; empty if the file has none
 };
 
 // Every loaded object with an executable segment, the main program first.
-std::vector<LoadedObject> CollectLoadedObjects();
+ArenaVector<LoadedObject> CollectLoadedObjects();
 
 namespace elf {
 
@@ -59,27 +61,27 @@ struct FreeDeleter {
 
 // The kernel's name for our executable: the real path, even when argv[0] was
 // relative or a symlink.
-inline std::string ReadSelfExe() {
-  std::string buf(256, '\0');
+inline ArenaString ReadSelfExe() {
+  ArenaString buf(256, '\0');
   for (;;) {
     const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
-    if (n < 0) return std::string();
+    if (n < 0) return ArenaString();
     if (static_cast<std::size_t>(n) < buf.size()) {
       buf.resize(static_cast<std::size_t>(n));
       return buf;
     }
     // readlink truncates silently; a full buffer may be a cut path.
-    if (buf.size() >= (1u << 16)) return std::string();
+    if (buf.size() >= (1u << 16)) return ArenaString();
     buf.resize(buf.size() * 2);
   }
 }
 
 // A relative name (dlopen("./x.so"), a program started through ld.so) means
 // the working directory of now; resolve it before the process moves on.
-inline std::string ResolvedPath(const char* name) {
-  if (name[0] == '/') return std::string(name);
-  std::unique_ptr<char, FreeDeleter> real(::realpath(name, nullptr));
-  return real ? std::string(real.get()) : std::string(name);
+inline ArenaString ResolvedPath(const char* name) {
+  if (name[0] == '/') return ArenaString(name);
+  char real[PATH_MAX];  // realpath(name, nullptr) would malloc
+  return ::realpath(name, real) != nullptr ? ArenaString(real) : ArenaString(name);
 }
 
 inline bool SegmentCovers(const dl_phdr_info& info, std::uintptr_t address) {
@@ -95,7 +97,7 @@ inline bool SegmentCovers(const dl_phdr_info& info, std::uintptr_t address) {
 // The build id from the object's PT_NOTE segments as mapped. A note segment is
 // read only when a PT_LOAD maps it from file bytes, so every read hits memory
 // the loader mapped.
-inline std::string MemoryBuildId(const dl_phdr_info& info) {
+inline ArenaString MemoryBuildId(const dl_phdr_info& info) {
   for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
     const Elf64_Phdr& note = info.dlpi_phdr[i];
     if (note.p_type != PT_NOTE || note.p_filesz == 0) continue;
@@ -109,10 +111,10 @@ inline std::string MemoryBuildId(const dl_phdr_info& info) {
     if (!mapped) continue;
     const ByteView bytes{reinterpret_cast<const unsigned char*>(info.dlpi_addr + note.p_vaddr),
                          note.p_filesz};
-    std::string id = FindGnuBuildId(bytes, note.p_align);
+    ArenaString id = FindGnuBuildId(bytes, note.p_align);
     if (!id.empty()) return id;
   }
-  return std::string();
+  return ArenaString();
 }
 
 // The kernel maps whole pages: the mapping starts at the page holding the
@@ -132,7 +134,7 @@ inline LoadedObject SegmentMapping(const Elf64_Phdr& ph, std::uintptr_t bias,
 }
 
 struct CollectState {
-  std::vector<LoadedObject>* out = nullptr;
+  ArenaVector<LoadedObject>* out = nullptr;
   std::uintptr_t vdso = 0;
   std::uintptr_t page_mask = 0;
   bool first = true;
@@ -149,7 +151,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     // The vDSO has no file for the symbolizer or pprof to read.
     if (state.vdso != 0 && SegmentCovers(*info, state.vdso)) return 0;
     const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-    std::string path;
+    ArenaString path;
     if (name[0] == '\0') {
       // glibc names the main program "" and lists it first; any other nameless
       // object has no file we could point at.
@@ -158,7 +160,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     } else {
       path = ResolvedPath(name);
     }
-    std::string build_id;
+    ArenaString build_id;
     bool have_build_id = false;
     for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
       const Elf64_Phdr& ph = info->dlpi_phdr[i];
@@ -174,7 +176,7 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     }
   }
   HEAPPROF_CATCH_ALL {
-    state.out_of_memory = true;  // std::string or std::vector: bad_alloc
+    state.out_of_memory = true;  // ArenaString or ArenaVector: bad_alloc
     return 1;
   }
   return 0;
@@ -182,11 +184,11 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
 
 // Names of symbols that are not mangled C++ come back unchanged, except that a
 // version suffix ("memcpy@@GLIBC_2.14" in an unstripped .symtab) is dropped.
-inline std::string Demangle(const char* raw, std::size_t length) {
+inline ArenaString Demangle(const char* raw, std::size_t length) {
   const void* at = std::memchr(raw, '@', length);
   if (at != nullptr && at != raw)
     length = static_cast<std::size_t>(static_cast<const char*>(at) - raw);
-  std::string name(raw, length);
+  ArenaString name(raw, length);
   if (length > 2 && raw[0] == '_' && raw[1] == 'Z') {
     int status = -1;
     std::unique_ptr<char, FreeDeleter> out(
@@ -210,19 +212,20 @@ class SymbolTable {
  public:
   // `build_id` is the id of the object as loaded in memory: a file on disk with
   // a different id was replaced after loading, and its symbols would lie.
-  bool Load(const std::string& path, const std::string& build_id,
+  bool Load(std::string_view path_view, std::string_view build_id_view,
             const char* debug_directory = kDebugFileDirectory) {
+    const ArenaString path(path_view), build_id(build_id_view);  // NUL-terminated
     MappedFile own;
     SectionTable own_sections;
     bool own_usable = own.Open(path.c_str()) && own_sections.Init(own.view());
     if (own_usable && !build_id.empty()) {
-      const std::string file_id = FileBuildId(own_sections);
+      const ArenaString file_id = FileBuildId(own_sections);
       if (!file_id.empty() && file_id != build_id) own_usable = false;
     }
     // .symtab also names static functions; .dynsym only what the object exports.
     if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
     if (debug_directory != nullptr && build_id.size() > 2) {
-      const std::string debug_path = std::string(debug_directory) + "/.build-id/" +
+      const ArenaString debug_path = ArenaString(debug_directory) + "/.build-id/" +
                                      build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
       MappedFile debug;
       SectionTable debug_sections;
@@ -273,12 +276,12 @@ class SymbolTable {
     return std::string_view(raw, length);
   }
 
-  const std::string& Name(std::size_t index) {
+  const ArenaString& Name(std::size_t index) {
     Symbol& s = symbols_[index];
     if (s.cached == 0) {
       std::size_t length = 0;
       const char* raw = strtab_.CString(s.name, &length);
-      names_.push_back(raw != nullptr ? Demangle(raw, length) : std::string());
+      names_.push_back(raw != nullptr ? Demangle(raw, length) : ArenaString());
       s.cached = static_cast<std::uint32_t>(names_.size()) & 0x7fffffffu;
     }
     return names_[s.cached - 1];
@@ -324,7 +327,7 @@ class SymbolTable {
     const ByteView strtab = sections.Contents(strings);
     if (strtab.size == 0) return false;
 
-    std::vector<SectionRange> ranges(static_cast<std::size_t>(sections.count()));
+    ArenaVector<SectionRange> ranges(static_cast<std::size_t>(sections.count()));
     for (std::uint64_t i = 1; i < sections.count(); ++i) {
       Elf64_Shdr sh;
       if (!sections.Get(i, &sh) || (sh.sh_flags & SHF_EXECINSTR) == 0) continue;
@@ -332,7 +335,7 @@ class SymbolTable {
       ranges[i] = SectionRange{sh.sh_addr, sh.sh_addr + sh.sh_size, true};
     }
 
-    std::vector<Candidate> found;
+    ArenaVector<Candidate> found;
     const std::uint64_t count = syms.size / sizeof(Elf64_Sym);
     for (std::uint64_t i = 1; i < count; ++i) {
       Elf64_Sym sym;
@@ -381,7 +384,7 @@ class SymbolTable {
       return a.symbol.name < b.symbol.name;
     });
 
-    std::vector<Symbol> symbols;
+    ArenaVector<Symbol> symbols;
     symbols.reserve(found.size());
     for (std::size_t i = 0; i < found.size(); ++i) {
       const Symbol& s = found[i].symbol;
@@ -393,7 +396,7 @@ class SymbolTable {
       }
       symbols.push_back(s);
     }
-    std::vector<std::uint64_t> max_end(symbols.size());
+    ArenaVector<std::uint64_t> max_end(symbols.size());
     std::uint64_t reach = 0;
     for (std::size_t i = 0; i < symbols.size(); ++i) {
       if (!symbols[i].zero_size) reach = std::max(reach, symbols[i].end);
@@ -410,15 +413,15 @@ class SymbolTable {
 
   MappedFile file_;
   ByteView strtab_;
-  std::vector<Symbol> symbols_;         // sorted by value
-  std::vector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
-  std::deque<std::string> names_;       // demangled names, filled on first lookup (stable)
+  ArenaVector<Symbol> symbols_;         // sorted by value
+  ArenaVector<std::uint64_t> max_end_;  // max end of the sized symbols in symbols_[0..i]
+  ArenaDeque<ArenaString> names_;       // demangled names, filled on first lookup (stable)
 };
 
 }  // namespace elf
 
-inline std::vector<LoadedObject> CollectLoadedObjects() {
-  std::vector<LoadedObject> objects;
+inline ArenaVector<LoadedObject> CollectLoadedObjects() {
+  ArenaVector<LoadedObject> objects;
   elf::CollectState state;
   state.out = &objects;
   state.vdso = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
@@ -453,7 +456,7 @@ struct SymbolizedQuality {
 // Symbolizer, and through the process-wide debug cache, its DWARF.
 class Symbolizer {
  public:
-  explicit Symbolizer(const std::vector<LoadedObject>& objects,
+  explicit Symbolizer(const ArenaVector<LoadedObject>& objects,
                       const char* debug_directory = elf::kDebugFileDirectory);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
@@ -461,7 +464,7 @@ class Symbolizer {
 
   // Demangled name and start address of the function containing `pc`, from
   // the symbol table. False when no symbol covers it (name and start untouched).
-  bool Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start);
+  bool Lookup(std::uintptr_t pc, ArenaString& name, std::uintptr_t& start);
   // True when the object at `object_index` (into the constructor's vector)
   // had a symbol table we could read.
   bool HasSymbols(std::size_t object_index) const;
@@ -484,27 +487,27 @@ class Symbolizer {
   };
   const Range* RangeOf(std::uintptr_t pc) const;
 
-  // unique_ptr keeps each table (and the mapping its names point into) in place.
-  std::vector<std::unique_ptr<elf::SymbolTable>> tables_;
-  std::vector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
-  std::vector<bool> has_symbols_;
-  std::vector<DebugObject*> debug_;  // per object; its DWARF is read on first use
+  // ArenaPtr keeps each table (and the mapping its names point into) in place.
+  ArenaVector<ArenaPtr<elf::SymbolTable>> tables_;
+  ArenaVector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
+  ArenaVector<bool> has_symbols_;
+  ArenaVector<DebugObject*> debug_;  // per object; its DWARF is read on first use
   char short_buf_[1024];
 };
 
-inline Symbolizer::Symbolizer(const std::vector<LoadedObject>& objects, const char* debug_directory) {
+inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const char* debug_directory) {
   // Several executable segments of one object share its file and its table.
-  std::map<std::string, std::size_t> table_of_file;
-  std::vector<DebugObject*> debug_of_table;
+  ArenaMap<ArenaString, std::size_t> table_of_file;
+  ArenaVector<DebugObject*> debug_of_table;
   has_symbols_.reserve(objects.size());
   debug_.reserve(objects.size());
   for (const LoadedObject& object : objects) {
-    std::string key = object.path;
+    ArenaString key = object.path;
     key.push_back('\0');
     key += object.build_id;
     auto it = table_of_file.find(key);
     if (it == table_of_file.end()) {
-      auto table = std::make_unique<elf::SymbolTable>();
+      auto table = MakeArena<elf::SymbolTable>();
       DebugObject* debug = nullptr;
       if (!object.path.empty()) {
         table->Load(object.path, object.build_id, debug_directory);
@@ -537,7 +540,7 @@ inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
   return pc < it->limit ? &*it : nullptr;
 }
 
-inline bool Symbolizer::Lookup(std::uintptr_t pc, std::string& name, std::uintptr_t& start) {
+inline bool Symbolizer::Lookup(std::uintptr_t pc, ArenaString& name, std::uintptr_t& start) {
   const Range* r = RangeOf(pc);
   if (r == nullptr) return false;
   elf::SymbolTable& table = *tables_[r->table];
@@ -585,7 +588,7 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   std::size_t index = 0;
   const bool outer_plain = n > 0 && (source[n - 1].function == nullptr || !source[n - 1].function->linkage);
   if ((n == 0 || outer_plain) && !table.empty() && table.Find(file_address, &index)) {
-    const std::string& full = table.Name(index);
+    const ArenaString& full = table.Name(index);
     const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
     const std::string_view short_name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
     SymbolizedFrame& f = out[n == 0 ? 0 : n - 1];

@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "heapprof/config.hpp"
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 
 namespace heapprof {
 namespace detail {
 
 // Appends one complete gzip member holding `in` to `out`.
-inline void GzipCompress(std::string_view in, std::string& out);
+inline void GzipCompress(std::string_view in, ArenaString& out);
 
 namespace deflate {
 
@@ -312,7 +313,7 @@ inline void StoreLittleEndian64(unsigned char* p, std::uint64_t v) {
   p[7] = static_cast<unsigned char>(v >> 56);
 }
 
-// Writes bits least significant first straight into the tail of a std::string.
+// Writes bits least significant first straight into the tail of an ArenaString.
 // Every Put stores all eight accumulator bytes and then advances past the whole
 // ones, so there is no flush branch; the caller reserves room for a whole block
 // first, so Put has no bounds check either.
@@ -321,7 +322,7 @@ class BitWriter {
   // One Put takes up to this many bits: at most 7 are pending before it.
   static constexpr int kMaxPutBits = 56;
 
-  explicit BitWriter(std::string& out) : out_(out), pos_(out.size()) {}
+  explicit BitWriter(ArenaString& out) : out_(out), pos_(out.size()) {}
 
   void Reserve(std::size_t bytes) {
     // +8: Put stores eight bytes even when it completes fewer.
@@ -360,7 +361,7 @@ class BitWriter {
   }
 
  private:
-  std::string& out_;
+  ArenaString& out_;
   unsigned char* buffer_ = nullptr;
   std::size_t pos_;
   std::uint64_t bits_ = 0;
@@ -425,7 +426,7 @@ inline constexpr std::uint32_t kMatchFlag = 0x80000000u;
 class Encoder {
  public:
   // `max_segment` exists for tests, which cannot afford GiB inputs.
-  explicit Encoder(std::string& out, std::size_t max_segment = kMaxSegment)
+  explicit Encoder(ArenaString& out, std::size_t max_segment = kMaxSegment)
       : writer_(out),
         max_segment_(std::min(std::max<std::size_t>(max_segment, 1), kMaxSegment)),
         head_(std::size_t{1} << kHashBits),
@@ -583,11 +584,11 @@ class Encoder {
     std::array<std::uint8_t, kNumCodeLengthSymbols> code_length_lengths{};
     std::array<CodeWord, kNumCodeLengthSymbols> code_length_words{};
     // Each entry: symbol in the low byte, repeat-count extra bits above.
-    std::vector<std::uint16_t> runs;
+    ArenaVector<std::uint16_t> runs;
     std::uint64_t bits = 0;
   };
 
-  static void RunLengthEncode(const std::uint8_t* lengths, int count, std::vector<std::uint16_t>* runs) {
+  static void RunLengthEncode(const std::uint8_t* lengths, int count, ArenaVector<std::uint16_t>* runs) {
     for (int i = 0; i < count;) {
       const std::uint8_t value = lengths[i];
       int run = 1;
@@ -753,9 +754,9 @@ class Encoder {
 
   BitWriter writer_;
   std::size_t max_segment_;
-  std::vector<std::int32_t> head_;  // hash -> latest position with that hash
-  std::vector<std::int32_t> prev_;  // position % window -> previous position, same hash
-  std::vector<std::uint32_t> tokens_;
+  ArenaVector<std::int32_t> head_;  // hash -> latest position with that hash
+  ArenaVector<std::int32_t> prev_;  // position % window -> previous position, same hash
+  ArenaVector<std::uint32_t> tokens_;
   std::size_t num_tokens_ = 0;
   std::array<std::uint32_t, kNumLitLenSymbols> lit_freqs_{};
   std::array<std::uint32_t, kNumDistSymbols> dist_freqs_{};
@@ -770,7 +771,7 @@ inline constexpr std::array<char, 10> kGzipHeader = {'\x1f', '\x8b', 8, 0, 0, 0,
 
 }  // namespace deflate
 
-inline void GzipCompress(std::string_view in, std::string& out) {
+inline void GzipCompress(std::string_view in, ArenaString& out) {
   const auto* data = reinterpret_cast<const unsigned char*>(in.data());
   out.append(deflate::kGzipHeader.data(), deflate::kGzipHeader.size());
   deflate::Encoder(out).Compress(data, in.size());

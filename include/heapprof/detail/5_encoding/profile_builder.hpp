@@ -7,14 +7,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "heapprof/config.hpp"
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
 #include "heapprof/detail/5_encoding/protobuf.hpp"
 
@@ -22,7 +21,7 @@ namespace heapprof {
 namespace detail {
 
 struct ProfileSample {
-  std::vector<std::uintptr_t> pcs;  // return addresses, [0] = leaf (the caller of operator new)
+  ArenaVector<std::uintptr_t> pcs;  // return addresses, [0] = leaf (the caller of operator new)
   bool truncated = false;           // the stack was cut at HEAPPROF_MAX_FRAMES
   bool overflow = false;            // the stack table was full: no pcs, one marker frame
   std::int64_t alloc_objects = 0;   // already scaled to estimates
@@ -30,11 +29,11 @@ struct ProfileSample {
   std::int64_t inuse_objects = 0;
   std::int64_t inuse_bytes = 0;
   std::int64_t object_size = 0;     // numeric label "bytes", unit "bytes"
-  std::vector<std::pair<std::string, std::string>> labels;  // string labels
+  ArenaVector<std::pair<ArenaString, ArenaString>> labels;  // string labels
 };
 
 struct ProfileData {
-  std::vector<ProfileSample> samples;
+  ArenaVector<ProfileSample> samples;
   std::int64_t period = 0;          // sample rate in bytes (period_type space/bytes)
   std::int64_t time_nanos = 0;
   std::int64_t duration_nanos = 0;  // 0 = field omitted
@@ -42,7 +41,7 @@ struct ProfileData {
 };
 
 // Serialises `data` as one uncompressed profile.proto message.
-std::string EncodeProfile(const ProfileData& data, const std::vector<LoadedObject>& objects,
+ArenaString EncodeProfile(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                           Symbolizer& symbolizer);
 
 // profile.proto field numbers, checked one by one against the .proto: a wrong
@@ -94,12 +93,12 @@ class PprofStringTable {
   }
 
   void Encode(ProtoWriter& w) const {
-    for (const std::string& s : storage_) w.String(pprof_field::profile::kStringTable, s);
+    for (const ArenaString& s : storage_) w.String(pprof_field::profile::kStringTable, s);
   }
 
  private:
-  std::deque<std::string> storage_;
-  std::unordered_map<std::string_view, std::int64_t> index_;
+  ArenaDeque<ArenaString> storage_;
+  ArenaUnorderedMap<std::string_view, std::int64_t> index_;
 };
 
 // PC -> location id, probed once per recorded frame: the builder's hot loop.
@@ -146,7 +145,7 @@ class PcLocationMap {
   }
 
   void Rehash(std::size_t capacity) {  // capacity: a power of two
-    std::vector<Slot> old(capacity, Slot{0, 0});
+    ArenaVector<Slot> old(capacity, Slot{0, 0});
     old.swap(slots_);
     mask_ = capacity - 1;
     shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
@@ -154,7 +153,7 @@ class PcLocationMap {
       if (slot.id != 0) Place(slot.pc, slot.id);
   }
 
-  std::vector<Slot> slots_;
+  ArenaVector<Slot> slots_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
   unsigned shift_ = 64;
@@ -162,7 +161,7 @@ class PcLocationMap {
 
 class PprofProfileBuilder {
  public:
-  PprofProfileBuilder(const std::vector<LoadedObject>& objects, Symbolizer& symbolizer)
+  PprofProfileBuilder(const ArenaVector<LoadedObject>& objects, Symbolizer& symbolizer)
       : objects_(objects), symbolizer_(symbolizer) {
     objects_by_start_.reserve(objects.size());
     quality_.resize(objects.size());
@@ -171,10 +170,10 @@ class PprofProfileBuilder {
               [&](std::size_t a, std::size_t b) { return objects[a].start < objects[b].start; });
   }
 
-  std::string Encode(const ProfileData& data) {
+  ArenaString Encode(const ProfileData& data) {
     std::size_t total_frames = 0;
     for (const ProfileSample& s : data.samples) total_frames += s.pcs.size();
-    std::string out;
+    ArenaString out;
     // Location ids take one or two bytes each; values and labels ~40 more.
     out.reserve(total_frames * 2 + data.samples.size() * 48 + 4096);
     ProtoWriter w(out);
@@ -194,7 +193,7 @@ class PprofProfileBuilder {
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_objects, count);
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_space, bytes);
 
-    std::vector<std::uint64_t> location_ids;
+    ArenaVector<std::uint64_t> location_ids;
     location_ids.reserve(HEAPPROF_MAX_FRAMES + 1);
     for (const ProfileSample& s : data.samples) {
       location_ids.clear();
@@ -376,8 +375,8 @@ class PprofProfileBuilder {
   std::uint64_t TruncationLocation(std::size_t frames) {
     const auto found = truncation_location_.find(frames);
     if (found != truncation_location_.end()) return found->second;
-    const std::string name =
-        "[heapprof: stack truncated at " + std::to_string(frames) + " frames]";
+    const ArenaString name =
+        "[heapprof: stack truncated at " + ArenaDecimal(frames) + " frames]";
     const std::uint64_t id = AddMarkerLocation(name);
     truncation_location_.emplace(frames, id);
     return id;
@@ -426,26 +425,26 @@ class PprofProfileBuilder {
     return address < objects_[i].limit ? i + 1 : 0;
   }
 
-  const std::vector<LoadedObject>& objects_;
+  const ArenaVector<LoadedObject>& objects_;
   Symbolizer& symbolizer_;
-  std::vector<std::size_t> objects_by_start_;
+  ArenaVector<std::size_t> objects_by_start_;
   PprofStringTable strings_;
   // None of these is reserved by frame count: stacks share most of their
   // frames, so distinct PCs are a few percent of all frames, and a table sized
   // for the worst case misses cache on every probe (measured: 2x slower).
   // Doubling as they grow costs less than one oversized clear.
   static constexpr int kMaxInlineFrames = 32;
-  std::vector<LocationRecord> locations_;      // id = index + 1
-  std::vector<LineRecord> lines_;              // of all locations, each one's in a row
-  std::vector<FunctionKey> functions_;         // id = index + 1
+  ArenaVector<LocationRecord> locations_;      // id = index + 1
+  ArenaVector<LineRecord> lines_;              // of all locations, each one's in a row
+  ArenaVector<FunctionKey> functions_;         // id = index + 1
   PcLocationMap location_by_pc_;
-  std::unordered_map<std::size_t, std::uint64_t> truncation_location_;
+  ArenaUnorderedMap<std::size_t, std::uint64_t> truncation_location_;
   std::uint64_t overflow_location_ = 0;
-  std::unordered_map<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
-  std::vector<MappingQuality> quality_;        // per object
+  ArenaUnorderedMap<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
+  ArenaVector<MappingQuality> quality_;        // per object
 };
 
-inline std::string EncodeProfile(const ProfileData& data, const std::vector<LoadedObject>& objects,
+inline ArenaString EncodeProfile(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                  Symbolizer& symbolizer) {
   PprofProfileBuilder builder(objects, symbolizer);
   return builder.Encode(data);

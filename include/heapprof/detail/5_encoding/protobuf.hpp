@@ -1,6 +1,6 @@
 // heapprof: a streaming protobuf encoder for the subset of the wire format
 // (https://protobuf.dev/programming-guides/encoding/) that profile.proto needs.
-// It appends straight into a std::string: no message tree, no generated code,
+// It appends straight into an ArenaString: no message tree, no generated code,
 // no allocation beyond the output buffer growing.
 #pragma once
 
@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+
+#include "heapprof/detail/0_base/arena_allocator.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -39,7 +41,7 @@ inline char* WriteVarint(char* p, std::uint64_t v) {
   return p;
 }
 
-inline void AppendVarint(std::string& out, std::uint64_t v) {
+inline void AppendVarint(ArenaString& out, std::uint64_t v) {
   char buf[kMaxVarintBytes];
   out.append(buf, static_cast<std::size_t>(WriteVarint(buf, v) - buf));
 }
@@ -48,15 +50,15 @@ inline std::uint64_t Tag(std::uint32_t field, WireType type) {
   return (std::uint64_t{field} << 3) | static_cast<std::uint32_t>(type);
 }
 
-inline void AppendTag(std::string& out, std::uint32_t field, WireType type) {
+inline void AppendTag(ArenaString& out, std::uint32_t field, WireType type) {
   AppendVarint(out, Tag(field, type));
 }
 
 class ProtoWriter {
  public:
-  explicit ProtoWriter(std::string& out) : out_(out) {}
+  explicit ProtoWriter(ArenaString& out) : out_(out) {}
 
-  std::string& buffer() { return out_; }
+  ArenaString& buffer() { return out_; }
 
   void Uint64(std::uint32_t field, std::uint64_t v) {
     // One append per field: the append call, not the byte shuffling, is what
@@ -148,7 +150,7 @@ class ProtoWriter {
     return static_cast<std::uint64_t>(v);
   }
 
-  std::string& out_;
+  ArenaString& out_;
 };
 
 }  // namespace detail

@@ -2,8 +2,9 @@
 //
 // snapshot buckets (lock-free walk) → scale (Go's formula) → ProfileData
 // → EncodeProfile (symbolized in process) → GzipCompress → bytes.
-// Runs under the reentrancy guard: what the writer allocates is counted in
-// Stats but never sampled, and no engine lock is held while it allocates.
+// Runs under the reentrancy guard. What the writer allocates comes from the
+// profiler's arena (arena_allocator.hpp), never the host's heap: Stats'
+// alloc counters do not move while a profile is written.
 #pragma once
 
 #include <unistd.h>
@@ -41,7 +42,7 @@ inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
 inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   if (labels == nullptr) return;
   for (std::uint32_t i = 0; i < labels->count; ++i) {
-    sample.labels.emplace_back(std::string(labels->entries()[i].key), std::string(labels->entries()[i].value));
+    sample.labels.emplace_back(ArenaString(labels->entries()[i].key), ArenaString(labels->entries()[i].value));
   }
 }
 
@@ -59,7 +60,7 @@ struct BucketCounts {
   std::uint64_t allocs, frees;
 };
 struct ProfileBaseline {
-  std::vector<BucketCounts> counts;  // sorted by bucket address
+  ArenaVector<BucketCounts> counts;  // sorted by bucket address
   std::int64_t time_nanos = 0;
 };
 
@@ -152,23 +153,23 @@ inline void WarnIfNoAllocationSeen() noexcept {
 }
 
 // `data` as a gzip'ed profile.proto message. Throws bad_alloc.
-inline std::string EncodeGzipped(const ProfileData& data, const std::vector<LoadedObject>& objects,
+inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                  Symbolizer& symbolizer) {
-  std::string gz;
+  ArenaString gz;
   GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
   return gz;
 }
 
 // Serialised, compressed profile; empty on failure.
 // With `since`, the delta profile from that baseline (see SnapshotProfile).
-inline bool BuildProfileBytes(bool allocs_default, std::string& gz,
+inline bool BuildProfileBytes(bool allocs_default, ArenaString& gz,
                               const ProfileBaseline* since = nullptr) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
   HEAPPROF_TRY {
     const ProfileData data = SnapshotProfile(allocs_default, since);
-    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
     gz = EncodeGzipped(data, objects, symbolizer);
     return true;

@@ -5,8 +5,6 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,8 +30,8 @@ namespace detail {
 // the mean object size the formula needs is exact; a bucket sampled at an
 // older rate has its counts converted to the header's rate. At rate 0 or 1
 // the counts are the estimates themselves (pprof does not scale those).
-inline void AppendFormat(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-inline void AppendFormat(std::string& out, const char* fmt, ...) {
+inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void AppendFormat(ArenaString& out, const char* fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -51,7 +49,7 @@ struct TextRecord {
 // a line, split a `key=value` pair or confuse a terminal are written as
 // \xNN, so a label cannot forge records (a value holding "\nheap profile:
 // ..." once made `go tool pprof` read terabytes from a 100-byte heap).
-inline void AppendEscaped(std::string& out, std::string_view text) {
+inline void AppendEscaped(ArenaString& out, std::string_view text) {
   static const char kHex[] = "0123456789abcdef";
   for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
@@ -74,12 +72,12 @@ inline void AppendEscaped(std::string& out, std::string_view text) {
 class TextProfileStream {
  public:
   // False (nothing to write) if the snapshot failed.
-  bool Begin(std::string& out, std::function<void(std::string&)> extra_comments = {}) noexcept {
+  bool Begin(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
     ReentrancyGuard guard;
     EnsureInit();
     WarnIfNoAllocationSeen();
     HEAPPROF_TRY {
-      extra_comments_ = std::move(extra_comments);
+      extra_comments_ = extra_comments;
       const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
       for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
         const BucketCounts now = ReadCounts(b);
@@ -112,7 +110,7 @@ class TextProfileStream {
                    static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
                    static_cast<unsigned long long>(2 * rate));
       objects_ = CollectLoadedObjects();
-      symbolizer_.reset(new Symbolizer(objects_));
+      symbolizer_ = MakeArena<Symbolizer>(objects_);
       return true;
     }
     HEAPPROF_CATCH_ALL_NOEXCEPT { return false; }
@@ -120,14 +118,14 @@ class TextProfileStream {
 
   // Appends the next records (at least one) until `out` has grown by about
   // `budget`, or the trailer; false once everything is written (or on failure).
-  bool Next(std::string& out, std::size_t budget) noexcept {
+  bool Next(ArenaString& out, std::size_t budget) noexcept {
     if (done_ || symbolizer_ == nullptr) return false;
     ReentrancyGuard guard;
     HEAPPROF_TRY {
       const std::size_t start = out.size();
       while (next_ < records_.size() && out.size() - start < budget) AppendRecord(out, records_[next_++]);
       if (next_ == records_.size()) {
-        if (extra_comments_) extra_comments_(out);
+        if (extra_comments_ != nullptr) extra_comments_(out);
         out += "\nMAPPED_LIBRARIES:\n";
         for (const LoadedObject& o : objects_) {
           AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
@@ -148,9 +146,9 @@ class TextProfileStream {
   bool done() const noexcept { return done_; }
 
  private:
-  void AppendRecord(std::string& out, const TextRecord& r) {
+  void AppendRecord(ArenaString& out, const TextRecord& r) {
     Symbolizer& symbolizer = *symbolizer_;
-    std::string& name = name_;
+    ArenaString& name = name_;
     const auto size = static_cast<std::int64_t>(r.bucket->size);
     AppendFormat(out, "%lld: %lld [%lld: %lld] @", static_cast<long long>(r.inuse_objects),
                  static_cast<long long>(r.inuse_objects * size), static_cast<long long>(r.alloc_objects),
@@ -199,16 +197,16 @@ class TextProfileStream {
     out += '\n';
   }
 
-  std::vector<TextRecord> records_;
+  ArenaVector<TextRecord> records_;
   std::size_t next_ = 0;
-  std::vector<LoadedObject> objects_;
-  std::unique_ptr<Symbolizer> symbolizer_;
-  std::function<void(std::string&)> extra_comments_;
-  std::string name_;
+  ArenaVector<LoadedObject> objects_;
+  ArenaPtr<Symbolizer> symbolizer_;
+  void (*extra_comments_)(ArenaString&) = nullptr;
+  ArenaString name_;
   bool done_ = false;
 };
 
-inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
+inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
   out.clear();
   TextProfileStream stream;
   if (!stream.Begin(out, extra_comments)) {

@@ -57,7 +57,7 @@ class Dumper {
     cfg_ = &cfg;
     if (!cfg.WantsDumper()) return;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(std::string("cannot start the dump thread: pipe: ") + std::strerror(errno));
+      ReportLine(ArenaString("cannot start the dump thread: pipe: ") + std::strerror(errno));
       return;
     }
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
@@ -86,13 +86,13 @@ class Dumper {
       const unsigned seq = ++seq_;
       char name[64];
       std::snprintf(name, sizeof name, ".%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), seq);
-      const std::string path = Prefix() + name;
-      std::string error;
+      const ArenaString path = Prefix() + name;
+      ArenaString error;
       ok = WriteProfileFile(path, false, &error);
       if (ok) {
         ReportLine("wrote " + path + " (" + why + ")");
       } else {
-        ReportLine("cannot write heap profile (" + std::string(why) + "): " + error);
+        ReportLine("cannot write heap profile (" + ArenaString(why) + "): " + error);
       }
     }
     HEAPPROF_CATCH_ALL_NOEXCEPT { ok = false; }
@@ -100,8 +100,8 @@ class Dumper {
     return ok;
   }
 
-  std::string Prefix() const {
-    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? std::string(cfg_->dump_prefix) : std::string("heapprof");
+  ArenaString Prefix() const {
+    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
 
   // The signal handler's end of the pipe (async-signal-safe: one write(2)).
@@ -130,7 +130,7 @@ class Dumper {
     const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
-      ReportLine(std::string("cannot start the dump thread: ") + std::strerror(rc));
+      ReportLine(ArenaString("cannot start the dump thread: ") + std::strerror(rc));
       return false;
     }
     running_.store(true, std::memory_order_release);
@@ -150,7 +150,7 @@ class Dumper {
     ::close(wake_[1]);
     wake_[0] = wake_[1] = -1;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(std::string("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
+      ReportLine(ArenaString("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
       return;
     }
     stop_.store(false, std::memory_order_relaxed);
@@ -177,7 +177,7 @@ class Dumper {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     if (sigaction(sig, &sa, &previous_) != 0) {
-      ReportLine(std::string("cannot install the dump_signal handler: ") + std::strerror(errno));
+      ReportLine(ArenaString("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
   }
 
@@ -191,7 +191,7 @@ class Dumper {
   }
 
   static void* Main(void* self) noexcept {
-    ReentrancyGuard guard;  // the thread's own allocations are counted, never sampled
+    ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
     static_cast<Dumper*>(self)->Loop();
     return nullptr;
   }

@@ -30,13 +30,13 @@ namespace detail {
 // pthread_cancel must unwind through here. WriteFileAtomic below holds
 // cancellation off during the write, so a cancelled write leaves nothing
 // behind either, with or without exceptions.
-inline bool WriteFileAtomicNow(const std::string& given_path, const std::string& bytes, std::string* error) {
+inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString& bytes, ArenaString* error) {
   ReentrancyGuard guard;
   // What is at the path decides: nothing or a regular file is replaced; a
   // symlink is followed (its target is replaced, the link stays); anything
   // else (a FIFO, a device such as /dev/null, a socket, a directory) is
   // refused: renaming over it would replace a special file with a regular one.
-  std::string path = given_path;
+  ArenaString path = given_path;
   struct stat st {};
   st.st_mode = S_IFREG;  // nothing there (yet): created
   for (int hops = 0; ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
@@ -50,8 +50,8 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
       path.assign(target, static_cast<std::size_t>(n));
     } else {  // relative to the link's directory
       const std::size_t slash = path.rfind('/');
-      path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-             std::string(target, static_cast<std::size_t>(n));
+      path = (slash == ArenaString::npos ? ArenaString() : path.substr(0, slash + 1)) +
+             ArenaString(target, static_cast<std::size_t>(n));
     }
     st.st_mode = S_IFREG;
   }
@@ -65,7 +65,7 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
                 counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
     struct Temporary {
-      std::string name;
+      ArenaString name;
       int fd = -1;
       bool keep = false;
       ~Temporary() {
@@ -74,7 +74,7 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
       }
     } tmp{path + suffix};
     auto fail = [&](const char* what, int err, bool on_tmp) {
-      if (error != nullptr) *error = std::string(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
+      if (error != nullptr) *error = ArenaString(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
       return false;
     };
     tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -111,7 +111,7 @@ inline bool WriteFileAtomicNow(const std::string& given_path, const std::string&
 // in a build without exceptions a forced unwind runs no destructor, so a
 // cancel inside the write would leave the temporary behind. A pending
 // cancellation then acts right here, on the way out.
-inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, std::string* error = nullptr) {
+inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, ArenaString* error = nullptr) {
   int state = PTHREAD_CANCEL_ENABLE;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
   const bool ok = WriteFileAtomicNow(path, bytes, error);
@@ -121,9 +121,9 @@ inline bool WriteFileAtomic(const std::string& path, const std::string& bytes, s
 }
 
 // The profile, gzip'ed, written atomically to `path`.
-inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::string* error = nullptr) {
+inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
-  std::string gz;
+  ArenaString gz;
   if (!BuildProfileBytes(allocs_default, gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
@@ -133,7 +133,7 @@ inline bool WriteProfileFile(const std::string& path, bool allocs_default, std::
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default) {
   ReentrancyGuard guard;
-  std::string gz;
+  ArenaString gz;
   if (!BuildProfileBytes(allocs_default, gz)) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));

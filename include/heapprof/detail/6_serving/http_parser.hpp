@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "heapprof/detail/0_base/arena_allocator.hpp"
+
 namespace heapprof {
 namespace detail {
 namespace http {
@@ -42,13 +44,13 @@ struct Request {
   std::string_view method;  // views into the parsed head
   std::string_view target;  // as sent
   int minor_version = 1;    // HTTP/1.<minor>
-  std::string path;         // percent-decoded
+  ArenaString path;         // percent-decoded
   std::string_view raw_query;  // after '?', as sent (the symbolz GET form)
   std::uint64_t content_length = 0;
   // Query parameters the profile endpoints read; the first occurrence wins
   // (Go's FormValue). Unknown parameters are ignored, as Go does.
   bool has_seconds = false, has_debug = false, has_gc = false;
-  std::string seconds, debug, gc;  // percent-decoded values
+  ArenaString seconds, debug, gc;  // percent-decoded values
   bool has_host = false;
   bool close = false;  // Connection: close asked for (we always close anyway)
 };
@@ -109,7 +111,7 @@ inline int HexValue(char c) noexcept {
 }
 
 // %XX decoding; in a query, '+' is a space. False on a bad escape or a NUL.
-inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
+inline bool PercentDecode(std::string_view in, bool plus_is_space, ArenaString& out) {
   out.clear();
   out.reserve(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -130,7 +132,7 @@ inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& 
 }
 
 inline Error ParseQuery(std::string_view query, Request& req) {
-  std::string key, value;
+  ArenaString key, value;
   while (!query.empty()) {
     std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);

@@ -99,15 +99,15 @@ struct ListenAddress {
 struct StartError {
   enum Kind { kNone, kInvalidAddress, kSystem } kind = kNone;
   int err = 0;
-  std::string message;  // the whole message
-  std::string context;  // kSystem: the message without strerror(err), for std::system_error
+  ArenaString message;  // the whole message
+  ArenaString context;  // kSystem: the message without strerror(err), for std::system_error
 };
 
 // False (and `error` says why) for a malformed address.
 inline bool ParseListenAddress(std::string_view listen, ListenAddress& out, StartError& error) {
   const auto bad = [&](const char* why) {
     error.kind = StartError::kInvalidAddress;
-    error.message = "heapprof::HttpServer: bad listen address \"" + std::string(listen) + "\": " + why +
+    error.message = "heapprof::HttpServer: bad listen address \"" + ArenaString(listen) + "\": " + why +
                     " (expected host:port, e.g. 127.0.0.1:6060, [::1]:6060 or :0)";
     return false;
   };
@@ -139,14 +139,14 @@ inline bool ParseListenAddress(std::string_view listen, ListenAddress& out, Star
     auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.addr);
     a6->sin6_family = AF_INET6;
     a6->sin6_port = htons(static_cast<std::uint16_t>(value));
-    const std::string h(host);
+    const ArenaString h(host);
     if (inet_pton(AF_INET6, h.c_str(), &a6->sin6_addr) != 1) return bad("not a numeric IPv6 address");
     out.len = sizeof(sockaddr_in6);
   } else {
     auto* a4 = reinterpret_cast<sockaddr_in*>(&out.addr);
     a4->sin_family = AF_INET;
     a4->sin_port = htons(static_cast<std::uint16_t>(value));
-    const std::string h = host.empty() || host == "localhost" ? std::string("127.0.0.1") : std::string(host);
+    const ArenaString h = host.empty() || host == "localhost" ? ArenaString("127.0.0.1") : ArenaString(host);
     if (inet_pton(AF_INET, h.c_str(), &a4->sin_addr) != 1) return bad("not a numeric IPv4 address or localhost");
     out.len = sizeof(sockaddr_in);
   }
@@ -172,8 +172,8 @@ inline const char* StatusText(int status) noexcept {
 
 // Status line, headers, Content-Length, Connection: close, then the body
 // unless head_only.
-inline void AppendResponse(std::string& out, int status, const std::vector<std::pair<const char*, std::string>>& headers,
-                           const std::string& body, bool head_only) {
+inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
+                           const ArenaString& body, bool head_only) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -190,8 +190,8 @@ inline void AppendResponse(std::string& out, int status, const std::vector<std::
 
 // The head of a response whose body is streamed: no Content-Length, the end
 // of the body is the end of the connection (HTTP/1.1, RFC 9112 6.3).
-inline void AppendStreamHead(std::string& out, int status,
-                             const std::vector<std::pair<const char*, std::string>>& headers) {
+inline void AppendStreamHead(ArenaString& out, int status,
+                             const ArenaVector<std::pair<const char*, ArenaString>>& headers) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -205,17 +205,17 @@ inline void AppendStreamHead(std::string& out, int status,
 }
 
 // Go's serveError / http.Error: one line of text.
-inline std::string ErrorResponse(int status, const char* reason, bool head_only = false) {
-  std::string out;
-  std::vector<std::pair<const char*, std::string>> headers = {
+inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false) {
+  ArenaString out;
+  ArenaVector<std::pair<const char*, ArenaString>> headers = {
       {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
   if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
-  AppendResponse(out, status, headers, std::string(reason) + "\n", head_only);
+  AppendResponse(out, status, headers, ArenaString(reason) + "\n", head_only);
   return out;
 }
 
-inline std::string IndexHtml() {
-  std::string b =
+inline ArenaString IndexHtml() {
+  ArenaString b =
       "<html>\n<head>\n<title>/debug/pprof/</title>\n<style>\n.profile-name{\n\tdisplay:inline-block;\n"
       "\twidth:6rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/<br>\n<br>\nTypes of profiles available:\n"
       "<table>\n<thead><td>Count</td><td>Profile</td></thead>\n";
@@ -239,7 +239,7 @@ inline std::string IndexHtml() {
 
 // Stats as `# name = value` lines after the records, like Go's
 // `# runtime.MemStats` block.
-inline void AppendStatsComments(std::string& out) {
+inline void AppendStatsComments(ArenaString& out) {
   const Stats s = GetStats();
   out += "\n# heapprof.Stats\n";
   const std::pair<const char*, std::uint64_t> rows[] = {
@@ -255,11 +255,11 @@ inline void AppendStatsComments(std::string& out) {
 
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
 // address that resolves.
-inline std::string SymbolBody(std::string_view addresses) {
-  std::string body = "num_symbols: 1\n";
-  const std::vector<LoadedObject> objects = CollectLoadedObjects();
+inline ArenaString SymbolBody(std::string_view addresses) {
+  ArenaString body = "num_symbols: 1\n";
+  const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
   Symbolizer symbolizer(objects);
-  std::string name;
+  ArenaString name;
   ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
     std::uintptr_t start = 0;
     if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
@@ -273,10 +273,10 @@ inline std::string SymbolBody(std::string_view addresses) {
 
 // The complete response for a plan (other than kDelta before its window
 // ends). `symbol_request`: kSymbol's addresses (the body or the query).
-inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
+inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
                                  std::string_view symbol_request = {}) {
   const char* name = plan.allocs ? "allocs" : "heap";
-  std::string out, body;
+  ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
       return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only);
@@ -308,7 +308,7 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
       if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
         return ErrorResponse(500, "failed to collect profile", plan.head_only);
       }
-      std::string disposition = "attachment; filename=\"";
+      ArenaString disposition = "attachment; filename=\"";
       disposition += name;
       if (plan.action == Action::kDelta) disposition += "-delta";
       disposition += '"';
@@ -331,27 +331,27 @@ struct Connection {
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
   std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
-  std::string in;
-  std::string out;
+  ArenaString in;
+  ArenaString out;
   std::size_t sent = 0;
   Plan plan;
-  std::unique_ptr<ProfileBaseline> baseline;
+  ArenaPtr<ProfileBaseline> baseline;
   std::uint64_t serial = 0;                   // names the connection to the builder
-  std::unique_ptr<TextProfileStream> stream;  // a streamed text body with more to come
+  ArenaPtr<TextProfileStream> stream;  // a streamed text body with more to come
 };
 
 // Work for the builder thread, and what it hands back.
 struct BuildJob {
   std::uint64_t serial = 0;
   Plan plan;
-  std::unique_ptr<ProfileBaseline> baseline;
-  std::string symbol_request;
-  std::unique_ptr<TextProfileStream> stream;  // set: the stream's next piece
+  ArenaPtr<ProfileBaseline> baseline;
+  ArenaString symbol_request;
+  ArenaPtr<TextProfileStream> stream;  // set: the stream's next piece
 };
 struct BuildResult {
   std::uint64_t serial = 0;
-  std::string bytes;
-  std::unique_ptr<TextProfileStream> stream;  // more to come
+  ArenaString bytes;
+  ArenaPtr<TextProfileStream> stream;  // more to come
 };
 
 class Server;
@@ -383,7 +383,7 @@ class Server {
   explicit Server(std::string_view listen, Limits limits = {}) : limits_(limits) {
     ListenAddress addr;
     if (!ParseListenAddress(listen, addr, error_)) return;
-    const auto fail = [&](int err, const std::string& what) {
+    const auto fail = [&](int err, const ArenaString& what) {
       error_.kind = StartError::kSystem;
       error_.err = err;
       error_.context = "heapprof::HttpServer: " + what;
@@ -401,7 +401,7 @@ class Server {
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
         ::listen(listen_fd_, 128) != 0) {
-      fail(errno, "cannot listen on " + std::string(listen));
+      fail(errno, "cannot listen on " + ArenaString(listen));
       return;
     }
     sockaddr_storage bound{};
@@ -517,7 +517,7 @@ class Server {
       r.serial = job.serial;
       HEAPPROF_TRY { Build(job, r); }
       HEAPPROF_CATCH_ALL_NOEXCEPT {
-        r.bytes = std::string();
+        r.bytes = ArenaString();
         r.stream.reset();
       }
       pthread_mutex_lock(&jobs_mutex_);
@@ -537,14 +537,14 @@ class Server {
       return;
     }
     if (job.plan.action == Action::kText) {
-      const std::vector<std::pair<const char*, std::string>> headers = {
+      const ArenaVector<std::pair<const char*, ArenaString>> headers = {
           {"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}};
       if (job.plan.head_only) {
         AppendStreamHead(r.bytes, 200, headers);
         return;
       }
-      std::unique_ptr<TextProfileStream> stream(new TextProfileStream());
-      std::string first;
+      ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
+      ArenaString first;
       if (!stream->Begin(first, AppendStatsComments)) {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
@@ -559,14 +559,14 @@ class Server {
   }
 
   // Hands the connection's request to the builder.
-  void Dispatch(Connection& c, std::unique_ptr<ProfileBaseline> baseline, std::string symbol_request) {
+  void Dispatch(Connection& c, ArenaPtr<ProfileBaseline> baseline, ArenaString symbol_request) {
     BuildJob job;
     job.serial = c.serial = ++next_serial_;
     job.plan = c.plan;
     job.baseline = std::move(baseline);
     job.symbol_request = std::move(symbol_request);
     Queue(std::move(job));
-    std::string().swap(c.in);
+    ArenaString().swap(c.in);
     c.state = Connection::State::kBuilding;
     c.deadline_ms = INT64_MAX;  // the builder always answers
   }
@@ -581,7 +581,7 @@ class Server {
 
   // The builder's answers, to their connections (gone ones are dropped).
   void TakeResults() {
-    std::vector<BuildResult> done;
+    ArenaVector<BuildResult> done;
     pthread_mutex_lock(&jobs_mutex_);
     done.swap(results_);
     pthread_mutex_unlock(&jobs_mutex_);
@@ -605,7 +605,7 @@ class Server {
 
   void Run() noexcept {
     ReentrancyGuard guard;  // nothing the server allocates is sampled
-    std::vector<pollfd> fds;
+    ArenaVector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       HEAPPROF_TRY {
         fds.clear();
@@ -667,7 +667,7 @@ class Server {
         return;  // EAGAIN, a connection reset before we took it, ...
       }
       if (conns_.size() >= limits_.max_connections) {
-        const std::string busy = ErrorResponse(503, "too many connections to the profiling server");
+        const ArenaString busy = ErrorResponse(503, "too many connections to the profiling server");
         (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         ::close(fd);
         continue;
@@ -747,7 +747,7 @@ class Server {
     }
     c.plan = PlanRequest(req);
     if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
-      Dispatch(c, nullptr, std::string(req.raw_query));
+      Dispatch(c, nullptr, ArenaString(req.raw_query));
       return true;
     }
     if (c.plan.action == Action::kSymbol) {
@@ -763,19 +763,19 @@ class Server {
       for (const Connection& other : conns_) waiting += other.state == Connection::State::kWaiting ? 1 : 0;
       if (waiting >= limits_.max_delta_windows) {
         Respond(c, ErrorResponse(503, ("too many ?seconds= profiles in progress (at most " +
-                                       std::to_string(limits_.max_delta_windows) + " at once)")
+                                       ArenaDecimal(limits_.max_delta_windows) + " at once)")
                                           .c_str()));
         return true;
       }
-      c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
+      c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
       c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
-      std::string().swap(c.in);
+      ArenaString().swap(c.in);
       return true;
     }
     if (c.plan.action == Action::kProfile || c.plan.action == Action::kText) {
-      Dispatch(c, nullptr, std::string());
+      Dispatch(c, nullptr, ArenaString());
     } else {
       Respond(c, BuildResponse(c.plan));  // the index, a redirect, an error: nothing to build
     }
@@ -789,8 +789,8 @@ class Server {
     return true;
   }
 
-  void Respond(Connection& c, std::string response) {
-    std::string().swap(c.in);
+  void Respond(Connection& c, ArenaString response) {
+    ArenaString().swap(c.in);
     c.out = std::move(response);
     c.sent = 0;
     c.state = Connection::State::kWriting;
@@ -813,7 +813,7 @@ class Server {
       job.serial = c.serial;
       job.stream = std::move(c.stream);
       Queue(std::move(job));
-      std::string().swap(c.out);
+      ArenaString().swap(c.out);
       c.sent = 0;
       c.state = Connection::State::kBuilding;
       c.deadline_ms = INT64_MAX;
@@ -822,7 +822,7 @@ class Server {
     // All sent: half-close so the client sees the end of the response, then
     // drain (see kDrainTimeoutMs).
     ::shutdown(c.fd, SHUT_WR);
-    std::string().swap(c.out);
+    ArenaString().swap(c.out);
     c.state = Connection::State::kDraining;
     c.deadline_ms = MonotonicMillis() + kDrainTimeoutMs;
   }
@@ -836,7 +836,7 @@ class Server {
         Respond(c, ErrorResponse(408, "timed out reading the request body"));
         break;
       case Connection::State::kWaiting:
-        Dispatch(c, std::move(c.baseline), std::string());
+        Dispatch(c, std::move(c.baseline), ArenaString());
         break;
       case Connection::State::kBuilding:  // no deadline: the builder answers
         break;
@@ -867,13 +867,13 @@ class Server {
   int wake_fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
-  std::vector<Connection> conns_;  // the server thread's only
+  ArenaVector<Connection> conns_;  // the server thread's only
   std::uint64_t next_serial_ = 0;  // the server thread's only
   pthread_t builder_{};
   pthread_mutex_t jobs_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t jobs_cond_ = PTHREAD_COND_INITIALIZER;
-  std::deque<BuildJob> jobs_;         // under jobs_mutex_
-  std::vector<BuildResult> results_;  // under jobs_mutex_
+  ArenaDeque<BuildJob> jobs_;         // under jobs_mutex_
+  ArenaVector<BuildResult> results_;  // under jobs_mutex_
   bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
   const pid_t owner_pid_ = ::getpid();

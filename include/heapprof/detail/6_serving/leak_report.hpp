@@ -30,13 +30,13 @@ constexpr std::size_t kLeakReportRows = 10;
 // Frames shown per row by default (HEAPPROF=leak_frames=N changes it).
 constexpr std::size_t kLeakReportFrames = 6;
 
-// "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
+// "void ArenaVector<int, std::allocator<int> >::_M_realloc_insert<int>(...)"
 // → "std::vector::_M_realloc_insert": template arguments, parameter lists and
 // a leading return type dropped, as pprof's default (simplified) names do.
-inline std::string SimplifyFunctionName(const std::string& name) {
+inline ArenaString SimplifyFunctionName(const ArenaString& name) {
   char buf[1024];
   const std::size_t n = ShortFunctionName(name.c_str(), buf, sizeof buf);
-  return n != 0 ? std::string(buf, n) : name;
+  return n != 0 ? ArenaString(buf, n) : name;
 }
 
 // Frames of the allocator machinery rather than of the program: the standard
@@ -58,29 +58,29 @@ inline std::string_view BaseName(std::string_view path) {
 }
 
 struct LeakFrame {
-  std::string shown;  // "name (file.cpp:42)"
+  ArenaString shown;  // "name (file.cpp:42)"
   bool machinery = false;
 };
 
 struct LeakRow {
-  std::vector<std::string> frames;  // shown frames, innermost first, from the first frame of the program
+  ArenaVector<ArenaString> frames;  // shown frames, innermost first, from the first frame of the program
   std::int64_t objects = 0, bytes = 0;
 };
 
 // The frames of one return address, inline frames expanded, innermost first.
-inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<LeakFrame>& out) {
+inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, ArenaVector<LeakFrame>& out) {
   SymbolizedFrame frames[32];
   SymbolizedQuality quality;
   const int n = pc != 0 ? symbolizer.Symbolize(pc - 1, frames, 32, &quality) : 0;
   for (int i = 0; i < n; ++i) {
     LeakFrame f;
-    f.shown = frames[i].name.empty() ? std::string("??") : std::string(frames[i].name);
+    f.shown = frames[i].name.empty() ? ArenaString("??") : ArenaString(frames[i].name);
     f.machinery = IsAllocatorMachinery(f.shown);
     if (!frames[i].file.empty() && frames[i].line != 0) {
       f.shown += " (";
       f.shown += BaseName(frames[i].file);
       f.shown += ':';
-      f.shown += std::to_string(frames[i].line);
+      f.shown += ArenaDecimal(frames[i].line);
       f.shown += ')';
     }
     out.push_back(std::move(f));
@@ -94,23 +94,23 @@ inline void LeakFramesOf(Symbolizer& symbolizer, std::uintptr_t pc, std::vector<
 
 // The in-use part of `data`, summed per stack of shown frames (object sizes
 // and labels merged), largest first, as lines for stderr. `max_frames` per row.
-inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
+inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symbolizer& symbolizer,
                                                 std::int64_t& total_objects, std::int64_t& total_bytes,
                                                 std::size_t max_frames = kLeakReportFrames) {
   if (max_frames == 0) max_frames = kLeakReportFrames;
-  std::map<std::vector<std::string>, LeakRow> by_stack;
-  std::map<std::uintptr_t, std::vector<LeakFrame>> frames_of;  // pc → its frames
+  ArenaMap<ArenaVector<ArenaString>, LeakRow> by_stack;
+  ArenaMap<std::uintptr_t, ArenaVector<LeakFrame>> frames_of;  // pc → its frames
   total_objects = total_bytes = 0;
   for (const ProfileSample& s : data.samples) {
     if (s.inuse_objects <= 0) continue;
-    std::vector<std::string> frames;
+    ArenaVector<ArenaString> frames;
     bool skipping = true;
     std::size_t skipped = 0;
-    std::vector<std::string> all;
+    ArenaVector<ArenaString> all;
     for (std::uintptr_t pc : s.pcs) {
       auto it = frames_of.find(pc);
       if (it == frames_of.end()) {
-        std::vector<LeakFrame> expanded;
+        ArenaVector<LeakFrame> expanded;
         LeakFramesOf(symbolizer, pc, expanded);
         it = frames_of.emplace(pc, std::move(expanded)).first;
       }
@@ -133,7 +133,7 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     total_objects += s.inuse_objects;
     total_bytes += s.inuse_bytes;
   }
-  std::vector<LeakRow> rows;
+  ArenaVector<LeakRow> rows;
   for (auto& entry : by_stack) {
     entry.second.frames = entry.first;
     rows.push_back(std::move(entry.second));
@@ -141,7 +141,7 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
   std::sort(rows.begin(), rows.end(), [](const LeakRow& a, const LeakRow& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.objects > b.objects;
   });
-  std::vector<std::string> lines;
+  ArenaVector<ArenaString> lines;
   char head[160];
   std::snprintf(head, sizeof head, "%14s %10s  %s", "in-use bytes", "objects",
                 "allocated at (innermost first, from the first frame outside std:: and heapprof)");
@@ -151,7 +151,7 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     char cols[64];
     std::snprintf(cols, sizeof cols, "%14s %10lld  ", FormatBytes(static_cast<double>(row.bytes)).c_str(),
                   static_cast<long long>(row.objects));
-    std::string line = cols;
+    ArenaString line = cols;
     for (std::size_t f = 0; f < row.frames.size() && f < max_frames; ++f) {
       if (f != 0) line += " < ";
       line += row.frames[f];
@@ -160,36 +160,36 @@ inline std::vector<std::string> FormatLeakTable(const ProfileData& data, Symboli
     lines.push_back(std::move(line));
   }
   if (rows.size() > kLeakReportRows) {
-    lines.push_back("... and " + std::to_string(rows.size() - kLeakReportRows) + " more stacks in the profile");
+    lines.push_back("... and " + ArenaDecimal(rows.size() - kLeakReportRows) + " more stacks in the profile");
   }
   return lines;
 }
 
-inline void LeakReport(const std::string& prefix) noexcept {
+inline void LeakReport(const ArenaString& prefix) noexcept {
   ReentrancyGuard guard;
   HEAPPROF_TRY {
     char name[64];
     std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
-    const std::string path = prefix + name;
+    const ArenaString path = prefix + name;
     // One snapshot and one symbolizer for both the file and the table, so
     // they agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
-    const std::vector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
-    std::string error;
+    ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    const std::vector<std::string> table =
+    const ArenaVector<ArenaString> table =
         FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-    std::string how = rate <= 1 ? std::string(rate == 1 ? "every allocation recorded" : "sampling off")
-                                : "estimated from samples, rate " + std::to_string(rate) + " bytes";
-    std::string out = "leak report: " + std::to_string(objects_in_use) + " objects, " +
+    ArenaString how = rate <= 1 ? ArenaString(rate == 1 ? "every allocation recorded" : "sampling off")
+                                : "estimated from samples, rate " + ArenaDecimal(rate) + " bytes";
+    ArenaString out = "leak report: " + ArenaDecimal(objects_in_use) + " objects, " +
                       FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" + how + ")";
     if (objects_in_use == 0) out += ": nothing to report";
     ReportLine(out);
     if (objects_in_use != 0) {
-      for (const std::string& line : table) ReportLine("  " + line);
+      for (const ArenaString& line : table) ReportLine("  " + line);
     }
     if (written) {
       ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");

@@ -31,7 +31,7 @@ inline void StopEnvHttpServer() noexcept {
   ReentrancyGuard guard;
   HttpServer* server = g_env_http_server;
   g_env_http_server = nullptr;
-  delete server;
+  ArenaDeleter<HttpServer>()(server);
 }
 
 // atexit (see engine.hpp): stop the server and the dump thread, then the
@@ -48,18 +48,20 @@ inline void StartHttpFromEnv() noexcept {
   const char* listen = g_env_config.http;
   if (listen[0] == '\0') return;
   ReentrancyGuard guard;
-  HttpServer* server = new (std::nothrow) HttpServer(listen, std::nothrow);
-  if (server == nullptr) return;
+  void* memory = g_arena.AllocateUninitialized(sizeof(HttpServer));  // never the host's heap
+  if (memory == nullptr) return;
+  HttpServer* server = new (memory) HttpServer(listen, std::nothrow);
   if (!server->serving()) {
-    ReportLine(std::string("HEAPPROF http=") + listen + ": " + server->error() + "; not serving");
-    delete server;
+    HEAPPROF_TRY { ReportLine(ArenaString("HEAPPROF http=") + listen + ": " + server->error() + "; not serving"); }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {}
+    ArenaDeleter<HttpServer>()(server);
     return;
   }
   g_env_http_server = server;
   HEAPPROF_TRY {
-    std::string host(listen, static_cast<std::size_t>(std::strrchr(listen, ':') - listen));
+    ArenaString host(listen, static_cast<std::size_t>(std::strrchr(listen, ':') - listen));
     if (host.empty() || host == "localhost") host = "127.0.0.1";
-    const std::string url = "http://" + host + ":" + std::to_string(server->port()) + "/debug/pprof/";
+    const ArenaString url = "http://" + host + ":" + ArenaDecimal(server->port()) + "/debug/pprof/";
     ReportLine("serving " + url + " (go tool pprof " + url + "heap)");
   }
   HEAPPROF_CATCH_ALL_NOEXCEPT {}
