@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     Symbolizer symbolizer(objects);  // as every write does: symbol tables per write, DWARF cached
     const auto t1 = Clock::now();
-    const std::string raw = EncodeProfile(data, objects, symbolizer);
+    const ArenaString raw = EncodeProfile(data, objects, symbolizer);
     const auto t2 = Clock::now();
-    std::string gz;
+    ArenaString gz;
     GzipCompress(raw, gz);
     const double t = ms(Clock::now() - t0);
     if (rep == 0) {

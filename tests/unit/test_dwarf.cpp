@@ -393,8 +393,8 @@ TEST_CASE("dwarf: a stripped binary without debug info claims no functions; its 
 
   // What a symbolizer given the unstripped copy does with the profile (the
   // standalone pprof runs binutils so): the mapping turns each location into
-  // a file address, and the copy names it. (`go tool pprof`, the copy bundled
-  // with Go, symbolizes only Go binaries locally.)
+  // a file address, and the copy names it. (`go tool pprof -symbolize=local`
+  // on a real stripped program: tests/malloc/test_preload.cpp.)
   std::string input;
   for (const auto& loc : p.locations) {
     char buf[32];
