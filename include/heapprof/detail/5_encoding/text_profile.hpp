@@ -73,16 +73,23 @@ inline void AppendEscaped(std::string& out, std::string_view text) {
 // 16,384 stacks 130 frames deep).
 class TextProfileStream {
  public:
-  // False (nothing to write) if the snapshot failed.
-  bool Begin(std::string& out, std::function<void(std::string&)> extra_comments = {}) noexcept {
+  // False (nothing to write) if the snapshot failed. With `counts`, those
+  // (the peak snapshot) instead of the buckets' counters now.
+  bool Begin(std::string& out, std::function<void(std::string&)> extra_comments = {},
+             const std::vector<BucketCounts>* counts = nullptr) noexcept {
     ReentrancyGuard guard;
     EnsureInit();
     WarnIfNoAllocationSeen();
     HEAPPROF_TRY {
       extra_comments_ = std::move(extra_comments);
       const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-      for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-        const BucketCounts now = ReadCounts(b);
+      std::vector<BucketCounts> all;
+      if (counts == nullptr) {
+        for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) all.push_back(ReadCounts(b));
+        counts = &all;
+      }
+      for (const BucketCounts& now : *counts) {
+        const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
         const std::uint64_t live = allocs > frees ? allocs - frees : 0;
         if (allocs == 0 || b->size == 0) continue;
@@ -208,10 +215,11 @@ class TextProfileStream {
   bool done_ = false;
 };
 
-inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {}) noexcept {
+inline bool BuildTextHeapProfile(std::string& out, const std::function<void(std::string&)>& extra_comments = {},
+                                 const std::vector<BucketCounts>* counts = nullptr) noexcept {
   out.clear();
   TextProfileStream stream;
-  if (!stream.Begin(out, extra_comments)) {
+  if (!stream.Begin(out, extra_comments, counts)) {
     out.clear();
     return false;
   }

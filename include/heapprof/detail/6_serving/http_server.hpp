@@ -12,6 +12,8 @@
 //   /debug/pprof/                 HTML index
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
+//   /debug/pprof/peak             the peak profile (?debug=1 likewise;
+//                                 ?seconds=N: ResetPeak, then the peak of the next N s)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
@@ -27,6 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -34,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <csignal>
 #include <pthread.h>
@@ -227,12 +231,17 @@ inline std::string IndexHtml() {
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='peak?debug=1'>peak</a></td></tr>\n",
+                static_cast<unsigned long long>(g_peak.Count()));
+  b += line;
   b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
        "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
        "(<a href='allocs'>pprof</a>)</li>\n"
        "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>peak: </div> The heap profile as it was when the in-use heap was highest "
+       "(since start or ResetPeak; seconds=N starts a new window and waits N s) (<a href='peak'>pprof</a>)</li>\n"
        "</ul>\n</p>\n</body>\n</html>\n";
   return b;
 }
@@ -251,6 +260,27 @@ inline void AppendStatsComments(std::string& out) {
       {"sample_rate", GetSampleRate()},
   };
   for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
+}
+
+// The peak snapshot's facts after the Stats, for ?debug=1 of /peak.
+inline std::function<void(std::string&)> PeakTextComments(const PeakInfo& info, bool exact) {
+  return [info, exact](std::string& out) {
+    AppendStatsComments(out);
+    out += "\n# heapprof.Peak\n";
+    for (const std::string& c : PeakComments(info, exact)) {
+      out += "# ";
+      out += c;
+      out += '\n';
+    }
+  };
+}
+
+// The peak snapshot's counts and the comments that go with them.
+inline bool BeginPeakText(TextProfileStream& stream, std::string& out) {
+  const PeakCopy peak = CopyPeak();
+  bool exact = true;
+  for (const BucketCounts& c : peak.counts) exact = exact && c.bucket->rate <= 1;
+  return stream.Begin(out, PeakTextComments(peak.info, exact), &peak.counts);
 }
 
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
@@ -275,7 +305,7 @@ inline std::string SymbolBody(std::string_view addresses) {
 // ends). `symbol_request`: kSymbol's addresses (the body or the query).
 inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
                                  std::string_view symbol_request = {}) {
-  const char* name = plan.allocs ? "allocs" : "heap";
+  const char* name = plan.peak ? "peak" : plan.allocs ? "allocs" : "heap";
   std::string out, body;
   switch (plan.action) {
     case Action::kError:
@@ -295,22 +325,29 @@ inline std::string BuildResponse(const Plan& plan, const ProfileBaseline* since 
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
                      SymbolBody(symbol_request), plan.head_only);
       return out;
-    case Action::kText:
-      if (!BuildTextHeapProfile(body, AppendStatsComments)) {
-        return ErrorResponse(500, "failed to collect profile", plan.head_only);
-      }
+    case Action::kText: {
+      TextProfileStream stream;
+      bool ok = plan.peak ? BeginPeakText(stream, body) : stream.Begin(body, AppendStatsComments);
+      while (ok && !stream.done()) ok = stream.Next(body, static_cast<std::size_t>(-1));
+      if (!ok) return ErrorResponse(500, "failed to collect profile", plan.head_only);
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
                      plan.head_only);
       return out;
+    }
     case Action::kProfile:
     case Action::kDelta: {
-      if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
-        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      bool built;
+      if (plan.peak) {
+        const std::int64_t start = plan.action == Action::kDelta && since != nullptr ? since->time_nanos : 0;
+        built = BuildPeakProfileBytes(body, start != 0 ? std::max<std::int64_t>(1, RealtimeNanos() - start) : 0);
+      } else {
+        built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
+      if (!built) return ErrorResponse(500, "failed to collect profile", plan.head_only);
       std::string disposition = "attachment; filename=\"";
       disposition += name;
-      if (plan.action == Action::kDelta) disposition += "-delta";
+      if (plan.action == Action::kDelta && !plan.peak) disposition += "-delta";
       disposition += '"';
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"},
@@ -545,7 +582,7 @@ class Server {
       }
       std::unique_ptr<TextProfileStream> stream(new TextProfileStream());
       std::string first;
-      if (!stream->Begin(first, AppendStatsComments)) {
+      if (!(job.plan.peak ? BeginPeakText(*stream, first) : stream->Begin(first, AppendStatsComments))) {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
       }
@@ -767,7 +804,14 @@ class Server {
                                           .c_str()));
         return true;
       }
-      c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
+      if (c.plan.peak) {
+        // A window of its own: the peak from now on (as ResetPeak()).
+        ResetPeak();
+        c.baseline = std::make_unique<ProfileBaseline>();
+        c.baseline->time_nanos = RealtimeNanos();
+      } else {
+        c.baseline = std::make_unique<ProfileBaseline>(TakeBaseline());
+      }
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
       c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
