@@ -120,7 +120,7 @@ struct EnvConfig {
 
   bool WantsDumper() const noexcept {
     return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0 ||
-           dump_near_oom != 0 || rss_interval != 0;
+           dump_near_oom != 0 || rss_interval != 0 || oom_dump;
   }
 };
 

@@ -277,6 +277,23 @@ class Dumper {
     ::kill(getpid(), sig);
   }
 
+  // dump_near_oom and oom_dump write when memory is short. The first profile
+  // a process writes maps the ELF and debug files and indexes their units
+  // (measured: +64 MiB of address space kept, +128 MiB at the peak of that
+  // first write, ~1 MiB of RSS): done here, at start, in the background, so
+  // that those dumps need only what a warm write needs. Under RLIMIT_AS that
+  // decides whether the dump fits.
+  static void WarmUpWriter() noexcept {
+    HEAPPROF_TRY {  // BuildProfileBytes, less its no-allocation-seen warning: it may be too early for one
+      const ProfileData data = SnapshotProfile(false);
+      const std::vector<LoadedObject> objects = CollectLoadedObjects();
+      Symbolizer symbolizer(objects);
+      const std::string gz = EncodeGzipped(data, objects, symbolizer);
+      (void)gz;
+    }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {}
+  }
+
   static void* Main(void* self) noexcept {
     ReentrancyGuard guard;  // the thread's own allocations are counted, never sampled
     static_cast<Dumper*>(self)->Loop();
@@ -289,6 +306,7 @@ class Dumper {
     const bool memory_triggers = cfg.dump_near_oom != 0 || cfg.rss_interval != 0;
     MemoryWatch watch;
     if (memory_triggers) watch.Begin(cfg);
+    if (cfg.dump_near_oom != 0 || cfg.oom_dump) WarmUpWriter();
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
     std::uint64_t next_alloc_mark = first_alloc_mark_ != 0 ? first_alloc_mark_ : cfg.dump_interval;
