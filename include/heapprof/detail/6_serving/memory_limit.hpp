@@ -127,15 +127,12 @@ struct MemoryLimit {
   }
 };
 
-// From /proc/self/mountinfo: the mount point and root of the cgroup2
+// In /proc/self/mountinfo's text: the mount point and root of the cgroup2
 // hierarchy (v2) or of the v1 hierarchy with the memory controller.
-inline bool FindCgroupMount(bool v2, std::string& mount_point, std::string& root) {
-  char buf[16384];
-  if (ReadSmallFile("/proc/self/mountinfo", buf, sizeof buf) <= 0) return false;
-  std::string_view text(buf);
+inline bool CgroupMountIn(std::string_view text, bool v2, std::string& mount_point, std::string& root) {
   while (!text.empty()) {
     const std::size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
+    const std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     // id parent major:minor root mount-point options [optional...] - fstype source super-options
     std::string_view f[5];
@@ -147,13 +144,14 @@ inline bool FindCgroupMount(bool v2, std::string& mount_point, std::string& root
       rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
     }
     if (k < 5) continue;
-    const std::size_t dash = rest.find(" - ");
-    if (dash == std::string_view::npos && rest.substr(0, 2) != "- ") continue;
-    std::string_view tail = dash == std::string_view::npos ? rest.substr(2) : rest.substr(dash + 3);
+    const std::size_t dash = rest.find("- ") == 0 ? 0 : rest.find(" - ");
+    if (dash == std::string_view::npos) continue;
+    std::string_view tail = rest.substr(dash == 0 ? 2 : dash + 3);
     const std::size_t sp1 = tail.find(' ');
     const std::string_view fstype = tail.substr(0, sp1);
-    std::string_view super = tail.substr(sp1 == std::string_view::npos ? tail.size() : sp1 + 1);
-    super = super.substr(super.find(' ') == std::string_view::npos ? super.size() : super.find(' ') + 1);
+    std::string_view super = sp1 == std::string_view::npos ? std::string_view{} : tail.substr(sp1 + 1);
+    const std::size_t sp2 = super.find(' ');  // past the source
+    super = sp2 == std::string_view::npos ? std::string_view{} : super.substr(sp2 + 1);
     bool match = false;
     if (v2) {
       match = fstype == "cgroup2";
@@ -173,11 +171,9 @@ inline bool FindCgroupMount(bool v2, std::string& mount_point, std::string& root
   return false;
 }
 
-// The process's cgroup path in the v2 hierarchy ("0::/path") or the v1 memory one.
-inline bool FindCgroupPath(bool v2, std::string& path) {
-  char buf[4096];
-  if (ReadSmallFile("/proc/self/cgroup", buf, sizeof buf) <= 0) return false;
-  std::string_view text(buf);
+// In /proc/self/cgroup's text: the process's path in the v2 hierarchy
+// ("0::/path") or in the v1 one with the memory controller.
+inline bool CgroupPathIn(std::string_view text, bool v2, std::string& path) {
   while (!text.empty()) {
     const std::size_t nl = text.find('\n');
     const std::string_view line = text.substr(0, nl);
@@ -205,11 +201,11 @@ inline bool FindCgroupPath(bool v2, std::string& path) {
   return false;
 }
 
-// The lowest cgroup limit on the way from the process's cgroup up to the
-// mount's root; false if none is set.
-inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
-  std::string mount, root, path;
-  if (!FindCgroupMount(v2, mount, root) || !FindCgroupPath(v2, path)) return false;
+// The lowest limit on the way from the cgroup at `path` (as /proc/self/cgroup
+// gives it) up to the root of the hierarchy mounted at `mount` (whose root is
+// `root`); false if none is set.
+inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, std::string path, bool v2,
+                             MemoryLimit& out) {
   if (root != "/" && path.compare(0, root.size(), root) == 0) path = path.substr(root.size());
   if (path.empty() || path[0] != '/') path.insert(path.begin(), '/');
   const std::uint64_t unlimited = std::uint64_t{1} << 62;  // v1's "no limit" is 2^63 - a page
@@ -232,6 +228,15 @@ inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
     path = slash == 0 ? std::string("/") : path.substr(0, slash);
   }
   return found;
+}
+
+inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
+  char mountinfo[16384], cgroup[4096];
+  if (ReadSmallFile("/proc/self/mountinfo", mountinfo, sizeof mountinfo) <= 0) return false;
+  if (ReadSmallFile("/proc/self/cgroup", cgroup, sizeof cgroup) <= 0) return false;
+  std::string mount, root, path;
+  if (!CgroupMountIn(mountinfo, v2, mount, root) || !CgroupPathIn(cgroup, v2, path)) return false;
+  return CgroupLimitUnder(mount, root, path, v2, out);
 }
 
 inline MemoryLimit FindMemoryLimit() {
