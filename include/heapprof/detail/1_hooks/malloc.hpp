@@ -388,8 +388,9 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) no
   void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
-  } else if (count * size != 0) {
-    heapprof::detail::OnAllocFailure(count * size);
+  } else {
+    std::size_t n;  // calloc's own overflow check failed: not a request for memory
+    if (!__builtin_mul_overflow(count, size, &n) && n != 0) heapprof::detail::OnAllocFailure(n);
   }
   return p;
 }
