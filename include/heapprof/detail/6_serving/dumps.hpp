@@ -21,7 +21,8 @@
 // A forked child gets a dump thread of its own (pthread_atfork): its dumps
 // carry its pid, and it runs the exit actions when it exits.
 //
-// Dumps are written by one background thread, never from inside an allocation:
+// Dumps are written by one background thread, never from inside an allocation
+// (but oom_dump's, on the failing thread: there is no later):
 // it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
 // timeout that is the next dump_time deadline, or 10 ms while a byte or memory
 // trigger is set, when it reads Stats (a walk of the thread slots) and the
