@@ -45,6 +45,18 @@ __attribute__((noinline)) inline void SettleWorkload() {
   asm volatile("# SettleWorkload" ::: "memory");
 }
 
+// The dump thread's writer warm-up (dumps.hpp) allocates: it must be done
+// before the test limits memory. (A build without exceptions cannot survive
+// a profile write that runs out of memory: README "Memory events".)
+inline bool WaitForWarmDumper(int seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!heapprof::detail::g_dumper.Warm()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 inline std::string TestFile(const char* name) { return std::string(std::getenv("HEAPPROF_TEST_DIR")) + "/" + name; }
 
 // Writes peak.pb.gz (WritePeakHeapProfile) and heap.pb.gz (now) into the test
@@ -78,15 +90,21 @@ inline bool SetAddressSpaceLimit(std::uint64_t bytes) {
   return setrlimit(RLIMIT_AS, &rl) == 0;
 }
 
-// dump_near_oom=0.9 under RLIMIT_AS = address space now + 512 MiB: the heap
+// dump_near_oom=0.8 under RLIMIT_AS = address space now + 512 MiB: the heap
 // grows by 4 MiB blocks (mmapped, never touched: address space, no RSS) until
-// the address space passes 90% of the limit, then 95% (the headroom halved).
+// the address space passes 80% of the limit, then 90% (the headroom halved).
 // Each crossing must give its dump.
 inline int RunNearOom() {
+  // A first profile maps the ELF and debug files (tens of MiB of address
+  // space, kept): the dump thread does it at start, concurrently; done here
+  // too, so the limit is set above it. A build without exceptions cannot
+  // survive a dump that runs out of memory (README "Memory events").
+  if (!WaitForWarmDumper()) return 8;
+  if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 9;
   const std::uint64_t limit = AddressSpaceBytes() + (std::uint64_t{512} << 20);
   if (!SetAddressSpaceLimit(limit)) return 10;
   std::printf("limit=%llu\n", static_cast<unsigned long long>(limit));
-  const std::uint64_t thresholds[2] = {limit - limit / 10, limit - limit / 20};
+  const std::uint64_t thresholds[2] = {limit - limit / 5, limit - limit / 10};
   for (unsigned k = 0; k < 2; ++k) {
     while (AddressSpaceBytes() < thresholds[k]) {
       void* p = std::malloc(std::size_t{4} << 20);
@@ -134,6 +152,7 @@ inline void OomNewHandler() {
 
 inline int RunOomDump() {
   OomHolder();
+  if (!WaitForWarmDumper()) return 9;
   if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::uint64_t{256} << 20))) return 10;
   std::set_new_handler(&OomNewHandler);
   int blocks = 0;

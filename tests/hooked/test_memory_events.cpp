@@ -267,10 +267,10 @@ TEST_CASE("http: /debug/pprof/peak is listed, read by go tool pprof, and takes /
   CHECK(out.find("HttpPeakLeaf") == std::string::npos);
 }
 
-TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 90% of the limit and one at each halving of the headroom") {
+TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at each halving of the headroom") {
   const std::string dir = MakeTempDir();
   std::string out;
-  const int rc = RunScenario("HEAPPROF=dump_near_oom=0.9,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+  const int rc = RunScenario("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
                              "near_oom", out);
   INFO(out);
   CHECK(rc == 0);
@@ -283,8 +283,8 @@ TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 90% of the limit and one at
   }
   CHECK(out.find("(dump_near_oom: address space ") != std::string::npos);
   CHECK(out.find(" of RLIMIT_AS ") != std::string::npos);
-  CHECK(out.find("threshold 90.0%)") != std::string::npos);
-  CHECK(out.find("threshold 95.0% (headroom halved))") != std::string::npos);
+  CHECK(out.find("threshold 80.0%)") != std::string::npos);
+  CHECK(out.find("threshold 90.0% (headroom halved))") != std::string::npos);
   RemoveDir(dir);
 }
 
