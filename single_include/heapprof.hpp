@@ -7296,6 +7296,10 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
 }
 
 inline DwarfInfo::Unit* DwarfInfo::UnitOfAddress(std::uint64_t address) {
+  // An index cut short by the debug-info budget or an mmap refused (RLIMIT_AS:
+  // HEAPPROF=oom_dump, dump_near_oom) has ranges without their reach: no
+  // unit is found rather than a read past unit_max_hi_.
+  if (unit_max_hi_.size() != unit_ranges_.size()) return nullptr;
   const UnitRange* it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
                                          [](std::uint64_t a, const UnitRange& r) { return a < r.lo; });
   for (std::size_t i = static_cast<std::size_t>(it - unit_ranges_.begin()); i > 0 && unit_max_hi_[i - 1] > address;
@@ -11225,6 +11229,10 @@ class Dumper {
     DumpNamed("oom", false, why);
   }
 
+  // True once the dump thread is past its start-up (and the writer warm-up
+  // of dump_near_oom / oom_dump); tests wait for it before limiting memory.
+  bool Warm() const noexcept { return writer_warm_.load(std::memory_order_acquire); }
+
   std::string Prefix() const {
     return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? std::string(cfg_->dump_prefix) : std::string("heapprof");
   }
@@ -11365,6 +11373,7 @@ class Dumper {
     MemoryWatch watch;
     if (memory_triggers) watch.Begin(cfg);
     if (cfg.dump_near_oom != 0 || cfg.oom_dump) WarmUpWriter();
+    writer_warm_.store(true, std::memory_order_release);
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
     std::uint64_t next_alloc_mark = first_alloc_mark_ != 0 ? first_alloc_mark_ : cfg.dump_interval;
@@ -11487,6 +11496,7 @@ class Dumper {
   std::uint64_t oom_reserve_bytes_ = 0;
   std::uint64_t oom_reserve_bytes_released_ = 0;
   std::atomic<bool> oom_dumped_{false};
+  std::atomic<bool> writer_warm_{false};
 };
 
 inline Dumper g_dumper;
