@@ -250,6 +250,17 @@ bool WriteAllocsProfile(const std::string& path);
 void SetUnwinder(Unwinder u) noexcept;
 Unwinder GetUnwinder() noexcept;
 
+// The peak heap profile (always on): the heap profile as it was when the
+// estimated in-use heap was highest, in the window since the process started
+// or since ResetPeak(). A snapshot is taken each time the estimate first
+// exceeds the last one by 10% (tcmalloc's rule). Comments (`go tool pprof
+// -comments`) say when and how large; time_nanos is when it was reached.
+bool WritePeakHeapProfile(std::ostream& out);
+bool WritePeakHeapProfile(const char* path);
+bool WritePeakHeapProfile(const std::string& path);
+// A new window, starting at the heap as it is now.
+void ResetPeak() noexcept;
+
 HEAPPROF_LINKED_END
 
 }  // namespace heapprof
@@ -1465,13 +1476,20 @@ struct EnvConfig {
   int dump_signal = 0;              // signal number; 0 off
   bool dump_at_exit = false;
   bool leak_report = false;
+  // Memory events (README "Memory events").
+  bool peak_at_exit = false;         // <prefix>.<pid>.peak.pb.gz at exit
+  std::uint32_t dump_near_oom = 0;   // millionths of the memory limit; 0 off
+  std::uint64_t rss_interval = 0;    // a dump per new RSS high this far above the last; 0 off
+  bool oom_dump = false;             // <prefix>.<pid>.oom.pb.gz when an allocation fails
+  std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (64 MiB)
   std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // HTTP endpoint (http.hpp), "host:port"; empty: off.
   static constexpr std::size_t kMaxListen = 256;
   char http[kMaxListen] = {};
 
   bool WantsDumper() const noexcept {
-    return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0;
+    return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0 ||
+           dump_near_oom != 0 || rss_interval != 0 || oom_dump;
   }
 };
 
@@ -1510,6 +1528,31 @@ inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
     v = v * 10 + static_cast<std::uint64_t>(c - '0');
   }
   out = v;
+  return true;
+}
+
+// A fraction in (0, 1] as millionths: "0.9", ".95", "1", "1.0" (at most six
+// decimals).
+inline bool ParseFraction(std::string_view text, std::uint32_t& out) noexcept {
+  if (text.empty() || text.size() > 12) return false;
+  std::uint64_t whole = 0, frac = 0, scale = 1000000;
+  std::size_t i = 0;
+  bool digits = false;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, digits = true) {
+    whole = whole * 10 + static_cast<std::uint64_t>(text[i] - '0');
+  }
+  if (i < text.size()) {
+    if (text[i] != '.') return false;
+    for (++i; i < text.size(); ++i, digits = true) {
+      if (text[i] < '0' || text[i] > '9' || scale == 1) return false;
+      scale /= 10;
+      frac += static_cast<std::uint64_t>(text[i] - '0') * scale;
+    }
+  }
+  if (!digits || whole > 1) return false;
+  const std::uint64_t v = whole * 1000000 + frac;
+  if (v == 0 || v > 1000000) return false;
+  out = static_cast<std::uint32_t>(v);
   return true;
 }
 
@@ -1596,6 +1639,36 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
                                                   : "bad value for leak_report (0 or 1):",
                             value);
+      }
+    } else if (key == "peak_at_exit" || key == "oom_dump") {
+      if (value == "1" || value == "0" || value == "true" || value == "false") {
+        (key == "peak_at_exit" ? cfg.peak_at_exit : cfg.oom_dump) = value == "1" || value == "true";
+      } else {
+        ReportConfigProblem(key == "peak_at_exit" ? "bad value for peak_at_exit (0 or 1):"
+                                                  : "bad value for oom_dump (0 or 1):",
+                            value);
+      }
+    } else if (key == "dump_near_oom") {
+      std::uint32_t v;
+      if (ParseFraction(value, v)) {
+        cfg.dump_near_oom = v;
+      } else {
+        ReportConfigProblem("bad value for dump_near_oom (a fraction of the memory limit, 0 < x <= 1, e.g. 0.9):",
+                            value);
+      }
+    } else if (key == "oom_reserve") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v) && v > 0 && v <= (std::uint64_t{1} << 40)) {
+        cfg.oom_reserve = v;
+      } else {
+        ReportConfigProblem("bad value for oom_reserve (bytes > 0, optional k/m/g suffix):", value);
+      }
+    } else if (key == "rss_interval") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v) && v > 0) {
+        cfg.rss_interval = v;
+      } else {
+        ReportConfigProblem("bad value for rss_interval (bytes > 0, optional k/m/g suffix):", value);
       }
     } else if (key == "leak_frames") {
       std::uint64_t v;
@@ -1736,6 +1809,8 @@ inline ArenaString FormatBytes(double bytes) {
 
 #if HEAPPROF_ENABLED
 
+#include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -1860,6 +1935,19 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, BlockSize(p));
   return false;
+}
+
+// An allocation of the global hooks failed (malloc's null, operator new
+// before its new_handler loop): HEAPPROF=oom_dump=1 sets this (dumps.hpp) to
+// write one profile. Called on the failure path only; keeps errno.
+inline std::atomic<void (*)(std::size_t)> g_alloc_failure_hook{nullptr};
+
+HEAPPROF_NOINLINE inline void OnAllocFailure(std::size_t n) noexcept {
+  if (void (*hook)(std::size_t) = g_alloc_failure_hook.load(std::memory_order_acquire)) {
+    const int saved = errno;
+    hook(n);
+    errno = saved;
+  }
 }
 
 }  // namespace detail
@@ -2479,6 +2567,221 @@ inline BucketTable g_buckets;
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/2_sampling/buckets.hpp ----
+// ---- begin heapprof/detail/2_sampling/peak.hpp ----
+// heapprof: the peak heap profile (always on).
+//
+// tcmalloc's rule: the estimated in-use heap (what the profile's inuse_space
+// would sum to: each live sample weighs size / (1 - exp(-size/rate))) is kept
+// in one counter, moved on the sampled path only: + weight when a sample is
+// recorded, - weight when a sampled object is freed. When it first exceeds
+// the last snapshot by 10%, every bucket's counters are copied into a buffer
+// of the profiler's arena. WritePeakHeapProfile encodes that copy, like a
+// heap profile written at that instant.
+//
+// Cost, all on the sampled path (the unsampled fast paths are unchanged): one
+// atomic add and a compare per sampled allocation and per free of a sampled
+// object; a snapshot is a walk of the bucket list, 24 bytes per bucket
+// copied (README "Memory events" has the measured figures). Growth by 10% per
+// snapshot bounds their number: ~24 per tenfold growth of the heap. Memory:
+// one buffer of 24 bytes per bucket (arena, in Stats::profiler_bytes), grown
+// by doubling, never shrunk.
+//
+// The snapshot is taken when the estimate first exceeds 1.1x the previous one,
+// so the true maximum can be up to 10% above it (a heap that grows slowly to
+// its peak); the highest estimate seen is kept too and written beside it.
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+
+
+namespace heapprof {
+namespace detail {
+
+// Go's runtime/pprof scaleHeapSample: an object of size s is sampled with
+// probability 1 - exp(-s/R), so each sample stands for 1/(1 - exp(-s/R))
+// objects. expm1 keeps precision for s << R. Rate 1 recorded everything.
+inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
+  if (rate <= 1 || size == 0) return 1.0;
+  return 1.0 / -std::expm1(-static_cast<double>(size) / static_cast<double>(rate));
+}
+
+// The bytes one sample of bucket `b` stands for, rounded: the same number at
+// its allocation and at its free, so the estimate returns exactly to its
+// baseline. At rate 1 it is the requested size.
+inline std::uint64_t SampleWeight(const Bucket* b) noexcept {
+  if (b->rate <= 1) return b->size;
+  return static_cast<std::uint64_t>(std::llround(static_cast<double>(b->size) * HeapSampleScale(b->size, b->rate)));
+}
+
+// One bucket's counters at one moment (also the baseline of a delta profile,
+// 5_encoding/snapshot.hpp). Buckets are never freed, so a bucket's address
+// identifies it for the life of the process.
+struct BucketCounts {
+  const Bucket* bucket;
+  std::uint64_t allocs, frees;
+};
+
+// A bucket's counters as one reading. Frees first: it never exceeds allocs,
+// which only grows, so live = allocs - frees is never negative.
+inline BucketCounts ReadCounts(const Bucket* b) noexcept {
+  const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
+  const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
+  return BucketCounts{b, allocs, frees};
+}
+
+inline std::int64_t RealtimeNanos() noexcept {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// What a writer gets: the snapshot's facts (the counts are copied separately).
+struct PeakInfo {
+  std::uint64_t bytes = 0;         // estimated in-use bytes when the snapshot was taken
+  std::int64_t time_nanos = 0;     // CLOCK_REALTIME of the snapshot; 0: none yet
+  std::uint64_t max_bytes = 0;     // highest estimate seen in this window
+  std::int64_t window_nanos = 0;   // when the window started (process start or ResetPeak)
+  std::uint64_t snapshots = 0;     // snapshots taken in this window
+  std::uint64_t inuse_now = 0;     // the estimate right now
+};
+
+class PeakTracker {
+ public:
+  constexpr PeakTracker() noexcept = default;
+
+  // Sampled path, after the bucket counted the allocation.
+  void OnSampledAlloc(const Bucket* b) noexcept {
+    const std::uint64_t w = SampleWeight(b);
+    const std::uint64_t now = inuse_.fetch_add(w, std::memory_order_relaxed) + w;
+    std::uint64_t max = max_.load(std::memory_order_relaxed);
+    while (now > max && !max_.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
+    }
+    if (HEAPPROF_LIKELY(now <= next_mark_.load(std::memory_order_relaxed))) return;
+    MaybeSnapshot(now);
+  }
+
+  // A sampled object's free, after the bucket counted it.
+  void OnSampledFree(const Bucket* b) noexcept { inuse_.fetch_sub(SampleWeight(b), std::memory_order_relaxed); }
+
+  // ResetPeak(): a new window that starts at the heap as it is now.
+  void Reset() noexcept {
+    LockGuard hold(lock_);
+    const std::uint64_t now = inuse_.load(std::memory_order_relaxed);
+    window_nanos_ = RealtimeNanos();
+    snapshots_ = 0;
+    max_.store(now, std::memory_order_relaxed);
+    SnapshotLocked(now);
+  }
+
+  // Copies the snapshot into `out` (capacity `cap` entries); the count, or
+  // SIZE_MAX when `cap` is too small (call again with at least Count()).
+  std::size_t Copy(BucketCounts* out, std::size_t cap, PeakInfo& info) noexcept {
+    LockGuard hold(lock_);
+    if (count_ > cap) return static_cast<std::size_t>(-1);
+    if (count_ != 0) std::memcpy(static_cast<void*>(out), counts_, count_ * sizeof(BucketCounts));
+    info.bytes = bytes_;
+    info.time_nanos = time_nanos_;
+    info.max_bytes = max_.load(std::memory_order_relaxed);
+    info.window_nanos = window_nanos_;
+    info.snapshots = snapshots_;
+    info.inuse_now = inuse_.load(std::memory_order_relaxed);
+    return count_;
+  }
+  std::size_t Count() const noexcept { return count_published_.load(std::memory_order_relaxed); }
+
+  std::uint64_t InuseEstimate() const noexcept { return inuse_.load(std::memory_order_relaxed); }
+  std::size_t BufferBytes() const noexcept { return cap_published_.load(std::memory_order_relaxed) * sizeof(BucketCounts); }
+
+  SpinLock& lock() noexcept { return lock_; }  // for fork handlers
+
+  // The window of a process that has not called ResetPeak: its start.
+  void StartWindow() noexcept {
+    if (window_nanos_ == 0) window_nanos_ = RealtimeNanos();
+  }
+
+ private:
+  // Another thread taking a snapshot (or a writer copying) makes this one
+  // skip: the sampled path never waits here. The next sample above the mark
+  // tries again.
+  HEAPPROF_NOINLINE void MaybeSnapshot(std::uint64_t now) noexcept {
+    if (!lock_.try_lock()) return;
+    if (now > next_mark_.load(std::memory_order_relaxed)) SnapshotLocked(now);
+    lock_.unlock();
+  }
+
+  void SnapshotLocked(std::uint64_t now) noexcept {
+    std::size_t n = 0;
+    bool complete = true;
+    for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+      if (n == cap_ && !Grow()) {
+        complete = false;
+        break;
+      }
+      counts_[n++] = ReadCounts(b);
+    }
+    // Out of memory for the copy (the arena could not grow the buffer): no
+    // snapshot rather than a partial one, which would not be the heap at any
+    // moment; the mark moves on all the same, and the next 10% tries again.
+    next_mark_.store(now + now / 10, std::memory_order_relaxed);
+    if (!complete) {
+      count_ = 0;
+      count_published_.store(0, std::memory_order_relaxed);
+      bytes_ = 0;
+      time_nanos_ = 0;
+      return;
+    }
+    count_ = n;
+    count_published_.store(n, std::memory_order_relaxed);
+    bytes_ = now;
+    time_nanos_ = RealtimeNanos();
+    ++snapshots_;
+  }
+
+  bool Grow() noexcept {
+    const std::size_t cap = cap_ == 0 ? 256 : cap_ * 2;
+    auto* mem = static_cast<BucketCounts*>(g_arena.Allocate(cap * sizeof(BucketCounts)));
+    if (mem == nullptr) return false;
+    if (cap_ != 0) {
+      std::memcpy(static_cast<void*>(mem), counts_, cap_ * sizeof(BucketCounts));
+      g_arena.Free(counts_, cap_ * sizeof(BucketCounts));
+    }
+    counts_ = mem;
+    cap_ = cap;
+    cap_published_.store(cap, std::memory_order_relaxed);
+    return true;
+  }
+
+  SpinLock lock_;
+  std::atomic<std::uint64_t> inuse_{0};
+  std::atomic<std::uint64_t> max_{0};
+  std::atomic<std::uint64_t> next_mark_{0};  // 0: the first sample takes one
+  // Under lock_:
+  BucketCounts* counts_ = nullptr;
+  std::size_t cap_ = 0;
+  std::size_t count_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::int64_t time_nanos_ = 0;
+  std::int64_t window_nanos_ = 0;
+  std::uint64_t snapshots_ = 0;
+  std::atomic<std::size_t> count_published_{0};
+  std::atomic<std::size_t> cap_published_{0};
+};
+
+inline PeakTracker g_peak;
+
+// Every free of a sampled object goes through here: its bucket, then the
+// in-use estimate.
+inline void CountSampledFree(Bucket* b) noexcept {
+  b->frees.fetch_add(1, std::memory_order_relaxed);
+  g_peak.OnSampledFree(b);
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/2_sampling/peak.hpp ----
 // ---- begin heapprof/detail/2_sampling/live_map.hpp ----
 // heapprof: sampled objects that are still live, found again on free.
 //
@@ -2579,7 +2882,7 @@ class LiveMap {
       Entry& e = s.entries[i];
       if (e.key == 0) break;
       if (e.key == key) {
-        e.bucket->frees.fetch_add(1, std::memory_order_relaxed);
+        CountSampledFree(e.bucket);
         e.bucket = bucket;
         return true;
       }
@@ -5179,6 +5482,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
+    g_peak.StartWindow();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged
     // program write dumps wherever they like.
@@ -5240,7 +5544,7 @@ inline void OnThreadExit(void* slot) noexcept {
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
-// Lock order: loader, unwind tables, registry, labels, buckets, live map shards, arena
+// Lock order: loader, unwind tables, registry, labels, buckets, live map shards, peak, arena
 // (innermost). The loader lock comes first: see loader_lock.hpp.
 inline void ForkPrepare() noexcept {
   g_loader_lock.lock();
@@ -5249,10 +5553,12 @@ inline void ForkPrepare() noexcept {
   g_labels.lock().lock();
   g_buckets.lock().lock();
   g_live_map.LockAll();
+  g_peak.lock().lock();
   g_arena.lock().lock();
 }
 inline void ForkParent() noexcept {
   g_arena.lock().unlock();
+  g_peak.lock().unlock();
   g_live_map.UnlockAll();
   g_buckets.lock().unlock();
   g_labels.lock().unlock();
@@ -5295,11 +5601,14 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   CaptureStack(frame, hook_return, ts, stack);
   Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
                                     CurrentSampleLabels());
-  if (b != nullptr && !g_live_map.Insert(p, b)) {
+  if (b == nullptr) return;
+  if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
     b->frees.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  g_peak.OnSampledAlloc(b);  // the peak profile's estimate; a snapshot past each 10%
 }
 
 struct SampleCall {
@@ -5416,7 +5725,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) b->frees.fetch_add(1, std::memory_order_relaxed);
+      if (b != nullptr) CountSampledFree(b);
     }
   }
   CountFree(flags, n);
@@ -7136,6 +7445,10 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
 }
 
 inline DwarfInfo::Unit* DwarfInfo::UnitOfAddress(std::uint64_t address) {
+  // An index cut short by the debug-info budget or an mmap refused (RLIMIT_AS:
+  // HEAPPROF=oom_dump, dump_near_oom) has ranges without their reach: no
+  // unit is found rather than a read past unit_max_hi_.
+  if (unit_max_hi_.size() != unit_ranges_.size()) return nullptr;
   const UnitRange* it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
                                          [](std::uint64_t a, const UnitRange& r) { return a < r.lo; });
   for (std::size_t i = static_cast<std::size_t>(it - unit_ranges_.begin()); i > 0 && unit_max_hi_[i - 1] > address;
@@ -8790,6 +9103,7 @@ struct ProfileData {
   std::int64_t time_nanos = 0;
   std::int64_t duration_nanos = 0;  // 0 = field omitted
   bool allocs_default = false;      // true: default_sample_type = "alloc_space"
+  ArenaVector<ArenaString> comments;  // `go tool pprof -comments` prints them
 };
 
 // Serialises `data` as one uncompressed profile.proto message.
@@ -8802,7 +9116,7 @@ namespace pprof_field {
 namespace profile {
 constexpr std::uint32_t kSampleType = 1, kSample = 2, kMapping = 3, kLocation = 4, kFunction = 5,
                         kStringTable = 6, kTimeNanos = 9, kDurationNanos = 10, kPeriodType = 11,
-                        kPeriod = 12, kDefaultSampleType = 14;
+                        kPeriod = 12, kComment = 13, kDefaultSampleType = 14;
 }
 namespace value_type {
 constexpr std::uint32_t kType = 1, kUnit = 2;
@@ -8938,6 +9252,8 @@ class PprofProfileBuilder {
     const std::int64_t inuse_objects = strings_.Intern("inuse_objects");
     const std::int64_t inuse_space = strings_.Intern("inuse_space");
     const std::int64_t space = strings_.Intern("space");
+    ArenaVector<std::int64_t> comments;
+    for (const ArenaString& c : data.comments) comments.push_back(strings_.Intern(c));
 
     // Go's order; pprof's default view is the last type, inuse_space.
     WriteValueType(w, pprof_field::profile::kSampleType, alloc_objects, count);
@@ -9045,6 +9361,7 @@ class PprofProfileBuilder {
     w.OptInt64(pprof_field::profile::kDurationNanos, data.duration_nanos);
     WriteValueType(w, pprof_field::profile::kPeriodType, space, bytes);
     w.OptInt64(pprof_field::profile::kPeriod, data.period);
+    for (std::int64_t c : comments) w.Int64(pprof_field::profile::kComment, c);
     if (data.allocs_default) w.Int64(pprof_field::profile::kDefaultSampleType, alloc_space);
     return out;
   }
@@ -10006,6 +10323,7 @@ inline void GzipCompress(std::string_view in, ArenaString& out) {
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <functional>
 #include <new>
@@ -10016,14 +10334,6 @@ inline void GzipCompress(std::string_view in, ArenaString& out) {
 namespace heapprof {
 namespace detail {
 
-// Go's runtime/pprof scaleHeapSample: an object of size s is sampled with
-// probability 1 - exp(-s/R), so each sample stands for 1/(1 - exp(-s/R))
-// objects. expm1 keeps precision for s << R. Rate 1 recorded everything.
-inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
-  if (rate <= 1 || size == 0) return 1.0;
-  return 1.0 / -std::expm1(-static_cast<double>(size) / static_cast<double>(rate));
-}
-
 // The sample's label set as pprof string labels, in key order.
 inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   if (labels == nullptr) return;
@@ -10032,31 +10342,10 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   }
 }
 
-inline std::int64_t RealtimeNanos() noexcept {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-
-// Per-bucket counters at one moment: the start of a delta profile
-// (/debug/pprof/heap?seconds=N). Buckets are never freed, so a bucket's
-// address identifies it for the life of the process.
-struct BucketCounts {
-  const Bucket* bucket;
-  std::uint64_t allocs, frees;
-};
 struct ProfileBaseline {
   ArenaVector<BucketCounts> counts;  // sorted by bucket address
   std::int64_t time_nanos = 0;
 };
-
-// A bucket's counters as one reading. Frees first: it never exceeds allocs,
-// which only grows, so live = allocs - frees is never negative.
-inline BucketCounts ReadCounts(const Bucket* b) noexcept {
-  const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-  const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
-  return BucketCounts{b, allocs, frees};
-}
 
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
@@ -10076,6 +10365,23 @@ inline BucketCounts BaselineFor(const ProfileBaseline& base, const Bucket* b) no
       [](const BucketCounts& c, const Bucket* key) { return std::less<const Bucket*>()(c.bucket, key); });
   if (it != base.counts.end() && it->bucket == b) return *it;
   return BucketCounts{b, 0, 0};
+}
+
+// One bucket's counts as a sample of estimates (Go's scaling).
+inline void AppendBucketSample(ProfileData& data, const Bucket* b, double alloc_count, double live_count) {
+  const double scale = HeapSampleScale(b->size, b->rate);
+  const double size = static_cast<double>(b->size);
+  ProfileSample s;
+  s.pcs.assign(b->stack->pcs(), b->stack->pcs() + b->stack->depth);
+  s.truncated = b->stack->truncated;
+  s.overflow = b->stack->overflow;
+  s.alloc_objects = std::llround(alloc_count * scale);
+  s.alloc_bytes = std::llround(alloc_count * size * scale);
+  s.inuse_objects = std::llround(live_count * scale);
+  s.inuse_bytes = std::llround(live_count * size * scale);
+  s.object_size = static_cast<std::int64_t>(b->size);
+  FillLabels(b->labels, s);
+  data.samples.push_back(std::move(s));
 }
 
 // The sampled heap as estimates. With `since`, a delta profile like Go's
@@ -10106,20 +10412,87 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
       live_count = static_cast<double>(allocs) - static_cast<double>(frees) -
                    (static_cast<double>(before.allocs) - static_cast<double>(before.frees));
     }
-    const double scale = HeapSampleScale(b->size, b->rate);
-    const double size = static_cast<double>(b->size);
-    ProfileSample s;
-    s.pcs.assign(b->stack->pcs(), b->stack->pcs() + b->stack->depth);
-    s.truncated = b->stack->truncated;
-    s.overflow = b->stack->overflow;
-    s.alloc_objects = std::llround(alloc_count * scale);
-    s.alloc_bytes = std::llround(alloc_count * size * scale);
-    s.inuse_objects = std::llround(live_count * scale);
-    s.inuse_bytes = std::llround(live_count * size * scale);
-    s.object_size = static_cast<std::int64_t>(b->size);
-    FillLabels(b->labels, s);
-    data.samples.push_back(std::move(s));
+    AppendBucketSample(data, b, alloc_count, live_count);
   }
+  return data;
+}
+
+// The peak snapshot (2_sampling/peak.hpp), copied out of the tracker: the
+// copy is sized outside its lock, so the sampled path never waits on a
+// writer's allocation.
+struct PeakCopy {
+  ArenaVector<BucketCounts> counts;
+  PeakInfo info;
+};
+
+inline PeakCopy CopyPeak() {
+  PeakCopy copy;
+  for (;;) {
+    copy.counts.resize(g_peak.Count() + 64);
+    const std::size_t n = g_peak.Copy(copy.counts.data(), copy.counts.size(), copy.info);
+    if (n != static_cast<std::size_t>(-1)) {
+      copy.counts.resize(n);
+      return copy;
+    }
+  }
+}
+
+// "1234567 bytes (1.18 MiB)"
+inline ArenaString BytesText(std::uint64_t bytes) {
+  char buf[96];
+  const double v = static_cast<double>(bytes);
+  if (bytes >= (std::uint64_t{1} << 30)) {
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.2f GiB)", static_cast<unsigned long long>(bytes), v / (1 << 30));
+  } else if (bytes >= (std::uint64_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.2f MiB)", static_cast<unsigned long long>(bytes), v / (1 << 20));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.2f KiB)", static_cast<unsigned long long>(bytes), v / 1024);
+  }
+  return buf;
+}
+
+// "2024-05-01T12:00:00.123Z" (UTC)
+inline ArenaString TimeText(std::int64_t nanos) {
+  const time_t secs = static_cast<time_t>(nanos / 1000000000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
+                t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>((nanos % 1000000000) / 1000000));
+  return buf;
+}
+
+// What the peak profile says about itself: pprof prints these with -comments,
+// and the ?debug=1 text as `#` lines.
+inline ArenaVector<ArenaString> PeakComments(const PeakInfo& info, bool exact) {
+  ArenaVector<ArenaString> c;
+  const char* how = exact ? "every allocation recorded" : "estimated from samples";
+  if (info.time_nanos == 0) {
+    c.push_back("heapprof peak: no snapshot yet (nothing sampled since " + TimeText(info.window_nanos) + ")");
+    return c;
+  }
+  c.push_back("heapprof peak: " + BytesText(info.bytes) + " in use at " + TimeText(info.time_nanos) + " (" + how + ")");
+  c.push_back("heapprof peak: highest in-use seen in this window " + BytesText(info.max_bytes) +
+              "; a snapshot is taken each time in-use first exceeds the last one by 10%");
+  c.push_back("heapprof peak: window since " + TimeText(info.window_nanos) + ", " + ArenaDecimal(info.snapshots) +
+              " snapshots; in use now " + BytesText(info.inuse_now));
+  return c;
+}
+
+// The peak snapshot as a profile: its counts, scaled like any profile;
+// time_nanos is when the peak was reached.
+inline ProfileData PeakProfileData(const PeakCopy& peak) {
+  ProfileData data;
+  data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
+  data.time_nanos = peak.info.time_nanos != 0 ? peak.info.time_nanos : RealtimeNanos();
+  bool exact = true;
+  for (const BucketCounts& c : peak.counts) {
+    if (c.allocs == 0) continue;
+    if (c.bucket->rate > 1) exact = false;
+    const double live = c.allocs > c.frees ? static_cast<double>(c.allocs - c.frees) : 0.0;
+    AppendBucketSample(data, c.bucket, static_cast<double>(c.allocs), live);
+  }
+  data.comments = PeakComments(peak.info, exact);
   return data;
 }
 
@@ -10144,6 +10517,25 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   ArenaString gz;
   GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
   return gz;
+}
+
+// The peak profile, serialised and compressed; false on failure.
+inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos = 0) {
+  ReentrancyGuard guard;
+  EnsureInit();
+  WarnIfNoAllocationSeen();
+  HEAPPROF_TRY {
+    ProfileData data = PeakProfileData(CopyPeak());
+    data.duration_nanos = duration_nanos;
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    Symbolizer symbolizer(objects);
+    gz = EncodeGzipped(data, objects, symbolizer);
+    return true;
+  }
+  HEAPPROF_CATCH_ALL {
+    gz.clear();
+    return false;
+  }
 }
 
 // Serialised, compressed profile; empty on failure.
@@ -10237,16 +10629,25 @@ inline void AppendEscaped(ArenaString& out, std::string_view text) {
 // 16,384 stacks 130 frames deep).
 class TextProfileStream {
  public:
-  // False (nothing to write) if the snapshot failed.
-  bool Begin(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
+  // False (nothing to write) if the snapshot failed. With `counts`, those
+  // (the peak snapshot) instead of the buckets' counters now; `more_comments`
+  // (whole "# ..." lines) follow what `extra_comments` writes.
+  bool Begin(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr,
+             const ArenaVector<BucketCounts>* counts = nullptr, std::string_view more_comments = {}) noexcept {
     ReentrancyGuard guard;
     EnsureInit();
     WarnIfNoAllocationSeen();
     HEAPPROF_TRY {
       extra_comments_ = extra_comments;
+      more_comments_.assign(more_comments.data(), more_comments.size());
       const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-      for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-        const BucketCounts now = ReadCounts(b);
+      ArenaVector<BucketCounts> all;
+      if (counts == nullptr) {
+        for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) all.push_back(ReadCounts(b));
+        counts = &all;
+      }
+      for (const BucketCounts& now : *counts) {
+        const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
         const std::uint64_t live = allocs > frees ? allocs - frees : 0;
         if (allocs == 0 || b->size == 0) continue;
@@ -10292,6 +10693,7 @@ class TextProfileStream {
       while (next_ < records_.size() && out.size() - start < budget) AppendRecord(out, records_[next_++]);
       if (next_ == records_.size()) {
         if (extra_comments_ != nullptr) extra_comments_(out);
+        out += more_comments_;
         out += "\nMAPPED_LIBRARIES:\n";
         for (const LoadedObject& o : objects_) {
           AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
@@ -10368,14 +10770,17 @@ class TextProfileStream {
   ArenaVector<LoadedObject> objects_;
   ArenaPtr<Symbolizer> symbolizer_;
   void (*extra_comments_)(ArenaString&) = nullptr;
+  ArenaString more_comments_;
   ArenaString name_;
   bool done_ = false;
 };
 
-inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
+inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr,
+                                 const ArenaVector<BucketCounts>* counts = nullptr,
+                                 std::string_view more_comments = {}) noexcept {
   out.clear();
   TextProfileStream stream;
-  if (!stream.Begin(out, extra_comments)) {
+  if (!stream.Begin(out, extra_comments, counts, more_comments)) {
     out.clear();
     return false;
   }
@@ -10522,10 +10927,21 @@ inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, Arena
   return WriteFileAtomic(path, gz, error);
 }
 
-inline bool WriteProfile(std::ostream& out, bool allocs_default) {
+// The peak profile (2_sampling/peak.hpp), to a file.
+inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   ArenaString gz;
-  if (!BuildProfileBytes(allocs_default, gz)) return false;
+  if (!BuildPeakProfileBytes(gz)) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
+  return WriteFileAtomic(path, gz, error);
+}
+
+inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
+  ReentrancyGuard guard;
+  ArenaString gz;
+  if (!(peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz))) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
     out.flush();
@@ -10550,14 +10966,25 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default) {
 //   dump_time=SECONDS     a dump every SECONDS
 //   dump_signal=SIGNAME   a dump when the process receives SIGNAME
 //   dump_at_exit=1        a last dump at exit (startup.hpp)
+//   peak_at_exit=1        the peak profile at exit: PATH.<pid>.peak.pb.gz
+//   dump_near_oom=F       a dump when memory use first reaches F of the limit
+//                         (memory_limit.hpp), again at each halving of the
+//                         headroom left, down to 1 MiB
+//   rss_interval=SIZE     a dump each time RSS reaches a new high SIZE above the
+//                         last such dump (the first: SIZE above RSS at start)
+//   oom_dump=1            PATH.<pid>.oom.pb.gz when an allocation first fails,
+//                         written on the failing thread after releasing a
+//                         reserve mapped at start-up (oom_reserve, 64 MiB)
 //
 // A forked child gets a dump thread of its own (pthread_atfork): its dumps
 // carry its pid, and it runs the exit actions when it exits.
 //
-// Dumps are written by one background thread, never from inside an allocation:
+// Dumps are written by one background thread, never from inside an allocation
+// (but oom_dump's, on the failing thread: there is no later):
 // it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
-// timeout that is the next dump_time deadline, or 10 ms while a byte trigger is
-// set, when it reads Stats (a walk of the thread slots). Each file is written
+// timeout that is the next dump_time deadline, or 10 ms while a byte or memory
+// trigger is set, when it reads Stats (a walk of the thread slots) and the
+// memory use (one small /proc or cgroup file; the limit once a second). Each file is written
 // to a temporary name and renamed (WriteFileAtomic). A failed write prints one
 // line and the program runs on.
 
@@ -10572,17 +10999,294 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default) {
 #include <ctime>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <string>
 #include <unistd.h>
 #include <vector>
 
+// ---- begin heapprof/detail/6_serving/memory_limit.hpp ----
+// heapprof: the process's memory limit and its usage, for dump_near_oom and
+// rss_interval (dumps.hpp).
+//
+// The limit is the first of:
+//   1. the memory cgroup's: v2 memory.max / memory.high (the lower; every
+//      ancestor up to the mount's root counts), v1 memory.limit_in_bytes;
+//      usage: that cgroup's memory.current / memory.usage_in_bytes, what the
+//      kernel charges (page cache included, as the OOM killer sees it);
+//   2. RLIMIT_AS; usage: the address space (VmSize, /proc/self/statm);
+//   3. physical memory; usage: RSS (/proc/self/statm).
+// Cgroup mount points come from /proc/self/mountinfo, and the cgroup's path
+// from /proc/self/cgroup (relative to the mount's root, so a container that
+// mounts its own cgroup at / works). A cgroup "without a limit" (v1 shows
+// 2^63 rounded down to pages) does not count.
+//
+// Cost: finding the limit reads /proc/self/cgroup, /proc/self/mountinfo and a
+// file or two per cgroup level (done at the dump thread's start and again
+// once a second, so a limit set later, or setrlimit, is seen); reading the
+// usage is one open/read/close of a small file (measured in the README).
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace heapprof {
+namespace detail {
+
+// The whole of a small file (at most `cap` - 1 bytes) into `buf`; its length, or -1.
+inline long ReadSmallFile(const char* path, char* buf, std::size_t cap) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  std::size_t n = 0;
+  while (n + 1 < cap) {
+    const ssize_t r = ::read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  buf[n] = '\0';
+  return static_cast<long>(n);
+}
+
+// A cgroup limit or counter file: a number, or "max" (no limit: 0).
+inline bool ReadCgroupNumber(const std::string& path, std::uint64_t& out) noexcept {
+  char buf[64];
+  if (ReadSmallFile(path.c_str(), buf, sizeof buf) <= 0) return false;
+  if (std::strncmp(buf, "max", 3) == 0) {
+    out = 0;
+    return true;
+  }
+  std::uint64_t v = 0;
+  const char* p = buf;
+  if (*p < '0' || *p > '9') return false;
+  for (; *p >= '0' && *p <= '9'; ++p) v = v * 10 + static_cast<std::uint64_t>(*p - '0');
+  out = v;
+  return true;
+}
+
+inline std::uint64_t PhysicalMemoryBytes() noexcept {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+// Field `index` (0: size, 1: resident) of /proc/self/statm, in bytes.
+inline std::uint64_t StatmBytes(int index) noexcept {
+  char buf[256];
+  if (ReadSmallFile("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  const char* p = buf;
+  for (int i = 0; i < index; ++i) {
+    while (*p != '\0' && *p != ' ') ++p;
+    while (*p == ' ') ++p;
+  }
+  std::uint64_t v = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) v = v * 10 + static_cast<std::uint64_t>(*p - '0');
+  return v * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+inline std::uint64_t ResidentBytes() noexcept { return StatmBytes(1); }
+
+struct MemoryLimit {
+  enum Source { kNone, kCgroupV2Max, kCgroupV2High, kCgroupV1, kRlimitAs, kPhysical };
+  Source source = kNone;
+  std::uint64_t limit = 0;
+  std::string usage_file;  // cgroup sources: the counter to read
+
+  const char* Name() const noexcept {
+    switch (source) {
+      case kCgroupV2Max: return "cgroup memory.max";
+      case kCgroupV2High: return "cgroup memory.high";
+      case kCgroupV1: return "cgroup v1 memory.limit_in_bytes";
+      case kRlimitAs: return "RLIMIT_AS";
+      case kPhysical: return "physical memory";
+      case kNone: break;
+    }
+    return "no limit";
+  }
+  const char* UsageName() const noexcept {
+    switch (source) {
+      case kCgroupV2Max: case kCgroupV2High: return "cgroup memory.current";
+      case kCgroupV1: return "cgroup memory.usage_in_bytes";
+      case kRlimitAs: return "address space";
+      case kPhysical: return "RSS";
+      case kNone: break;
+    }
+    return "";
+  }
+
+  // The matching usage now; 0 if it cannot be read.
+  std::uint64_t Usage() const noexcept {
+    std::uint64_t v = 0;
+    switch (source) {
+      case kCgroupV2Max: case kCgroupV2High: case kCgroupV1:
+        return ReadCgroupNumber(usage_file, v) ? v : 0;
+      case kRlimitAs: return StatmBytes(0);
+      case kPhysical: return StatmBytes(1);
+      case kNone: break;
+    }
+    return 0;
+  }
+};
+
+// In /proc/self/mountinfo's text: the mount point and root of the cgroup2
+// hierarchy (v2) or of the v1 hierarchy with the memory controller.
+inline bool CgroupMountIn(std::string_view text, bool v2, std::string& mount_point, std::string& root) {
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    // id parent major:minor root mount-point options [optional...] - fstype source super-options
+    std::string_view f[5];
+    std::string_view rest = line;
+    int k = 0;
+    for (; k < 5 && !rest.empty(); ++k) {
+      const std::size_t sp = rest.find(' ');
+      f[k] = rest.substr(0, sp);
+      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    }
+    if (k < 5) continue;
+    const std::size_t dash = rest.find("- ") == 0 ? 0 : rest.find(" - ");
+    if (dash == std::string_view::npos) continue;
+    std::string_view tail = rest.substr(dash == 0 ? 2 : dash + 3);
+    const std::size_t sp1 = tail.find(' ');
+    const std::string_view fstype = tail.substr(0, sp1);
+    std::string_view super = sp1 == std::string_view::npos ? std::string_view{} : tail.substr(sp1 + 1);
+    const std::size_t sp2 = super.find(' ');  // past the source
+    super = sp2 == std::string_view::npos ? std::string_view{} : super.substr(sp2 + 1);
+    bool match = false;
+    if (v2) {
+      match = fstype == "cgroup2";
+    } else if (fstype == "cgroup") {
+      while (!super.empty() && !match) {
+        const std::size_t c = super.find(',');
+        match = super.substr(0, c) == "memory";
+        super = c == std::string_view::npos ? std::string_view{} : super.substr(c + 1);
+      }
+    }
+    if (match) {
+      root.assign(f[3].data(), f[3].size());
+      mount_point.assign(f[4].data(), f[4].size());
+      return true;
+    }
+  }
+  return false;
+}
+
+// In /proc/self/cgroup's text: the process's path in the v2 hierarchy
+// ("0::/path") or in the v1 one with the memory controller.
+inline bool CgroupPathIn(std::string_view text, bool v2, std::string& path) {
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    const std::size_t c1 = line.find(':');
+    const std::size_t c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    std::string_view controllers = line.substr(c1 + 1, c2 - c1 - 1);
+    bool match = false;
+    if (v2) {
+      match = line.substr(0, c1) == "0" && controllers.empty();
+    } else {
+      while (!controllers.empty() && !match) {
+        const std::size_t c = controllers.find(',');
+        match = controllers.substr(0, c) == "memory";
+        controllers = c == std::string_view::npos ? std::string_view{} : controllers.substr(c + 1);
+      }
+    }
+    if (match) {
+      const std::string_view p = line.substr(c2 + 1);
+      path.assign(p.data(), p.size());
+      return true;
+    }
+  }
+  return false;
+}
+
+// The lowest limit on the way from the cgroup at `path` (as /proc/self/cgroup
+// gives it) up to the root of the hierarchy mounted at `mount` (whose root is
+// `root`); false if none is set.
+inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, std::string path, bool v2,
+                             MemoryLimit& out) {
+  if (root != "/" && path.compare(0, root.size(), root) == 0) path = path.substr(root.size());
+  if (path.empty() || path[0] != '/') path.insert(path.begin(), '/');
+  const std::uint64_t unlimited = std::uint64_t{1} << 62;  // v1's "no limit" is 2^63 - a page
+  bool found = false;
+  for (;;) {
+    const std::string dir = mount + (path == "/" ? std::string() : path);
+    std::uint64_t v = 0;
+    const char* files[2] = {v2 ? "/memory.max" : "/memory.limit_in_bytes", v2 ? "/memory.high" : nullptr};
+    for (int i = 0; i < 2; ++i) {
+      if (files[i] == nullptr) continue;
+      if (ReadCgroupNumber(dir + files[i], v) && v != 0 && v < unlimited && (!found || v < out.limit)) {
+        found = true;
+        out.limit = v;
+        out.source = !v2 ? MemoryLimit::kCgroupV1 : i == 0 ? MemoryLimit::kCgroupV2Max : MemoryLimit::kCgroupV2High;
+        out.usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
+      }
+    }
+    if (path == "/") break;
+    const std::size_t slash = path.rfind('/');
+    path = slash == 0 ? std::string("/") : path.substr(0, slash);
+  }
+  return found;
+}
+
+inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
+  char mountinfo[16384], cgroup[4096];
+  if (ReadSmallFile("/proc/self/mountinfo", mountinfo, sizeof mountinfo) <= 0) return false;
+  if (ReadSmallFile("/proc/self/cgroup", cgroup, sizeof cgroup) <= 0) return false;
+  std::string mount, root, path;
+  if (!CgroupMountIn(mountinfo, v2, mount, root) || !CgroupPathIn(cgroup, v2, path)) return false;
+  return CgroupLimitUnder(mount, root, path, v2, out);
+}
+
+inline MemoryLimit FindMemoryLimit() {
+  MemoryLimit m;
+  if (FindCgroupLimit(true, m) || FindCgroupLimit(false, m)) {
+    // A cgroup limit above physical memory never binds.
+    const std::uint64_t phys = PhysicalMemoryBytes();
+    if (phys == 0 || m.limit < phys) return m;
+    m = MemoryLimit();
+  }
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    m.source = MemoryLimit::kRlimitAs;
+    m.limit = static_cast<std::uint64_t>(rl.rlim_cur);
+    return m;
+  }
+  m.limit = PhysicalMemoryBytes();
+  m.source = m.limit != 0 ? MemoryLimit::kPhysical : MemoryLimit::kNone;
+  return m;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/6_serving/memory_limit.hpp ----
 
 namespace heapprof {
 namespace detail {
 
 // How often the dumper thread reads Stats while a byte trigger is set.
 constexpr int kDumpPollMillis = 10;
+// dump_near_oom halves the headroom left until it is below this.
+constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
+// How often the memory limit is looked up again (a cgroup's can change).
+constexpr std::int64_t kLimitRefreshMillis = 1000;
+// oom_dump's reserve when oom_reserve is not given.
+constexpr std::uint64_t kDefaultOomReserve = std::uint64_t{64} << 20;
+
+// "943.2 MiB"
+inline ArenaString MiBText(std::uint64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
 
 class Dumper {
  public:
@@ -10591,6 +11295,7 @@ class Dumper {
   // Starts the thread if a trigger is configured. Called once, at start-up.
   void Start(const EnvConfig& cfg) noexcept {
     cfg_ = &cfg;
+    if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
     if (!cfg.WantsDumper()) return;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ReportLine(ArenaString("cannot start the dump thread: pipe: ") + std::strerror(errno));
@@ -10636,6 +11341,63 @@ class Dumper {
     return ok;
   }
 
+  // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`).
+  bool DumpNamed(const char* kind, bool peak, std::string_view why) noexcept {
+    ReentrancyGuard guard;
+    pthread_mutex_lock(&write_mutex_);
+    bool ok = false;
+    HEAPPROF_TRY {
+      char name[64];
+      std::snprintf(name, sizeof name, ".%ld.%s.pb.gz", static_cast<long>(getpid()), kind);
+      ArenaString path = Prefix();
+      path += name;
+      ArenaString error;
+      ok = peak ? WritePeakProfileFile(path, &error) : WriteProfileFile(path, false, &error);
+      if (ok) {
+        ArenaString line = "wrote ";
+        line += path;
+        line += " (";
+        line += why;
+        line += ")";
+        ReportLine(line);
+      } else {
+        ArenaString line = "cannot write ";
+        line += kind;
+        line += " profile (";
+        line += why;
+        line += "): ";
+        line += error;
+        ReportLine(line);
+      }
+    }
+    HEAPPROF_CATCH_ALL_NOEXCEPT { ok = false; }
+    pthread_mutex_unlock(&write_mutex_);
+    return ok;
+  }
+
+  // oom_dump: the first failed allocation (1_hooks: OnAllocFailure) writes
+  // <prefix>.<pid>.oom.pb.gz right there, on the failing thread, before the
+  // allocation fails as it would have (new_handler loop, bad_alloc, null).
+  // Building a profile takes memory (the snapshot, the symbolizer's maps of
+  // the ELF files, the encoder's buffers: a few MiB): the reserve mapped at
+  // start-up is released first, which gives back that much address space
+  // (RLIMIT_AS) and commit charge (vm.overcommit_memory=2). Untouched, the
+  // reserve costs no RSS and no cgroup charge.
+  void OnAllocFailed(std::size_t n) noexcept {
+    if (tls_thread_flags.guard != 0) return;  // the profiler's own allocation (or a handler inside it)
+    if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return;
+    g_alloc_failure_hook.store(nullptr, std::memory_order_release);
+    ReleaseOomReserve();
+    char why[160];
+    std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
+                  static_cast<unsigned long long>(oom_reserve_bytes_released_));
+    DumpNamed("oom", false, why);
+  }
+
+  // True once the dump thread is past its start-up (and the writer warm-up
+  // of dump_near_oom / oom_dump); tests wait for it before limiting memory.
+  bool Warm() const noexcept { return writer_warm_.load(std::memory_order_acquire); }
+
   ArenaString Prefix() const {
     return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
@@ -10657,6 +11419,26 @@ class Dumper {
 
   static void SignalHandler(int) noexcept;
   static void ForkChild() noexcept;
+  static void AllocFailed(std::size_t n) noexcept;
+
+  void ArmOomDump(std::uint64_t bytes) noexcept {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      ReportLine("oom_dump: cannot map the " + MiBText(bytes) + " reserve: " + std::strerror(errno) +
+                 "; the dump will be written without it");
+    } else {
+      oom_reserve_ = p;
+      oom_reserve_bytes_ = bytes;
+    }
+    g_alloc_failure_hook.store(&Dumper::AllocFailed, std::memory_order_release);
+  }
+
+  void ReleaseOomReserve() noexcept {
+    if (oom_reserve_ == nullptr) return;
+    ::munmap(oom_reserve_, oom_reserve_bytes_);
+    oom_reserve_ = nullptr;
+    oom_reserve_bytes_released_ = oom_reserve_bytes_;
+  }
 
   bool StartThread() noexcept {
     // The thread takes no signals: the program's handlers run on its threads.
@@ -10726,6 +11508,23 @@ class Dumper {
     ::kill(getpid(), sig);
   }
 
+  // dump_near_oom and oom_dump write when memory is short. The first profile
+  // a process writes maps the ELF and debug files and indexes their units
+  // (measured: +64 MiB of address space kept, +128 MiB at the peak of that
+  // first write, ~1 MiB of RSS): done here, at start, in the background, so
+  // that those dumps need only what a warm write needs. Under RLIMIT_AS that
+  // decides whether the dump fits.
+  static void WarmUpWriter() noexcept {
+    HEAPPROF_TRY {  // BuildProfileBytes, less its no-allocation-seen warning: it may be too early for one
+      const ProfileData data = SnapshotProfile(false);
+      const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+      Symbolizer symbolizer(objects);
+      const ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+      (void)gz;
+    }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {}
+  }
+
   static void* Main(void* self) noexcept {
     ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
     static_cast<Dumper*>(self)->Loop();
@@ -10735,6 +11534,11 @@ class Dumper {
   void Loop() noexcept {
     const EnvConfig& cfg = *cfg_;
     const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
+    const bool memory_triggers = cfg.dump_near_oom != 0 || cfg.rss_interval != 0;
+    MemoryWatch watch;
+    if (memory_triggers) watch.Begin(cfg);
+    if (cfg.dump_near_oom != 0 || cfg.oom_dump) WarmUpWriter();
+    writer_warm_.store(true, std::memory_order_release);
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
     std::uint64_t next_alloc_mark = first_alloc_mark_ != 0 ? first_alloc_mark_ : cfg.dump_interval;
@@ -10744,7 +11548,7 @@ class Dumper {
     char drain[64];
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout = -1;
-      if (byte_triggers) timeout = kDumpPollMillis;
+      if (byte_triggers || memory_triggers) timeout = kDumpPollMillis;
       if (next_time != 0) {
         const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
         if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
@@ -10776,8 +11580,71 @@ class Dumper {
           Dump("inuse_interval");
         }
       }
+      if (memory_triggers) {
+        ArenaString why;
+        if (watch.NearOom(cfg, why)) Dump(why.c_str());
+        if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+      }
     }
   }
+
+  // dump_near_oom and rss_interval: the dump thread's state (a forked child's
+  // thread starts its own).
+  struct MemoryWatch {
+    MemoryLimit limit;
+    std::int64_t next_limit_read = 0;
+    unsigned halvings = 0;        // dump_near_oom: headroom halvings already dumped for
+    bool near_oom_done = false;   // the headroom left is below kNearOomMinHeadroom
+    std::uint64_t limit_seen = 0; // a new limit starts the thresholds again
+    std::uint64_t rss_mark = 0;
+
+    void Begin(const EnvConfig& cfg) {
+      if (cfg.rss_interval != 0) rss_mark = ResidentBytes() + cfg.rss_interval;
+    }
+
+    // The first time usage reaches F of the limit, and again each time it
+    // passes the next halving of the headroom that F left.
+    bool NearOom(const EnvConfig& cfg, ArenaString& why) {
+      if (cfg.dump_near_oom == 0) return false;
+      const std::int64_t now = MonotonicMillis();
+      if (now >= next_limit_read) {
+        limit = FindMemoryLimit();
+        next_limit_read = now + kLimitRefreshMillis;
+        if (limit.limit != limit_seen) {
+          limit_seen = limit.limit;
+          halvings = 0;
+          near_oom_done = false;
+        }
+      }
+      if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done) return false;
+      const std::uint64_t usage = limit.Usage();
+      const std::uint64_t headroom = static_cast<std::uint64_t>(
+          static_cast<unsigned __int128>(limit.limit) * (1000000 - cfg.dump_near_oom) / 1000000);
+      auto threshold = [&](unsigned k) { return limit.limit - (k < 64 ? headroom >> k : 0); };
+      if (usage == 0 || usage < threshold(halvings)) return false;
+      const unsigned first = halvings;
+      while (halvings < 64 && usage >= threshold(halvings)) ++halvings;
+      if (halvings >= 64 || (headroom >> halvings) < kNearOomMinHeadroom) near_oom_done = true;
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "dump_near_oom: %s %s of %s %s (%.1f%%), threshold %.1f%%%s", limit.UsageName(),
+                    MiBText(usage).c_str(), limit.Name(), MiBText(limit.limit).c_str(),
+                    100.0 * static_cast<double>(usage) / static_cast<double>(limit.limit),
+                    100.0 * static_cast<double>(threshold(first)) / static_cast<double>(limit.limit),
+                    first == 0 ? "" : " (headroom halved)");
+      why = buf;
+      return true;
+    }
+
+    bool RssHigh(const EnvConfig& cfg, ArenaString& why) {
+      if (cfg.rss_interval == 0) return false;
+      const std::uint64_t rss = ResidentBytes();
+      if (rss < rss_mark) return false;
+      why = "rss_interval: RSS " + MiBText(rss) + ", a new high " + MiBText(rss - (rss_mark - cfg.rss_interval)) +
+            " above the last mark";
+      rss_mark = rss + cfg.rss_interval;
+      return true;
+    }
+  };
 
   const EnvConfig* cfg_ = nullptr;
   int wake_[2] = {-1, -1};
@@ -10790,12 +11657,18 @@ class Dumper {
   unsigned seq_ = 0;  // under write_mutex_
   std::uint64_t first_alloc_mark_ = 0;  // a forked child's first byte-trigger marks (0: SIZE)
   std::uint64_t first_inuse_mark_ = 0;
+  void* oom_reserve_ = nullptr;  // oom_dump's reserve, released by the first failure
+  std::uint64_t oom_reserve_bytes_ = 0;
+  std::uint64_t oom_reserve_bytes_released_ = 0;
+  std::atomic<bool> oom_dumped_{false};
+  std::atomic<bool> writer_warm_{false};
 };
 
 inline Dumper g_dumper;
 
 inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
 inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
+inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed(n); }
 
 }  // namespace detail
 }  // namespace heapprof
@@ -11286,6 +12159,7 @@ struct Plan {
   Error error;
   bool head_only = false;  // HEAD: the same headers, no body
   bool allocs = false;     // /allocs (default sample type alloc_space)
+  bool peak = false;       // /peak: the peak profile (?seconds=N: a new peak window of N s)
   std::int64_t seconds = 0;
   std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
 };
@@ -11381,11 +12255,12 @@ inline Plan PlanRequest(const Request& req) {
     plan.action = Action::kIndex;
     return plan;
   }
-  if (name != "heap" && name != "allocs") {
+  if (name != "heap" && name != "allocs" && name != "peak") {
     plan.error = Error{404, "Unknown profile"};
     return plan;
   }
   plan.allocs = name == "allocs";
+  plan.peak = name == "peak";
   // Go's Atoi with the error ignored: anything not an integer is debug=0.
   std::int64_t debug = 0;
   if (req.has_debug && !ParseInt64(req.debug, debug)) debug = 0;
@@ -11431,6 +12306,8 @@ inline Plan PlanRequest(const Request& req) {
 //   /debug/pprof/                 HTML index
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
+//   /debug/pprof/peak             the peak profile (?debug=1 likewise;
+//                                 ?seconds=N: ResetPeak, then the peak of the next N s)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
@@ -11445,6 +12322,7 @@ inline Plan PlanRequest(const Request& req) {
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -11452,6 +12330,7 @@ inline Plan PlanRequest(const Request& req) {
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <csignal>
 #include <pthread.h>
@@ -11637,12 +12516,17 @@ inline ArenaString IndexHtml() {
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='peak?debug=1'>peak</a></td></tr>\n",
+                static_cast<unsigned long long>(g_peak.Count()));
+  b += line;
   b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
        "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
        "(<a href='allocs'>pprof</a>)</li>\n"
        "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>peak: </div> The heap profile as it was when the in-use heap was highest "
+       "(since start or ResetPeak; seconds=N starts a new window and waits N s) (<a href='peak'>pprof</a>)</li>\n"
        "</ul>\n</p>\n</body>\n</html>\n";
   return b;
 }
@@ -11661,6 +12545,26 @@ inline void AppendStatsComments(ArenaString& out) {
       {"sample_rate", GetSampleRate()},
   };
   for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
+}
+
+// The peak snapshot's facts, for ?debug=1 of /peak (after the Stats).
+inline ArenaString PeakTextComments(const PeakInfo& info, bool exact) {
+  ArenaString out = "\n# heapprof.Peak\n";
+  for (const ArenaString& c : PeakComments(info, exact)) {
+    out += "# ";
+    out += c;
+    out += '\n';
+  }
+  return out;
+}
+
+// The peak snapshot's counts and the comments that go with them.
+inline bool BeginPeakText(TextProfileStream& stream, ArenaString& out) {
+  const PeakCopy peak = CopyPeak();
+  bool exact = true;
+  for (const BucketCounts& c : peak.counts) exact = exact && c.bucket->rate <= 1;
+  const ArenaString comments = PeakTextComments(peak.info, exact);
+  return stream.Begin(out, AppendStatsComments, &peak.counts, comments);
 }
 
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
@@ -11685,7 +12589,7 @@ inline ArenaString SymbolBody(std::string_view addresses) {
 // ends). `symbol_request`: kSymbol's addresses (the body or the query).
 inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
                                  std::string_view symbol_request = {}) {
-  const char* name = plan.allocs ? "allocs" : "heap";
+  const char* name = plan.peak ? "peak" : plan.allocs ? "allocs" : "heap";
   ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
@@ -11705,22 +12609,29 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
                      SymbolBody(symbol_request), plan.head_only);
       return out;
-    case Action::kText:
-      if (!BuildTextHeapProfile(body, AppendStatsComments)) {
-        return ErrorResponse(500, "failed to collect profile", plan.head_only);
-      }
+    case Action::kText: {
+      TextProfileStream stream;
+      bool ok = plan.peak ? BeginPeakText(stream, body) : stream.Begin(body, AppendStatsComments);
+      while (ok && !stream.done()) ok = stream.Next(body, static_cast<std::size_t>(-1));
+      if (!ok) return ErrorResponse(500, "failed to collect profile", plan.head_only);
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
                      plan.head_only);
       return out;
+    }
     case Action::kProfile:
     case Action::kDelta: {
-      if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
-        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      bool built;
+      if (plan.peak) {
+        const std::int64_t start = plan.action == Action::kDelta && since != nullptr ? since->time_nanos : 0;
+        built = BuildPeakProfileBytes(body, start != 0 ? std::max<std::int64_t>(1, RealtimeNanos() - start) : 0);
+      } else {
+        built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
+      if (!built) return ErrorResponse(500, "failed to collect profile", plan.head_only);
       ArenaString disposition = "attachment; filename=\"";
       disposition += name;
-      if (plan.action == Action::kDelta) disposition += "-delta";
+      if (plan.action == Action::kDelta && !plan.peak) disposition += "-delta";
       disposition += '"';
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"},
@@ -11955,7 +12866,7 @@ class Server {
       }
       ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
       ArenaString first;
-      if (!stream->Begin(first, AppendStatsComments)) {
+      if (!(job.plan.peak ? BeginPeakText(*stream, first) : stream->Begin(first, AppendStatsComments))) {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
       }
@@ -12177,7 +13088,14 @@ class Server {
                                           .c_str()));
         return true;
       }
-      c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
+      if (c.plan.peak) {
+        // A window of its own: the peak from now on (as ResetPeak()).
+        ResetPeak();
+        c.baseline = MakeArena<ProfileBaseline>();
+        c.baseline->time_nanos = RealtimeNanos();
+      } else {
+        c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
+      }
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
       c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
@@ -12347,6 +13265,7 @@ inline void RunExitActions() {
   g_dumper.Stop();
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
+  if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
   if (cfg.leak_report) LeakReport(g_dumper.Prefix());
 }
 
@@ -12379,7 +13298,7 @@ inline bool StartFromEnv() noexcept {
   const EnvConfig& cfg = g_env_config;
   g_dumper.Start(cfg);
   StartHttpFromEnv();
-  if (cfg.dump_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
+  if (cfg.dump_at_exit || cfg.peak_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
     g_exit_hook.store(&RunExitActions);
   }
   return true;
@@ -12409,6 +13328,7 @@ inline bool StartFromEnv() noexcept {
 #if HEAPPROF_ENABLED
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -12434,7 +13354,13 @@ struct EngineApi {
   bool (*write_path)(const char* path, bool allocs);
   void (*set_unwinder)(Unwinder) noexcept;
   Unwinder (*get_unwinder)() noexcept;
+  // From here on: only when `size` covers them (older libraries lack them).
+  bool (*write_peak_stream)(std::ostream& out);
+  bool (*write_peak_path)(const char* path);
+  void (*reset_peak)() noexcept;
 };
+// The part of EngineApi every version-1 library has.
+constexpr std::uint32_t kEngineApiMinSize = offsetof(EngineApi, write_peak_stream);
 constexpr std::uint32_t kEngineApiVersion = 1;
 using EngineApiGetter = const EngineApi* (*)() noexcept;
 
@@ -12523,6 +13449,34 @@ bool WriteAllocsProfile(const char* path) {
 }
 bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
 bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
+
+// ---------------------------------------------------------------- the peak profile
+
+bool WritePeakHeapProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    return e->size >= sizeof(detail::EngineApi) && e->write_peak_stream(out);
+  }
+  detail::ReentrancyGuard guard;
+  return detail::WriteProfile(out, false, true);
+}
+bool WritePeakHeapProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    return path != nullptr && e->size >= sizeof(detail::EngineApi) && e->write_peak_path(path);
+  }
+  detail::ReentrancyGuard guard;
+  HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
+  HEAPPROF_CATCH_ALL { return false; }
+}
+bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile(path.c_str()); }
+
+void ResetPeak() noexcept {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    if (e->size >= sizeof(detail::EngineApi)) e->reset_peak();
+    return;
+  }
+  detail::ReentrancyGuard guard;
+  detail::g_peak.Reset();
+}
 
 // ---------------------------------------------------------------- unwinder
 
@@ -12682,7 +13636,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
   if (getter == nullptr) return;
   const heapprof::detail::EngineApi* e = getter();
   if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||
-      e->size < sizeof(heapprof::detail::EngineApi)) {
+      e->size < heapprof::detail::kEngineApiMinSize) {
     return;
   }
   heapprof::detail::g_external_engine = e;
@@ -12708,6 +13662,10 @@ bool WriteHeapProfile(const char*) { return false; }
 bool WriteAllocsProfile(const char*) { return false; }
 bool WriteHeapProfile(const std::string&) { return false; }
 bool WriteAllocsProfile(const std::string&) { return false; }
+bool WritePeakHeapProfile(std::ostream&) { return false; }
+bool WritePeakHeapProfile(const char*) { return false; }
+bool WritePeakHeapProfile(const std::string&) { return false; }
+void ResetPeak() noexcept {}
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END
@@ -13126,7 +14084,11 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
 HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
   if (p == nullptr) {
     void* q = g_fn.malloc(n);
-    if (q != nullptr) OnAllocBlock(q, n, ret);
+    if (q != nullptr) {
+      OnAllocBlock(q, n, ret);
+    } else if (n != 0) {
+      OnAllocFailure(n);
+    }
     return q;
   }
   if (HEAPPROF_UNLIKELY(IsBootstrap(p))) {  // a bootstrap block moves to the real heap
@@ -13151,6 +14113,7 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
     const int saved = errno;
     OnAllocBlock(p, BlockSize(p), ret);
     errno = saved;
+    OnAllocFailure(n);
   }
   // else realloc(p, 0) freed p (glibc): counted above.
   return q;
@@ -13175,7 +14138,11 @@ extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.malloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);  // HEAPPROF=oom_dump
+  }
   return p;
 }
 
@@ -13189,7 +14156,12 @@ HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::s
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
   void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+  } else {
+    std::size_t n;  // calloc's own overflow check failed: not a request for memory
+    if (!__builtin_mul_overflow(count, size, &n) && n != 0) heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
@@ -13209,31 +14181,51 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
 
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
   const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, n);
-  if (e == 0) heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+  if (e == 0) {
+    heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+  } else if (e == ENOMEM) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return e;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.memalign(alignment, n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.valloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.pvalloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
@@ -13289,9 +14281,13 @@ inline bool PreloadWritePath(const char* path, bool allocs) {
   return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
 }
 
+inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
+inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
+
 inline const EngineApi g_preload_engine_api = {
     kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
+    &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
 };
 
 }  // namespace detail
@@ -13398,12 +14394,14 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
   if (void* p = NewMalloc(n)) return p;
+  OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
   return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
   if (n == 0) n = 1;
   if (void* p = NewMalloc(n)) return p;
+  OnAllocFailure(n);
   return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
 
@@ -13423,6 +14421,7 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al,
   if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
   if (n == 0) n = 1;
   if (void* p = AlignedMalloc(n, align)) return p;
+  OnAllocFailure(n);
   return RetryWithNewHandler([n, align] { return AlignedMalloc(n, align); }, nothrow);
 }
 

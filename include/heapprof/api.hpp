@@ -71,6 +71,17 @@ bool WriteAllocsProfile(const std::string& path);
 void SetUnwinder(Unwinder u) noexcept;
 Unwinder GetUnwinder() noexcept;
 
+// The peak heap profile (always on): the heap profile as it was when the
+// estimated in-use heap was highest, in the window since the process started
+// or since ResetPeak(). A snapshot is taken each time the estimate first
+// exceeds the last one by 10% (tcmalloc's rule). Comments (`go tool pprof
+// -comments`) say when and how large; time_nanos is when it was reached.
+bool WritePeakHeapProfile(std::ostream& out);
+bool WritePeakHeapProfile(const char* path);
+bool WritePeakHeapProfile(const std::string& path);
+// A new window, starting at the heap as it is now.
+void ResetPeak() noexcept;
+
 HEAPPROF_LINKED_END
 
 }  // namespace heapprof

@@ -51,6 +51,25 @@ bool ReferenceByteSize(std::string_view text, std::uint64_t& out) {
   return true;
 }
 
+// dump_near_oom's fraction: [digits][.digits (at most 6)], in (0, 1], as millionths.
+bool ReferenceFraction(std::string_view text, std::uint32_t& out) {
+  if (text.empty() || text.size() > 12) return false;
+  const std::size_t dot = text.find('.');
+  const std::string_view whole = text.substr(0, dot);
+  const std::string_view frac = dot == std::string_view::npos ? std::string_view{} : text.substr(dot + 1);
+  if (whole.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  if (frac.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  if ((whole.empty() && frac.empty()) || frac.size() > 6) return false;
+  const unsigned long long w = whole.empty() ? 0 : std::stoull(std::string(whole));
+  if (w > 1) return false;
+  std::string f(frac);
+  f.resize(6, '0');
+  const unsigned long long v = w * 1000000 + std::stoull(f);
+  if (v == 0 || v > 1000000) return false;
+  out = static_cast<std::uint32_t>(v);
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -88,6 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return out > 0;
   };
   bool table = true;
+  std::uint32_t near_oom = 0;
   std::string_view rest = text;
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
@@ -109,6 +129,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else if (key == "unwinder" && (value == "fp" || value == "table")) {
       has_unwinder = true;
       table = value == "table";
+    } else if (key == "dump_near_oom") {
+      std::uint32_t f = 0;
+      if (ReferenceFraction(value, f)) near_oom = f;
     }
   }
   // Values past the limits are clamped (env_config.hpp).
@@ -121,5 +144,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (has_unwinder) Check(cfg.unwinder_table == table);
   Check(cfg.has_max_stacks == has_stacks);
   if (has_stacks) Check(cfg.max_stacks == clamp(stacks, std::uint64_t{1} << 24));
+  Check(cfg.dump_near_oom == near_oom);
   return 0;
 }

@@ -22,6 +22,7 @@
 
 #include "dump_scenarios.hpp"
 #include "hostile_scenarios.hpp"
+#include "memory_scenarios.hpp"
 #include "support/profile_io.hpp"
 
 namespace heapprof_test {
@@ -609,6 +610,8 @@ inline int RunChild(const char* name) {
   int rc = RunDumpScenario(name, known);
   if (known) return rc;
   rc = RunHostileScenario(name, known);
+  if (known) return rc;
+  rc = RunMemoryScenario(name, known);
   if (known) return rc;
   std::fprintf(stderr, "unknown HEAPPROF_TEST_CHILD %s\n", name);
   return 2;

@@ -17,6 +17,7 @@
 #if HEAPPROF_ENABLED
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -42,7 +43,13 @@ struct EngineApi {
   bool (*write_path)(const char* path, bool allocs);
   void (*set_unwinder)(Unwinder) noexcept;
   Unwinder (*get_unwinder)() noexcept;
+  // From here on: only when `size` covers them (older libraries lack them).
+  bool (*write_peak_stream)(std::ostream& out);
+  bool (*write_peak_path)(const char* path);
+  void (*reset_peak)() noexcept;
 };
+// The part of EngineApi every version-1 library has.
+constexpr std::uint32_t kEngineApiMinSize = offsetof(EngineApi, write_peak_stream);
 constexpr std::uint32_t kEngineApiVersion = 1;
 using EngineApiGetter = const EngineApi* (*)() noexcept;
 
@@ -131,6 +138,34 @@ bool WriteAllocsProfile(const char* path) {
 }
 bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
 bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
+
+// ---------------------------------------------------------------- the peak profile
+
+bool WritePeakHeapProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    return e->size >= sizeof(detail::EngineApi) && e->write_peak_stream(out);
+  }
+  detail::ReentrancyGuard guard;
+  return detail::WriteProfile(out, false, true);
+}
+bool WritePeakHeapProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    return path != nullptr && e->size >= sizeof(detail::EngineApi) && e->write_peak_path(path);
+  }
+  detail::ReentrancyGuard guard;
+  HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
+  HEAPPROF_CATCH_ALL { return false; }
+}
+bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile(path.c_str()); }
+
+void ResetPeak() noexcept {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    if (e->size >= sizeof(detail::EngineApi)) e->reset_peak();
+    return;
+  }
+  detail::ReentrancyGuard guard;
+  detail::g_peak.Reset();
+}
 
 // ---------------------------------------------------------------- unwinder
 
@@ -290,7 +325,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
   if (getter == nullptr) return;
   const heapprof::detail::EngineApi* e = getter();
   if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||
-      e->size < sizeof(heapprof::detail::EngineApi)) {
+      e->size < heapprof::detail::kEngineApiMinSize) {
     return;
   }
   heapprof::detail::g_external_engine = e;
@@ -316,6 +351,10 @@ bool WriteHeapProfile(const char*) { return false; }
 bool WriteAllocsProfile(const char*) { return false; }
 bool WriteHeapProfile(const std::string&) { return false; }
 bool WriteAllocsProfile(const std::string&) { return false; }
+bool WritePeakHeapProfile(std::ostream&) { return false; }
+bool WritePeakHeapProfile(const char*) { return false; }
+bool WritePeakHeapProfile(const std::string&) { return false; }
+void ResetPeak() noexcept {}
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END

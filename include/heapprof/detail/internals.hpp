@@ -32,6 +32,7 @@
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
 #include "heapprof/detail/2_sampling/labels.hpp"
 #include "heapprof/detail/2_sampling/buckets.hpp"
+#include "heapprof/detail/2_sampling/peak.hpp"
 #include "heapprof/detail/2_sampling/live_map.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 

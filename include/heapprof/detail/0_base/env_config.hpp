@@ -107,13 +107,20 @@ struct EnvConfig {
   int dump_signal = 0;              // signal number; 0 off
   bool dump_at_exit = false;
   bool leak_report = false;
+  // Memory events (README "Memory events").
+  bool peak_at_exit = false;         // <prefix>.<pid>.peak.pb.gz at exit
+  std::uint32_t dump_near_oom = 0;   // millionths of the memory limit; 0 off
+  std::uint64_t rss_interval = 0;    // a dump per new RSS high this far above the last; 0 off
+  bool oom_dump = false;             // <prefix>.<pid>.oom.pb.gz when an allocation fails
+  std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (64 MiB)
   std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // HTTP endpoint (http.hpp), "host:port"; empty: off.
   static constexpr std::size_t kMaxListen = 256;
   char http[kMaxListen] = {};
 
   bool WantsDumper() const noexcept {
-    return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0;
+    return dump_interval != 0 || inuse_interval != 0 || dump_time != 0 || dump_signal != 0 ||
+           dump_near_oom != 0 || rss_interval != 0 || oom_dump;
   }
 };
 
@@ -152,6 +159,31 @@ inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
     v = v * 10 + static_cast<std::uint64_t>(c - '0');
   }
   out = v;
+  return true;
+}
+
+// A fraction in (0, 1] as millionths: "0.9", ".95", "1", "1.0" (at most six
+// decimals).
+inline bool ParseFraction(std::string_view text, std::uint32_t& out) noexcept {
+  if (text.empty() || text.size() > 12) return false;
+  std::uint64_t whole = 0, frac = 0, scale = 1000000;
+  std::size_t i = 0;
+  bool digits = false;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, digits = true) {
+    whole = whole * 10 + static_cast<std::uint64_t>(text[i] - '0');
+  }
+  if (i < text.size()) {
+    if (text[i] != '.') return false;
+    for (++i; i < text.size(); ++i, digits = true) {
+      if (text[i] < '0' || text[i] > '9' || scale == 1) return false;
+      scale /= 10;
+      frac += static_cast<std::uint64_t>(text[i] - '0') * scale;
+    }
+  }
+  if (!digits || whole > 1) return false;
+  const std::uint64_t v = whole * 1000000 + frac;
+  if (v == 0 || v > 1000000) return false;
+  out = static_cast<std::uint32_t>(v);
   return true;
 }
 
@@ -238,6 +270,36 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         ReportConfigProblem(key == "dump_at_exit" ? "bad value for dump_at_exit (0 or 1):"
                                                   : "bad value for leak_report (0 or 1):",
                             value);
+      }
+    } else if (key == "peak_at_exit" || key == "oom_dump") {
+      if (value == "1" || value == "0" || value == "true" || value == "false") {
+        (key == "peak_at_exit" ? cfg.peak_at_exit : cfg.oom_dump) = value == "1" || value == "true";
+      } else {
+        ReportConfigProblem(key == "peak_at_exit" ? "bad value for peak_at_exit (0 or 1):"
+                                                  : "bad value for oom_dump (0 or 1):",
+                            value);
+      }
+    } else if (key == "dump_near_oom") {
+      std::uint32_t v;
+      if (ParseFraction(value, v)) {
+        cfg.dump_near_oom = v;
+      } else {
+        ReportConfigProblem("bad value for dump_near_oom (a fraction of the memory limit, 0 < x <= 1, e.g. 0.9):",
+                            value);
+      }
+    } else if (key == "oom_reserve") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v) && v > 0 && v <= (std::uint64_t{1} << 40)) {
+        cfg.oom_reserve = v;
+      } else {
+        ReportConfigProblem("bad value for oom_reserve (bytes > 0, optional k/m/g suffix):", value);
+      }
+    } else if (key == "rss_interval") {
+      std::uint64_t v;
+      if (ParseByteSize(value, v) && v > 0) {
+        cfg.rss_interval = v;
+      } else {
+        ReportConfigProblem("bad value for rss_interval (bytes > 0, optional k/m/g suffix):", value);
       }
     } else if (key == "leak_frames") {
       std::uint64_t v;

@@ -25,6 +25,8 @@
 
 #if HEAPPROF_ENABLED
 
+#include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -150,6 +152,19 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, BlockSize(p));
   return false;
+}
+
+// An allocation of the global hooks failed (malloc's null, operator new
+// before its new_handler loop): HEAPPROF=oom_dump=1 sets this (dumps.hpp) to
+// write one profile. Called on the failure path only; keeps errno.
+inline std::atomic<void (*)(std::size_t)> g_alloc_failure_hook{nullptr};
+
+HEAPPROF_NOINLINE inline void OnAllocFailure(std::size_t n) noexcept {
+  if (void (*hook)(std::size_t) = g_alloc_failure_hook.load(std::memory_order_acquire)) {
+    const int saved = errno;
+    hook(n);
+    errno = saved;
+  }
 }
 
 }  // namespace detail

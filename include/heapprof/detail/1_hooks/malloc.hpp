@@ -315,7 +315,11 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
 HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
   if (p == nullptr) {
     void* q = g_fn.malloc(n);
-    if (q != nullptr) OnAllocBlock(q, n, ret);
+    if (q != nullptr) {
+      OnAllocBlock(q, n, ret);
+    } else if (n != 0) {
+      OnAllocFailure(n);
+    }
     return q;
   }
   if (HEAPPROF_UNLIKELY(IsBootstrap(p))) {  // a bootstrap block moves to the real heap
@@ -340,6 +344,7 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
     const int saved = errno;
     OnAllocBlock(p, BlockSize(p), ret);
     errno = saved;
+    OnAllocFailure(n);
   }
   // else realloc(p, 0) freed p (glibc): counted above.
   return q;
@@ -364,7 +369,11 @@ extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.malloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);  // HEAPPROF=oom_dump
+  }
   return p;
 }
 
@@ -378,7 +387,12 @@ HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::s
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
   void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+  } else {
+    std::size_t n;  // calloc's own overflow check failed: not a request for memory
+    if (!__builtin_mul_overflow(count, size, &n) && n != 0) heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
@@ -398,31 +412,51 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
 
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
   const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, n);
-  if (e == 0) heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+  if (e == 0) {
+    heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+  } else if (e == ENOMEM) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return e;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.memalign(alignment, n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.valloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.pvalloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+  } else if (n != 0) {
+    heapprof::detail::OnAllocFailure(n);
+  }
   return p;
 }
 

@@ -26,6 +26,7 @@
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/labels.hpp"
 #include "heapprof/detail/2_sampling/live_map.hpp"
+#include "heapprof/detail/2_sampling/peak.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/2_sampling/sampler.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
@@ -112,6 +113,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
+    g_peak.StartWindow();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged
     // program write dumps wherever they like.
@@ -173,7 +175,7 @@ inline void OnThreadExit(void* slot) noexcept {
   g_registry.Release(static_cast<ThreadState*>(slot));
 }
 
-// Lock order: loader, unwind tables, registry, labels, buckets, live map shards, arena
+// Lock order: loader, unwind tables, registry, labels, buckets, live map shards, peak, arena
 // (innermost). The loader lock comes first: see loader_lock.hpp.
 inline void ForkPrepare() noexcept {
   g_loader_lock.lock();
@@ -182,10 +184,12 @@ inline void ForkPrepare() noexcept {
   g_labels.lock().lock();
   g_buckets.lock().lock();
   g_live_map.LockAll();
+  g_peak.lock().lock();
   g_arena.lock().lock();
 }
 inline void ForkParent() noexcept {
   g_arena.lock().unlock();
+  g_peak.lock().unlock();
   g_live_map.UnlockAll();
   g_buckets.lock().unlock();
   g_labels.lock().unlock();
@@ -228,11 +232,14 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   CaptureStack(frame, hook_return, ts, stack);
   Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
                                     CurrentSampleLabels());
-  if (b != nullptr && !g_live_map.Insert(p, b)) {
+  if (b == nullptr) return;
+  if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
     b->frees.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  g_peak.OnSampledAlloc(b);  // the peak profile's estimate; a snapshot past each 10%
 }
 
 struct SampleCall {
@@ -349,7 +356,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) b->frees.fetch_add(1, std::memory_order_relaxed);
+      if (b != nullptr) CountSampledFree(b);
     }
   }
   CountFree(flags, n);

@@ -22,6 +22,7 @@
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/2_sampling/buckets.hpp"
+#include "heapprof/detail/2_sampling/peak.hpp"
 #include "heapprof/detail/0_base/spinlock.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
 
@@ -103,7 +104,7 @@ class LiveMap {
       Entry& e = s.entries[i];
       if (e.key == 0) break;
       if (e.key == key) {
-        e.bucket->frees.fetch_add(1, std::memory_order_relaxed);
+        CountSampledFree(e.bucket);
         e.bucket = bucket;
         return true;
       }

@@ -358,6 +358,10 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
 }
 
 inline DwarfInfo::Unit* DwarfInfo::UnitOfAddress(std::uint64_t address) {
+  // An index cut short by the debug-info budget or an mmap refused (RLIMIT_AS:
+  // HEAPPROF=oom_dump, dump_near_oom) has ranges without their reach: no
+  // unit is found rather than a read past unit_max_hi_.
+  if (unit_max_hi_.size() != unit_ranges_.size()) return nullptr;
   const UnitRange* it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
                                          [](std::uint64_t a, const UnitRange& r) { return a < r.lo; });
   for (std::size_t i = static_cast<std::size_t>(it - unit_ranges_.begin()); i > 0 && unit_max_hi_[i - 1] > address;

@@ -38,6 +38,7 @@ struct ProfileData {
   std::int64_t time_nanos = 0;
   std::int64_t duration_nanos = 0;  // 0 = field omitted
   bool allocs_default = false;      // true: default_sample_type = "alloc_space"
+  ArenaVector<ArenaString> comments;  // `go tool pprof -comments` prints them
 };
 
 // Serialises `data` as one uncompressed profile.proto message.
@@ -50,7 +51,7 @@ namespace pprof_field {
 namespace profile {
 constexpr std::uint32_t kSampleType = 1, kSample = 2, kMapping = 3, kLocation = 4, kFunction = 5,
                         kStringTable = 6, kTimeNanos = 9, kDurationNanos = 10, kPeriodType = 11,
-                        kPeriod = 12, kDefaultSampleType = 14;
+                        kPeriod = 12, kComment = 13, kDefaultSampleType = 14;
 }
 namespace value_type {
 constexpr std::uint32_t kType = 1, kUnit = 2;
@@ -186,6 +187,8 @@ class PprofProfileBuilder {
     const std::int64_t inuse_objects = strings_.Intern("inuse_objects");
     const std::int64_t inuse_space = strings_.Intern("inuse_space");
     const std::int64_t space = strings_.Intern("space");
+    ArenaVector<std::int64_t> comments;
+    for (const ArenaString& c : data.comments) comments.push_back(strings_.Intern(c));
 
     // Go's order; pprof's default view is the last type, inuse_space.
     WriteValueType(w, pprof_field::profile::kSampleType, alloc_objects, count);
@@ -293,6 +296,7 @@ class PprofProfileBuilder {
     w.OptInt64(pprof_field::profile::kDurationNanos, data.duration_nanos);
     WriteValueType(w, pprof_field::profile::kPeriodType, space, bytes);
     w.OptInt64(pprof_field::profile::kPeriod, data.period);
+    for (std::int64_t c : comments) w.Int64(pprof_field::profile::kComment, c);
     if (data.allocs_default) w.Int64(pprof_field::profile::kDefaultSampleType, alloc_space);
     return out;
   }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <functional>
 #include <new>
@@ -23,20 +24,13 @@
 #include "heapprof/detail/2_sampling/buckets.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/2_sampling/peak.hpp"
 #include "heapprof/detail/5_encoding/gzip.hpp"
 #include "heapprof/detail/5_encoding/profile_builder.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 
 namespace heapprof {
 namespace detail {
-
-// Go's runtime/pprof scaleHeapSample: an object of size s is sampled with
-// probability 1 - exp(-s/R), so each sample stands for 1/(1 - exp(-s/R))
-// objects. expm1 keeps precision for s << R. Rate 1 recorded everything.
-inline double HeapSampleScale(std::uint64_t size, std::uint64_t rate) noexcept {
-  if (rate <= 1 || size == 0) return 1.0;
-  return 1.0 / -std::expm1(-static_cast<double>(size) / static_cast<double>(rate));
-}
 
 // The sample's label set as pprof string labels, in key order.
 inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
@@ -46,31 +40,10 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   }
 }
 
-inline std::int64_t RealtimeNanos() noexcept {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-
-// Per-bucket counters at one moment: the start of a delta profile
-// (/debug/pprof/heap?seconds=N). Buckets are never freed, so a bucket's
-// address identifies it for the life of the process.
-struct BucketCounts {
-  const Bucket* bucket;
-  std::uint64_t allocs, frees;
-};
 struct ProfileBaseline {
   ArenaVector<BucketCounts> counts;  // sorted by bucket address
   std::int64_t time_nanos = 0;
 };
-
-// A bucket's counters as one reading. Frees first: it never exceeds allocs,
-// which only grows, so live = allocs - frees is never negative.
-inline BucketCounts ReadCounts(const Bucket* b) noexcept {
-  const std::uint64_t frees = b->frees.load(std::memory_order_relaxed);
-  const std::uint64_t allocs = b->allocs.load(std::memory_order_relaxed);
-  return BucketCounts{b, allocs, frees};
-}
 
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
@@ -90,6 +63,23 @@ inline BucketCounts BaselineFor(const ProfileBaseline& base, const Bucket* b) no
       [](const BucketCounts& c, const Bucket* key) { return std::less<const Bucket*>()(c.bucket, key); });
   if (it != base.counts.end() && it->bucket == b) return *it;
   return BucketCounts{b, 0, 0};
+}
+
+// One bucket's counts as a sample of estimates (Go's scaling).
+inline void AppendBucketSample(ProfileData& data, const Bucket* b, double alloc_count, double live_count) {
+  const double scale = HeapSampleScale(b->size, b->rate);
+  const double size = static_cast<double>(b->size);
+  ProfileSample s;
+  s.pcs.assign(b->stack->pcs(), b->stack->pcs() + b->stack->depth);
+  s.truncated = b->stack->truncated;
+  s.overflow = b->stack->overflow;
+  s.alloc_objects = std::llround(alloc_count * scale);
+  s.alloc_bytes = std::llround(alloc_count * size * scale);
+  s.inuse_objects = std::llround(live_count * scale);
+  s.inuse_bytes = std::llround(live_count * size * scale);
+  s.object_size = static_cast<std::int64_t>(b->size);
+  FillLabels(b->labels, s);
+  data.samples.push_back(std::move(s));
 }
 
 // The sampled heap as estimates. With `since`, a delta profile like Go's
@@ -120,20 +110,87 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
       live_count = static_cast<double>(allocs) - static_cast<double>(frees) -
                    (static_cast<double>(before.allocs) - static_cast<double>(before.frees));
     }
-    const double scale = HeapSampleScale(b->size, b->rate);
-    const double size = static_cast<double>(b->size);
-    ProfileSample s;
-    s.pcs.assign(b->stack->pcs(), b->stack->pcs() + b->stack->depth);
-    s.truncated = b->stack->truncated;
-    s.overflow = b->stack->overflow;
-    s.alloc_objects = std::llround(alloc_count * scale);
-    s.alloc_bytes = std::llround(alloc_count * size * scale);
-    s.inuse_objects = std::llround(live_count * scale);
-    s.inuse_bytes = std::llround(live_count * size * scale);
-    s.object_size = static_cast<std::int64_t>(b->size);
-    FillLabels(b->labels, s);
-    data.samples.push_back(std::move(s));
+    AppendBucketSample(data, b, alloc_count, live_count);
   }
+  return data;
+}
+
+// The peak snapshot (2_sampling/peak.hpp), copied out of the tracker: the
+// copy is sized outside its lock, so the sampled path never waits on a
+// writer's allocation.
+struct PeakCopy {
+  ArenaVector<BucketCounts> counts;
+  PeakInfo info;
+};
+
+inline PeakCopy CopyPeak() {
+  PeakCopy copy;
+  for (;;) {
+    copy.counts.resize(g_peak.Count() + 64);
+    const std::size_t n = g_peak.Copy(copy.counts.data(), copy.counts.size(), copy.info);
+    if (n != static_cast<std::size_t>(-1)) {
+      copy.counts.resize(n);
+      return copy;
+    }
+  }
+}
+
+// "1234567 bytes (1.18 MiB)"
+inline ArenaString BytesText(std::uint64_t bytes) {
+  char buf[96];
+  const double v = static_cast<double>(bytes);
+  if (bytes >= (std::uint64_t{1} << 30)) {
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.2f GiB)", static_cast<unsigned long long>(bytes), v / (1 << 30));
+  } else if (bytes >= (std::uint64_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.2f MiB)", static_cast<unsigned long long>(bytes), v / (1 << 20));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.2f KiB)", static_cast<unsigned long long>(bytes), v / 1024);
+  }
+  return buf;
+}
+
+// "2024-05-01T12:00:00.123Z" (UTC)
+inline ArenaString TimeText(std::int64_t nanos) {
+  const time_t secs = static_cast<time_t>(nanos / 1000000000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
+                t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>((nanos % 1000000000) / 1000000));
+  return buf;
+}
+
+// What the peak profile says about itself: pprof prints these with -comments,
+// and the ?debug=1 text as `#` lines.
+inline ArenaVector<ArenaString> PeakComments(const PeakInfo& info, bool exact) {
+  ArenaVector<ArenaString> c;
+  const char* how = exact ? "every allocation recorded" : "estimated from samples";
+  if (info.time_nanos == 0) {
+    c.push_back("heapprof peak: no snapshot yet (nothing sampled since " + TimeText(info.window_nanos) + ")");
+    return c;
+  }
+  c.push_back("heapprof peak: " + BytesText(info.bytes) + " in use at " + TimeText(info.time_nanos) + " (" + how + ")");
+  c.push_back("heapprof peak: highest in-use seen in this window " + BytesText(info.max_bytes) +
+              "; a snapshot is taken each time in-use first exceeds the last one by 10%");
+  c.push_back("heapprof peak: window since " + TimeText(info.window_nanos) + ", " + ArenaDecimal(info.snapshots) +
+              " snapshots; in use now " + BytesText(info.inuse_now));
+  return c;
+}
+
+// The peak snapshot as a profile: its counts, scaled like any profile;
+// time_nanos is when the peak was reached.
+inline ProfileData PeakProfileData(const PeakCopy& peak) {
+  ProfileData data;
+  data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
+  data.time_nanos = peak.info.time_nanos != 0 ? peak.info.time_nanos : RealtimeNanos();
+  bool exact = true;
+  for (const BucketCounts& c : peak.counts) {
+    if (c.allocs == 0) continue;
+    if (c.bucket->rate > 1) exact = false;
+    const double live = c.allocs > c.frees ? static_cast<double>(c.allocs - c.frees) : 0.0;
+    AppendBucketSample(data, c.bucket, static_cast<double>(c.allocs), live);
+  }
+  data.comments = PeakComments(peak.info, exact);
   return data;
 }
 
@@ -158,6 +215,25 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   ArenaString gz;
   GzipCompress(EncodeProfile(data, objects, symbolizer), gz);
   return gz;
+}
+
+// The peak profile, serialised and compressed; false on failure.
+inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos = 0) {
+  ReentrancyGuard guard;
+  EnsureInit();
+  WarnIfNoAllocationSeen();
+  HEAPPROF_TRY {
+    ProfileData data = PeakProfileData(CopyPeak());
+    data.duration_nanos = duration_nanos;
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    Symbolizer symbolizer(objects);
+    gz = EncodeGzipped(data, objects, symbolizer);
+    return true;
+  }
+  HEAPPROF_CATCH_ALL {
+    gz.clear();
+    return false;
+  }
 }
 
 // Serialised, compressed profile; empty on failure.

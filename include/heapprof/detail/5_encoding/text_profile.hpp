@@ -71,16 +71,25 @@ inline void AppendEscaped(ArenaString& out, std::string_view text) {
 // 16,384 stacks 130 frames deep).
 class TextProfileStream {
  public:
-  // False (nothing to write) if the snapshot failed.
-  bool Begin(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
+  // False (nothing to write) if the snapshot failed. With `counts`, those
+  // (the peak snapshot) instead of the buckets' counters now; `more_comments`
+  // (whole "# ..." lines) follow what `extra_comments` writes.
+  bool Begin(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr,
+             const ArenaVector<BucketCounts>* counts = nullptr, std::string_view more_comments = {}) noexcept {
     ReentrancyGuard guard;
     EnsureInit();
     WarnIfNoAllocationSeen();
     HEAPPROF_TRY {
       extra_comments_ = extra_comments;
+      more_comments_.assign(more_comments.data(), more_comments.size());
       const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-      for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
-        const BucketCounts now = ReadCounts(b);
+      ArenaVector<BucketCounts> all;
+      if (counts == nullptr) {
+        for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) all.push_back(ReadCounts(b));
+        counts = &all;
+      }
+      for (const BucketCounts& now : *counts) {
+        const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
         const std::uint64_t live = allocs > frees ? allocs - frees : 0;
         if (allocs == 0 || b->size == 0) continue;
@@ -126,6 +135,7 @@ class TextProfileStream {
       while (next_ < records_.size() && out.size() - start < budget) AppendRecord(out, records_[next_++]);
       if (next_ == records_.size()) {
         if (extra_comments_ != nullptr) extra_comments_(out);
+        out += more_comments_;
         out += "\nMAPPED_LIBRARIES:\n";
         for (const LoadedObject& o : objects_) {
           AppendFormat(out, "%012llx-%012llx r-xp %08llx 00:00 0 ", static_cast<unsigned long long>(o.start),
@@ -202,14 +212,17 @@ class TextProfileStream {
   ArenaVector<LoadedObject> objects_;
   ArenaPtr<Symbolizer> symbolizer_;
   void (*extra_comments_)(ArenaString&) = nullptr;
+  ArenaString more_comments_;
   ArenaString name_;
   bool done_ = false;
 };
 
-inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr) noexcept {
+inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaString&) = nullptr,
+                                 const ArenaVector<BucketCounts>* counts = nullptr,
+                                 std::string_view more_comments = {}) noexcept {
   out.clear();
   TextProfileStream stream;
-  if (!stream.Begin(out, extra_comments)) {
+  if (!stream.Begin(out, extra_comments, counts, more_comments)) {
     out.clear();
     return false;
   }

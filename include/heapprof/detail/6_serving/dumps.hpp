@@ -8,14 +8,25 @@
 //   dump_time=SECONDS     a dump every SECONDS
 //   dump_signal=SIGNAME   a dump when the process receives SIGNAME
 //   dump_at_exit=1        a last dump at exit (startup.hpp)
+//   peak_at_exit=1        the peak profile at exit: PATH.<pid>.peak.pb.gz
+//   dump_near_oom=F       a dump when memory use first reaches F of the limit
+//                         (memory_limit.hpp), again at each halving of the
+//                         headroom left, down to 1 MiB
+//   rss_interval=SIZE     a dump each time RSS reaches a new high SIZE above the
+//                         last such dump (the first: SIZE above RSS at start)
+//   oom_dump=1            PATH.<pid>.oom.pb.gz when an allocation first fails,
+//                         written on the failing thread after releasing a
+//                         reserve mapped at start-up (oom_reserve, 64 MiB)
 //
 // A forked child gets a dump thread of its own (pthread_atfork): its dumps
 // carry its pid, and it runs the exit actions when it exits.
 //
-// Dumps are written by one background thread, never from inside an allocation:
+// Dumps are written by one background thread, never from inside an allocation
+// (but oom_dump's, on the failing thread: there is no later):
 // it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
-// timeout that is the next dump_time deadline, or 10 ms while a byte trigger is
-// set, when it reads Stats (a walk of the thread slots). Each file is written
+// timeout that is the next dump_time deadline, or 10 ms while a byte or memory
+// trigger is set, when it reads Stats (a walk of the thread slots) and the
+// memory use (one small /proc or cgroup file; the limit once a second). Each file is written
 // to a temporary name and renamed (WriteFileAtomic). A failed write prints one
 // line and the program runs on.
 #pragma once
@@ -31,6 +42,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <string>
 #include <unistd.h>
@@ -41,12 +53,26 @@
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 #include "heapprof/detail/6_serving/files.hpp"
+#include "heapprof/detail/6_serving/memory_limit.hpp"
 
 namespace heapprof {
 namespace detail {
 
 // How often the dumper thread reads Stats while a byte trigger is set.
 constexpr int kDumpPollMillis = 10;
+// dump_near_oom halves the headroom left until it is below this.
+constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
+// How often the memory limit is looked up again (a cgroup's can change).
+constexpr std::int64_t kLimitRefreshMillis = 1000;
+// oom_dump's reserve when oom_reserve is not given.
+constexpr std::uint64_t kDefaultOomReserve = std::uint64_t{64} << 20;
+
+// "943.2 MiB"
+inline ArenaString MiBText(std::uint64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
 
 class Dumper {
  public:
@@ -55,6 +81,7 @@ class Dumper {
   // Starts the thread if a trigger is configured. Called once, at start-up.
   void Start(const EnvConfig& cfg) noexcept {
     cfg_ = &cfg;
+    if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
     if (!cfg.WantsDumper()) return;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ReportLine(ArenaString("cannot start the dump thread: pipe: ") + std::strerror(errno));
@@ -100,6 +127,63 @@ class Dumper {
     return ok;
   }
 
+  // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`).
+  bool DumpNamed(const char* kind, bool peak, std::string_view why) noexcept {
+    ReentrancyGuard guard;
+    pthread_mutex_lock(&write_mutex_);
+    bool ok = false;
+    HEAPPROF_TRY {
+      char name[64];
+      std::snprintf(name, sizeof name, ".%ld.%s.pb.gz", static_cast<long>(getpid()), kind);
+      ArenaString path = Prefix();
+      path += name;
+      ArenaString error;
+      ok = peak ? WritePeakProfileFile(path, &error) : WriteProfileFile(path, false, &error);
+      if (ok) {
+        ArenaString line = "wrote ";
+        line += path;
+        line += " (";
+        line += why;
+        line += ")";
+        ReportLine(line);
+      } else {
+        ArenaString line = "cannot write ";
+        line += kind;
+        line += " profile (";
+        line += why;
+        line += "): ";
+        line += error;
+        ReportLine(line);
+      }
+    }
+    HEAPPROF_CATCH_ALL_NOEXCEPT { ok = false; }
+    pthread_mutex_unlock(&write_mutex_);
+    return ok;
+  }
+
+  // oom_dump: the first failed allocation (1_hooks: OnAllocFailure) writes
+  // <prefix>.<pid>.oom.pb.gz right there, on the failing thread, before the
+  // allocation fails as it would have (new_handler loop, bad_alloc, null).
+  // Building a profile takes memory (the snapshot, the symbolizer's maps of
+  // the ELF files, the encoder's buffers: a few MiB): the reserve mapped at
+  // start-up is released first, which gives back that much address space
+  // (RLIMIT_AS) and commit charge (vm.overcommit_memory=2). Untouched, the
+  // reserve costs no RSS and no cgroup charge.
+  void OnAllocFailed(std::size_t n) noexcept {
+    if (tls_thread_flags.guard != 0) return;  // the profiler's own allocation (or a handler inside it)
+    if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return;
+    g_alloc_failure_hook.store(nullptr, std::memory_order_release);
+    ReleaseOomReserve();
+    char why[160];
+    std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
+                  static_cast<unsigned long long>(oom_reserve_bytes_released_));
+    DumpNamed("oom", false, why);
+  }
+
+  // True once the dump thread is past its start-up (and the writer warm-up
+  // of dump_near_oom / oom_dump); tests wait for it before limiting memory.
+  bool Warm() const noexcept { return writer_warm_.load(std::memory_order_acquire); }
+
   ArenaString Prefix() const {
     return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
@@ -121,6 +205,26 @@ class Dumper {
 
   static void SignalHandler(int) noexcept;
   static void ForkChild() noexcept;
+  static void AllocFailed(std::size_t n) noexcept;
+
+  void ArmOomDump(std::uint64_t bytes) noexcept {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      ReportLine("oom_dump: cannot map the " + MiBText(bytes) + " reserve: " + std::strerror(errno) +
+                 "; the dump will be written without it");
+    } else {
+      oom_reserve_ = p;
+      oom_reserve_bytes_ = bytes;
+    }
+    g_alloc_failure_hook.store(&Dumper::AllocFailed, std::memory_order_release);
+  }
+
+  void ReleaseOomReserve() noexcept {
+    if (oom_reserve_ == nullptr) return;
+    ::munmap(oom_reserve_, oom_reserve_bytes_);
+    oom_reserve_ = nullptr;
+    oom_reserve_bytes_released_ = oom_reserve_bytes_;
+  }
 
   bool StartThread() noexcept {
     // The thread takes no signals: the program's handlers run on its threads.
@@ -190,6 +294,23 @@ class Dumper {
     ::kill(getpid(), sig);
   }
 
+  // dump_near_oom and oom_dump write when memory is short. The first profile
+  // a process writes maps the ELF and debug files and indexes their units
+  // (measured: +64 MiB of address space kept, +128 MiB at the peak of that
+  // first write, ~1 MiB of RSS): done here, at start, in the background, so
+  // that those dumps need only what a warm write needs. Under RLIMIT_AS that
+  // decides whether the dump fits.
+  static void WarmUpWriter() noexcept {
+    HEAPPROF_TRY {  // BuildProfileBytes, less its no-allocation-seen warning: it may be too early for one
+      const ProfileData data = SnapshotProfile(false);
+      const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+      Symbolizer symbolizer(objects);
+      const ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+      (void)gz;
+    }
+    HEAPPROF_CATCH_ALL_NOEXCEPT {}
+  }
+
   static void* Main(void* self) noexcept {
     ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
     static_cast<Dumper*>(self)->Loop();
@@ -199,6 +320,11 @@ class Dumper {
   void Loop() noexcept {
     const EnvConfig& cfg = *cfg_;
     const bool byte_triggers = cfg.dump_interval != 0 || cfg.inuse_interval != 0;
+    const bool memory_triggers = cfg.dump_near_oom != 0 || cfg.rss_interval != 0;
+    MemoryWatch watch;
+    if (memory_triggers) watch.Begin(cfg);
+    if (cfg.dump_near_oom != 0 || cfg.oom_dump) WarmUpWriter();
+    writer_warm_.store(true, std::memory_order_release);
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
     std::uint64_t next_alloc_mark = first_alloc_mark_ != 0 ? first_alloc_mark_ : cfg.dump_interval;
@@ -208,7 +334,7 @@ class Dumper {
     char drain[64];
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout = -1;
-      if (byte_triggers) timeout = kDumpPollMillis;
+      if (byte_triggers || memory_triggers) timeout = kDumpPollMillis;
       if (next_time != 0) {
         const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
         if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
@@ -240,8 +366,71 @@ class Dumper {
           Dump("inuse_interval");
         }
       }
+      if (memory_triggers) {
+        ArenaString why;
+        if (watch.NearOom(cfg, why)) Dump(why.c_str());
+        if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+      }
     }
   }
+
+  // dump_near_oom and rss_interval: the dump thread's state (a forked child's
+  // thread starts its own).
+  struct MemoryWatch {
+    MemoryLimit limit;
+    std::int64_t next_limit_read = 0;
+    unsigned halvings = 0;        // dump_near_oom: headroom halvings already dumped for
+    bool near_oom_done = false;   // the headroom left is below kNearOomMinHeadroom
+    std::uint64_t limit_seen = 0; // a new limit starts the thresholds again
+    std::uint64_t rss_mark = 0;
+
+    void Begin(const EnvConfig& cfg) {
+      if (cfg.rss_interval != 0) rss_mark = ResidentBytes() + cfg.rss_interval;
+    }
+
+    // The first time usage reaches F of the limit, and again each time it
+    // passes the next halving of the headroom that F left.
+    bool NearOom(const EnvConfig& cfg, ArenaString& why) {
+      if (cfg.dump_near_oom == 0) return false;
+      const std::int64_t now = MonotonicMillis();
+      if (now >= next_limit_read) {
+        limit = FindMemoryLimit();
+        next_limit_read = now + kLimitRefreshMillis;
+        if (limit.limit != limit_seen) {
+          limit_seen = limit.limit;
+          halvings = 0;
+          near_oom_done = false;
+        }
+      }
+      if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done) return false;
+      const std::uint64_t usage = limit.Usage();
+      const std::uint64_t headroom = static_cast<std::uint64_t>(
+          static_cast<unsigned __int128>(limit.limit) * (1000000 - cfg.dump_near_oom) / 1000000);
+      auto threshold = [&](unsigned k) { return limit.limit - (k < 64 ? headroom >> k : 0); };
+      if (usage == 0 || usage < threshold(halvings)) return false;
+      const unsigned first = halvings;
+      while (halvings < 64 && usage >= threshold(halvings)) ++halvings;
+      if (halvings >= 64 || (headroom >> halvings) < kNearOomMinHeadroom) near_oom_done = true;
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "dump_near_oom: %s %s of %s %s (%.1f%%), threshold %.1f%%%s", limit.UsageName(),
+                    MiBText(usage).c_str(), limit.Name(), MiBText(limit.limit).c_str(),
+                    100.0 * static_cast<double>(usage) / static_cast<double>(limit.limit),
+                    100.0 * static_cast<double>(threshold(first)) / static_cast<double>(limit.limit),
+                    first == 0 ? "" : " (headroom halved)");
+      why = buf;
+      return true;
+    }
+
+    bool RssHigh(const EnvConfig& cfg, ArenaString& why) {
+      if (cfg.rss_interval == 0) return false;
+      const std::uint64_t rss = ResidentBytes();
+      if (rss < rss_mark) return false;
+      why = "rss_interval: RSS " + MiBText(rss) + ", a new high " + MiBText(rss - (rss_mark - cfg.rss_interval)) +
+            " above the last mark";
+      rss_mark = rss + cfg.rss_interval;
+      return true;
+    }
+  };
 
   const EnvConfig* cfg_ = nullptr;
   int wake_[2] = {-1, -1};
@@ -254,12 +443,18 @@ class Dumper {
   unsigned seq_ = 0;  // under write_mutex_
   std::uint64_t first_alloc_mark_ = 0;  // a forked child's first byte-trigger marks (0: SIZE)
   std::uint64_t first_inuse_mark_ = 0;
+  void* oom_reserve_ = nullptr;  // oom_dump's reserve, released by the first failure
+  std::uint64_t oom_reserve_bytes_ = 0;
+  std::uint64_t oom_reserve_bytes_released_ = 0;
+  std::atomic<bool> oom_dumped_{false};
+  std::atomic<bool> writer_warm_{false};
 };
 
 inline Dumper g_dumper;
 
 inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
 inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
+inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed(n); }
 
 }  // namespace detail
 }  // namespace heapprof

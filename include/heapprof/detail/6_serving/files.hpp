@@ -131,10 +131,21 @@ inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, Arena
   return WriteFileAtomic(path, gz, error);
 }
 
-inline bool WriteProfile(std::ostream& out, bool allocs_default) {
+// The peak profile (2_sampling/peak.hpp), to a file.
+inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   ArenaString gz;
-  if (!BuildProfileBytes(allocs_default, gz)) return false;
+  if (!BuildPeakProfileBytes(gz)) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
+  return WriteFileAtomic(path, gz, error);
+}
+
+inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
+  ReentrancyGuard guard;
+  ArenaString gz;
+  if (!(peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz))) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
     out.flush();

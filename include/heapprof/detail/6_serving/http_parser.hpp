@@ -286,6 +286,7 @@ struct Plan {
   Error error;
   bool head_only = false;  // HEAD: the same headers, no body
   bool allocs = false;     // /allocs (default sample type alloc_space)
+  bool peak = false;       // /peak: the peak profile (?seconds=N: a new peak window of N s)
   std::int64_t seconds = 0;
   std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
 };
@@ -381,11 +382,12 @@ inline Plan PlanRequest(const Request& req) {
     plan.action = Action::kIndex;
     return plan;
   }
-  if (name != "heap" && name != "allocs") {
+  if (name != "heap" && name != "allocs" && name != "peak") {
     plan.error = Error{404, "Unknown profile"};
     return plan;
   }
   plan.allocs = name == "allocs";
+  plan.peak = name == "peak";
   // Go's Atoi with the error ignored: anything not an integer is debug=0.
   std::int64_t debug = 0;
   if (req.has_debug && !ParseInt64(req.debug, debug)) debug = 0;

@@ -12,6 +12,8 @@
 //   /debug/pprof/                 HTML index
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
+//   /debug/pprof/peak             the peak profile (?debug=1 likewise;
+//                                 ?seconds=N: ResetPeak, then the peak of the next N s)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
@@ -27,6 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -34,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <csignal>
 #include <pthread.h>
@@ -227,12 +231,17 @@ inline ArenaString IndexHtml() {
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='peak?debug=1'>peak</a></td></tr>\n",
+                static_cast<unsigned long long>(g_peak.Count()));
+  b += line;
   b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
        "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
        "(<a href='allocs'>pprof</a>)</li>\n"
        "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>peak: </div> The heap profile as it was when the in-use heap was highest "
+       "(since start or ResetPeak; seconds=N starts a new window and waits N s) (<a href='peak'>pprof</a>)</li>\n"
        "</ul>\n</p>\n</body>\n</html>\n";
   return b;
 }
@@ -251,6 +260,26 @@ inline void AppendStatsComments(ArenaString& out) {
       {"sample_rate", GetSampleRate()},
   };
   for (const auto& r : rows) AppendFormat(out, "# %s = %llu\n", r.first, static_cast<unsigned long long>(r.second));
+}
+
+// The peak snapshot's facts, for ?debug=1 of /peak (after the Stats).
+inline ArenaString PeakTextComments(const PeakInfo& info, bool exact) {
+  ArenaString out = "\n# heapprof.Peak\n";
+  for (const ArenaString& c : PeakComments(info, exact)) {
+    out += "# ";
+    out += c;
+    out += '\n';
+  }
+  return out;
+}
+
+// The peak snapshot's counts and the comments that go with them.
+inline bool BeginPeakText(TextProfileStream& stream, ArenaString& out) {
+  const PeakCopy peak = CopyPeak();
+  bool exact = true;
+  for (const BucketCounts& c : peak.counts) exact = exact && c.bucket->rate <= 1;
+  const ArenaString comments = PeakTextComments(peak.info, exact);
+  return stream.Begin(out, AppendStatsComments, &peak.counts, comments);
 }
 
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
@@ -275,7 +304,7 @@ inline ArenaString SymbolBody(std::string_view addresses) {
 // ends). `symbol_request`: kSymbol's addresses (the body or the query).
 inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
                                  std::string_view symbol_request = {}) {
-  const char* name = plan.allocs ? "allocs" : "heap";
+  const char* name = plan.peak ? "peak" : plan.allocs ? "allocs" : "heap";
   ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
@@ -295,22 +324,29 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
                      SymbolBody(symbol_request), plan.head_only);
       return out;
-    case Action::kText:
-      if (!BuildTextHeapProfile(body, AppendStatsComments)) {
-        return ErrorResponse(500, "failed to collect profile", plan.head_only);
-      }
+    case Action::kText: {
+      TextProfileStream stream;
+      bool ok = plan.peak ? BeginPeakText(stream, body) : stream.Begin(body, AppendStatsComments);
+      while (ok && !stream.done()) ok = stream.Next(body, static_cast<std::size_t>(-1));
+      if (!ok) return ErrorResponse(500, "failed to collect profile", plan.head_only);
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
                      plan.head_only);
       return out;
+    }
     case Action::kProfile:
     case Action::kDelta: {
-      if (!BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr)) {
-        return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      bool built;
+      if (plan.peak) {
+        const std::int64_t start = plan.action == Action::kDelta && since != nullptr ? since->time_nanos : 0;
+        built = BuildPeakProfileBytes(body, start != 0 ? std::max<std::int64_t>(1, RealtimeNanos() - start) : 0);
+      } else {
+        built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
+      if (!built) return ErrorResponse(500, "failed to collect profile", plan.head_only);
       ArenaString disposition = "attachment; filename=\"";
       disposition += name;
-      if (plan.action == Action::kDelta) disposition += "-delta";
+      if (plan.action == Action::kDelta && !plan.peak) disposition += "-delta";
       disposition += '"';
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"},
@@ -545,7 +581,7 @@ class Server {
       }
       ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
       ArenaString first;
-      if (!stream->Begin(first, AppendStatsComments)) {
+      if (!(job.plan.peak ? BeginPeakText(*stream, first) : stream->Begin(first, AppendStatsComments))) {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
       }
@@ -767,7 +803,14 @@ class Server {
                                           .c_str()));
         return true;
       }
-      c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
+      if (c.plan.peak) {
+        // A window of its own: the peak from now on (as ResetPeak()).
+        ResetPeak();
+        c.baseline = MakeArena<ProfileBaseline>();
+        c.baseline->time_nanos = RealtimeNanos();
+      } else {
+        c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
+      }
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
       c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;

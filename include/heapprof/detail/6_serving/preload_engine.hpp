@@ -32,9 +32,13 @@ inline bool PreloadWritePath(const char* path, bool allocs) {
   return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
 }
 
+inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
+inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
+
 inline const EngineApi g_preload_engine_api = {
     kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
+    &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
 };
 
 }  // namespace detail

@@ -41,6 +41,7 @@ inline void RunExitActions() {
   g_dumper.Stop();
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
+  if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
   if (cfg.leak_report) LeakReport(g_dumper.Prefix());
 }
 
@@ -73,7 +74,7 @@ inline bool StartFromEnv() noexcept {
   const EnvConfig& cfg = g_env_config;
   g_dumper.Start(cfg);
   StartHttpFromEnv();
-  if (cfg.dump_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
+  if (cfg.dump_at_exit || cfg.peak_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
     g_exit_hook.store(&RunExitActions);
   }
   return true;

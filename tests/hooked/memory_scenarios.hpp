@@ -1,0 +1,193 @@
+// Child processes for the memory-event tests (test_memory_events.cpp): the
+// peak profile of a known workload, dump_near_oom under RLIMIT_AS,
+// rss_interval on a growing heap, oom_dump under RLIMIT_AS. Each runs with its
+// own HEAPPROF; HEAPPROF_TEST_DIR is where the files go.
+#pragma once
+
+#include <heapprof.hpp>
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "dump_scenarios.hpp"
+#include "support/profile_io.hpp"
+
+namespace heapprof_test {
+
+// The peak workload: PeakWorkloadSmall keeps kPeakSmallCount objects of
+// kPeakSmallBytes, then PeakWorkloadBig one block of kPeakBigBytes (the step
+// past 10% that takes the snapshot at the top); all freed; then
+// SettleWorkload keeps less, elsewhere.
+constexpr std::size_t kPeakSmallCount = 4096, kPeakSmallBytes = 4000;
+constexpr std::size_t kPeakBigBytes = std::size_t{64} << 20;
+constexpr std::size_t kSettleCount = 2048, kSettleBytes = 4000;
+inline char* g_peak_small[kPeakSmallCount];
+inline char* g_settle[kSettleCount];
+inline char* g_peak_big;
+
+__attribute__((noinline)) inline void PeakWorkloadSmall() {
+  HEAPPROF_TEST_NO_UNROLL
+  for (std::size_t i = 0; i < kPeakSmallCount; ++i) g_peak_small[i] = new char[kPeakSmallBytes];
+  asm volatile("# PeakWorkloadSmall" ::: "memory");
+}
+__attribute__((noinline)) inline void PeakWorkloadBig() {
+  g_peak_big = new char[kPeakBigBytes];
+  asm volatile("# PeakWorkloadBig" ::: "memory");
+}
+__attribute__((noinline)) inline void SettleWorkload() {
+  HEAPPROF_TEST_NO_UNROLL
+  for (std::size_t i = 0; i < kSettleCount; ++i) g_settle[i] = new char[kSettleBytes];
+  asm volatile("# SettleWorkload" ::: "memory");
+}
+
+// The dump thread's writer warm-up (dumps.hpp) allocates: it must be done
+// before the test limits memory. (A build without exceptions cannot survive
+// a profile write that runs out of memory: README "Memory events".)
+inline bool WaitForWarmDumper(int seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!heapprof::detail::g_dumper.Warm()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+inline std::string TestFile(const char* name) { return std::string(std::getenv("HEAPPROF_TEST_DIR")) + "/" + name; }
+
+// Writes peak.pb.gz (WritePeakHeapProfile) and heap.pb.gz (now) into the test
+// directory; peak_at_exit adds p.<pid>.peak.pb.gz at exit.
+inline int RunPeakWorkload() {
+  PeakWorkloadSmall();
+  PeakWorkloadBig();
+  for (char* p : g_peak_small) delete[] p;
+  delete[] g_peak_big;
+  SettleWorkload();
+  if (!heapprof::WritePeakHeapProfile(TestFile("peak.pb.gz"))) return 10;
+  if (!heapprof::WriteHeapProfile(TestFile("heap.pb.gz"))) return 11;
+  std::printf("pid=%ld\n", static_cast<long>(getpid()));
+  return 0;
+}
+
+// /proc/self/statm's first field: the address space RLIMIT_AS limits.
+inline std::uint64_t AddressSpaceBytes() {
+  unsigned long long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%llu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+inline bool SetAddressSpaceLimit(std::uint64_t bytes) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) != 0) return false;
+  rl.rlim_cur = bytes;
+  return setrlimit(RLIMIT_AS, &rl) == 0;
+}
+
+// dump_near_oom=0.8 under RLIMIT_AS = address space now + 512 MiB: the heap
+// grows by 4 MiB blocks (mmapped, never touched: address space, no RSS) until
+// the address space passes 80% of the limit, then 90% (the headroom halved).
+// Each crossing must give its dump.
+inline int RunNearOom() {
+  // A first profile maps the ELF and debug files (tens of MiB of address
+  // space, kept): the dump thread does it at start, concurrently; done here
+  // too, so the limit is set above it. A build without exceptions cannot
+  // survive a dump that runs out of memory (README "Memory events").
+  if (!WaitForWarmDumper()) return 8;
+  if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 9;
+  const std::uint64_t limit = AddressSpaceBytes() + (std::uint64_t{512} << 20);
+  if (!SetAddressSpaceLimit(limit)) return 10;
+  std::printf("limit=%llu\n", static_cast<unsigned long long>(limit));
+  const std::uint64_t thresholds[2] = {limit - limit / 5, limit - limit / 10};
+  for (unsigned k = 0; k < 2; ++k) {
+    while (AddressSpaceBytes() < thresholds[k]) {
+      void* p = std::malloc(std::size_t{4} << 20);
+      if (p == nullptr) return 20 + static_cast<int>(k);
+      g_dump_sink = p;  // kept
+    }
+    if (!WaitForFile(DumpPath(k + 1))) return 30 + static_cast<int>(k);
+  }
+  return 0;
+}
+
+// rss_interval=16m: 20 MiB more touched each step; each step is a new RSS
+// high 16 MiB above the last dump's, so each gives (at least) one dump.
+inline int RunRssInterval() {
+  for (unsigned i = 1; i <= 3; ++i) {
+    char* p = LeakedByTest(std::size_t{20} << 20);
+    std::memset(p, 1, std::size_t{20} << 20);
+    if (!WaitForFile(DumpPath(i))) return 10 + static_cast<int>(i);
+  }
+  return 0;
+}
+
+// oom_dump=1 under RLIMIT_AS = address space now + 256 MiB. OomHolder keeps
+// 32 MiB (sampled at any rate); nothrow news of 16 MiB fail once the limit
+// is reached. The dump must be written before the new_handler is called,
+// then the allocation behaves as without heapprof: the handler is called,
+// and when it gives up, nothrow new returns null and new throws bad_alloc.
+inline char* g_oom_holder;
+inline int g_handler_calls = 0;
+inline bool g_dump_before_handler = false;
+
+__attribute__((noinline)) inline void OomHolder() {
+  g_oom_holder = new char[std::size_t{32} << 20];
+  asm volatile("# OomHolder" ::: "memory");
+}
+
+inline void OomNewHandler() {
+  ++g_handler_calls;
+  struct stat st {};
+  char name[64];
+  std::snprintf(name, sizeof name, "p.%ld.oom.pb.gz", static_cast<long>(getpid()));
+  g_dump_before_handler = ::stat(TestFile(name).c_str(), &st) == 0;
+  std::set_new_handler(nullptr);  // give up: the next failure is final
+}
+
+inline int RunOomDump() {
+  OomHolder();
+  if (!WaitForWarmDumper()) return 9;
+  if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::uint64_t{256} << 20))) return 10;
+  std::set_new_handler(&OomNewHandler);
+  int blocks = 0;
+  for (;; ++blocks) {
+    void* p = ::operator new(std::size_t{16} << 20, std::nothrow);
+    if (p == nullptr) break;
+    g_dump_sink = p;  // kept: the limit is reached after ~16 blocks
+    if (blocks > 1000) return 11;
+  }
+  std::printf("blocks=%d handler_calls=%d dump_before_handler=%d\n", blocks, g_handler_calls,
+              g_dump_before_handler ? 1 : 0);
+  if (g_handler_calls != 1 || !g_dump_before_handler) return 12;
+  // Once only: a second failure writes nothing more (the parent counts files).
+  // The reserve's 64 MiB is free address space now: ask for more than that.
+#if HEAPPROF_EXCEPTIONS
+  bool threw = false;
+  try {
+    g_dump_sink = ::operator new(std::size_t{512} << 20);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  if (!threw) return 13;
+#endif
+  if (::operator new(std::size_t{512} << 20, std::nothrow) != nullptr) return 14;
+  return 0;
+}
+
+inline int RunMemoryScenario(const char* name, bool& known) {
+  known = true;
+  if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
+  if (std::strcmp(name, "near_oom") == 0) return RunNearOom();
+  if (std::strcmp(name, "rss_interval") == 0) return RunRssInterval();
+  if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
+  known = false;
+  return 2;
+}
+
+}  // namespace heapprof_test

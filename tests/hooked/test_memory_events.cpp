@@ -1,0 +1,321 @@
+// Memory events (issue 16): the peak heap profile, dumps near the memory
+// limit (dump_near_oom, rss_interval), the dump on allocation failure
+// (oom_dump). Child processes: memory_scenarios.hpp.
+#include <heapprof.hpp>
+#include "heapprof/detail/2_sampling/peak.hpp"
+
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/http_client.hpp"
+#include "support/profile_io.hpp"
+
+namespace {
+
+using namespace heapprof_test;
+
+constexpr std::size_t kSmallCount = 4096, kSmallBytes = 4000;  // memory_scenarios.hpp
+constexpr std::int64_t kBigBytes = std::int64_t{64} << 20;
+constexpr std::size_t kSettleCount = 2048, kSettleBytes = 4000;
+
+int RunScenario(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
+  return RunCommand(env + " HEAPPROF_TEST_CHILD=" + scenario + " timeout -s KILL " + std::to_string(seconds) + " " +
+                        SelfExe(),
+                    output);
+}
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/heapprof_memev_XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  REQUIRE(dir != nullptr);
+  return dir;
+}
+
+std::vector<std::string> Matching(const std::string& dir, const std::string& pattern) {
+  std::vector<std::string> out;
+  const std::regex re(pattern);
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (std::regex_match(e->d_name, re)) out.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void RemoveDir(const std::string& dir) {
+  for (const std::string& name : Matching(dir, ".*")) {
+    if (name != "." && name != "..") std::remove((dir + "/" + name).c_str());
+  }
+  rmdir(dir.c_str());
+}
+
+std::int64_t Total(const Profile& p, const std::string& type) {
+  const int idx = SampleTypeIndex(p, type);
+  std::int64_t t = 0;
+  for (const Sample& s : p.samples) t += s.values.at(idx);
+  return t;
+}
+
+std::vector<std::string> Comments(const Profile& p) {
+  std::vector<std::string> out;
+  for (std::int64_t i : p.comment_indices) out.push_back(p.string_table.at(static_cast<std::size_t>(i)));
+  return out;
+}
+
+// The standard deviation of the estimated bytes of `count` objects of `size`
+// sampled at `rate` (each kept with probability q = 1 - exp(-size/rate) and
+// weighted size/q): sqrt(count q (1-q)) size/q.
+double SampledSigma(std::size_t count, std::size_t size, double rate) {
+  const double q = -std::expm1(-static_cast<double>(size) / rate);
+  return std::sqrt(static_cast<double>(count) * q * (1 - q)) * static_cast<double>(size) / q;
+}
+
+void* g_window_keep;
+
+__attribute__((noinline)) void WindowA(std::size_t n) {
+  char* p = new char[n];
+  asm volatile("# WindowA" : : "r"(p) : "memory");
+  delete[] p;
+}
+
+__attribute__((noinline)) void WindowB(std::size_t n) {
+  g_window_keep = new char[n];
+  asm volatile("# WindowB" ::: "memory");
+}
+
+__attribute__((noinline)) void HttpPeakLeaf(std::size_t n) {
+  char* p = new char[n];
+  asm volatile("# HttpPeakLeaf" : : "r"(p) : "memory");
+  delete[] p;
+}
+
+bool CapturePeak(Profile& p, std::string* gz_out = nullptr) {
+  std::ostringstream os;
+  if (!heapprof::WritePeakHeapProfile(os)) return false;
+  std::string raw;
+  if (gz_out) *gz_out = os.str();
+  return Gunzip(os.str(), raw) && DecodeProfile(raw, p) && Validate(p);
+}
+
+// Enough bytes that one block is a step of more than 10% of the estimate:
+// the peak snapshot is then taken right at it.
+std::size_t StepAboveTenPercent() { return heapprof::detail::g_peak.InuseEstimate() / 4 + (std::size_t{8} << 20); }
+
+}  // namespace
+
+TEST_CASE("peak profile: a workload that peaks in one function and settles elsewhere, exact at rate 1") {
+  const std::string dir = MakeTempDir();
+  std::string out;
+  const int rc = RunScenario("HEAPPROF=rate=1,peak_at_exit=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                             "peak_workload", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile peak, heap;
+  REQUIRE(ReadProfileFile(dir + "/peak.pb.gz", peak));
+  REQUIRE(ReadProfileFile(dir + "/heap.pb.gz", heap));
+  // At the peak: all of PeakWorkload*, nothing of SettleWorkload; to the byte.
+  CHECK(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_space") == std::int64_t{kSmallCount * kSmallBytes});
+  CHECK(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_objects") == std::int64_t{kSmallCount});
+  CHECK(SumForLeaf(peak, "PeakWorkloadBig", "inuse_space") == kBigBytes);
+  CHECK(SumForLeaf(peak, "SettleWorkload", "inuse_space") == 0);
+  // Now: the other way round.
+  CHECK(SumForLeaf(heap, "PeakWorkload", "inuse_space") == 0);
+  CHECK(SumForLeaf(heap, "SettleWorkload", "inuse_space") == std::int64_t{kSettleCount * kSettleBytes});
+  // The profile says when and how much: its total, exactly.
+  const std::vector<std::string> comments = Comments(peak);
+  REQUIRE(!comments.empty());
+  INFO(comments[0]);
+  CHECK(comments[0].find("heapprof peak: " + std::to_string(Total(peak, "inuse_space")) + " bytes") == 0);
+  CHECK(comments[0].find("every allocation recorded") != std::string::npos);
+  CHECK(peak.time_nanos > 0);
+  CHECK(peak.time_nanos <= heap.time_nanos);
+  // peak_at_exit: the same peak, at exit.
+  const std::vector<std::string> at_exit = Matching(dir, R"(p\.[0-9]+\.peak\.pb\.gz)");
+  REQUIRE(at_exit.size() == 1);
+  Profile exit_peak;
+  REQUIRE(ReadProfileFile(dir + "/" + at_exit[0], exit_peak));
+  CHECK(SumForLeaf(exit_peak, "PeakWorkloadBig", "inuse_space") == kBigBytes);
+  CHECK(out.find("(peak_at_exit)") != std::string::npos);
+  // And go tool pprof shows the comments and the stacks.
+  std::string go_out;
+  const int go_rc = GoPprof("-comments", dir + "/peak.pb.gz", go_out);
+  if (go_rc != -2) {
+    INFO(go_out);
+    CHECK(go_rc == 0);
+    CHECK(go_out.find("heapprof peak: ") != std::string::npos);
+    CHECK(GoPprof("-top -sample_index=inuse_space", dir + "/peak.pb.gz", go_out) == 0);
+    INFO(go_out);
+    CHECK(go_out.find("PeakWorkloadBig") != std::string::npos);
+  }
+  RemoveDir(dir);
+}
+
+TEST_CASE("peak profile: at the default rate, within 4.5 sigma of the workload") {
+  const std::string dir = MakeTempDir();
+  std::string out;
+  const int rc = RunScenario("HEAPPROF=dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "peak_workload", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile peak;
+  REQUIRE(ReadProfileFile(dir + "/peak.pb.gz", peak));
+  // The 64 MiB block is sampled with probability 1 - e^-128 and weighs its size.
+  CHECK(SumForLeaf(peak, "PeakWorkloadBig", "inuse_space") == kBigBytes);
+  const double sigma = SampledSigma(kSmallCount, kSmallBytes, 524288.0);  // ~2.9 MB, 18% of 16.4 MB
+  const double small = static_cast<double>(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_space"));
+  INFO("PeakWorkloadSmall " << small << ", sigma " << sigma);
+  CHECK(std::fabs(small - static_cast<double>(kSmallCount * kSmallBytes)) <= 4.5 * sigma);
+  CHECK(SumForLeaf(peak, "SettleWorkload", "inuse_space") == 0);
+  const std::vector<std::string> comments = Comments(peak);
+  REQUIRE(!comments.empty());
+  CHECK(comments[0].find("estimated from samples") != std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("peak profile: ResetPeak starts a new window") {
+  RateScope rate(1);
+  heapprof::ResetPeak();
+  const std::size_t a = StepAboveTenPercent();
+  WindowA(a);
+  Profile p;
+  REQUIRE(CapturePeak(p));
+  CHECK(SumForLeaf(p, "WindowA", "inuse_space") == static_cast<std::int64_t>(a));
+  heapprof::ResetPeak();  // A's peak is gone: the window starts at the heap now
+  REQUIRE(CapturePeak(p));
+  CHECK(SumForLeaf(p, "WindowA", "inuse_space") == 0);
+  const std::size_t b = StepAboveTenPercent() / 2 + (std::size_t{4} << 20);
+  WindowB(b);
+  REQUIRE(CapturePeak(p));
+  CHECK(SumForLeaf(p, "WindowA", "inuse_space") == 0);
+  CHECK(SumForLeaf(p, "WindowB", "inuse_space") == static_cast<std::int64_t>(b));
+  delete[] static_cast<char*>(g_window_keep);
+}
+
+TEST_CASE("http: /debug/pprof/peak is listed, read by go tool pprof, and takes /heap's queries") {
+  RateScope rate(1);
+  heapprof::HttpServer server("127.0.0.1:0");
+  heapprof::ResetPeak();
+  const std::size_t n = StepAboveTenPercent();
+  HttpPeakLeaf(n);
+
+  const HttpResponse index = HttpGet(server.port(), "/debug/pprof/");
+  CHECK(index.status == 200);
+  CHECK(index.body.find("<a href='peak?debug=1'>peak</a>") != std::string::npos);
+
+  const HttpResponse r = HttpGet(server.port(), "/debug/pprof/peak");
+  REQUIRE(r.status == 200);
+  CHECK(r.body.size() > 0);
+  std::string raw;
+  Profile p;
+  REQUIRE(Gunzip(r.body, raw));
+  REQUIRE(DecodeProfile(raw, p));
+  CHECK(Validate(p));
+  CHECK(SumForLeaf(p, "HttpPeakLeaf", "inuse_space") == static_cast<std::int64_t>(n));
+
+  CHECK(HttpGet(server.port(), "/debug/pprof/peak?seconds=0").status == 400);
+
+  // The text last: this process's ?debug=1 text is large (the stacks of every
+  // earlier test), and at rate 1 its buffer can become the new peak.
+  struct TextCheck {
+    std::uint16_t port;
+    ~TextCheck() {
+      const HttpResponse text = HttpGet(port, "/debug/pprof/peak?debug=1");
+      CHECK(text.status == 200);
+      CHECK(text.body.find("heap profile: ") == 0);
+      CHECK(text.body.find("# heapprof.Peak\n# heapprof peak: ") != std::string::npos);
+    }
+  } text_check{server.port()};
+
+  const std::string go = GoBinary();
+  if (go.empty()) {
+    MESSAGE("go not installed (Debian golang-go): skipped the go tool pprof part");
+    return;
+  }
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/debug/pprof/peak";
+  const std::string env = "PPROF_TMPDIR=/tmp/heapprof-pprof-tmp HOME=${HOME:-/tmp} GOCACHE=${GOCACHE:-/tmp/heapprof-gocache} ";
+  std::string out;
+  int rc = RunCommand(env + go + " tool pprof -top -sample_index=inuse_space '" + url + "'", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("Type: inuse_space") != std::string::npos);
+  CHECK(out.find("HttpPeakLeaf") != std::string::npos);
+  rc = RunCommand(env + go + " tool pprof -comments '" + url + "'", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("heapprof peak: " + std::to_string(Total(p, "inuse_space")) + " bytes") != std::string::npos);
+  rc = RunCommand(env + go + " tool pprof -raw -symbolize=remote '" + url + "?debug=1'", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("HttpPeakLeaf") != std::string::npos);
+  // -seconds: a new window of 1 s, in which HttpPeakLeaf's block was not live
+  // (the profile still counts its allocation in alloc_space, as /heap does).
+  rc = RunCommand(env + go + " tool pprof -top -sample_index=inuse_space -seconds 1 '" + url + "'", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("Duration: 1") != std::string::npos);
+  CHECK(out.find("HttpPeakLeaf") == std::string::npos);
+}
+
+TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at each halving of the headroom") {
+  const std::string dir = MakeTempDir();
+  std::string out;
+  const int rc = RunScenario("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                             "near_oom", out);
+  INFO(out);
+  CHECK(rc == 0);
+  const std::vector<std::string> dumps = Matching(dir, R"(p\.[0-9]+\.[0-9]{4}\.heap\.pb\.gz)");
+  CHECK(dumps.size() >= 2);
+  for (const std::string& name : dumps) {
+    Profile p;
+    INFO(name);
+    CHECK(ReadProfileFile(dir + "/" + name, p));
+  }
+  CHECK(out.find("(dump_near_oom: address space ") != std::string::npos);
+  CHECK(out.find(" of RLIMIT_AS ") != std::string::npos);
+  CHECK(out.find("threshold 80.0%)") != std::string::npos);
+  CHECK(out.find("threshold 90.0% (headroom halved))") != std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
+  const std::string dir = MakeTempDir();
+  std::string out;
+  const int rc = RunScenario("HEAPPROF=rss_interval=16m,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                             "rss_interval", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(Matching(dir, R"(p\.[0-9]+\.[0-9]{4}\.heap\.pb\.gz)").size() >= 3);
+  CHECK(out.find("(rss_interval: RSS ") != std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one profile, then fails as before") {
+  const std::string dir = MakeTempDir();
+  std::string out;
+  const int rc = RunScenario("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "oom_dump", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("handler_calls=1 dump_before_handler=1") != std::string::npos);
+  CHECK(out.find("(oom_dump: an allocation of 16777216 bytes failed") != std::string::npos);
+  // Once: the later failures (512 MiB, thrown and nothrow) wrote nothing.
+  const std::size_t first = out.find("(oom_dump:");
+  CHECK((first != std::string::npos && out.find("(oom_dump:", first + 1) == std::string::npos));
+  const std::vector<std::string> oom = Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)");
+  REQUIRE(oom.size() == 1);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/" + oom[0], p));
+  CHECK(SumForLeaf(p, "OomHolder", "inuse_space") == (std::int64_t{32} << 20));
+  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  RemoveDir(dir);
+}
