@@ -13,6 +13,7 @@
 #include "heapprof/http.hpp"
 #include "heapprof/labels.hpp"
 #include "heapprof/detail/internals.hpp"
+#include "heapprof/detail/1_hooks/hook_check.hpp"  // before 1_hooks/{malloc,new_delete}.hpp, which need it (and the single header emits it once)
 
 #if HEAPPROF_ENABLED
 
