@@ -13,6 +13,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "dump_scenarios.hpp"
 #include "support/profile_io.hpp"
@@ -105,26 +106,33 @@ inline int RunNearOom() {
   if (!SetAddressSpaceLimit(limit)) return 10;
   std::printf("limit=%llu\n", static_cast<unsigned long long>(limit));
   const std::uint64_t thresholds[2] = {limit - limit / 5, limit - limit / 10};
-  for (unsigned k = 0; k < 2; ++k) {
-    while (AddressSpaceBytes() < thresholds[k]) {
-      void* p = std::malloc(std::size_t{4} << 20);
-      if (p == nullptr) return 20 + static_cast<int>(k);
-      g_dump_sink = p;  // kept
+  std::vector<void*> kept;
+  kept.reserve(1024);
+  int rc = 0;
+  for (unsigned k = 0; k < 2 && rc == 0; ++k) {
+    while (rc == 0 && AddressSpaceBytes() < thresholds[k]) {
+      void* p = kept.size() < kept.capacity() ? std::malloc(std::size_t{4} << 20) : nullptr;
+      if (p == nullptr) rc = 20 + static_cast<int>(k);
+      kept.push_back(p);
     }
-    if (!WaitForFile(DumpPath(k + 1))) return 30 + static_cast<int>(k);
+    if (rc == 0 && !WaitForFile(DumpPath(k + 1))) rc = 30 + static_cast<int>(k);
   }
-  return 0;
+  for (void* p : kept) std::free(p);
+  return rc;
 }
 
 // rss_interval=16m: 20 MiB more touched each step; each step is a new RSS
 // high 16 MiB above the last dump's, so each gives (at least) one dump.
 inline int RunRssInterval() {
-  for (unsigned i = 1; i <= 3; ++i) {
-    char* p = LeakedByTest(std::size_t{20} << 20);
+  char* kept[3] = {};
+  int rc = 0;
+  for (unsigned i = 1; i <= 3 && rc == 0; ++i) {
+    char* p = kept[i - 1] = LeakedByTest(std::size_t{20} << 20);
     std::memset(p, 1, std::size_t{20} << 20);
-    if (!WaitForFile(DumpPath(i))) return 10 + static_cast<int>(i);
+    if (!WaitForFile(DumpPath(i))) rc = 10 + static_cast<int>(i);
   }
-  return 0;
+  for (char* p : kept) delete[] p;  // LeakSanitizer (ASan builds) checks at exit
+  return rc;
 }
 
 // oom_dump=1 under RLIMIT_AS = address space now + 256 MiB. OomHolder keeps
