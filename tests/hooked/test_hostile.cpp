@@ -233,6 +233,11 @@ TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, u
 #if defined(HEAPPROF_TSAN)
   MESSAGE("skipped under TSan: it cannot start threads after a multi-threaded fork");
   return;
+#elif defined(HEAPPROF_ASAN)
+  // Seen 1 run in 15: the daemon, forked while another thread held ASan's own
+  // allocator lock, waits on it forever (no heapprof frame in its stack).
+  MESSAGE("skipped under ASan: its runtime's allocator lock can be inherited locked by a multi-threaded fork");
+  return;
 #endif
   // Before: the dump thread stayed in the parent, and exit actions ran only
   // in the process that started the profiler: no file at all.
