@@ -124,6 +124,10 @@ inline int RunNearOom() {
 // rss_interval=16m: 20 MiB more touched each step; each step is a new RSS
 // high 16 MiB above the last dump's, so each gives (at least) one dump.
 inline int RunRssInterval() {
+  // The first mark is SIZE above RSS when the dump thread starts: wait for it
+  // to have started, or on a busy machine the first 20 MiB can be touched
+  // before it reads RSS (then no step is 16 MiB above its mark; seen in CI).
+  if (!WaitForWarmDumper()) return 8;
   char* kept[3] = {};
   int rc = 0;
   for (unsigned i = 1; i <= 3 && rc == 0; ++i) {
