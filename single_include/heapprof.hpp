@@ -295,6 +295,7 @@ HEAPPROF_LINKED_END
 //   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
 //     └─ OnAllocSlow (out of line)    register thread / redraw / sample
 //   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
+//   OnFreeBlock (global hooks)        block < sampled_min → counters += ...; done
 //     └─ OnFreeSlow (out of line)     live map lookup, bucket frees++
 //
 // The slow paths are compiled once, by the implementation unit
@@ -343,7 +344,7 @@ HEAPPROF_ALWAYS_INLINE void BumpCounter(std::uint64_t& c, std::uint64_t by) noex
 }
 
 // One thread's state. The fast path reads the thread-local pointer and the
-// five words at its start; the rest is the slow path's and the registry's
+// six words at its start; the rest is the slow path's and the registry's
 // (2_sampling/thread_registry.hpp). Slots live in the profiler's arena, one
 // cache line each, and are recycled when their thread exits.
 struct alignas(64) ThreadState {
@@ -353,6 +354,11 @@ struct alignas(64) ThreadState {
   std::uint64_t alloc_bytes = 0;
   std::uint64_t free_objects = 0;
   std::uint64_t free_bytes = 0;
+  // --- read by the owner on every global hook's free; written under the registry lock ---
+  // No sampled block of the global hooks is smaller than this (block_hooks.hpp:
+  // SampledMinBlock), so a smaller block's free is not a sampled object's. 0 in
+  // the empty state: a thread without a slot sends every free to the slow path.
+  std::uint64_t sampled_min = 0;
   // --- owner only, slow path ---
   std::uint64_t rng = 0;
   std::uint64_t rate_epoch = 0;  // epoch of the rate the countdown was drawn at
@@ -1910,6 +1916,53 @@ inline void DetectBlockSize() noexcept {
 #endif
 }
 
+// ------------------------------------------------ the free that reads nothing
+// An unsampled free must not touch the profiler's shared memory (issue 15):
+// the free filter (fast_path.hpp) is 128 KiB read at a random line per free.
+// The global hooks read the block's usable size anyway (for Stats), so that is
+// the tag: every block they sample is at least SampledMinBlock bytes, and a
+// free of a smaller block is known unsampled from the size alone. A small
+// allocation the countdown is about to sample asks the allocator for
+// SampledMinBlock bytes instead (SampledRequest, before the allocation: the
+// countdown knows `n`), so the object's address, alignment, realloc and
+// malloc_usable_size stay the allocator's own. Frees of blocks at least that
+// big read the filter as before.
+//
+// Cost: one sampled small object holds 1 KiB; at the default 512 KiB rate
+// that is at most 0.2% more heap (1/512 of the small-object bytes), at the
+// 64 KiB floor 1.6%. Below 64 KiB (rate 1 records everything) blocks are not
+// padded and every free reads the filter.
+constexpr std::uint64_t kSampledMinBlock = 1024;
+constexpr std::uint64_t kPaddedSamplingMinRate = 64 * 1024;
+
+// The process's value; lowered to 0 (never raised again) when the rate first
+// drops below kPaddedSamplingMinRate (engine.hpp: ApplyRate). Every slot's
+// copy is lowered before this, under the registry lock, and a sample checks
+// this one (acquire) before it keeps a small block: whoever frees the block
+// later sees its own copy lowered.
+inline std::atomic<std::uint64_t> g_sampled_min{HEAPPROF_DEFAULT_SAMPLE_RATE >= kPaddedSamplingMinRate ? kSampledMinBlock
+                                                                                                       : 0};
+
+// What a global hook asks the allocator for, for a request of `n` bytes: `n`,
+// unless the countdown is about to run out (then the sample's block must be
+// at least sampled_min). Read twice (here and in OnAllocBlock), on the line
+// the fast path reads anyway. If the two disagree (a signal handler allocated
+// in between, or the thread had no slot yet) the sample moves to the
+// thread's next allocation (engine.hpp).
+HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n) noexcept {
+  const ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_LIKELY(LoadRelaxed(ts->countdown) > static_cast<std::int64_t>(n))) return n;
+  const std::size_t min = static_cast<std::size_t>(LoadRelaxed(ts->sampled_min));
+  return n < min ? min : n;
+}
+// The same for an aligned allocation (aligned_alloc wants a multiple of the
+// alignment, a power of two).
+HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t align) noexcept {
+  const std::size_t m = SampledRequest(n);
+  if (m == n || align == 0 || (align & (align - 1)) != 0) return m;  // a bad alignment fails as it would
+  return (m + align - 1) & ~(align - 1);
+}
+
 // The global hooks' fast paths: OnAlloc and OnFree of fast_path.hpp, counting
 // the block's usable size in Stats. `n` (the requested size) drives the sampler.
 HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return) noexcept {
@@ -1929,11 +1982,13 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
 // OnFreeSlow); only when `can_defer`.
 HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
   ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
+  const std::size_t size = BlockSize(p);
+  if (HEAPPROF_UNLIKELY(size >= LoadRelaxed(ts->sampled_min)) &&
+      (MaybeSampled(p) | (ts == &g_empty_thread_state))) {
     return OnFreeSlow(p, 0, can_defer ? kFreeCanDefer : 0u);
   }
   BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, BlockSize(p));
+  BumpCounter(ts->free_bytes, size);
   return false;
 }
 
@@ -2080,7 +2135,18 @@ class ThreadRegistry {
     }
     slot->in_use = true;
     slot->next_free = nullptr;
+    StoreRelaxed(slot->sampled_min, g_sampled_min.load(std::memory_order_acquire));
     return slot;
+  }
+
+  // The rate is going below kPaddedSamplingMinRate: small blocks may be
+  // sampled from now on, so every free must read the filter. Each slot first,
+  // then the process value that a sample checks (block_hooks.hpp).
+  void LowerSampledMin() noexcept {
+    LockGuard hold(lock_);
+    if (g_sampled_min.load(std::memory_order_relaxed) == 0) return;
+    for (ThreadState* s = all_; s != nullptr; s = s->next_slot) StoreRelaxed(s->sampled_min, std::uint64_t{0});
+    g_sampled_min.store(0, std::memory_order_release);
   }
 
   // Folds the slot's counters into the retired totals and frees the slot.
@@ -5505,6 +5571,8 @@ inline void EnsureInit() noexcept {
 
 inline void ApplyRate(std::uint64_t rate) noexcept {
   if (rate > kMaxRate) rate = kMaxRate;
+  // Before any thread can draw at the new rate (block_hooks.hpp: sampled_min).
+  if (rate != 0 && rate < kPaddedSamplingMinRate) g_registry.LowerSampledMin();
   std::uint64_t old = g_rate_state.load(std::memory_order_relaxed);
   while (!g_rate_state.compare_exchange_weak(old, ((EpochOf(old) + 1) << kRateBits) | rate,
                                              std::memory_order_acq_rel)) {
@@ -5677,8 +5745,19 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     StoreRelaxed(ts->countdown, left);
     return;
   }
+  if (rate == 0) {
+    StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
+    return;
+  }
+  if ((how & kCountBlock) != 0 && flags.guard == 0 && counted < g_sampled_min.load(std::memory_order_acquire)) {
+    // A global hook's block below sampled_min: its free would not look for
+    // it. The hook did not pad it (SampledRequest saw another countdown: the
+    // thread's first allocation, or a signal handler's in between): the
+    // sample moves to this thread's next allocation, which will be padded.
+    StoreRelaxed(ts->countdown, std::int64_t{1});
+    return;
+  }
   StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
-  if (rate == 0) return;
   if (flags.guard != 0) {
     // The profiler's own allocation, or a signal handler's that interrupted
     // this thread inside the profiler (which may hold any of its locks):
@@ -14083,7 +14162,7 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
 
 HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
   if (p == nullptr) {
-    void* q = g_fn.malloc(n);
+    void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
       OnAllocBlock(q, n, ret);
     } else if (n != 0) {
@@ -14092,7 +14171,7 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
     return q;
   }
   if (HEAPPROF_UNLIKELY(IsBootstrap(p))) {  // a bootstrap block moves to the real heap
-    void* q = g_fn.malloc(n);
+    void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
       const std::size_t old = BootstrapSize(p);
       std::memcpy(q, p, old < n ? old : n);
@@ -14103,7 +14182,8 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
   // The old block leaves the profile before the allocator may reuse it; a
   // realloc cannot be deferred (the caller expects the move now).
   OnFreeBlock(p, false);
-  void* q = g_fn.realloc(p, n);
+  // realloc(p, 0) frees (glibc) whatever the countdown says.
+  void* q = g_fn.realloc(p, n == 0 ? 0 : SampledRequest(n));
   if (q != nullptr) {
     OnAllocBlock(q, n, ret);
   } else if (n != 0) {
@@ -14137,7 +14217,7 @@ extern "C" void free_sized(void* p, std::size_t n) noexcept;
 extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.malloc(n);
+  void* p = heapprof::detail::real::g_fn.malloc(heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -14155,7 +14235,11 @@ HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::s
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
-  void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
+  std::size_t total;
+  const bool overflow = __builtin_mul_overflow(count, size, &total);
+  const std::size_t want = overflow ? total : heapprof::detail::SampledRequest(total);
+  void* p = want == total ? heapprof::detail::real::g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
+                          : heapprof::detail::real::g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
   } else {
@@ -14180,7 +14264,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
-  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, n);
+  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, heapprof::detail::SampledRequest(n));
   if (e == 0) {
     heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
   } else if (e == ENOMEM) {
@@ -14190,7 +14274,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, n);
+  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -14200,7 +14284,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.memalign(alignment, n);
+  void* p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -14210,7 +14294,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n)
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.valloc(n);
+  void* p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -14393,14 +14477,14 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
-  if (void* p = NewMalloc(n)) return p;
+  if (void* p = NewMalloc(SampledRequest(n))) return p;
   OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
   return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
   if (n == 0) n = 1;
-  if (void* p = NewMalloc(n)) return p;
+  if (void* p = NewMalloc(SampledRequest(n))) return p;
   OnAllocFailure(n);
   return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
@@ -14420,7 +14504,7 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al,
   std::size_t align = static_cast<std::size_t>(al);
   if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
   if (n == 0) n = 1;
-  if (void* p = AlignedMalloc(n, align)) return p;
+  if (void* p = AlignedMalloc(SampledRequest(n, align), align)) return p;
   OnAllocFailure(n);
   return RetryWithNewHandler([n, align] { return AlignedMalloc(n, align); }, nothrow);
 }

@@ -7,6 +7,7 @@
 #include "heapprof/detail/2_sampling/buckets.hpp"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -590,6 +591,104 @@ inline int RunDumpNoHostHeap() {
   return written && after.alloc_objects == before.alloc_objects && after.alloc_bytes == before.alloc_bytes ? 0 : 1;
 }
 
+// ---- padded_samples: a small block the countdown samples is asked of the
+// allocator as 1 KiB (block_hooks.hpp: SampledRequest), so that a free of a
+// block under 1 KiB never reads the free filter; every such free is still
+// found. Run at HEAPPROF=rate=65536 (padding on from the start).
+struct PaddedSmall {
+  char bytes[40];
+};
+inline std::vector<char*> g_padded_arrays;
+inline std::vector<PaddedSmall*> g_padded_objects;
+
+__attribute__((noinline)) inline void PaddedArrayAlloc(int n) {
+  for (int i = 0; i < n; ++i) g_padded_arrays.push_back(new char[32]);  // freed by unsized delete[]
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) inline void PaddedObjectAlloc(int n) {
+  for (int i = 0; i < n; ++i) g_padded_objects.push_back(new PaddedSmall);  // freed by sized delete
+  asm volatile("" ::: "memory");
+}
+
+inline int RunPaddedSamples() {
+  const int n = 100000;
+  g_padded_arrays.reserve(n);  // the vectors' own blocks: allocated before the baseline
+  g_padded_objects.reserve(n);
+  const std::string path = std::string(std::getenv("HEAPPROF_TEST_OUT"));
+  const heapprof::Stats before = heapprof::GetStats();
+  PaddedArrayAlloc(n);
+  PaddedObjectAlloc(n);
+  std::size_t padded = 0, usable_sum = 0;
+  for (char* p : g_padded_arrays) {
+    usable_sum += malloc_usable_size(p);
+    padded += malloc_usable_size(p) >= 1024;
+  }
+  for (PaddedSmall* p : g_padded_objects) {
+    usable_sum += malloc_usable_size(p);
+    padded += malloc_usable_size(p) >= 1024;
+  }
+  const heapprof::Stats held = heapprof::GetStats();
+  if (!heapprof::WriteHeapProfile(path.c_str())) return 10;
+  std::int64_t sampled = 0;
+  {
+    Profile live;  // gone before the last Stats reading
+    if (!ReadProfileFile(path, live)) return 11;
+    sampled = SumForLeaf(live, "PaddedArrayAlloc", "inuse_objects") + SumForLeaf(live, "PaddedObjectAlloc", "inuse_objects");
+  }
+  for (char* p : g_padded_arrays) delete[] p;
+  for (PaddedSmall* p : g_padded_objects) delete p;
+  const heapprof::Stats after = heapprof::GetStats();
+  if (!heapprof::WriteHeapProfile(path.c_str())) return 12;
+  Profile freed;
+  if (!ReadProfileFile(path, freed)) return 13;
+  const std::int64_t left = SumForLeaf(freed, "PaddedArrayAlloc", "inuse_objects") +
+                            SumForLeaf(freed, "PaddedObjectAlloc", "inuse_objects");
+  const std::int64_t allocated = SumForLeaf(freed, "PaddedArrayAlloc", "alloc_objects") +
+                                 SumForLeaf(freed, "PaddedObjectAlloc", "alloc_objects");
+  std::printf("padded_samples: %zu of %d blocks padded; profile in use %lld objects, after the frees %lld (allocated %lld); "
+              "Stats held %llu bytes (usable sum %zu), after %lld\n",
+              padded, 2 * n, static_cast<long long>(sampled), static_cast<long long>(left),
+              static_cast<long long>(allocated),
+              static_cast<unsigned long long>(held.live_bytes - before.live_bytes), usable_sum,
+              static_cast<long long>(after.live_bytes) - static_cast<long long>(before.live_bytes));
+  // 6.4 MB at 64 KiB: ~98 samples (sigma ~10): 40..200 is far outside chance.
+  if (padded < 40 || padded > 200) return 20;
+  if (sampled <= 0) return 21;  // the samples are in the profile
+  if (left != 0) return 22;     // every padded sample's free was found
+  if (allocated <= 0) return 23;
+  if (held.live_bytes - before.live_bytes != usable_sum) return 24;  // Stats count the padded blocks' size
+  if (after.live_bytes != before.live_bytes) return 25;
+  return 0;
+}
+
+// ---- padding_off: below 64 KiB the padding stops for good (rate 1 records
+// every block at its own size) and every free reads the filter again.
+__attribute__((noinline)) inline int RunPaddingOff() {
+  heapprof::SetSampleRate(1);
+  const std::string path = std::string(std::getenv("HEAPPROF_TEST_OUT"));
+  std::vector<char*> keep;
+  keep.reserve(2000);
+  const heapprof::Stats before = heapprof::GetStats();
+  for (int i = 0; i < 1000; ++i) keep.push_back(new char[48]);
+  std::size_t padded = 0;
+  for (char* p : keep) padded += malloc_usable_size(p) >= 1024;
+  heapprof::SetSampleRate(524288);  // back up: the padding stays off
+  for (int i = 0; i < 1000; ++i) keep.push_back(new char[48]);
+  for (char* p : keep) padded += malloc_usable_size(p) >= 1024;
+  for (char* p : keep) delete[] p;
+  const heapprof::Stats after = heapprof::GetStats();
+  if (!heapprof::WriteHeapProfile(path.c_str())) return 10;
+  Profile prof;
+  if (!ReadProfileFile(path, prof)) return 11;
+  const std::int64_t live = SumForLeaf(prof, "RunPaddingOff", "inuse_objects");
+  std::printf("padding_off: padded %zu, in use after the frees %lld, live bytes %lld\n", padded,
+              static_cast<long long>(live), static_cast<long long>(after.live_bytes) - static_cast<long long>(before.live_bytes));
+  if (padded != 0) return 20;
+  if (live != 0) return 21;
+  if (after.live_bytes != before.live_bytes) return 22;
+  return 0;
+}
+
 inline int RunChild(const char* name) {
   if (std::strcmp(name, "plugin_hooks") == 0) return RunPluginHooks();
   if (std::strcmp(name, "dump_no_host_heap") == 0) return RunDumpNoHostHeap();
@@ -606,6 +705,8 @@ inline int RunChild(const char* name) {
   }
   if (std::strcmp(name, "static_exit") == 0) return RunStaticExit();
   if (std::strcmp(name, "fork") == 0) return RunFork();
+  if (std::strcmp(name, "padded_samples") == 0) return RunPaddedSamples();
+  if (std::strcmp(name, "padding_off") == 0) return RunPaddingOff();
   bool known = false;
   int rc = RunDumpScenario(name, known);
   if (known) return rc;

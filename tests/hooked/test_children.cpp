@@ -98,3 +98,16 @@ TEST_CASE("HEAPPROF is ignored in a setuid program") {
   RunCommand("rm -rf '" + std::string(dir) + "'", output);
 #endif
 }
+
+TEST_CASE("a small block the countdown samples is padded to 1 KiB; every free of a sampled block is found") {
+  using namespace heapprof_test;
+  for (const char* child : {"padded_samples", "padding_off"}) {
+    const std::string out = TempPath("");
+    std::string output;
+    const int rc = RunSelf(std::string("HEAPPROF=rate=65536 HEAPPROF_TEST_CHILD=") + child + " HEAPPROF_TEST_OUT=" + out,
+                           output);
+    INFO(std::string(child) << ": " << output);
+    CHECK(rc == 0);
+    std::remove(out.c_str());
+  }
+}

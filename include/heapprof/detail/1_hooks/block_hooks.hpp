@@ -127,6 +127,53 @@ inline void DetectBlockSize() noexcept {
 #endif
 }
 
+// ------------------------------------------------ the free that reads nothing
+// An unsampled free must not touch the profiler's shared memory (issue 15):
+// the free filter (fast_path.hpp) is 128 KiB read at a random line per free.
+// The global hooks read the block's usable size anyway (for Stats), so that is
+// the tag: every block they sample is at least SampledMinBlock bytes, and a
+// free of a smaller block is known unsampled from the size alone. A small
+// allocation the countdown is about to sample asks the allocator for
+// SampledMinBlock bytes instead (SampledRequest, before the allocation: the
+// countdown knows `n`), so the object's address, alignment, realloc and
+// malloc_usable_size stay the allocator's own. Frees of blocks at least that
+// big read the filter as before.
+//
+// Cost: one sampled small object holds 1 KiB; at the default 512 KiB rate
+// that is at most 0.2% more heap (1/512 of the small-object bytes), at the
+// 64 KiB floor 1.6%. Below 64 KiB (rate 1 records everything) blocks are not
+// padded and every free reads the filter.
+constexpr std::uint64_t kSampledMinBlock = 1024;
+constexpr std::uint64_t kPaddedSamplingMinRate = 64 * 1024;
+
+// The process's value; lowered to 0 (never raised again) when the rate first
+// drops below kPaddedSamplingMinRate (engine.hpp: ApplyRate). Every slot's
+// copy is lowered before this, under the registry lock, and a sample checks
+// this one (acquire) before it keeps a small block: whoever frees the block
+// later sees its own copy lowered.
+inline std::atomic<std::uint64_t> g_sampled_min{HEAPPROF_DEFAULT_SAMPLE_RATE >= kPaddedSamplingMinRate ? kSampledMinBlock
+                                                                                                       : 0};
+
+// What a global hook asks the allocator for, for a request of `n` bytes: `n`,
+// unless the countdown is about to run out (then the sample's block must be
+// at least sampled_min). Read twice (here and in OnAllocBlock), on the line
+// the fast path reads anyway. If the two disagree (a signal handler allocated
+// in between, or the thread had no slot yet) the sample moves to the
+// thread's next allocation (engine.hpp).
+HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n) noexcept {
+  const ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_LIKELY(LoadRelaxed(ts->countdown) > static_cast<std::int64_t>(n))) return n;
+  const std::size_t min = static_cast<std::size_t>(LoadRelaxed(ts->sampled_min));
+  return n < min ? min : n;
+}
+// The same for an aligned allocation (aligned_alloc wants a multiple of the
+// alignment, a power of two).
+HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t align) noexcept {
+  const std::size_t m = SampledRequest(n);
+  if (m == n || align == 0 || (align & (align - 1)) != 0) return m;  // a bad alignment fails as it would
+  return (m + align - 1) & ~(align - 1);
+}
+
 // The global hooks' fast paths: OnAlloc and OnFree of fast_path.hpp, counting
 // the block's usable size in Stats. `n` (the requested size) drives the sampler.
 HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return) noexcept {
@@ -146,11 +193,13 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
 // OnFreeSlow); only when `can_defer`.
 HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
   ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
+  const std::size_t size = BlockSize(p);
+  if (HEAPPROF_UNLIKELY(size >= LoadRelaxed(ts->sampled_min)) &&
+      (MaybeSampled(p) | (ts == &g_empty_thread_state))) {
     return OnFreeSlow(p, 0, can_defer ? kFreeCanDefer : 0u);
   }
   BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, BlockSize(p));
+  BumpCounter(ts->free_bytes, size);
   return false;
 }
 

@@ -6,6 +6,7 @@
 //   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
 //     └─ OnAllocSlow (out of line)    register thread / redraw / sample
 //   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
+//   OnFreeBlock (global hooks)        block < sampled_min → counters += ...; done
 //     └─ OnFreeSlow (out of line)     live map lookup, bucket frees++
 //
 // The slow paths are compiled once, by the implementation unit
@@ -56,7 +57,7 @@ HEAPPROF_ALWAYS_INLINE void BumpCounter(std::uint64_t& c, std::uint64_t by) noex
 }
 
 // One thread's state. The fast path reads the thread-local pointer and the
-// five words at its start; the rest is the slow path's and the registry's
+// six words at its start; the rest is the slow path's and the registry's
 // (2_sampling/thread_registry.hpp). Slots live in the profiler's arena, one
 // cache line each, and are recycled when their thread exits.
 struct alignas(64) ThreadState {
@@ -66,6 +67,11 @@ struct alignas(64) ThreadState {
   std::uint64_t alloc_bytes = 0;
   std::uint64_t free_objects = 0;
   std::uint64_t free_bytes = 0;
+  // --- read by the owner on every global hook's free; written under the registry lock ---
+  // No sampled block of the global hooks is smaller than this (block_hooks.hpp:
+  // SampledMinBlock), so a smaller block's free is not a sampled object's. 0 in
+  // the empty state: a thread without a slot sends every free to the slow path.
+  std::uint64_t sampled_min = 0;
   // --- owner only, slow path ---
   std::uint64_t rng = 0;
   std::uint64_t rate_epoch = 0;  // epoch of the rate the countdown was drawn at

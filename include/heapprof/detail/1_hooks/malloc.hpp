@@ -314,7 +314,7 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
 
 HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
   if (p == nullptr) {
-    void* q = g_fn.malloc(n);
+    void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
       OnAllocBlock(q, n, ret);
     } else if (n != 0) {
@@ -323,7 +323,7 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
     return q;
   }
   if (HEAPPROF_UNLIKELY(IsBootstrap(p))) {  // a bootstrap block moves to the real heap
-    void* q = g_fn.malloc(n);
+    void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
       const std::size_t old = BootstrapSize(p);
       std::memcpy(q, p, old < n ? old : n);
@@ -334,7 +334,8 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
   // The old block leaves the profile before the allocator may reuse it; a
   // realloc cannot be deferred (the caller expects the move now).
   OnFreeBlock(p, false);
-  void* q = g_fn.realloc(p, n);
+  // realloc(p, 0) frees (glibc) whatever the countdown says.
+  void* q = g_fn.realloc(p, n == 0 ? 0 : SampledRequest(n));
   if (q != nullptr) {
     OnAllocBlock(q, n, ret);
   } else if (n != 0) {
@@ -368,7 +369,7 @@ extern "C" void free_sized(void* p, std::size_t n) noexcept;
 extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.malloc(n);
+  void* p = heapprof::detail::real::g_fn.malloc(heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -386,7 +387,11 @@ HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::s
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
-  void* p = heapprof::detail::real::g_fn.calloc(count, size);  // overflow: nullptr, ENOMEM
+  std::size_t total;
+  const bool overflow = __builtin_mul_overflow(count, size, &total);
+  const std::size_t want = overflow ? total : heapprof::detail::SampledRequest(total);
+  void* p = want == total ? heapprof::detail::real::g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
+                          : heapprof::detail::real::g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
   } else {
@@ -411,7 +416,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
-  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, n);
+  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, heapprof::detail::SampledRequest(n));
   if (e == 0) {
     heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
   } else if (e == ENOMEM) {
@@ -421,7 +426,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, n);
+  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -431,7 +436,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.memalign(alignment, n);
+  void* p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {
@@ -441,7 +446,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n)
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.valloc(n);
+  void* p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
   } else if (n != 0) {

@@ -77,14 +77,14 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
-  if (void* p = NewMalloc(n)) return p;
+  if (void* p = NewMalloc(SampledRequest(n))) return p;
   OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
   return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
   if (n == 0) n = 1;
-  if (void* p = NewMalloc(n)) return p;
+  if (void* p = NewMalloc(SampledRequest(n))) return p;
   OnAllocFailure(n);
   return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
@@ -104,7 +104,7 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al,
   std::size_t align = static_cast<std::size_t>(al);
   if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
   if (n == 0) n = 1;
-  if (void* p = AlignedMalloc(n, align)) return p;
+  if (void* p = AlignedMalloc(SampledRequest(n, align), align)) return p;
   OnAllocFailure(n);
   return RetryWithNewHandler([n, align] { return AlignedMalloc(n, align); }, nothrow);
 }

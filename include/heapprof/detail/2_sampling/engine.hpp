@@ -136,6 +136,8 @@ inline void EnsureInit() noexcept {
 
 inline void ApplyRate(std::uint64_t rate) noexcept {
   if (rate > kMaxRate) rate = kMaxRate;
+  // Before any thread can draw at the new rate (block_hooks.hpp: sampled_min).
+  if (rate != 0 && rate < kPaddedSamplingMinRate) g_registry.LowerSampledMin();
   std::uint64_t old = g_rate_state.load(std::memory_order_relaxed);
   while (!g_rate_state.compare_exchange_weak(old, ((EpochOf(old) + 1) << kRateBits) | rate,
                                              std::memory_order_acq_rel)) {
@@ -308,8 +310,19 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     StoreRelaxed(ts->countdown, left);
     return;
   }
+  if (rate == 0) {
+    StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
+    return;
+  }
+  if ((how & kCountBlock) != 0 && flags.guard == 0 && counted < g_sampled_min.load(std::memory_order_acquire)) {
+    // A global hook's block below sampled_min: its free would not look for
+    // it. The hook did not pad it (SampledRequest saw another countdown: the
+    // thread's first allocation, or a signal handler's in between): the
+    // sample moves to this thread's next allocation, which will be padded.
+    StoreRelaxed(ts->countdown, std::int64_t{1});
+    return;
+  }
   StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
-  if (rate == 0) return;
   if (flags.guard != 0) {
     // The profiler's own allocation, or a signal handler's that interrupted
     // this thread inside the profiler (which may hold any of its locks):

@@ -14,6 +14,7 @@
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
 
 namespace heapprof {
@@ -52,7 +53,18 @@ class ThreadRegistry {
     }
     slot->in_use = true;
     slot->next_free = nullptr;
+    StoreRelaxed(slot->sampled_min, g_sampled_min.load(std::memory_order_acquire));
     return slot;
+  }
+
+  // The rate is going below kPaddedSamplingMinRate: small blocks may be
+  // sampled from now on, so every free must read the filter. Each slot first,
+  // then the process value that a sample checks (block_hooks.hpp).
+  void LowerSampledMin() noexcept {
+    LockGuard hold(lock_);
+    if (g_sampled_min.load(std::memory_order_relaxed) == 0) return;
+    for (ThreadState* s = all_; s != nullptr; s = s->next_slot) StoreRelaxed(s->sampled_min, std::uint64_t{0});
+    g_sampled_min.store(0, std::memory_order_release);
   }
 
   // Folds the slot's counters into the retired totals and frees the slot.
