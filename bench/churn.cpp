@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
   g_sized = !(argc > 4 && std::strcmp(argv[4], "unsized") == 0);
 #if defined(HEAPPROF_BENCH_HOOKED)
   heapprof::SetSampleRate(static_cast<std::size_t>(rate));
+  if (rate > 0) {
+    // A sure sample first (8 MiB at any rate): the unwinder builds its tables
+    // for this program and libc here, not inside Churn (callgrind counts Churn).
+    char* volatile w = new char[std::size_t{8} << 20];
+    delete[] w;
+  }
 #else
   (void)rate;
 #endif

@@ -37,7 +37,7 @@ kv_ops=${KV_OPS:-300000}       # per thread
 deep_pairs=${DEEP_PAIRS:-2000000}
 slow=20                        # full-recording configurations run 1/slow of the ops
 
-for b in churn kv deep; do
+for b in churn malloc_churn kv deep; do
   for k in plain heapprof; do
     [[ -x $bin/bench_${b}_$k ]] || { echo "field.sh: $bin/bench_${b}_$k missing: build first (cmake --build $build)" >&2; exit 1; }
   done
@@ -111,6 +111,8 @@ run() {
   local cmd
   case $w in
     churn) cmd=("$bin/bench_churn_$kind" "$rate" $((churn_pairs / div)) 24 sized) ;;
+    churnu) cmd=("$bin/bench_churn_$kind" "$rate" $((churn_pairs / div)) 24 unsized) ;;
+    malloc) cmd=("$bin/bench_malloc_churn_$kind" "$rate" $((churn_pairs / div)) 24) ;;
     kv) cmd=("$bin/bench_kv_$kind" 2 $((kv_ops / div)) 16) ;;
     deep) cmd=("$bin/bench_deep_$kind" $((deep_pairs / div))) ;;
   esac
@@ -144,7 +146,7 @@ run() {
 
 if has table; then
   declare -A results
-  workloads=(churn kv deep)
+  workloads=(churn churnu malloc kv deep)
   n=${#configs[@]}
   echo "running ${n} configurations x ${#workloads[@]} workloads x $reps repetitions..." >&2
   for ((r = 0; r < reps; r++)); do
@@ -159,23 +161,25 @@ if has table; then
 
   echo "## Heap profilers side by side (median of $reps, thread CPU ns per op)"
   echo
-  echo "churn: one new+delete pair, 16-256 B, stack depth 24. kv: one operation of the"
-  echo "2-thread unordered_map<string,string> store (45% insert, 35% lookup, 20% erase)."
-  echo "deep: one new+delete pair at stack depth 64-128. Ratio: to the same allocator"
-  echo "without a profiler. Rate 1, HEAPPROFILE and heaptrack record every allocation."
+  echo "churn: one new+delete pair, 16-256 B, stack depth 24, sized delete; churn[]:"
+  echo "the same with unsized delete[]; malloc: one malloc+free pair (heapprof: compiled in"
+  echo "with HEAPPROF_REPLACE_MALLOC). kv: one operation of the 2-thread"
+  echo "unordered_map<string,string> store (45% insert, 35% lookup, 20% erase). deep: one"
+  echo "new+delete pair at stack depth 64-128. Ratio: to the same allocator without a"
+  echo "profiler. Rate 1, HEAPPROFILE and heaptrack record every allocation."
   echo
-  echo "| configuration | churn ns | ratio | kv ns | ratio | deep ns | ratio |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| configuration | churn ns | ratio | churn[] ns | ratio | malloc ns | ratio | kv ns | ratio | deep ns | ratio |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   declare -A med
   for c in "${configs[@]}"; do
-    for w in churn kv deep; do
+    for w in "${workloads[@]}"; do
       med["$w|${c%%|*}"]=$(tr ' ' '\n' <<<"${results["$w|${c%%|*}"]:-}" | grep . | median)
     done
   done
   for c in "${configs[@]}"; do
     IFS='|' read -r name base _ <<<"$c"
     row="| $name"
-    for w in churn kv deep; do
+    for w in "${workloads[@]}"; do
       m=${med["$w|$name"]}
       b=${med["$w|$base"]}
       if [[ -z $m ]]; then
@@ -283,27 +287,41 @@ fi
 
 if has callgrind; then
   if command -v valgrind >/dev/null; then
-    echo "## Instructions per new+delete pair (callgrind, Churn() only, 1M pairs + 100k warm-up)"
+    echo "## Instructions per pair (callgrind, Churn() only, 1M pairs + 100k warm-up, heapprof at 524288)"
     echo
-    echo "| configuration | sized delete | unsized delete[] |"
-    echo "| --- | ---: | ---: |"
+    echo "new+delete (sized delete, unsized delete[]) and malloc+free (heapprof compiled in with"
+    echo "HEAPPROF_REPLACE_MALLOC, or the plain binary under LD_PRELOAD=libheapprof_preload.so)."
+    echo
+    echo "| allocator | new/delete | heapprof | new/delete[] | heapprof | malloc/free | compiled in | preloaded |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     cg() {  # cg ENV... -- CMD...: instructions per pair inside Churn()
       local o
       o=$(env "$@" 2>&1 >/dev/null | awk '/Collected/ {printf "%.1f", $4 / 1100000}')
       echo "${o:-fail}"
     }
     vg=(valgrind --tool=callgrind --callgrind-out-file=/dev/null "--toggle-collect=*Churn*")
-    for c in "glibc|plain|0|" "heapprof rate 0|heapprof|0|" "heapprof 524288|heapprof|524288|" \
-             "jemalloc|plain|0|$jemalloc" "heapprof 524288 on jemalloc|heapprof|524288|$jemalloc" \
-             "tcmalloc|plain|0|$tcmalloc" "heapprof 524288 on tcmalloc|heapprof|524288|$tcmalloc"; do
-      IFS='|' read -r name kind rate pre <<<"$c"
-      [[ $name == *malloc* && -z $pre ]] && continue
+    preload=$build/libheapprof_preload.so
+    for c in "glibc|" "jemalloc|$jemalloc" "tcmalloc|$tcmalloc"; do
+      IFS='|' read -r name pre <<<"$c"
+      [[ $name != glibc && -z $pre ]] && continue
       # valgrind replaces malloc itself unless told to leave the preloaded one alone.
       extra=()
       [[ -n $pre ]] && extra=(--soname-synonyms=somalloc=NONE)
-      s=$(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_churn_$kind" "$rate" 1000000 24 sized)
-      u=$(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_churn_$kind" "$rate" 1000000 24 unsized)
-      echo "| $name | $s | $u |"
+      row="| $name"
+      for form in sized unsized; do
+        for kind in plain heapprof; do
+          row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_churn_$kind" 524288 1000000 24 $form)"
+        done
+      done
+      row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_plain" 0 1000000 24)"
+      row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_heapprof" 524288 1000000 24)"
+      if [[ -e $preload ]]; then
+        row+=" | $(cg "LD_PRELOAD=$preload${pre:+:$pre}" HEAPPROF=rate=524288 "${vg[@]}" --soname-synonyms=somalloc=NONE \
+                     "$bin/bench_malloc_churn_plain" 0 1000000 24)"
+      else
+        row+=" | n/a"
+      fi
+      echo "$row |"
     done
     echo
   else

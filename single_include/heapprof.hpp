@@ -1820,6 +1820,7 @@ inline ArenaString FormatBytes(double bytes) {
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <malloc.h>
 
@@ -1880,7 +1881,49 @@ HEAPPROF_ALWAYS_INLINE std::size_t BlockSize(void* p) noexcept {
   return g_underlying_usable_size(p);
 }
 
-// Decides g_glibc_chunks, once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
+// Allocators with size classes (jemalloc, tcmalloc) promise that a block
+// malloc(n) returns has the usable size nallocx(n): their malloc_usable_size,
+// a call that looks the pointer up (40 instructions on jemalloc, twice per
+// pair), is then not needed where `n` is known: at malloc/new and at a sized
+// delete. DetectBlockSize fills this table from nallocx, checked against
+// malloc_usable_size for every n, and sets g_class_table; else it stays off.
+constexpr std::size_t kClassTableMax = 1024;
+inline bool g_class_table = false;
+inline std::uint16_t g_class_of[kClassTableMax + 1];
+
+// The usable size of a block that malloc(n) (or new, calloc) just returned.
+HEAPPROF_ALWAYS_INLINE std::size_t RequestedBlockSize(void* p, std::size_t n) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return GlibcChunkUsable(p);
+#endif
+  if (__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) && n <= kClassTableMax) return LoadRelaxed(g_class_of[n]);
+  return g_underlying_usable_size(p);
+}
+
+// Fills g_class_of when the allocator has nallocx and its every answer up to
+// kClassTableMax is the usable size of a real block of that request. Not
+// under a sanitizer (its malloc_usable_size is the request, and it has no
+// nallocx anyway).
+inline void DetectClassTable() noexcept {
+#if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
+  using Nallocx = std::size_t (*)(std::size_t, int);
+  const auto nallocx = reinterpret_cast<Nallocx>(dlsym(RTLD_DEFAULT, "nallocx"));
+  if (nallocx == nullptr) return;
+  SuppressHooks quiet;
+  void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+  for (std::size_t n = 0; n <= kClassTableMax; ++n) {
+    void* p = alloc(n);
+    if (p == nullptr) return;
+    const std::size_t usable = g_underlying_usable_size(p);
+    g_release_block(p);
+    if (usable > 0xFFFF || usable < n || (n > 0 && nallocx(n, 0) != usable)) return;
+    StoreRelaxed(g_class_of[n], static_cast<std::uint16_t>(usable));
+  }
+  __atomic_store_n(&g_class_table, true, __ATOMIC_RELEASE);  // the table before the flag
+#endif
+}
+
+// Decides g_glibc_chunks (or g_class_table), once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
 // libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
 inline void DetectBlockSize() noexcept {
@@ -1900,7 +1943,14 @@ inline void DetectBlockSize() noexcept {
   void* (*const real_malloc)(std::size_t) = g_underlying_malloc;
   void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
   void* used = real_malloc != nullptr ? reinterpret_cast<void*>(real_malloc) : dlsym(RTLD_DEFAULT, "malloc");
-  if (glibc == nullptr || glibc != used) return;
+  // gperftools defines __libc_malloc too: the function must also live in libc
+  // (reading a word before another allocator's block could fault).
+  Dl_info where{};
+  if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
+      std::strstr(where.dli_fname, "/libc.so") == nullptr) {
+    DetectClassTable();  // another allocator
+    return;
+  }
   void* (*alloc)(std::size_t) = real_malloc != nullptr ? real_malloc : &std::malloc;
   void (*release)(void*) = g_release_block;
   // A small, a medium and an mmapped block (above glibc's 128 KiB threshold).
@@ -1908,11 +1958,20 @@ inline void DetectBlockSize() noexcept {
   bool agree = true;
   for (std::size_t n : kSizes) {
     void* p = alloc(n);
-    if (p == nullptr) return;
+    if (p == nullptr) {
+      agree = false;
+      break;
+    }
     agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
     release(p);
   }
-  if (agree) StoreRelaxed(g_glibc_chunks, true);
+  if (agree) {
+    StoreRelaxed(g_glibc_chunks, true);
+  } else {
+    DetectClassTable();
+  }
+#else
+  DetectClassTable();
 #endif
 }
 
@@ -1965,7 +2024,9 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 
 // The global hooks' fast paths: OnAlloc and OnFree of fast_path.hpp, counting
 // the block's usable size in Stats. `n` (the requested size) drives the sampler.
-HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return) noexcept {
+// `exact`: the allocator was asked for exactly `n` bytes by malloc, calloc or
+// new (not realloc, not an aligned allocation): RequestedBlockSize applies.
+HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY(left <= 0)) {
@@ -1974,7 +2035,7 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
   }
   StoreRelaxed(ts->countdown, left);
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, BlockSize(p));
+  BumpCounter(ts->alloc_bytes, exact ? RequestedBlockSize(p, n) : BlockSize(p));
 }
 
 // Before `p` goes back to the allocator, sized or not: the same cost either
@@ -1989,6 +2050,18 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, size);
+  return false;
+}
+
+// A sized delete of a block new(n) returned. With the class table the size
+// comes from `n`; a sampled block (padded: its class is not n's) is then
+// found by the free filter, whose slow path reads its real size.
+HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
+  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return OnFreeBlock(p);  // new(0) asked for 1
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) return OnFreeSlow(p, 0, kFreeCanDefer);
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
   return false;
 }
 
@@ -5716,6 +5789,21 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
+// gperftools' malloc_usable_size answers 0 for new blocks while tcmalloc is
+// still starting (our start-up, and the first samples, can run inside its
+// first operator new), so the class table's check fails then: tried again at
+// each of the first kClassTableTries samples. Switching while blocks are live
+// is exact: the table holds their sizes.
+constexpr int kClassTableTries = 16;
+inline std::atomic<int> g_class_table_tries{0};
+HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
+  if (g_class_table_tries.fetch_add(1, std::memory_order_acq_rel) >= kClassTableTries) return;
+  ReentrancyGuard guard;
+  static SpinLock lock;  // one filler at a time
+  LockGuard hold(lock);
+  if (!LoadRelaxed(g_glibc_chunks) && !LoadRelaxed(g_class_table)) DetectClassTable();
+}
+
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
 // address points into the hook.
@@ -5765,6 +5853,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     g_registry.CountNestedSample();
     return;
   }
+  if (HEAPPROF_UNLIKELY(g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries)) RetryClassTable();
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
@@ -14219,7 +14308,7 @@ extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.malloc(heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET, n != 0);
   } else if (n != 0) {
     heapprof::detail::OnAllocFailure(n);  // HEAPPROF=oom_dump
   }
@@ -14241,7 +14330,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) no
   void* p = want == total ? heapprof::detail::real::g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
                           : heapprof::detail::real::g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+    heapprof::detail::OnAllocBlock(p, total, HEAPPROF_DETAIL_RET, want == total && total != 0);
   } else {
     std::size_t n;  // calloc's own overflow check failed: not a request for memory
     if (!__builtin_mul_overflow(count, size, &n) && n != 0) heapprof::detail::OnAllocFailure(n);
@@ -14494,10 +14583,16 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
   return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
 }
 
-// Every delete, sized or not: the same code (the size is the block's).
+// Every delete, sized or not: Stats count the block's usable size.
 HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
   if (p == nullptr) return;
   if (!OnFreeBlock(p)) NewFree(p);
+}
+// A sized delete of a plain new: the size finds the block's usable size
+// without asking the allocator when it has a class table (block_hooks.hpp).
+HEAPPROF_ALWAYS_INLINE void DeleteSized(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  if (!OnFreeBlockSized(p, n)) NewFree(p);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
@@ -14536,22 +14631,22 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
@@ -14577,19 +14672,19 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, co
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS
 
-// Sized forms ignore the size the caller passes: Stats count the block's
-// usable size at both ends, so every mix of sized and unsized deletes balances.
+// Stats count the block's usable size at both ends, so every mix of sized
+// and unsized deletes balances; a sized delete only finds it faster.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
   heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
   heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t) noexcept {
-  heapprof::detail::Delete(p);
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
+  heapprof::detail::DeleteSized(p, n);
 }
-HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t) noexcept {
-  heapprof::detail::Delete(p);
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
+  heapprof::detail::DeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   heapprof::detail::Delete(p);

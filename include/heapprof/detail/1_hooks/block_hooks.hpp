@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <malloc.h>
 
@@ -91,7 +92,49 @@ HEAPPROF_ALWAYS_INLINE std::size_t BlockSize(void* p) noexcept {
   return g_underlying_usable_size(p);
 }
 
-// Decides g_glibc_chunks, once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
+// Allocators with size classes (jemalloc, tcmalloc) promise that a block
+// malloc(n) returns has the usable size nallocx(n): their malloc_usable_size,
+// a call that looks the pointer up (40 instructions on jemalloc, twice per
+// pair), is then not needed where `n` is known: at malloc/new and at a sized
+// delete. DetectBlockSize fills this table from nallocx, checked against
+// malloc_usable_size for every n, and sets g_class_table; else it stays off.
+constexpr std::size_t kClassTableMax = 1024;
+inline bool g_class_table = false;
+inline std::uint16_t g_class_of[kClassTableMax + 1];
+
+// The usable size of a block that malloc(n) (or new, calloc) just returned.
+HEAPPROF_ALWAYS_INLINE std::size_t RequestedBlockSize(void* p, std::size_t n) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return GlibcChunkUsable(p);
+#endif
+  if (__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) && n <= kClassTableMax) return LoadRelaxed(g_class_of[n]);
+  return g_underlying_usable_size(p);
+}
+
+// Fills g_class_of when the allocator has nallocx and its every answer up to
+// kClassTableMax is the usable size of a real block of that request. Not
+// under a sanitizer (its malloc_usable_size is the request, and it has no
+// nallocx anyway).
+inline void DetectClassTable() noexcept {
+#if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
+  using Nallocx = std::size_t (*)(std::size_t, int);
+  const auto nallocx = reinterpret_cast<Nallocx>(dlsym(RTLD_DEFAULT, "nallocx"));
+  if (nallocx == nullptr) return;
+  SuppressHooks quiet;
+  void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+  for (std::size_t n = 0; n <= kClassTableMax; ++n) {
+    void* p = alloc(n);
+    if (p == nullptr) return;
+    const std::size_t usable = g_underlying_usable_size(p);
+    g_release_block(p);
+    if (usable > 0xFFFF || usable < n || (n > 0 && nallocx(n, 0) != usable)) return;
+    StoreRelaxed(g_class_of[n], static_cast<std::uint16_t>(usable));
+  }
+  __atomic_store_n(&g_class_table, true, __ATOMIC_RELEASE);  // the table before the flag
+#endif
+}
+
+// Decides g_glibc_chunks (or g_class_table), once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
 // libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
 inline void DetectBlockSize() noexcept {
@@ -111,7 +154,14 @@ inline void DetectBlockSize() noexcept {
   void* (*const real_malloc)(std::size_t) = g_underlying_malloc;
   void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
   void* used = real_malloc != nullptr ? reinterpret_cast<void*>(real_malloc) : dlsym(RTLD_DEFAULT, "malloc");
-  if (glibc == nullptr || glibc != used) return;
+  // gperftools defines __libc_malloc too: the function must also live in libc
+  // (reading a word before another allocator's block could fault).
+  Dl_info where{};
+  if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
+      std::strstr(where.dli_fname, "/libc.so") == nullptr) {
+    DetectClassTable();  // another allocator
+    return;
+  }
   void* (*alloc)(std::size_t) = real_malloc != nullptr ? real_malloc : &std::malloc;
   void (*release)(void*) = g_release_block;
   // A small, a medium and an mmapped block (above glibc's 128 KiB threshold).
@@ -119,11 +169,20 @@ inline void DetectBlockSize() noexcept {
   bool agree = true;
   for (std::size_t n : kSizes) {
     void* p = alloc(n);
-    if (p == nullptr) return;
+    if (p == nullptr) {
+      agree = false;
+      break;
+    }
     agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
     release(p);
   }
-  if (agree) StoreRelaxed(g_glibc_chunks, true);
+  if (agree) {
+    StoreRelaxed(g_glibc_chunks, true);
+  } else {
+    DetectClassTable();
+  }
+#else
+  DetectClassTable();
 #endif
 }
 
@@ -176,7 +235,9 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 
 // The global hooks' fast paths: OnAlloc and OnFree of fast_path.hpp, counting
 // the block's usable size in Stats. `n` (the requested size) drives the sampler.
-HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return) noexcept {
+// `exact`: the allocator was asked for exactly `n` bytes by malloc, calloc or
+// new (not realloc, not an aligned allocation): RequestedBlockSize applies.
+HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY(left <= 0)) {
@@ -185,7 +246,7 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
   }
   StoreRelaxed(ts->countdown, left);
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, BlockSize(p));
+  BumpCounter(ts->alloc_bytes, exact ? RequestedBlockSize(p, n) : BlockSize(p));
 }
 
 // Before `p` goes back to the allocator, sized or not: the same cost either
@@ -200,6 +261,18 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, size);
+  return false;
+}
+
+// A sized delete of a block new(n) returned. With the class table the size
+// comes from `n`; a sampled block (padded: its class is not n's) is then
+// found by the free filter, whose slow path reads its real size.
+HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
+  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return OnFreeBlock(p);  // new(0) asked for 1
+  ThreadState* ts = tls_thread_state;
+  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) return OnFreeSlow(p, 0, kFreeCanDefer);
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
   return false;
 }
 

@@ -371,7 +371,7 @@ extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
   void* p = heapprof::detail::real::g_fn.malloc(heapprof::detail::SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET, n != 0);
   } else if (n != 0) {
     heapprof::detail::OnAllocFailure(n);  // HEAPPROF=oom_dump
   }
@@ -393,7 +393,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) no
   void* p = want == total ? heapprof::detail::real::g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
                           : heapprof::detail::real::g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, count * size, HEAPPROF_DETAIL_RET);
+    heapprof::detail::OnAllocBlock(p, total, HEAPPROF_DETAIL_RET, want == total && total != 0);
   } else {
     std::size_t n;  // calloc's own overflow check failed: not a request for memory
     if (!__builtin_mul_overflow(count, size, &n) && n != 0) heapprof::detail::OnAllocFailure(n);

@@ -94,10 +94,16 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
   return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
 }
 
-// Every delete, sized or not: the same code (the size is the block's).
+// Every delete, sized or not: Stats count the block's usable size.
 HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
   if (p == nullptr) return;
   if (!OnFreeBlock(p)) NewFree(p);
+}
+// A sized delete of a plain new: the size finds the block's usable size
+// without asking the allocator when it has a class table (block_hooks.hpp).
+HEAPPROF_ALWAYS_INLINE void DeleteSized(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  if (!OnFreeBlockSized(p, n)) NewFree(p);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
@@ -136,22 +142,22 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
   void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
   return p;
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
@@ -177,19 +183,19 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, co
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS
 
-// Sized forms ignore the size the caller passes: Stats count the block's
-// usable size at both ends, so every mix of sized and unsized deletes balances.
+// Stats count the block's usable size at both ends, so every mix of sized
+// and unsized deletes balances; a sized delete only finds it faster.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
   heapprof::detail::Delete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
   heapprof::detail::Delete(p);
 }
-HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t) noexcept {
-  heapprof::detail::Delete(p);
+HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
+  heapprof::detail::DeleteSized(p, n);
 }
-HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t) noexcept {
-  heapprof::detail::Delete(p);
+HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
+  heapprof::detail::DeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   heapprof::detail::Delete(p);

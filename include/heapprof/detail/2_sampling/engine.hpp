@@ -281,6 +281,21 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
+// gperftools' malloc_usable_size answers 0 for new blocks while tcmalloc is
+// still starting (our start-up, and the first samples, can run inside its
+// first operator new), so the class table's check fails then: tried again at
+// each of the first kClassTableTries samples. Switching while blocks are live
+// is exact: the table holds their sizes.
+constexpr int kClassTableTries = 16;
+inline std::atomic<int> g_class_table_tries{0};
+HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
+  if (g_class_table_tries.fetch_add(1, std::memory_order_acq_rel) >= kClassTableTries) return;
+  ReentrancyGuard guard;
+  static SpinLock lock;  // one filler at a time
+  LockGuard hold(lock);
+  if (!LoadRelaxed(g_glibc_chunks) && !LoadRelaxed(g_class_table)) DetectClassTable();
+}
+
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
 // address points into the hook.
@@ -330,6 +345,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     g_registry.CountNestedSample();
     return;
   }
+  if (HEAPPROF_UNLIKELY(g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries)) RetryClassTable();
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
