@@ -1904,10 +1904,13 @@ HEAPPROF_ALWAYS_INLINE std::size_t RequestedBlockSize(void* p, std::size_t n) no
 // kClassTableMax is the usable size of a real block of that request. Not
 // under a sanitizer (its malloc_usable_size is the request, and it has no
 // nallocx anyway).
-inline void DetectClassTable() noexcept {
+using NallocxFn = std::size_t (*)(std::size_t, int);
+inline NallocxFn g_nallocx = nullptr;  // looked up once (a failed dlsym allocates its message)
+
+inline void DetectClassTable(bool look_up) noexcept {
 #if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
-  using Nallocx = std::size_t (*)(std::size_t, int);
-  const auto nallocx = reinterpret_cast<Nallocx>(dlsym(RTLD_DEFAULT, "nallocx"));
+  if (look_up) g_nallocx = reinterpret_cast<NallocxFn>(dlsym(RTLD_DEFAULT, "nallocx"));
+  const NallocxFn nallocx = g_nallocx;
   if (nallocx == nullptr) return;
   SuppressHooks quiet;
   void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
@@ -1920,6 +1923,8 @@ inline void DetectClassTable() noexcept {
     StoreRelaxed(g_class_of[n], static_cast<std::uint16_t>(usable));
   }
   __atomic_store_n(&g_class_table, true, __ATOMIC_RELEASE);  // the table before the flag
+#else
+  (void)look_up;
 #endif
 }
 
@@ -1948,7 +1953,7 @@ inline void DetectBlockSize() noexcept {
   Dl_info where{};
   if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
       std::strstr(where.dli_fname, "/libc.so") == nullptr) {
-    DetectClassTable();  // another allocator
+    DetectClassTable(true);  // another allocator
     return;
   }
   void* (*alloc)(std::size_t) = real_malloc != nullptr ? real_malloc : &std::malloc;
@@ -1968,10 +1973,10 @@ inline void DetectBlockSize() noexcept {
   if (agree) {
     StoreRelaxed(g_glibc_chunks, true);
   } else {
-    DetectClassTable();
+    DetectClassTable(true);
   }
 #else
-  DetectClassTable();
+  DetectClassTable(true);
 #endif
 }
 
@@ -5801,7 +5806,7 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
   ReentrancyGuard guard;
   static SpinLock lock;  // one filler at a time
   LockGuard hold(lock);
-  if (!LoadRelaxed(g_glibc_chunks) && !LoadRelaxed(g_class_table)) DetectClassTable();
+  if (!LoadRelaxed(g_glibc_chunks) && !LoadRelaxed(g_class_table)) DetectClassTable(false);
 }
 
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
@@ -5853,7 +5858,9 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     g_registry.CountNestedSample();
     return;
   }
-  if (HEAPPROF_UNLIKELY(g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries)) RetryClassTable();
+  if (HEAPPROF_UNLIKELY(g_nallocx != nullptr && g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries)) {
+    RetryClassTable();
+  }
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 

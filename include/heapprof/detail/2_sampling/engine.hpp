@@ -293,7 +293,7 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
   ReentrancyGuard guard;
   static SpinLock lock;  // one filler at a time
   LockGuard hold(lock);
-  if (!LoadRelaxed(g_glibc_chunks) && !LoadRelaxed(g_class_table)) DetectClassTable();
+  if (!LoadRelaxed(g_glibc_chunks) && !LoadRelaxed(g_class_table)) DetectClassTable(false);
 }
 
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
@@ -345,7 +345,9 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     g_registry.CountNestedSample();
     return;
   }
-  if (HEAPPROF_UNLIKELY(g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries)) RetryClassTable();
+  if (HEAPPROF_UNLIKELY(g_nallocx != nullptr && g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries)) {
+    RetryClassTable();
+  }
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 

@@ -1,0 +1,85 @@
+// How the global hooks know a block's size and whether it was sampled
+// (1_hooks/block_hooks.hpp), under glibc and under the preloaded jemalloc and
+// tcmalloc of the _jemalloc/_tcmalloc runs of this suite:
+// - a small block the countdown samples is asked of the allocator as 1 KiB, so
+//   a free of a smaller block is known unsampled from its size alone;
+// - the usable size comes from glibc's chunk header, or from a table checked
+//   against nallocx (jemalloc, tcmalloc) for malloc/new up to 1 KiB and sized
+//   deletes.
+// This file runs first in the suite (doctest orders by file): the padding is
+// on until a test sets a rate under 64 KiB, for good.
+#include "common.hpp"
+
+#include <cstdlib>
+#include <malloc.h>
+#include <new>
+#include <vector>
+
+#include "heapprof/detail/1_hooks/block_hooks.hpp"
+
+namespace {
+
+using malloc_test::Delta;
+using malloc_test::ProfileTotals;
+using malloc_test::RateScope;
+
+struct Block {
+  void* p;
+  std::size_t n;
+  int how;
+};
+
+__attribute__((noinline)) void BlockSizesAllocate(std::vector<Block>& blocks, int count) {
+  for (int i = 0; i < count; ++i) {
+    const std::size_t n = 1 + static_cast<std::size_t>(i) * 7 % 1000;
+    const int how = i % 4;
+    void* p = how == 0 ? ::operator new(n) : how == 1 ? std::malloc(n) : how == 2 ? std::calloc(1, n) : new char[n];
+    blocks.push_back({p, n, how});
+  }
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+TEST_CASE("block sizes: padded samples under 1 KiB, their frees found by size; usable sizes without a call") {
+  REQUIRE(heapprof::detail::g_sampled_min.load() == 1024);  // no test before this one lowered the rate
+  RateScope rate(65536);
+  std::vector<Block> blocks;
+  blocks.reserve(200000);
+  const malloc_test::Totals before_profile = ProfileTotals("BlockSizesAllocate");
+  Delta d;
+  BlockSizesAllocate(blocks, 200000);  // ~100 MB requested: ~1,500 samples at 64 KiB
+  std::size_t padded = 0;
+  for (const Block& b : blocks) padded += b.n <= 768 && malloc_usable_size(b.p) >= 1024;
+  const malloc_test::Totals held = ProfileTotals("BlockSizesAllocate") - before_profile;
+  for (const Block& b : blocks) {
+    switch (b.how) {
+      case 0: ::operator delete(b.p, b.n); break;  // sized: the class table's path
+      case 1: std::free(b.p); break;
+      case 2: std::free(b.p); break;
+      default: delete[] static_cast<char*>(b.p); break;  // unsized
+    }
+  }
+  d.Stop();
+  const malloc_test::Totals freed = ProfileTotals("BlockSizesAllocate") - before_profile;
+  INFO("padded " << padded << ", sampled objects in use " << held.inuse_objects << ", after the frees "
+                 << freed.inuse_objects);
+  // Requests up to 768 bytes sit in classes under 1 KiB on all three allocators:
+  // those over it are the sampled ones (~900 expected, sigma ~30).
+  CHECK(padded > 300);
+  CHECK(padded < 2000);
+  CHECK(held.inuse_objects > 0);
+  CHECK(freed.inuse_objects == 0);  // every padded sample's free was found, sized or not
+  CHECK(freed.inuse_space == 0);
+  CHECK(d.allocs() >= 200000);  // and the profile decoder's own
+  CHECK(d.allocs() == d.frees());
+  CHECK(d.live_bytes() == 0);  // usable sizes agree at both ends, table or call
+  CHECK(d.live_objects() == 0);
+
+  // By now (the first samples retry it) the allocator's usable size is read without a call.
+  if (dlsym(RTLD_DEFAULT, "nallocx") != nullptr) {
+    CHECK(heapprof::detail::g_class_table);
+  } else if (malloc_test::RealMallocIsGlibc()) {
+    CHECK(heapprof::detail::g_glibc_chunks);
+  }
+}
