@@ -399,7 +399,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
 // out of every lock now, each is removed from the map, counted and released.
 inline void DrainDeferredFrees() noexcept {
   LiveMapThreadState& t = tls_live_map;
-  if (t.draining || t.held_shard != nullptr) return;
+  if (__atomic_load_n(&t.queued, __ATOMIC_RELAXED) == 0 || t.draining || t.held_shard != nullptr) return;
   t.draining = true;
   DeferredFree f;
   while (PopDeferredFree(f)) {
