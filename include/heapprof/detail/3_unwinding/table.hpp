@@ -149,16 +149,17 @@ struct ObjectSet {
 // is three dependent loads (index, rows, rule) after the return address; a
 // hit here is one. Shared by all threads, written only on misses, no lock.
 //
-// Laid out as three arrays (structure of arrays) for the walk's critical
-// path, which is: return address -> its slot's CFA offset -> CFA -> the
-// next return address, two dependent loads a frame. The offset is its own
-// int32, so one sign-extending load with a plain scaled index gives it ready
-// to add (an interleaved 16-byte entry needed a shift and a three-part
-// address, and a packed word a shift to unpack: ~4 cycles more a frame).
-// The rule bits and the key are loaded alongside, off that path. An entry
-// is valid when key == (ra ^ Mix(rule, offset)) + serial: a torn read (words
-// from two writers) fails the check and counts as a miss, and with the
-// snapshot serial in the key every older entry misses after a new snapshot.
+// A warm walk is bound by the latency of one chain: return address -> its
+// slot's CFA offset -> CFA -> the next return address, two dependent loads a
+// frame (bench/unwind.cpp). Hence three arrays (structure of arrays): the
+// offset is an int32 of its own, so one sign-extending load with a plain
+// scaled index gives it ready to add (16-byte entries took a shift and a
+// three-part address on that chain, a packed value a shift to unpack: each
+// measurably slower). The rule bits and the key load alongside, off the
+// chain. An entry is valid when key == ra ^ offset ^ (rule << 32) ^ tag,
+// `tag` derived from the snapshot serial (after a dlopen/dlclose every older
+// entry misses); a torn read (words from two writers) fails the check unless
+// the words it mixed are equal.
 constexpr std::size_t kRuleCacheEntries = 4096;  // 64 KiB of .bss, touched only when used
 struct RuleCache {
   std::atomic<std::int32_t> cfa_offset[kRuleCacheEntries];  // first: addressed as [base + slot * 4]
@@ -167,6 +168,11 @@ struct RuleCache {
 };
 
 inline RuleCache g_rule_cache;
+
+// A snapshot's tag in the cache keys (computed once per walk).
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheTag(std::uint32_t serial) noexcept {
+  return static_cast<std::uint64_t>(serial) * 0x9e3779b97f4a7c15ull;
+}
 
 // ---- global state: constant-initialised (invariant 2), never destroyed
 inline SpinLock g_lock;  // builds and snapshot publication; never held across dl_iterate_phdr
@@ -791,7 +797,7 @@ struct Cursor {
   const ObjectSet* set;
   std::uintptr_t stack_lo;
   std::uintptr_t stack_hi;
-  std::uint32_t serial = set->serial;  // a copy: stores to the cache may alias set->serial
+  std::uint64_t tag = CacheTag(set->serial);  // a copy: stores to the cache may alias set->serial
   const Object* object = nullptr;  // the last object a lookup hit: frames cluster
   const Table* table = nullptr;
   std::uintptr_t unknown_pc = 0;   // the first PC found in no object of `set`, if any
@@ -820,13 +826,6 @@ __attribute__((noinline)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintp
   return Lookup(*c.table, pc);
 }
 
-// Over the offset as sign-extended to 64 bits, the form the walk adds: the
-// walk then loads it once, with a sign-extending load, for both uses.
-HEAPPROF_ALWAYS_INLINE std::uint64_t CacheKey(std::uintptr_t ra, std::uintptr_t off, std::uint32_t bits,
-                                             std::uint32_t serial) noexcept {
-  const std::uint64_t v = off + (static_cast<std::uint64_t>(bits) << 32);
-  return (ra ^ (v * 0x9e3779b97f4a7c15ull)) + serial;
-}
 // The low bits of return addresses are close to uniform; anything more
 // (a multiply, a shift-xor) sits on the critical path of every frame.
 HEAPPROF_ALWAYS_INLINE std::size_t CacheSlot(std::uintptr_t ra) noexcept {
@@ -838,27 +837,30 @@ struct CachedRule {
   std::uint32_t bits;         // the eh::Rule
 };
 
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheKey(std::uintptr_t ra, CachedRule r, std::uint64_t tag) noexcept {
+  return ra ^ r.cfa_offset ^ (static_cast<std::uint64_t>(r.bits) << 32) ^ tag;
+}
+
 // The cache-miss path: the tables, then the cache entry. Out of line, and
 // see HEAPPROF_DETAIL_NO_ASAN.
 __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
   const eh::Rule rule{TableRuleAt(c, ra - 1)};
   const auto off = static_cast<std::int32_t>(rule.cfa_offset());
-  const auto wide = static_cast<std::uintptr_t>(static_cast<std::intptr_t>(off));
+  const CachedRule r{static_cast<std::uintptr_t>(static_cast<std::intptr_t>(off)), rule.bits};
   g_rule_cache.cfa_offset[i].store(off, std::memory_order_relaxed);
   g_rule_cache.rule[i].store(rule.bits, std::memory_order_relaxed);
-  g_rule_cache.key[i].store(CacheKey(ra, wide, rule.bits, c.serial), std::memory_order_relaxed);
-  return {wide, rule.bits};
+  g_rule_cache.key[i].store(CacheKey(ra, r, c.tag), std::memory_order_relaxed);
+  return r;
 }
 
 // The rule for the frame whose return address is `ra` (the instruction
 // looked up is ra - 1, inside the call): the cache, else the tables.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE CachedRule RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
   const std::size_t i = CacheSlot(ra);
-  const auto off = static_cast<std::uintptr_t>(
-      static_cast<std::intptr_t>(g_rule_cache.cfa_offset[i].load(std::memory_order_relaxed)));
-  const std::uint32_t bits = g_rule_cache.rule[i].load(std::memory_order_relaxed);
-  const std::uint64_t key = g_rule_cache.key[i].load(std::memory_order_relaxed);
-  if (HEAPPROF_LIKELY(key == CacheKey(ra, off, bits, c.serial))) return {off, bits};
+  const CachedRule r{static_cast<std::uintptr_t>(
+                         static_cast<std::intptr_t>(g_rule_cache.cfa_offset[i].load(std::memory_order_relaxed))),
+                     g_rule_cache.rule[i].load(std::memory_order_relaxed)};
+  if (HEAPPROF_LIKELY(g_rule_cache.key[i].load(std::memory_order_relaxed) == CacheKey(ra, r, c.tag))) return r;
   return RuleMiss(c, ra, i);
 }
 
@@ -909,10 +911,17 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, 
 }
 
 // The caller's frame lies strictly above ours (so the walk terminates) and
-// below the stack's top; words are aligned.
+// below the stack's top; words are aligned: cfa is 8-aligned and in
+// [sp + 8, hi]. sp is 8-aligned (by induction from the first frame), so with
+// d = cfa - sp - 8 that is: d % 8 == 0 and d <= hi - sp - 8, which is one
+// unsigned compare of d rotated right by 3 (a misaligned d turns into a
+// number >= 2^61, a negative one too) against (hi - sp) / 8, the count of
+// valid d / 8 values (0 when fewer than 8 bytes are left). Three compares
+// before; this runs every frame.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool CfaValid(const Cursor& c, const Regs& r,
                                                              std::uintptr_t cfa) noexcept {
-  return (cfa & 7) == 0 && cfa >= r.sp + 8 && cfa <= c.stack_hi;
+  const std::uintptr_t d = cfa - r.sp - 8;
+  return ((d >> 3) | (d << 61)) < ((c.stack_hi - r.sp) >> 3);
 }
 
 // The rare rule kinds, out of line.
