@@ -262,6 +262,7 @@ void ReportBuild(const char* name, const void* pc) {
               again[again.size() / 2] / 1e6);
 }
 
+AllBuild g_all;
 Result g_first[kMethods];
 Result g_warm[kMethods];
 Result g_warm_deep[kMethods];
@@ -306,14 +307,8 @@ void Report() {
   const hd::UnwindTableStats s = hd::GetUnwindTableStats();
   std::printf("  stats: %zu objects, %zu rows, %.1f KiB, %.2f ms total build\n", s.objects, s.rows,
               static_cast<double>(s.bytes) / 1024.0, s.build_ms);
-  // Best of 3 fresh processes.
-  AllBuild all = BuildAllInChild();
-  for (int i = 0; i < 2; ++i) {
-    const AllBuild again = BuildAllInChild();
-    if (again.ms > 0 && (all.ms == 0 || again.ms < all.ms)) all = again;
-  }
-  std::printf("  every loaded object, fresh process: %zu objects, %zu tables, %zu rows, %.1f KiB, %.2f ms\n",
-              all.objects, all.tables, all.rows, static_cast<double>(all.bytes) / 1024.0, all.ms);
+  std::printf("  every loaded object, fresh process (best of 3): %zu objects, %zu tables, %zu rows, %.1f KiB, %.2f ms\n",
+              g_all.objects, g_all.tables, g_all.rows, static_cast<double>(g_all.bytes) / 1024.0, g_all.ms);
 }
 
 __attribute__((noinline)) void Hook(bool deep) {
@@ -347,6 +342,12 @@ int main() {
   if (void* unw = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
     g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(dlsym(unw, "unw_backtrace"));
   if (g_unw_backtrace == nullptr) std::fprintf(stderr, "libunwind.so.8 not found: its row stays 0\n");
+  // Before anything is unwound here: a fork inherits the tables built so far.
+  // Best of 3 fresh processes.
+  for (int i = 0; i < 3; ++i) {
+    const AllBuild b = BuildAllInChild();
+    if (b.ms > 0 && (g_all.ms == 0 || b.ms < g_all.ms)) g_all = b;
+  }
   Down(kDepth - 1, false);  // Down x31 + Hook = 32 frames below main
   Down(kDeepDepth - 1, true);
   Report();

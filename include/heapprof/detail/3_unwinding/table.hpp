@@ -86,7 +86,7 @@ namespace detail {
 struct UnwindTableStats {
   std::size_t objects = 0;  // objects with a built table (rows > 0)
   std::size_t rows = 0;     // rows over all built tables
-  std::size_t bytes = 0;    // tables, their block indexes, object snapshots, the rule cache
+  std::size_t bytes = 0;    // tables, their block indexes, object snapshots, reader slots, the rule cache
   double build_ms = 0;      // total time spent building tables
 };
 
@@ -293,6 +293,7 @@ HEAPPROF_NOINLINE inline ReaderSlot* AcquireReaderSlot() noexcept {
     if (mem == nullptr) return nullptr;
     slot = new (mem) ReaderSlot{};
     slot->in_use.store(true, std::memory_order_relaxed);
+    g_stat_bytes.fetch_add(sizeof(ReaderSlot), std::memory_order_relaxed);
     ReaderSlot* head = g_reader_slots.load(std::memory_order_relaxed);
     do {
       slot->next = head;
