@@ -4675,7 +4675,7 @@ HEAPPROF_ALWAYS_INLINE std::uint64_t CacheTag(std::uint32_t serial) noexcept {
 }
 
 // ---- global state: constant-initialised (invariant 2), never destroyed
-inline SpinLock g_lock;  // builds and snapshot publication; never held across dl_iterate_phdr
+inline SpinLock g_lock;  // builds, snapshot publication, the reader key; never held across dl_iterate_phdr
 inline std::atomic<const ObjectSet*> g_objects{nullptr};
 inline std::atomic<std::uint32_t> g_serial{0};
 inline std::atomic<std::size_t> g_stat_objects{0};
@@ -4749,7 +4749,7 @@ struct alignas(64) ReaderSlot {
 };
 inline std::atomic<ReaderSlot*> g_reader_slots{nullptr};
 inline thread_local ReaderSlot* tls_reader_slot HEAPPROF_TLS_MODEL = nullptr;
-// The slot's key: 0 not created, 1 being created, 2 ready (g_reader_key valid).
+// The slot's key: 0 not created, 2 ready (g_reader_key valid), 3 creation failed.
 inline std::atomic<int> g_reader_key_state{0};
 inline pthread_key_t g_reader_key;
 
@@ -4770,13 +4770,13 @@ inline void ReleaseReaderSlot(void* p) noexcept {
 // The calling thread's slot: a free one from the list, else a new one. Once
 // per thread (the pthread key hands it back at exit). Null if out of memory.
 HEAPPROF_NOINLINE inline ReaderSlot* AcquireReaderSlot() noexcept {
-  if (g_reader_key_state.load(std::memory_order_acquire) != 2) {
-    int expected = 0;
-    if (g_reader_key_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+  if (g_reader_key_state.load(std::memory_order_acquire) == 0) {
+    // Under g_lock, which the fork handlers take: a child never inherits a
+    // creation half done.
+    LockGuard hold(g_lock);
+    if (g_reader_key_state.load(std::memory_order_relaxed) == 0) {
       g_reader_key_state.store(pthread_key_create(&g_reader_key, &ReleaseReaderSlot) == 0 ? 2 : 3,
                                std::memory_order_release);
-    } else {
-      while (g_reader_key_state.load(std::memory_order_acquire) == 1) sched_yield();
     }
   }
   ReaderSlot* slot = nullptr;
