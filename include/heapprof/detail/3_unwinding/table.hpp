@@ -159,7 +159,10 @@ struct ObjectSet {
 // chain. An entry is valid when key == ra ^ offset ^ (rule << 32) ^ tag,
 // `tag` derived from the snapshot serial (after a dlopen/dlclose every older
 // entry misses); a torn read (words from two writers) fails the check unless
-// the words it mixed are equal.
+// the words it mixed agree (then the rule is right), or a rare coincidence of
+// bits lets a wrong rule through: a bad frame, which the bounds checks end,
+// never a fault (the multiply that made that rarer still cost more than it
+// bought on every frame).
 constexpr std::size_t kRuleCacheEntries = 4096;  // 64 KiB of .bss, touched only when used
 struct RuleCache {
   std::atomic<std::int32_t> cfa_offset[kRuleCacheEntries];  // first: addressed as [base + slot * 4]
