@@ -1,8 +1,9 @@
 // bench/unwind: ns per frame of five unwinders on the same 32-deep stack.
 //
 //   frame pointers      heapprof::detail::UnwindFramePointers
-//   table               heapprof::detail::UnwindWithTable (+ the loader-generation check)
-//   table, no gen check the same walk on a snapshot taken beforehand
+//   table               heapprof::detail::UnwindWithTable: what a sample runs (reader
+//                       section, snapshot, walk)
+//   table, no gen check the walk alone, on a snapshot taken beforehand
 //   libgcc              _Unwind_Backtrace from libgcc_s.so.1
 //   libunwind           unw_backtrace (nongnu libunwind, Debian's libunwind8)
 //   glibc backtrace()   <execinfo.h>, libgcc underneath
@@ -13,14 +14,21 @@
 // (measured: 8 ns/frame instead of ~130), and a direct _Unwind_GetIP call
 // binds to libunwind's, which cannot read a libgcc context.
 //
-// "warm": the best of 9 batches of 20000 unwinds of the same stack, per
+// "warm": the best of 41 batches of 5000 unwinds of the same stack, per
 // frame returned (best, not median: on a shared machine the slow batches
-// measure the neighbours); "marginal": the cost of one more frame, from the same
-// measurement on a 96-deep stack (per-call overhead cancels out).
+// measure the neighbours; many short batches find a quiet moment more
+// often than a few long ones); "marginal": the cost of one more frame, from
+// the same measurement on a 96-deep stack (per-call overhead cancels out).
 // "first": the very first unwind in a fresh process (fork per unwinder, before
 // anything was unwound), so it includes whatever that unwinder sets up: our
 // table builds, libunwind's caches, backtrace()'s dlopen of libgcc_s.
-// Also: table build time and size for libc and libstdc++.
+// Also: table build time and size for libc and libstdc++, and the time to
+// build the tables of every loaded object in a fresh process (the most a
+// process's first samples can pay, spread over the samples that first meet
+// each object).
+//
+// Side by side with an older include/ tree: compile this file twice, e.g.
+//   g++ -std=c++17 -O2 -g -fno-omit-frame-pointer -I<old>/include bench/unwind.cpp -o unwind_old -ldl -lpthread
 //
 // Build (see tests/unwind/BUILD.md): frame pointers on, so every unwinder
 // walks all 32 frames:
@@ -54,8 +62,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kDepth = 32;       // frames of our own recursion under the hook
 constexpr int kDeepDepth = 96;   // the second measurement, for the marginal cost
-constexpr int kBatches = 9;
-constexpr int kPerBatch = 20000;
+constexpr int kBatches = 41;
+constexpr int kPerBatch = 5000;
 
 void* volatile g_sink;
 
@@ -193,6 +201,46 @@ int RebuildCallback(dl_phdr_info* info, std::size_t, void* data) {
   return 1;
 }
 
+// Every loaded object's table, built in a fresh process (fork): what the
+// first samples of a process pay at most, in total.
+struct AllBuild {
+  double ms = 0;
+  std::size_t objects = 0, tables = 0, rows = 0, bytes = 0;
+};
+AllBuild BuildAllInChild() {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    AllBuild r;
+    const auto t0 = Clock::now();
+    {
+      ut::ReaderSection reading;
+      const ut::ObjectSet* set = ut::CurrentObjects();
+      for (std::size_t i = 0; set != nullptr && i < set->count; ++i) {
+        const ut::Table* t = ut::EnsureTable(set->objects[i]);
+        ++r.objects;
+        if (t != &ut::kNoTable) {
+          ++r.tables;
+          r.rows += t->count;
+          r.bytes += t->bytes;
+        }
+      }
+    }
+    r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (write(fds[1], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  AllBuild r;
+  if (read(fds[0], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) r = AllBuild{};
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return r;
+}
+
 void ReportBuild(const char* name, const void* pc) {
   // First build: what the first sample through this object pays (page faults
   // on .eh_frame included). Then the median of rebuilds with warm pages.
@@ -214,6 +262,7 @@ void ReportBuild(const char* name, const void* pc) {
               again[again.size() / 2] / 1e6);
 }
 
+AllBuild g_all;
 Result g_first[kMethods];
 Result g_warm[kMethods];
 Result g_warm_deep[kMethods];
@@ -248,7 +297,7 @@ void Report() {
   // The loader-generation check alone (one dl_iterate_phdr visiting one object).
   const auto t0 = Clock::now();
   for (int i = 0; i < 200000; ++i) g_sink = const_cast<ut::ObjectSet*>(ut::CurrentObjects());
-  std::printf("\n  generation check (dl_iterate_phdr, 1 object): %.1f ns per unwind\n",
+  std::printf("\n  generation check (dl_iterate_phdr, 1 object): %.1f ns per call\n",
               std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / 200000);
 
   std::printf("\ntable builds (arena memory: rows 8 B + block index):\n");
@@ -258,6 +307,8 @@ void Report() {
   const hd::UnwindTableStats s = hd::GetUnwindTableStats();
   std::printf("  stats: %zu objects, %zu rows, %.1f KiB, %.2f ms total build\n", s.objects, s.rows,
               static_cast<double>(s.bytes) / 1024.0, s.build_ms);
+  std::printf("  every loaded object, fresh process (best of 3): %zu objects, %zu tables, %zu rows, %.1f KiB, %.2f ms\n",
+              g_all.objects, g_all.tables, g_all.rows, static_cast<double>(g_all.bytes) / 1024.0, g_all.ms);
 }
 
 __attribute__((noinline)) void Hook(bool deep) {
@@ -291,6 +342,12 @@ int main() {
   if (void* unw = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
     g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(dlsym(unw, "unw_backtrace"));
   if (g_unw_backtrace == nullptr) std::fprintf(stderr, "libunwind.so.8 not found: its row stays 0\n");
+  // Before anything is unwound here: a fork inherits the tables built so far.
+  // Best of 3 fresh processes.
+  for (int i = 0; i < 3; ++i) {
+    const AllBuild b = BuildAllInChild();
+    if (b.ms > 0 && (g_all.ms == 0 || b.ms < g_all.ms)) g_all = b;
+  }
   Down(kDepth - 1, false);  // Down x31 + Hook = 32 frames below main
   Down(kDeepDepth - 1, true);
   Report();

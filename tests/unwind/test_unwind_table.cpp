@@ -385,3 +385,136 @@ TEST_CASE("stats: objects, rows and memory of the built tables") {
     CHECK(t->fdes_bad == 0);
   }
 }
+
+namespace {
+
+std::size_t CountReaderSlots() {
+  std::size_t n = 0;
+  for (ut::ReaderSlot* s = ut::g_reader_slots.load(); s != nullptr; s = s->next) ++n;
+  return n;
+}
+
+bool IsRetired(const ut::ObjectSet* set) {
+  hd::LockGuard hold(ut::g_lock);
+  for (const ut::ObjectSet* s = ut::g_retired_sets; s != nullptr; s = s->next_retired) {
+    if (s == set) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("samples do not ask the loader: a new object's PC refreshes at once, an unload within 64 unwinds") {
+  const std::string path = DsoPath();
+  const ut::ObjectSet* before = ut::CurrentObjects();
+  REQUIRE(before != nullptr);
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  REQUIRE_MESSAGE(h != nullptr, dlerror());
+  // The published snapshot does not know the library yet (nothing asked).
+  CHECK(ut::g_objects.load() == before);
+  auto entry = reinterpret_cast<int (*)(int, unwind_test::AllocFn)>(dlsym(h, "unwind_test_dso_entry"));
+  REQUIRE(reinterpret_cast<void*>(entry) != nullptr);
+  // A sample through it meets PCs in no object: the walk asks the loader,
+  // publishes a fresh snapshot and unwinds again, so this very stack is whole.
+  auto c = Run([entry] { entry(3, &unwind_test::FakeNew); });
+  CheckMatchesLibgcc(*c, 3 + 4);
+  const ut::ObjectSet* loaded = ut::g_objects.load();
+  CHECK(loaded != before);
+  CHECK(loaded->count == before->count + 1);
+  REQUIRE(dlclose(h) == 0);
+  // Unloaded: samples keep the snapshot (its table of the library is ours,
+  // still readable) until a thread's periodic check, every 64th unwind.
+  auto c1 = Run([] { unwind_test::UserChain(2); });
+  CHECK(MatchesLibgcc(*c1));
+  for (std::uint32_t i = 0; i < ut::kGenerationCheckEvery; ++i) {
+    auto ci = Run([] { unwind_test::UserChain(2); });
+    CHECK(MatchesLibgcc(*ci));
+  }
+  const ut::ObjectSet* after = ut::g_objects.load();
+  CHECK(after != loaded);
+  CHECK(after->count == before->count);
+}
+
+TEST_CASE("reclamation: a retired snapshot outlives the readers of its epoch, then goes") {
+  const std::string path = DsoPath();
+  ut::ReaderSection* reading = new ut::ReaderSection;  // this thread reads from here on
+  REQUIRE(reading->active());
+  const ut::ObjectSet* held = ut::CurrentObjects();
+  REQUIRE(held != nullptr);
+  // Another thread loads a library and publishes a new snapshot: `held` is
+  // retired but must stay, this thread's section being older.
+  bool loaded_ok = false;  // (doctest's checks stay on the main thread)
+  std::thread loader([&path, &loaded_ok] {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return;
+    const ut::ObjectSet* with = ut::CurrentObjects();
+    if (dlclose(h) != 0) return;
+    loaded_ok = with != nullptr && ut::CurrentObjects() != nullptr;
+  });
+  loader.join();
+  REQUIRE(loaded_ok);
+  CHECK(ut::g_objects.load() != held);
+  CHECK(IsRetired(held));
+  CHECK(held->count > 0);  // still readable
+  delete reading;          // the last reader out frees it
+  CHECK(!IsRetired(held));
+  {
+    hd::LockGuard hold(ut::g_lock);
+    CHECK(ut::g_retired_sets == nullptr);
+    CHECK(ut::g_retired_objects == nullptr);
+  }
+}
+
+TEST_CASE("reader slots: one per thread alive, recycled when a thread exits") {
+  auto c0 = Run([] { unwind_test::UserChain(1); });  // this thread's slot
+  REQUIRE(MatchesLibgcc(*c0));
+  const std::size_t slots = CountReaderSlots();
+  int good = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::thread t([&good] {
+      auto c = Run([] { unwind_test::UserChain(1); });
+      // A slot of its own, not marked reading between samples.
+      if (MatchesLibgcc(*c) && ut::tls_reader_slot != nullptr && ut::tls_reader_slot->state.load() == 0) ++good;
+    });
+    t.join();
+  }
+  CHECK(good == 50);
+  CHECK(CountReaderSlots() <= slots + 1);
+  // Two threads at once hold two distinct slots.
+  ut::ReaderSlot* a = nullptr;
+  ut::ReaderSlot* b = nullptr;
+  std::atomic<int> ready{0};
+  auto body = [&ready](ut::ReaderSlot** out) {
+    ut::ReaderSection reading;
+    *out = ut::tls_reader_slot;
+    ready.fetch_add(1);
+    while (ready.load() < 2) std::this_thread::yield();
+  };
+  std::thread ta(body, &a), tb(body, &b);
+  ta.join();
+  tb.join();
+  CHECK(a != nullptr);
+  CHECK(b != nullptr);
+  CHECK(a != b);
+}
+
+TEST_CASE("CfaValid: the one-compare form equals 8-aligned and in [sp + 8, hi]") {
+  std::mt19937_64 rng(15);
+  const ut::ObjectSet* set = ut::CurrentObjects();
+  REQUIRE(set != nullptr);
+  for (int i = 0; i < 200000; ++i) {
+    const std::uintptr_t sp = 0x7ff000000000ull + (rng() % 4096) * 8;  // 8-aligned, as every frame's
+    // hi: aligned or not, from below sp + 8 to a few KiB above
+    const std::uintptr_t hi = sp + (rng() % 8192) - (i % 3 == 0 ? 0 : 16);
+    if (hi < sp) continue;  // sp <= hi holds for every frame
+    std::uintptr_t cfa = sp + (rng() % 9000) - 64;
+    if (i % 7 == 0) cfa = hi - (rng() % 24);
+    if (i % 11 == 0) cfa = rng();
+    ut::Cursor c{set, sp - 4096, hi};
+    const ut::Regs r{0, sp, 0};
+    const bool want = (cfa & 7) == 0 && cfa >= sp + 8 && cfa <= hi;
+    if (ut::CfaValid(c, r, cfa) != want) {
+      FAIL("sp " << sp << " hi " << hi << " cfa " << cfa);
+    }
+  }
+}

@@ -7,8 +7,9 @@
 // rows, {pc offset, rule}, plus a coarse index of blocks so that a lookup is
 // one index read and a binary search over a handful of rows. In front of the
 // tables sits a small lock-free PC -> rule cache, so that a warm step is one
-// cache read and two or three bounds-checked stack loads (~4-5 ns/frame; the
-// walk is bound by load latency, see bench/unwind.cpp).
+// cache read and two or three bounds-checked stack loads (the walk is bound
+// by load latency: return address -> cache -> CFA -> next return address,
+// see RuleCache and bench/unwind.cpp).
 //
 // Objects: the set of loaded ELF objects (dl_iterate_phdr) is an immutable
 // snapshot published through one atomic pointer. Each object's table is built
@@ -16,18 +17,23 @@
 // dl_iterate_phdr holds the loader's lock for that object (so a concurrent
 // dlclose cannot unmap .eh_frame under the parser). Lookups take no lock.
 //
-// dlopen/dlclose: every unwind first asks the loader for its generation
-// (dlpi_adds, dlpi_subs: one dl_iterate_phdr call that stops at the first
-// object) and, when it moved, publishes a new snapshot; objects still loaded
-// keep their tables. The replaced snapshot, and the objects (with their
-// tables) that the new one no longer holds, are retired and freed once no
-// unwind can still be reading them: every unwind is a reader section counted
-// in one of two sets of sharded counters chosen by a global epoch parity
-// (userspace-RCU style, without waiting: each Refresh frees what the previous
-// grace period covered and moves the epoch on when the readers of the one
-// before are gone). So dlopen/dlclose churn holds at most about two
-// generations of retired tables. Stale lookups cannot happen: a reader only
-// ever reaches objects through a snapshot it entered its section with.
+// dlopen/dlclose: a sample unwinds with the published snapshot and does not
+// call into the loader (SampleObjects). It asks the loader for its
+// generation (dlpi_adds, dlpi_subs: one dl_iterate_phdr call that stops at
+// the first object) only when its walk met a PC in no object of the snapshot
+// (a library loaded since), and on every 64th unwind of a thread (to notice
+// unloads); when the generation moved it publishes a new snapshot, objects
+// still loaded keeping their tables. A dlclose never makes a lookup fault:
+// tables are copies in our arena, and nothing reads a library's own memory
+// outside the loader's lock. The replaced snapshot, and the objects (with
+// their tables) that the new one no longer holds, are retired and freed once
+// no unwind can still be reading them: every unwind is a reader section that
+// publishes the epoch it entered at in a slot of its own thread, and
+// retired memory goes once no slot shows a reader from its epoch or before
+// (epoch-based reclamation, never waiting: whoever finds retired memory at
+// the end of its section frees what it can). Stale lookups cannot happen: a
+// reader only ever reaches objects through a snapshot it loaded inside its
+// section.
 
 // Per frame, a PC without a row, or with a rule the rows cannot express
 // (RA in a register, general DWARF expressions, CFA in a register other than
@@ -80,7 +86,7 @@ namespace detail {
 struct UnwindTableStats {
   std::size_t objects = 0;  // objects with a built table (rows > 0)
   std::size_t rows = 0;     // rows over all built tables
-  std::size_t bytes = 0;    // tables, their block indexes, object snapshots, the rule cache
+  std::size_t bytes = 0;    // tables, their block indexes, object snapshots, reader slots, the rule cache
   double build_ms = 0;      // total time spent building tables
 };
 
@@ -141,23 +147,38 @@ struct ObjectSet {
 
 // A direct-mapped cache, PC -> rule, in front of the tables. A table lookup
 // is three dependent loads (index, rows, rule) after the return address; a
-// hit here is one, which is what gets a warm frame under 5 ns: the walk is
-// bound by load latency, not instructions. Shared by all threads, written only
-// on misses, no lock: an entry is two words, key = (ra ^ Mix(value)) + serial, so a
-// torn read (one word from each of two writers) fails the check and counts as
-// a miss; with the snapshot serial in the key, after a dlopen/dlclose every
-// older entry misses. The value holds the CFA offset ready to add: decoding
-// it from the rule would put two more instructions on the critical path.
-struct alignas(16) RuleCacheEntry {
-  std::atomic<std::uint64_t> key{0};
-  std::atomic<std::uint64_t> value{0};  // cfa offset (int32) << 32 | rule
-};
+// hit here is one. Shared by all threads, written only on misses, no lock.
+//
+// A warm walk is bound by the latency of one chain: return address -> its
+// slot's CFA offset -> CFA -> the next return address, two dependent loads a
+// frame (bench/unwind.cpp). Hence three arrays (structure of arrays): the
+// offset is an int32 of its own, so one sign-extending load with a plain
+// scaled index gives it ready to add (16-byte entries took a shift and a
+// three-part address on that chain, a packed value a shift to unpack: each
+// measurably slower). The rule bits and the key load alongside, off the
+// chain. An entry is valid when key == ra ^ offset ^ (rule << 32) ^ tag,
+// `tag` derived from the snapshot serial (after a dlopen/dlclose every older
+// entry misses); a torn read (words from two writers) fails the check unless
+// the words it mixed agree (then the rule is right), or a rare coincidence of
+// bits lets a wrong rule through: a bad frame, which the bounds checks end,
+// never a fault (the multiply that made that rarer still cost more than it
+// bought on every frame).
 constexpr std::size_t kRuleCacheEntries = 4096;  // 64 KiB of .bss, touched only when used
+struct RuleCache {
+  std::atomic<std::int32_t> cfa_offset[kRuleCacheEntries];  // first: addressed as [base + slot * 4]
+  std::atomic<std::uint32_t> rule[kRuleCacheEntries];
+  std::atomic<std::uint64_t> key[kRuleCacheEntries];
+};
 
-inline RuleCacheEntry g_rule_cache[kRuleCacheEntries];
+inline RuleCache g_rule_cache;
+
+// A snapshot's tag in the cache keys (computed once per walk).
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheTag(std::uint32_t serial) noexcept {
+  return static_cast<std::uint64_t>(serial) * 0x9e3779b97f4a7c15ull;
+}
 
 // ---- global state: constant-initialised (invariant 2), never destroyed
-inline SpinLock g_lock;  // builds and snapshot publication; never held across dl_iterate_phdr
+inline SpinLock g_lock;  // builds, snapshot publication, the reader key; never held across dl_iterate_phdr
 inline std::atomic<const ObjectSet*> g_objects{nullptr};
 inline std::atomic<std::uint32_t> g_serial{0};
 inline std::atomic<std::size_t> g_stat_objects{0};
@@ -210,53 +231,125 @@ inline Object* FindObject(const ObjectSet& set, std::uintptr_t pc) noexcept {
 
 // ---- reader sections and reclamation
 // An unwind reads a snapshot, its objects and their tables without a lock.
-// It announces itself in g_readers[epoch & 1][shard] (a shard per thread,
-// by stack address, so threads rarely share a line). Retired memory tagged
-// with epoch R is freed once the epoch has moved past R and the counters of
-// R's parity read zero: no reader that could have seen it remains (a reader
-// that entered later loaded the snapshot after the retirement).
-constexpr std::size_t kReaderShards = 8;
-struct alignas(64) ReaderCount {
-  std::atomic<std::uint64_t> n{0};
+// Epoch-based reclamation with one slot per thread (as in RCU's per-thread
+// counters and hazard eras): entering a section publishes, in the thread's
+// own slot, the global epoch the thread saw; leaving clears it. Retiring
+// tags memory with the current epoch and moves the epoch on; memory tagged R
+// is freed once no slot shows an active reader that entered at epoch <= R
+// (a reader that entered later loaded the snapshot pointer after the
+// retirement's epoch move, so after the replacement was published).
+//
+// A section costs one store with a full fence (the store must be visible
+// before the snapshot pointer is read) and one plain release store, both to a
+// cache line only this thread writes: two threads sampling never bounce a
+// line, and nothing on an unsampled path writes here at all. Slots live in
+// the arena on a list that only grows (as many as threads ever unwound at
+// once) and are recycled at thread exit through a pthread key.
+struct alignas(64) ReaderSlot {
+  std::atomic<std::uint64_t> state{0};  // 0: not reading; else (epoch entered << 1) | 1
+  std::atomic<bool> in_use{false};     // owned by a live thread
+  ReaderSlot* next = nullptr;          // every slot ever made; immutable once pushed
 };
-inline ReaderCount g_readers[2][kReaderShards];
-inline std::atomic<std::uint64_t> g_epoch{0};
+inline std::atomic<ReaderSlot*> g_reader_slots{nullptr};
+inline thread_local ReaderSlot* tls_reader_slot HEAPPROF_TLS_MODEL = nullptr;
+// The slot's key: 0 not created, 2 ready (g_reader_key valid), 3 creation failed.
+inline std::atomic<int> g_reader_key_state{0};
+inline pthread_key_t g_reader_key;
+
+inline std::atomic<std::uint64_t> g_epoch{1};
 inline ObjectSet* g_retired_sets = nullptr;  // under g_lock
 inline Object* g_retired_objects = nullptr;  // under g_lock
 inline std::atomic<bool> g_have_retired{false};  // either list is not empty
 
 void TryReclaimLocked() noexcept;
 
+inline void ReleaseReaderSlot(void* p) noexcept {
+  auto* slot = static_cast<ReaderSlot*>(p);
+  if (tls_reader_slot == slot) tls_reader_slot = nullptr;
+  slot->state.store(0, std::memory_order_release);
+  slot->in_use.store(false, std::memory_order_release);
+}
+
+// The calling thread's slot: a free one from the list, else a new one. Once
+// per thread (the pthread key hands it back at exit). Null if out of memory.
+HEAPPROF_NOINLINE inline ReaderSlot* AcquireReaderSlot() noexcept {
+  if (g_reader_key_state.load(std::memory_order_acquire) == 0) {
+    // Under g_lock, which the fork handlers take: a child never inherits a
+    // creation half done.
+    LockGuard hold(g_lock);
+    if (g_reader_key_state.load(std::memory_order_relaxed) == 0) {
+      g_reader_key_state.store(pthread_key_create(&g_reader_key, &ReleaseReaderSlot) == 0 ? 2 : 3,
+                               std::memory_order_release);
+    }
+  }
+  ReaderSlot* slot = nullptr;
+  for (ReaderSlot* s = g_reader_slots.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+    bool expected = false;
+    if (!s->in_use.load(std::memory_order_relaxed) &&
+        s->in_use.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
+      slot = s;
+      break;
+    }
+  }
+  if (slot == nullptr) {
+    void* mem = g_arena.Allocate(sizeof(ReaderSlot));
+    if (mem == nullptr) return nullptr;
+    slot = new (mem) ReaderSlot{};
+    slot->in_use.store(true, std::memory_order_relaxed);
+    g_stat_bytes.fetch_add(sizeof(ReaderSlot), std::memory_order_relaxed);
+    ReaderSlot* head = g_reader_slots.load(std::memory_order_relaxed);
+    do {
+      slot->next = head;
+    } while (!g_reader_slots.compare_exchange_weak(head, slot, std::memory_order_acq_rel));
+  }
+  // Without a key (creation failed) the slot stays with this thread forever:
+  // correct, one slot leaked per such thread.
+  if (g_reader_key_state.load(std::memory_order_acquire) == 2) pthread_setspecific(g_reader_key, slot);
+  tls_reader_slot = slot;
+  return slot;
+}
+
 class ReaderSection {
  public:
   ReaderSection() noexcept {
-    const auto here = reinterpret_cast<std::uintptr_t>(this);
-    shard_ = static_cast<std::size_t>(((here >> 16) * 0x9e3779b97f4a7c15ull) >> 61);  // 0..7
-    parity_ = static_cast<std::size_t>(g_epoch.load(std::memory_order_seq_cst) & 1);
-    g_readers[parity_][shard_].n.fetch_add(1, std::memory_order_seq_cst);
+    ReaderSlot* slot = tls_reader_slot;
+    if (HEAPPROF_UNLIKELY(slot == nullptr)) slot = AcquireReaderSlot();
+    slot_ = slot;
+    if (slot == nullptr) return;  // out of memory: active() is false, the caller must not read tables
+    // A full fence: the announcement is globally visible before this thread
+    // loads the snapshot pointer (which its caller does next, seq_cst too).
+    // An exchange rather than a seq_cst store: one xchg, where GCC emits a
+    // store and an mfence.
+    const std::uint64_t e = g_epoch.load(std::memory_order_seq_cst);
+    slot->state.exchange((e << 1) | 1, std::memory_order_seq_cst);
   }
-  // The last reader out frees what it can (threads blocked in the loader
-  // while a dlopen runs would otherwise hold back every Refresh's attempt).
+  // Out of the section, a thread that finds retired memory frees what it
+  // can (threads blocked in the loader while a dlopen runs would otherwise
+  // hold back every Refresh's attempt).
   ~ReaderSection() {
-    g_readers[parity_][shard_].n.fetch_sub(1, std::memory_order_seq_cst);
+    if (slot_ == nullptr) return;
+    slot_->state.store(0, std::memory_order_release);
     if (HEAPPROF_UNLIKELY(g_have_retired.load(std::memory_order_relaxed)) && g_lock.try_lock()) {
       TryReclaimLocked();
       g_lock.unlock();
     }
   }
+  bool active() const noexcept { return slot_ != nullptr; }
   ReaderSection(const ReaderSection&) = delete;
   ReaderSection& operator=(const ReaderSection&) = delete;
 
  private:
-  std::size_t shard_;
-  std::size_t parity_;
+  ReaderSlot* slot_;
 };
 
-inline bool NoReaders(std::size_t parity) noexcept {
-  for (std::size_t i = 0; i < kReaderShards; ++i) {
-    if (g_readers[parity][i].n.load(std::memory_order_seq_cst) != 0) return false;
+// The oldest epoch an active reader entered at; UINT64_MAX if none reads.
+inline std::uint64_t OldestReaderEpoch() noexcept {
+  std::uint64_t oldest = ~std::uint64_t{0};
+  for (ReaderSlot* s = g_reader_slots.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+    const std::uint64_t st = s->state.load(std::memory_order_seq_cst);
+    if ((st & 1) != 0 && (st >> 1) < oldest) oldest = st >> 1;
   }
-  return true;
+  return oldest;
 }
 
 inline void FreeRetiredObject(Object* o) noexcept {
@@ -272,16 +365,14 @@ inline void FreeRetiredObject(Object* o) noexcept {
   g_arena.Free(o, sizeof(Object));
 }
 
-// Under g_lock: frees what no reader can hold any more, and moves the epoch
-// on when it can. Never waits.
-inline bool ReclaimStepLocked() noexcept {
-  const std::uint64_t e = g_epoch.load(std::memory_order_seq_cst);
-  if (!NoReaders(static_cast<std::size_t>((e + 1) & 1))) return false;  // readers of epoch e - 1 remain
-  // Every reader of epoch e - 1 or older is gone: what was retired before
-  // the epoch became e is unreachable.
+// Under g_lock: frees what no reader can hold any more. Never waits.
+inline void TryReclaimLocked() noexcept {
+  // Every reader that entered at an epoch below `oldest` is gone: what was
+  // retired at such an epoch is unreachable.
+  const std::uint64_t oldest = OldestReaderEpoch();
   ObjectSet** sp = &g_retired_sets;
   while (ObjectSet* set = *sp) {
-    if (set->retired_epoch < e) {
+    if (set->retired_epoch < oldest) {
       *sp = set->next_retired;
       g_stat_bytes.fetch_sub(set->block_bytes, std::memory_order_relaxed);
       const std::size_t block = set->block_bytes;
@@ -293,7 +384,7 @@ inline bool ReclaimStepLocked() noexcept {
   }
   Object** op = &g_retired_objects;
   while (Object* o = *op) {
-    if (o->retired_epoch < e) {
+    if (o->retired_epoch < oldest) {
       *op = o->next_retired;
       FreeRetiredObject(o);
     } else {
@@ -301,18 +392,11 @@ inline bool ReclaimStepLocked() noexcept {
     }
   }
   g_have_retired.store(g_retired_sets != nullptr || g_retired_objects != nullptr, std::memory_order_relaxed);
-  g_epoch.store(e + 1, std::memory_order_seq_cst);
-  return true;
-}
-
-// Two steps when the readers allow: what was retired in the current epoch
-// goes too, so a quiet process holds nothing retired.
-inline void TryReclaimLocked() noexcept {
-  if (ReclaimStepLocked()) ReclaimStepLocked();
 }
 
 // Under g_lock, once `fresh` is published in place of `old`: retires `old`
-// and the objects only it holds.
+// and the objects only it holds, then moves the epoch on (readers entering
+// from now on cannot reach them).
 inline void RetireLocked(ObjectSet* old, const ObjectSet* fresh) noexcept {
   const std::uint64_t e = g_epoch.load(std::memory_order_seq_cst);
   for (std::size_t i = 0; i < old->count; ++i) {
@@ -326,13 +410,15 @@ inline void RetireLocked(ObjectSet* old, const ObjectSet* fresh) noexcept {
   old->next_retired = g_retired_sets;
   g_retired_sets = old;
   g_have_retired.store(true, std::memory_order_relaxed);
+  g_epoch.store(e + 1, std::memory_order_seq_cst);
 }
 
 // After fork, in the child: only the forking thread exists, and it is not
-// unwinding; the other threads' sections ended with them.
+// unwinding; the other threads' slots are free again.
 inline void ResetReadersInChild() noexcept {
-  for (auto& parity : g_readers) {
-    for (ReaderCount& r : parity) r.n.store(0, std::memory_order_relaxed);
+  for (ReaderSlot* s = g_reader_slots.load(std::memory_order_relaxed); s != nullptr; s = s->next) {
+    s->state.store(0, std::memory_order_relaxed);
+    if (s != tls_reader_slot) s->in_use.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -599,7 +685,12 @@ inline const ObjectSet* Refresh() noexcept {
           Object* o = nullptr;
           if (cur != nullptr) {
             Object* old = FindObject(*cur, oi.lo);
-            if (old != nullptr && SameObject(*old, oi)) o = old;  // keeps its table
+            // Keeps its table; but not a failed build (kNoTable) of an object
+            // with .eh_frame_hdr: it may have failed because the library was
+            // unloaded under a stale snapshot, and this one is loaded again.
+            if (old != nullptr && SameObject(*old, oi) &&
+                (old->hdr == 0 || old->table.load(std::memory_order_acquire) != &kNoTable))
+              o = old;
           }
           if (o == nullptr) {
             void* om = g_arena.Allocate(sizeof(Object));
@@ -652,6 +743,52 @@ inline const ObjectSet* CurrentObjects() noexcept {
   return Refresh();
 }
 
+// What a sample unwinds with: the published snapshot, without asking the
+// loader (that call, ~175 instructions and the loader's lock, was on every
+// sample). The snapshot goes stale in two ways, and each is caught:
+//  - a library loaded since: its PCs are in no object of the snapshot; the
+//    walk notes the first such PC and UnwindWithTable asks the loader then
+//    (and unwinds again on a fresh snapshot);
+//  - a library unloaded since: its Object and table stay readable (they are
+//    our arena's, never the library's memory: nothing reads code or
+//    .eh_frame outside the loader's lock), so no lookup can fault; what is
+//    lost is only freshness (a different library mapped at the same
+//    addresses would be unwound with the old rules, a bad frame ending the
+//    stack early) and the retirement of the old table. So every
+//    kGenerationCheckEvery-th unwind of a thread still asks the loader.
+constexpr std::uint32_t kGenerationCheckEvery = 64;
+// Per thread: unwinds since the last generation check; the page and snapshot
+// of the last PC found in no object that was checked (a JIT's code, or a
+// garbage return address at the top of some stack, would otherwise send
+// every sample to the loader).
+struct UnknownPcMemo {
+  std::uint32_t unchecked = 0;
+  std::uint32_t serial = 0;
+  std::uintptr_t page = 0;
+};
+inline thread_local UnknownPcMemo tls_unknown_pc HEAPPROF_TLS_MODEL;
+
+inline const ObjectSet* SampleObjects() noexcept {
+  const ObjectSet* s = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
+  UnknownPcMemo& m = tls_unknown_pc;
+  if (HEAPPROF_LIKELY(s != nullptr) && HEAPPROF_LIKELY(++m.unchecked < kGenerationCheckEvery)) return s;
+  m.unchecked = 0;
+  return CurrentObjects();
+}
+
+// After a walk on `set` met `pc` in no object: a fresh snapshot if the
+// loader's generation moved, else null (and the PC's page is remembered).
+inline const ObjectSet* ObjectsAfterUnknownPc(const ObjectSet* set, std::uintptr_t pc) noexcept {
+  UnknownPcMemo& m = tls_unknown_pc;
+  if (m.serial == set->serial && m.page == (pc >> 12)) return nullptr;
+  m.unchecked = 0;
+  const ObjectSet* fresh = CurrentObjects();
+  if (fresh != nullptr && fresh != set) return fresh;
+  m.serial = set->serial;
+  m.page = pc >> 12;
+  return nullptr;
+}
+
 // ---------------------------------------------------------------- stepping
 
 struct Regs {
@@ -664,9 +801,10 @@ struct Cursor {
   const ObjectSet* set;
   std::uintptr_t stack_lo;
   std::uintptr_t stack_hi;
-  std::uint32_t serial = set->serial;  // a copy: stores to the cache may alias set->serial
+  std::uint64_t tag = CacheTag(set->serial);  // a copy: stores to the cache may alias set->serial
   const Object* object = nullptr;  // the last object a lookup hit: frames cluster
   const Table* table = nullptr;
+  std::uintptr_t unknown_pc = 0;   // the first PC found in no object of `set`, if any
 };
 
 // One aligned word of the stack, if it lies in [lo, hi).
@@ -682,34 +820,52 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
 __attribute__((noinline)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
   if (c.object == nullptr || pc - c.object->lo >= c.object->hi - c.object->lo) {
     Object* o = FindObject(*c.set, pc);
-    if (o == nullptr) return 0;
+    if (o == nullptr) {
+      if (c.unknown_pc == 0) c.unknown_pc = pc;
+      return 0;
+    }
     c.object = o;
     c.table = EnsureTable(o);
   }
   return Lookup(*c.table, pc);
 }
 
-HEAPPROF_ALWAYS_INLINE std::uint64_t CacheMix(std::uint64_t v) noexcept { return v * 0x9e3779b97f4a7c15ull; }
 // The low bits of return addresses are close to uniform; anything more
 // (a multiply, a shift-xor) sits on the critical path of every frame.
 HEAPPROF_ALWAYS_INLINE std::size_t CacheSlot(std::uintptr_t ra) noexcept {
   return static_cast<std::size_t>(ra) & (kRuleCacheEntries - 1);
 }
 
-// The rule for the frame whose return address is `ra` (the instruction
-// looked up is ra - 1, inside the call), as a cache value: the cache, else
-// the tables.
-HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE std::uint64_t RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
-  RuleCacheEntry& e = g_rule_cache[CacheSlot(ra)];
-  const std::uint64_t value = e.value.load(std::memory_order_relaxed);
-  const std::uint64_t key = e.key.load(std::memory_order_relaxed);
-  if (HEAPPROF_LIKELY(key == (ra ^ CacheMix(value)) + c.serial)) return value;
+struct CachedRule {
+  std::uintptr_t cfa_offset;  // sign-extended, ready to add
+  std::uint32_t bits;         // the eh::Rule
+};
+
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheKey(std::uintptr_t ra, CachedRule r, std::uint64_t tag) noexcept {
+  return ra ^ r.cfa_offset ^ (static_cast<std::uint64_t>(r.bits) << 32) ^ tag;
+}
+
+// The cache-miss path: the tables, then the cache entry. Out of line, and
+// see HEAPPROF_DETAIL_NO_ASAN.
+__attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
   const eh::Rule rule{TableRuleAt(c, ra - 1)};
-  const std::uint64_t fresh =
-      (static_cast<std::uint64_t>(static_cast<std::uint32_t>(rule.cfa_offset())) << 32) | rule.bits;
-  e.value.store(fresh, std::memory_order_relaxed);
-  e.key.store((ra ^ CacheMix(fresh)) + c.serial, std::memory_order_relaxed);
-  return fresh;
+  const auto off = static_cast<std::int32_t>(rule.cfa_offset());
+  const CachedRule r{static_cast<std::uintptr_t>(static_cast<std::intptr_t>(off)), rule.bits};
+  g_rule_cache.cfa_offset[i].store(off, std::memory_order_relaxed);
+  g_rule_cache.rule[i].store(rule.bits, std::memory_order_relaxed);
+  g_rule_cache.key[i].store(CacheKey(ra, r, c.tag), std::memory_order_relaxed);
+  return r;
+}
+
+// The rule for the frame whose return address is `ra` (the instruction
+// looked up is ra - 1, inside the call): the cache, else the tables.
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE CachedRule RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
+  const std::size_t i = CacheSlot(ra);
+  const CachedRule r{static_cast<std::uintptr_t>(
+                         static_cast<std::intptr_t>(g_rule_cache.cfa_offset[i].load(std::memory_order_relaxed))),
+                     g_rule_cache.rule[i].load(std::memory_order_relaxed)};
+  if (HEAPPROF_LIKELY(g_rule_cache.key[i].load(std::memory_order_relaxed) == CacheKey(ra, r, c.tag))) return r;
+  return RuleMiss(c, ra, i);
 }
 
 // One frame-pointer step, taken only when rbp plausibly is this frame's
@@ -720,7 +876,11 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FramePointerStep(Cursor& c, 
   if (fp < r.sp) return false;
   std::uintptr_t saved_fp, ra;
   if (!LoadWord(fp, c, saved_fp) || !LoadWord(fp + 8, c, ra)) return false;
-  if (ra == 0 || FindObject(*c.set, ra) == nullptr) return false;
+  if (ra == 0) return false;
+  if (FindObject(*c.set, ra) == nullptr) {
+    if (c.unknown_pc == 0) c.unknown_pc = ra;
+    return false;
+  }
   r.pc = ra;
   r.sp = fp + 16;
   r.fp = saved_fp;
@@ -755,10 +915,17 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, 
 }
 
 // The caller's frame lies strictly above ours (so the walk terminates) and
-// below the stack's top; words are aligned.
+// below the stack's top; words are aligned: cfa is 8-aligned and in
+// [sp + 8, hi]. sp is 8-aligned (by induction from the first frame), so with
+// d = cfa - sp - 8 that is: d % 8 == 0 and d <= hi - sp - 8, which is one
+// unsigned compare of d rotated right by 3 (a misaligned d turns into a
+// number >= 2^61, a negative one too) against (hi - sp) / 8, the count of
+// valid d / 8 values (0 when fewer than 8 bytes are left). Three compares
+// before; this runs every frame.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool CfaValid(const Cursor& c, const Regs& r,
                                                              std::uintptr_t cfa) noexcept {
-  return (cfa & 7) == 0 && cfa >= r.sp + 8 && cfa <= c.stack_hi;
+  const std::uintptr_t d = cfa - r.sp - 8;
+  return ((d >> 3) | (d << 61)) < ((c.stack_hi - r.sp) >> 3);
 }
 
 // The rare rule kinds, out of line.
@@ -792,10 +959,9 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& 
 // stay inline: this loop is bound by the latency of return address -> cache
 // entry -> return address, so the fewer instructions between, the better.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noexcept {
-  const std::uint64_t cached = RuleAt(c, r.pc);
-  const auto bits = static_cast<std::uint32_t>(cached);
-  // Sign-extended CFA offset, straight from the cache value.
-  const auto off = static_cast<std::uintptr_t>(static_cast<std::int64_t>(cached) >> 32);
+  const CachedRule cached = RuleAt(c, r.pc);
+  const std::uint32_t bits = cached.bits;
+  const std::uintptr_t off = cached.cfa_offset;
   const std::uint32_t kind = bits & 7u;
   if (HEAPPROF_UNLIKELY(kind != eh::kCfaSpRel && kind != eh::kCfaFpRel)) {
     // Through a copy: were `r` itself passed to an out-of-line call, the
@@ -817,12 +983,8 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noe
   return FinishStep(c, r, bits, cfa);
 }
 
-// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
-// can run it on a hand-built stack.
-HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintptr_t frame, std::uintptr_t leaf,
-                                               std::uintptr_t stack_lo, std::uintptr_t stack_hi,
-                                               CapturedStack& out) noexcept {
-  Cursor c{set, stack_lo, stack_hi};
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr_t frame, std::uintptr_t leaf,
+                                                         CapturedStack& out) noexcept {
   // The slow path's frame record: [frame] = the hook's rbp, [frame + 8] =
   // return address into the hook; the hook's sp is just above.
   std::uintptr_t hook_fp, hook_pc;
@@ -847,10 +1009,23 @@ HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintpt
   return true;
 }
 
+// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
+// can run it on a hand-built stack. `unknown_pc`, if given, receives the
+// first PC the walk found in no object of `set` (0 if none).
+HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintptr_t frame, std::uintptr_t leaf,
+                                               std::uintptr_t stack_lo, std::uintptr_t stack_hi,
+                                               CapturedStack& out, std::uintptr_t* unknown_pc = nullptr) noexcept {
+  Cursor c{set, stack_lo, stack_hi};
+  const bool ok = Walk(c, frame, leaf, out);
+  if (unknown_pc != nullptr) *unknown_pc = c.unknown_pc;  // the walk's first PC outside `set`
+  return ok;
+}
+
 // The table of `pc`'s object, built if need be: for tests and the benchmark.
 // False if `pc` is in no loaded object or that object has no table.
 inline bool TableFor(const void* pc, const Table*& out) noexcept {
   ReaderSection reading;  // (the table itself stays valid while its object is loaded)
+  if (!reading.active()) return false;
   const ObjectSet* set = CurrentObjects();
   if (set == nullptr) return false;
   Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
@@ -879,12 +1054,19 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
   out.truncated = false;
   if (hook_return == nullptr) return;
   {
-    unwind_table::ReaderSection reading;
-    const unwind_table::ObjectSet* set = unwind_table::CurrentObjects();
-    if (set != nullptr && unwind_table::UnwindFrom(set, reinterpret_cast<std::uintptr_t>(frame),
-                                                   reinterpret_cast<std::uintptr_t>(hook_return), stack_lo,
-                                                   stack_hi, out))
-      return;
+    namespace ut = unwind_table;
+    ut::ReaderSection reading;
+    const ut::ObjectSet* set = reading.active() ? ut::SampleObjects() : nullptr;
+    const auto fp = reinterpret_cast<std::uintptr_t>(frame);
+    const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
+    std::uintptr_t unknown = 0;
+    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown)) {
+      if (HEAPPROF_LIKELY(unknown == 0)) return;
+      // A PC in no known object: a library loaded since the snapshot? Then
+      // once more on a fresh one; else this stack stands.
+      const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
+      if (fresh == nullptr || ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out)) return;
+    }
   }
 #endif
   UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out);
