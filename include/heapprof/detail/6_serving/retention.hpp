@@ -558,8 +558,18 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
       }
     }
     std::sort(skip.begin(), skip.end());
-    for (const Mapping& m : maps) {
+    for (std::size_t mi = 0; mi < maps.size(); ++mi) {
+      const Mapping& m = maps[mi];
       if (!m.readable || !m.writable || !m.is_private || m.special || !(m.anonymous || m.brk_heap)) continue;
+      // A thread stack, live or cached by glibc after its thread exited:
+      // right above its PROT_NONE guard. Not heap memory: its dead slots
+      // hold stale copies of pointers. (A malloc arena's heap also follows
+      // the reserved tail of the one before it at times, but starts on a
+      // 64 MiB boundary.)
+      if (m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
+          !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0) {
+        continue;
+      }
       std::uintptr_t cursor = m.lo;
       auto it = std::upper_bound(skip.begin(), skip.end(), std::make_pair(m.lo, ~std::uintptr_t{0}));
       if (it != skip.begin()) --it;
