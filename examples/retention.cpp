@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-namespace {
-
 struct Request {
   std::vector<char> body;
 };
@@ -53,8 +51,6 @@ __attribute__((noinline)) void LogLine(int n) {
   std::snprintf(line, 512, "request %d", n);
   g_sink = line;
 }
-
-}  // namespace
 
 int main() {
   heapprof::SetSampleRate(1);  // every allocation: the paths are exact

@@ -270,7 +270,7 @@ TEST_CASE("http: /debug/pprof/retention is listed and serves the retention profi
   const std::vector<Path> kept = PathsOf(p, "HttpRetentionLeaf");
   REQUIRE(kept.size() == 1);
   CHECK(kept[0].objects == 1);
-  CHECK(kept[0].frames.back() == "[global] (anonymous namespace)::g_http_retention_kept");
+  CHECK(kept[0].frames.back() == "[global] {anonymous}::g_http_retention_kept");
   CHECK(HttpGet(server.port(), "/debug/pprof/retention?seconds=5").status == 400);
   delete[] g_http_retention_kept;
 }
