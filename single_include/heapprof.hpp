@@ -10918,10 +10918,13 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 //           a known object: interior pointers count (a pointer to a member, a
 //           std::string's data, a base subobject), as in LeakSanitizer.
 //
-// A breadth-first walk from all roots at once gives each object its shortest
-// path. Objects it does not reach are then looked for in heap memory heapprof
-// does not know as objects (the brk heap and anonymous private mappings, minus
-// the profiler's own arena, the roots and the known objects): one found there
+// A breadth-first walk gives each object its shortest path: from the globals
+// and TLS first (walked to the end), then from the stacks, so that an object
+// a global reaches is named after it even when a (perhaps dead) stack slot
+// points at it too. Objects it does not reach are then looked for in heap
+// memory heapprof does not know as objects (the brk heap and anonymous private
+// mappings, minus the profiler's own arena, the roots, thread stacks (right
+// above a guard page) and the known objects): one found there
 // is "[unsampled heap]", and what it holds is walked on from it. The rest is
 // "[unreachable]". That second pass is skipped when heapprof knows every
 // object (rate 1 since the start with the malloc family replaced): then a
@@ -11128,6 +11131,7 @@ struct ScanResult {
   ArenaVector<std::uint32_t> parent;    // per object: the object holding it, kNoParent for a root's own
   ArenaVector<std::uintptr_t> word_at;  // per root's own object: the address of the word pointing at it
   ArenaVector<std::uint32_t> first;     // per object: the first object of its path (the root's own)
+  ArenaVector<std::uint32_t> order;     // reached objects, holders before what they hold (the walk's order)
   ArenaVector<RootRegion> roots;
   ArenaVector<Module> modules;
   bool every_object_known = false;  // the unsampled-heap pass was skipped (see top)
@@ -11487,6 +11491,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     head = walk(head);
   }
   (void)head;
+  r.order = std::move(queue);
   r.scan_nanos = MonotonicNanos() - t0;
   const std::size_t arena1 = g_arena.MappedBytes();
   r.memory_bytes = arena1 > arena0 ? arena1 - arena0 : 0;
@@ -11546,6 +11551,23 @@ struct DataSymbols {
   }
 };
 
+// A synthetic frame's name as pprof will show it. pprof "simplifies" a name
+// that is not mangled by cutting every parenthesised group (taking them for
+// parameter lists), so "(anonymous namespace)" is spelt without them.
+inline ArenaString MarkerSafe(std::string_view name) {
+  ArenaString out;
+  constexpr std::string_view kAnon = "(anonymous namespace)";
+  for (std::size_t i = 0; i < name.size();) {
+    if (name.compare(i, kAnon.size(), kAnon) == 0) {
+      out += "{anonymous}";
+      i += kAnon.size();
+    } else {
+      out += name[i++];
+    }
+  }
+  return out;
+}
+
 class RootNamer {
  public:
   explicit RootNamer(const ScanResult& r) : r_(r), symbols_(r.modules.size()) {}
@@ -11564,7 +11586,7 @@ class RootNamer {
     DataSymbols& syms = symbols_[static_cast<std::size_t>(root.module)];
     if (!syms.loaded) syms.Load(m.path);
     const std::uintptr_t at = r_.word_at[k];
-    if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + *name;
+    if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + MarkerSafe(*name);
     char buf[64];
     std::snprintf(buf, sizeof buf, "+%#llx", static_cast<unsigned long long>(at - m.bias));
     return "[global] " + ArenaString(BaseName(m.path)) + buf;
@@ -11597,7 +11619,7 @@ class HolderSites {
  public:
   explicit HolderSites(Symbolizer& s) : symbolizer_(s) {}
 
-  // The frame standing for a holder: "[held by] Fn (file.cpp:42)", Fn being
+  // The frame standing for a holder: "[held by] Fn at file.cpp:42", Fn being
   // the first function of its allocation stack that is the program's (not
   // std::, heapprof or an allocation function), at the line that allocated.
   const ArenaString& SiteOf(const StackRecord* stack) {
@@ -11612,13 +11634,12 @@ class HolderSites {
       for (int f = 0; f < k && site.empty(); ++f) {  // innermost (inlined) first
         if (frames[f].name.empty() || IsMachineryName(frames[f].name)) continue;
         site = "[held by] ";
-        site += frames[f].name;
+        site += MarkerSafe(frames[f].name);
         if (!frames[f].file.empty() && frames[f].line != 0) {
-          site += " (";
+          site += " at ";
           site += RootNamer::BaseName(frames[f].file);
           site += ':';
           site += ArenaDecimal(frames[f].line);
-          site += ')';
         }
       }
     }
@@ -11631,11 +11652,46 @@ class HolderSites {
   ArenaMap<const StackRecord*, ArenaString> cache_;
 };
 
-// Holders shown per path at most; a longer chain ends in a marker.
-constexpr std::size_t kMaxHolders = 32;
-// Objects walked per path at most (a million-link list would otherwise cost
-// a million steps per link).
-constexpr std::size_t kMaxHolderSteps = 4096;
+// Holders' frames as a trie: node 0 is the empty chain; a node is a site
+// (its frame's name) before the rest of the chain. A run of holders
+// allocated at one site (a tree's nodes, a list's links) is one frame.
+class HolderChains {
+ public:
+  HolderChains() { nodes_.push_back(Node{nullptr, 0, 0}); }
+
+  std::uint32_t Push(const ArenaString& site, std::uint32_t rest) {
+    const Node& r = nodes_[rest];
+    if (r.site != nullptr && *r.site == site) return rest;
+    const auto key = std::make_pair(&site, rest);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.push_back(Node{&site, rest, r.depth + 1});
+    index_.emplace(key, id);
+    return id;
+  }
+
+  void Append(std::uint32_t node, ArenaVector<ArenaString>& out) const {
+    for (std::size_t shown = 0; node != 0; node = nodes_[node].rest) {
+      if (++shown > kMaxHolders) {
+        out.emplace_back("[heapprof: retention path longer than 32 holders]");
+        return;
+      }
+      out.push_back(*nodes_[node].site);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMaxHolders = 32;
+  struct Node {
+    const ArenaString* site;  // interned by HolderSites: equal names, one address
+    std::uint32_t rest;
+    std::uint32_t depth;
+  };
+  ArenaVector<Node> nodes_;
+  ArenaMap<std::pair<const ArenaString*, std::uint32_t>, std::uint32_t> index_;
+};
+
 
 // The retention profile's samples: one per object (merged when the whole
 // stack and the bucket are the same), valued as the heap profile values it
@@ -11654,29 +11710,24 @@ inline ProfileData RetentionProfileData(const ScanResult& r, Symbolizer& symboli
   };
   ArenaMap<ArenaString, Agg> merged;
   std::uint64_t unreachable = 0, unsampled = 0, reached = 0;
+  // Each object's chain of holder frames, built once per distinct chain in
+  // the walk's order (a holder's chain is known before what it holds): a
+  // trie of (site, rest) nodes, so a million-link list costs a million
+  // steps, not a million per link.
+  HolderChains chains;
+  ArenaVector<std::uint32_t> node_of(r.objects.size(), 0);
+  for (const std::uint32_t i : r.order) {
+    const std::uint32_t p = r.parent[i];
+    if (p == kNoParent) continue;
+    node_of[i] = chains.Push(sites.SiteOf(r.objects[p].bucket->stack), node_of[p]);
+  }
   for (std::size_t i = 0; i < r.objects.size(); ++i) {
     const Object& o = r.objects[i];
     ArenaVector<std::uintptr_t> pcs(o.bucket->stack->pcs(), o.bucket->stack->pcs() + o.bucket->stack->depth);
-    // Holders, nearest first; a run of holders allocated at one site (a
-    // tree's nodes, a list's links) is one frame.
+    // Holders, nearest first (see HolderChains).
     ArenaVector<ArenaString> markers;
     if (o.bucket->stack->truncated) markers.emplace_back("[heapprof: allocation stack truncated]");
-    std::size_t holders = 0, steps = 0;
-    const ArenaString* last = nullptr;
-    for (std::uint32_t k = r.parent[i]; k != kNoParent; k = r.parent[k]) {
-      if (++steps > kMaxHolderSteps) {  // a long list: its links are not all walked, per object
-        markers.emplace_back("[heapprof: retention path longer than 4096 objects]");
-        break;
-      }
-      const ArenaString& site = sites.SiteOf(r.objects[k].bucket->stack);
-      if (last != nullptr && *last == site) continue;
-      if (++holders > kMaxHolders) {
-        markers.emplace_back("[heapprof: retention path longer than 32 holders]");
-        break;
-      }
-      markers.push_back(site);
-      last = &site;
-    }
+    chains.Append(node_of[i], markers);
     markers.push_back(namer.NameOf(i));
     const ArenaString& root = markers.back();
     if (root == "[unreachable]") ++unreachable;

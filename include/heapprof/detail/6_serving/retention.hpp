@@ -14,10 +14,13 @@
 //           a known object: interior pointers count (a pointer to a member, a
 //           std::string's data, a base subobject), as in LeakSanitizer.
 //
-// A breadth-first walk from all roots at once gives each object its shortest
-// path. Objects it does not reach are then looked for in heap memory heapprof
-// does not know as objects (the brk heap and anonymous private mappings, minus
-// the profiler's own arena, the roots and the known objects): one found there
+// A breadth-first walk gives each object its shortest path: from the globals
+// and TLS first (walked to the end), then from the stacks, so that an object
+// a global reaches is named after it even when a (perhaps dead) stack slot
+// points at it too. Objects it does not reach are then looked for in heap
+// memory heapprof does not know as objects (the brk heap and anonymous private
+// mappings, minus the profiler's own arena, the roots, thread stacks (right
+// above a guard page) and the known objects): one found there
 // is "[unsampled heap]", and what it holds is walked on from it. The rest is
 // "[unreachable]". That second pass is skipped when heapprof knows every
 // object (rate 1 since the start with the malloc family replaced): then a
