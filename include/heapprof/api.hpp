@@ -82,6 +82,18 @@ bool WritePeakHeapProfile(const std::string& path);
 // A new window, starting at the heap as it is now.
 void ResetPeak() noexcept;
 
+// The retention profile ("who keeps it alive"): each sampled live object, valued
+// as in the heap profile, on a stack that is its shortest chain of references
+// from a root: its allocation stack, then the allocation site of each object
+// holding it, then one frame naming the root — "[global] <symbol>",
+// "[stack] thread <tid>", "[tls] thread <tid>", "[unsampled heap]" (held only
+// through memory heapprof did not sample) or "[unreachable]" (a leak). Found
+// by a conservative scan of the process's memory (README "Who keeps it
+// alive"): interior pointers count; the other threads keep running.
+bool WriteRetentionProfile(std::ostream& out);
+bool WriteRetentionProfile(const char* path);
+bool WriteRetentionProfile(const std::string& path);
+
 HEAPPROF_LINKED_END
 
 }  // namespace heapprof

@@ -24,6 +24,7 @@
 #include "dump_scenarios.hpp"
 #include "hostile_scenarios.hpp"
 #include "memory_scenarios.hpp"
+#include "retention_scenarios.hpp"
 #include "support/profile_io.hpp"
 
 namespace heapprof_test {
@@ -713,6 +714,8 @@ inline int RunChild(const char* name) {
   rc = RunHostileScenario(name, known);
   if (known) return rc;
   rc = RunMemoryScenario(name, known);
+  if (known) return rc;
+  rc = RunRetentionScenario(name, known);
   if (known) return rc;
   std::fprintf(stderr, "unknown HEAPPROF_TEST_CHILD %s\n", name);
   return 2;

@@ -48,7 +48,13 @@ struct EngineApi {
   bool (*write_peak_stream)(std::ostream& out);
   bool (*write_peak_path)(const char* path);
   void (*reset_peak)() noexcept;
+  bool (*write_retention_stream)(std::ostream& out);
+  bool (*write_retention_path)(const char* path);
 };
+// A library's table has the members up to and including `member` when its
+// size covers them.
+#define HEAPPROF_ENGINE_HAS(e, member) \
+  ((e)->size >= offsetof(::heapprof::detail::EngineApi, member) + sizeof((e)->member))
 // The part of EngineApi every version-1 library has.
 constexpr std::uint32_t kEngineApiMinSize = offsetof(EngineApi, write_peak_stream);
 constexpr std::uint32_t kEngineApiVersion = 1;
@@ -144,14 +150,14 @@ bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(pat
 
 bool WritePeakHeapProfile(std::ostream& out) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) {
-    return e->size >= sizeof(detail::EngineApi) && e->write_peak_stream(out);
+    return HEAPPROF_ENGINE_HAS(e, write_peak_stream) && e->write_peak_stream(out);
   }
   detail::ReentrancyGuard guard;
   return detail::WriteProfile(out, false, true);
 }
 bool WritePeakHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) {
-    return path != nullptr && e->size >= sizeof(detail::EngineApi) && e->write_peak_path(path);
+    return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_peak_path) && e->write_peak_path(path);
   }
   detail::ReentrancyGuard guard;
   HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
@@ -161,12 +167,31 @@ bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile
 
 void ResetPeak() noexcept {
   if (const detail::EngineApi* e = detail::ExternalEngine()) {
-    if (e->size >= sizeof(detail::EngineApi)) e->reset_peak();
+    if (HEAPPROF_ENGINE_HAS(e, reset_peak)) e->reset_peak();
     return;
   }
   detail::ReentrancyGuard guard;
   detail::g_peak.Reset();
 }
+
+// ---------------------------------------------------------------- the retention profile
+
+bool WriteRetentionProfile(std::ostream& out) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    return HEAPPROF_ENGINE_HAS(e, write_retention_stream) && e->write_retention_stream(out);
+  }
+  detail::ReentrancyGuard guard;
+  return detail::WriteRetentionProfile(out);
+}
+bool WriteRetentionProfile(const char* path) {
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_retention_path) && e->write_retention_path(path);
+  }
+  detail::ReentrancyGuard guard;
+  HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
+  HEAPPROF_CATCH_ALL { return false; }
+}
+bool WriteRetentionProfile(const std::string& path) { return WriteRetentionProfile(path.c_str()); }
 
 // ---------------------------------------------------------------- unwinder
 
@@ -356,6 +381,9 @@ bool WritePeakHeapProfile(std::ostream&) { return false; }
 bool WritePeakHeapProfile(const char*) { return false; }
 bool WritePeakHeapProfile(const std::string&) { return false; }
 void ResetPeak() noexcept {}
+bool WriteRetentionProfile(std::ostream&) { return false; }
+bool WriteRetentionProfile(const char*) { return false; }
+bool WriteRetentionProfile(const std::string&) { return false; }
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END

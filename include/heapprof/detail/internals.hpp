@@ -50,6 +50,7 @@
 #include "heapprof/detail/5_encoding/snapshot.hpp"
 #include "heapprof/detail/5_encoding/text_profile.hpp"
 
+#include "heapprof/detail/6_serving/retention.hpp"
 #include "heapprof/detail/6_serving/files.hpp"
 #include "heapprof/detail/6_serving/dumps.hpp"
 #include "heapprof/detail/6_serving/leak_report.hpp"

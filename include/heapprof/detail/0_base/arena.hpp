@@ -49,6 +49,10 @@ class Arena {
     if (p == nullptr) return;
     if (size > kLargest) {
       const std::size_t len = RoundToPage(size);
+      {
+        LockGuard hold(lock_);
+        ForgetRangeLocked(reinterpret_cast<std::uintptr_t>(p));
+      }
       munmap(p, len);
       mapped_.fetch_sub(len, std::memory_order_relaxed);
       return;
@@ -64,6 +68,22 @@ class Arena {
   std::size_t MappedBytes() const noexcept { return mapped_.load(std::memory_order_relaxed); }
 
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
+
+  // The arena's mappings, so that the retention scan (6_serving/retention.hpp)
+  // can leave the profiler's own memory out of "heap memory": it holds the
+  // live map, whose keys point at every sampled object. Copies at most `max`
+  // [start, end) pairs; returns how many there are, or -1 when some mapping
+  // was not recorded (more than kMaxRanges at once).
+  static constexpr std::size_t kMaxRanges = 4096;
+  long CopyRanges(std::uintptr_t (*out)[2], std::size_t max) noexcept {
+    LockGuard hold(lock_);
+    if (ranges_overflow_) return -1;
+    for (std::size_t i = 0; i < ranges_count_ && i < max; ++i) {
+      out[i][0] = ranges_[i][0];
+      out[i][1] = ranges_[i][1];
+    }
+    return static_cast<long>(ranges_count_);
+  }
 
  private:
   struct FreeBlock {
@@ -81,6 +101,7 @@ class Arena {
     if (bump_ == 0 || bump_ + run > bump_end_) {
       void* chunk = MapPages(kChunk);
       if (chunk == nullptr) return false;
+      RememberRangeLocked(reinterpret_cast<std::uintptr_t>(chunk), kChunk);
       RecycleLocked(bump_, bump_end_);  // the old chunk's tail
       bump_ = reinterpret_cast<std::uintptr_t>(chunk);
       bump_end_ = bump_ + kChunk;
@@ -124,13 +145,42 @@ class Arena {
     mapped_.fetch_add(len, std::memory_order_relaxed);
     return p;
   }
-  void* MapLarge(std::size_t size) noexcept { return MapPages(RoundToPage(size)); }
+  // Under lock_ (the fork handlers hold it, so a child never inherits it taken).
+  void RememberRangeLocked(std::uintptr_t start, std::size_t len) noexcept {
+    if (ranges_count_ == kMaxRanges) {
+      ranges_overflow_ = true;
+      return;
+    }
+    ranges_[ranges_count_][0] = start;
+    ranges_[ranges_count_][1] = start + len;
+    ++ranges_count_;
+  }
+  void ForgetRangeLocked(std::uintptr_t start) noexcept {
+    for (std::size_t i = 0; i < ranges_count_; ++i) {
+      if (ranges_[i][0] != start) continue;
+      ranges_[i][0] = ranges_[ranges_count_ - 1][0];
+      ranges_[i][1] = ranges_[ranges_count_ - 1][1];
+      --ranges_count_;
+      return;
+    }
+  }
+  void* MapLarge(std::size_t size) noexcept {
+    void* p = MapPages(RoundToPage(size));
+    if (p != nullptr) {
+      LockGuard hold(lock_);
+      RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), RoundToPage(size));
+    }
+    return p;
+  }
 
   SpinLock lock_;
   std::uintptr_t bump_ = 0;
   std::uintptr_t bump_end_ = 0;
   FreeBlock* free_[kClasses] = {};
   std::atomic<std::size_t> mapped_{0};
+  std::uintptr_t ranges_[kMaxRanges][2] = {};
+  std::size_t ranges_count_ = 0;
+  bool ranges_overflow_ = false;  // a mapping went unrecorded: the table was full
 };
 
 // Constant-initialised (invariant 2): usable from the first operator new.

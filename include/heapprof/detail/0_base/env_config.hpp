@@ -114,6 +114,11 @@ struct EnvConfig {
   bool oom_dump = false;             // <prefix>.<pid>.oom.pb.gz when an allocation fails
   std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (64 MiB)
   std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
+  // leak_exit_code=N: exit with N when the leak report finds unreachable
+  // objects (LeakSanitizer's exitcode); -1 off.
+  int leak_exit_code = -1;
+  // leak_suppressions=FILE: LeakSanitizer's suppression format ("leak:<pattern>").
+  char leak_suppressions[kMaxPath] = {};
   // HTTP endpoint (http.hpp), "host:port"; empty: off.
   static constexpr std::size_t kMaxListen = 256;
   char http[kMaxListen] = {};
@@ -307,6 +312,18 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
         cfg.leak_frames = static_cast<std::size_t>(v);
       } else {
         ReportConfigProblem("bad value for leak_frames (1 to 64):", value);
+      }
+    } else if (key == "leak_exit_code") {
+      std::uint64_t v;
+      if (ParseCount(value, v)) {
+        cfg.leak_exit_code = static_cast<int>(
+            ClampConfigValue("leak_exit_code", value, v, 255, " is above 255 (an exit status is 8 bits): clamped to 255"));
+      } else {
+        ReportConfigProblem("bad value for leak_exit_code (an exit status, 0 to 255):", value);
+      }
+    } else if (key == "leak_suppressions") {
+      if (!CopyConfigString(value, cfg.leak_suppressions)) {
+        ReportConfigProblem("bad value for leak_suppressions (a non-empty path under 1024 bytes):", value);
       }
     } else if (key == "http") {
       if (!CopyConfigString(value, cfg.http)) {

@@ -173,6 +173,18 @@ class LiveMap {
     return total;
   }
 
+  // f(pointer, bucket) for every entry, one shard at a time under its lock
+  // (the retention scan's snapshot). f must not allocate or free.
+  template <class F>
+  void ForEach(F&& f) noexcept {
+    for (Shard& s : shards_) {
+      ShardHold hold(s);
+      for (std::size_t i = 0; i < s.Capacity(); ++i) {
+        if (s.entries[i].key != 0) f(s.entries[i].key, s.entries[i].bucket);
+      }
+    }
+  }
+
   void LockAll() noexcept {
     for (Shard& s : shards_) s.lock.lock();
   }

@@ -29,6 +29,9 @@ struct ProfileSample {
   std::int64_t inuse_objects = 0;
   std::int64_t inuse_bytes = 0;
   std::int64_t object_size = 0;     // numeric label "bytes", unit "bytes"
+  // Synthetic frames after the pcs, root-most last, each a location of its
+  // own with no mapping (the retention profile's "[global] g_cache").
+  ArenaVector<ArenaString> markers;
   ArenaVector<std::pair<ArenaString, ArenaString>> labels;  // string labels
 };
 
@@ -203,6 +206,7 @@ class PprofProfileBuilder {
       for (const std::uintptr_t pc : s.pcs) location_ids.push_back(LocationForPc(pc));
       if (s.truncated) location_ids.push_back(TruncationLocation(s.pcs.size()));
       if (s.overflow) location_ids.push_back(OverflowLocation());
+      for (const ArenaString& m : s.markers) location_ids.push_back(NamedMarkerLocation(m));
       const std::int64_t values[4] = {s.alloc_objects, s.alloc_bytes, s.inuse_objects,
                                       s.inuse_bytes};
       const std::size_t sample = w.BeginMessage(pprof_field::profile::kSample);
@@ -393,6 +397,14 @@ class PprofProfileBuilder {
     return overflow_location_;
   }
 
+  std::uint64_t NamedMarkerLocation(const ArenaString& name) {
+    const auto found = marker_location_.find(name);
+    if (found != marker_location_.end()) return found->second;
+    const std::uint64_t id = AddMarkerLocation(name);
+    marker_location_.emplace(name, id);
+    return id;
+  }
+
   std::uint64_t AddLocation(const LocationRecord& record) {
     locations_.push_back(record);
     return locations_.size();
@@ -444,6 +456,7 @@ class PprofProfileBuilder {
   PcLocationMap location_by_pc_;
   ArenaUnorderedMap<std::size_t, std::uint64_t> truncation_location_;
   std::uint64_t overflow_location_ = 0;
+  ArenaMap<ArenaString, std::uint64_t> marker_location_;
   ArenaUnorderedMap<FunctionKey, std::uint64_t, FunctionKeyHash> function_by_key_;
   ArenaVector<MappingQuality> quality_;        // per object
 };

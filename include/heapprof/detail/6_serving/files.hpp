@@ -15,6 +15,7 @@
 #include <ostream>
 #include <string>
 
+#include "heapprof/detail/6_serving/retention.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
 #include "heapprof/detail/5_encoding/snapshot.hpp"
@@ -140,6 +141,29 @@ inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = n
     return false;
   }
   return WriteFileAtomic(path, gz, error);
+}
+
+// The retention profile (retention.hpp), to a file.
+inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
+  ReentrancyGuard guard;
+  ArenaString gz;
+  if (!BuildRetentionProfileBytes(gz)) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
+  return WriteFileAtomic(path, gz, error);
+}
+
+inline bool WriteRetentionProfile(std::ostream& out) {
+  ReentrancyGuard guard;
+  ArenaString gz;
+  if (!BuildRetentionProfileBytes(gz)) return false;
+  HEAPPROF_TRY {
+    out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
+    out.flush();
+    return !out.fail();
+  }
+  HEAPPROF_CATCH_ALL { return false; }
 }
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {

@@ -287,6 +287,7 @@ struct Plan {
   bool head_only = false;  // HEAD: the same headers, no body
   bool allocs = false;     // /allocs (default sample type alloc_space)
   bool peak = false;       // /peak: the peak profile (?seconds=N: a new peak window of N s)
+  bool retention = false;  // /retention: the retention profile (retention.hpp); pprof only
   std::int64_t seconds = 0;
   std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
 };
@@ -380,6 +381,16 @@ inline Plan PlanRequest(const Request& req) {
   const std::string_view name = std::string_view(req.path).substr(kPrefix.size());
   if (name.empty()) {
     plan.action = Action::kIndex;
+    return plan;
+  }
+  if (name == "retention") {
+    // A scan of the process as it is now: no text form, no window.
+    if (req.has_seconds && !req.seconds.empty()) {
+      plan.error = Error{400, "the retention profile has no seconds parameter"};
+      return plan;
+    }
+    plan.retention = true;
+    plan.action = Action::kProfile;
     return plan;
   }
   if (name != "heap" && name != "allocs" && name != "peak") {

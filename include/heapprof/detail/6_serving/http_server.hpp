@@ -14,6 +14,7 @@
 //                                 ?seconds=N: the delta over the next N s)
 //   /debug/pprof/peak             the peak profile (?debug=1 likewise;
 //                                 ?seconds=N: ResetPeak, then the peak of the next N s)
+//   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
@@ -54,6 +55,7 @@
 #include "heapprof/detail/5_encoding/snapshot.hpp"
 #include "heapprof/detail/5_encoding/text_profile.hpp"
 #include "heapprof/detail/6_serving/http_parser.hpp"
+#include "heapprof/detail/6_serving/retention.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -234,6 +236,9 @@ inline ArenaString IndexHtml() {
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='peak?debug=1'>peak</a></td></tr>\n",
                 static_cast<unsigned long long>(g_peak.Count()));
   b += line;
+  std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='retention'>retention</a></td></tr>\n",
+                static_cast<unsigned long long>(live));
+  b += line;
   b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
        "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
        "(<a href='allocs'>pprof</a>)</li>\n"
@@ -242,6 +247,9 @@ inline ArenaString IndexHtml() {
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
        "<li><div class=profile-name>peak: </div> The heap profile as it was when the in-use heap was highest "
        "(since start or ResetPeak; seconds=N starts a new window and waits N s) (<a href='peak'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>retention: </div> Each sampled live object on its shortest chain of "
+       "references from a root: a global, a thread's stack or TLS, unsampled heap, or unreachable (a leak) "
+       "(<a href='retention'>pprof</a>)</li>\n"
        "</ul>\n</p>\n</body>\n</html>\n";
   return b;
 }
@@ -304,7 +312,7 @@ inline ArenaString SymbolBody(std::string_view addresses) {
 // ends). `symbol_request`: kSymbol's addresses (the body or the query).
 inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since = nullptr,
                                  std::string_view symbol_request = {}) {
-  const char* name = plan.peak ? "peak" : plan.allocs ? "allocs" : "heap";
+  const char* name = plan.retention ? "retention" : plan.peak ? "peak" : plan.allocs ? "allocs" : "heap";
   ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
@@ -337,7 +345,9 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
     case Action::kProfile:
     case Action::kDelta: {
       bool built;
-      if (plan.peak) {
+      if (plan.retention) {
+        built = BuildRetentionProfileBytes(body);
+      } else if (plan.peak) {
         const std::int64_t start = plan.action == Action::kDelta && since != nullptr ? since->time_nanos : 0;
         built = BuildPeakProfileBytes(body, start != 0 ? std::max<std::int64_t>(1, RealtimeNanos() - start) : 0);
       } else {

@@ -1,11 +1,14 @@
 // heapprof: the exit-time leak report (HEAPPROF=leak_report=1): the in-use
 // profile to <prefix>.<pid>.leaks.pb.gz and a table of the top in-use stacks
-// on stderr.
+// on stderr, split by the retention scan (retention.hpp) into unreachable
+// (leaked) and reachable (with the root that holds it); the retention profile
+// to <prefix>.<pid>.retention.pb.gz.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +24,7 @@
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
 #include "heapprof/detail/5_encoding/snapshot.hpp"
 #include "heapprof/detail/6_serving/files.hpp"
+#include "heapprof/detail/6_serving/retention.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -64,6 +68,8 @@ struct LeakFrame {
 
 struct LeakRow {
   ArenaVector<ArenaString> frames;  // shown frames, innermost first, from the first frame of the program
+  ArenaString held_by;              // the root holding most of the row's bytes, shown after the frames
+  ArenaMap<ArenaString, std::int64_t> roots;  // the samples' markers (retention roots) → bytes
   std::int64_t objects = 0, bytes = 0;
 };
 
@@ -127,7 +133,13 @@ inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symboli
     if (frames.empty()) frames = std::move(all);  // nothing but machinery: show it
     if (s.truncated) frames.emplace_back("[truncated]");
     if (s.overflow) frames.emplace_back("[heapprof: stack table full]");
+    ArenaString held_by;
+    for (const ArenaString& m : s.markers) {
+      if (!held_by.empty()) held_by += " < ";
+      held_by += m;
+    }
     LeakRow& row = by_stack[frames];
+    if (!held_by.empty()) row.roots[held_by] += s.inuse_bytes;
     row.objects += s.inuse_objects;
     row.bytes += s.inuse_bytes;
     total_objects += s.inuse_objects;
@@ -136,6 +148,17 @@ inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symboli
   ArenaVector<LeakRow> rows;
   for (auto& entry : by_stack) {
     entry.second.frames = entry.first;
+    // One row per allocation stack; the root that holds most of it is named.
+    std::int64_t best = -1;
+    for (const auto& root : entry.second.roots) {
+      if (root.second > best) {
+        best = root.second;
+        entry.second.held_by = root.first;
+      }
+    }
+    if (entry.second.roots.size() > 1) {
+      entry.second.held_by += " (and " + ArenaDecimal(entry.second.roots.size() - 1) + " other roots)";
+    }
     rows.push_back(std::move(entry.second));
   }
   std::sort(rows.begin(), rows.end(), [](const LeakRow& a, const LeakRow& b) {
@@ -157,6 +180,7 @@ inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symboli
       line += row.frames[f];
     }
     if (row.frames.size() > max_frames) line += " < ...";
+    if (!row.held_by.empty()) line += "  <== " + row.held_by;
     lines.push_back(std::move(line));
   }
   if (rows.size() > kLeakReportRows) {
@@ -165,22 +189,156 @@ inline ArenaVector<ArenaString> FormatLeakTable(const ProfileData& data, Symboli
   return lines;
 }
 
-inline void LeakReport(const ArenaString& prefix) noexcept {
+// LeakSanitizer's suppression file: "leak:<pattern>" lines, '#' comments.
+// A pattern matches a frame's function name, file name or module (the
+// loaded object's path) anywhere in it; '*' is any run of characters, a
+// leading '^' or trailing '$' anchors it (LSan's rules).
+struct LeakSuppressions {
+  ArenaVector<ArenaString> patterns;
+  ArenaString error;
+
+  bool Load(const char* path) {
+    ArenaString text;
+    if (!retention::ReadProcFile(path, text)) {
+      error = ArenaString("cannot read ") + path + ": " + std::strerror(errno);
+      return false;
+    }
+    std::string_view all(text);
+    while (!all.empty()) {
+      const std::size_t eol = all.find('\n');
+      std::string_view line = all.substr(0, eol);
+      all = eol == std::string_view::npos ? std::string_view() : all.substr(eol + 1);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+      while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.remove_suffix(1);
+      if (line.empty() || line.front() == '#') continue;
+      if (line.substr(0, 5) != "leak:") continue;  // other LSan/TSan kinds: not ours
+      line.remove_prefix(5);
+      if (!line.empty()) patterns.emplace_back(line);
+    }
+    return true;
+  }
+
+  // LSan's TemplateMatch: '*' wildcards, '^'/'$' anchors, else a substring.
+  static bool Match(std::string_view pattern, std::string_view text) {
+    const bool start_anchored = !pattern.empty() && pattern.front() == '^';
+    if (start_anchored) pattern.remove_prefix(1);
+    const bool end_anchored = !pattern.empty() && pattern.back() == '$';
+    if (end_anchored) pattern.remove_suffix(1);
+    return Glob(pattern, text, start_anchored, end_anchored);
+  }
+
+  static bool Glob(std::string_view p, std::string_view t, bool anchored_start, bool anchored_end) {
+    // Split on '*': each piece in order; the first at 0 when anchored, the
+    // last at the end when anchored.
+    std::size_t pos = 0;
+    bool first = true;
+    while (true) {
+      const std::size_t star = p.find('*');
+      const std::string_view piece = p.substr(0, star);
+      const bool last = star == std::string_view::npos;
+      if (last) {
+        if (anchored_end) {
+          if (t.size() < pos + piece.size()) return false;
+          const std::size_t at = t.size() - piece.size();
+          if (first && anchored_start && at != 0) return false;
+          return t.substr(at) == piece;
+        }
+        if (first && anchored_start) return t.substr(0, piece.size()) == piece;
+        return t.find(piece, pos) != std::string_view::npos;
+      }
+      if (first && anchored_start) {
+        if (t.substr(0, piece.size()) != piece) return false;
+        pos = piece.size();
+      } else {
+        const std::size_t at = t.find(piece, pos);
+        if (at == std::string_view::npos) return false;
+        pos = at + piece.size();
+      }
+      first = false;
+      p.remove_prefix(star + 1);
+    }
+  }
+
+  bool Matches(const ArenaVector<std::uintptr_t>& pcs, Symbolizer& symbolizer,
+               const ArenaVector<LoadedObject>& objects) const {
+    for (std::uintptr_t pc : pcs) {
+      SymbolizedFrame frames[32];
+      SymbolizedQuality q;
+      const int n = pc != 0 ? symbolizer.Symbolize(pc - 1, frames, 32, &q) : 0;
+      std::string_view module;
+      for (const LoadedObject& o : objects) {
+        if (pc >= o.start && pc < o.limit) module = o.path;
+      }
+      for (const ArenaString& pattern : patterns) {
+        if (!module.empty() && Match(pattern, module)) return true;
+        for (int i = 0; i < n; ++i) {
+          if (Match(pattern, frames[i].name) || Match(pattern, frames[i].full_name) ||
+              (!frames[i].file.empty() && Match(pattern, frames[i].file))) {
+            return true;
+          }
+        }
+      }
+    }
+    return false;
+  }
+};
+
+// The exit-time report. Returns true when unreachable objects (not
+// suppressed) remain: HEAPPROF=leak_exit_code then sets the exit status.
+inline bool LeakReport(const ArenaString& prefix) noexcept {
   ReentrancyGuard guard;
+  bool leaked = false;
   HEAPPROF_TRY {
     char name[64];
     std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
     const ArenaString path = prefix + name;
-    // One snapshot and one symbolizer for both the file and the table, so
-    // they agree and the ELF files are read once.
+    // The scan first, before this report allocates anything of its own.
+    retention::ScanResult scan;
+    retention::ScanWithRegisters(scan);
+    // One snapshot and one symbolizer for the files and the tables, so they
+    // agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
     ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
+    const ProfileData retained = retention::RetentionProfileData(scan, symbolizer);
+    std::snprintf(name, sizeof name, ".%ld.retention.pb.gz", static_cast<long>(getpid()));
+    const ArenaString retention_path = prefix + name;
+    ArenaString retention_error;
+    const bool retention_written =
+        WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
+
+    LeakSuppressions suppressions;
+    const char* suppressions_path = g_env_config.leak_suppressions;
+    if (suppressions_path[0] != '\0' && !suppressions.Load(suppressions_path)) {
+      ReportLine("leak report: leak_suppressions: " + suppressions.error);
+    }
+    // Split: unreachable, reachable (held by its root), suppressed.
+    ProfileData unreachable, reachable, suppressed;
+    for (const ProfileSample& s : retained.samples) {
+      const ArenaString& root = s.markers.empty() ? ArenaString() : s.markers.back();
+      ProfileSample copy = s;
+      copy.markers.clear();
+      if (root == "[unreachable]") {
+        if (!suppressions.patterns.empty() && suppressions.Matches(s.pcs, symbolizer, objects)) {
+          suppressed.samples.push_back(std::move(copy));
+        } else {
+          unreachable.samples.push_back(std::move(copy));
+        }
+      } else {
+        copy.markers.push_back(root);
+        reachable.samples.push_back(std::move(copy));
+      }
+    }
     std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    const ArenaVector<ArenaString> table =
-        FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
+    std::int64_t u_objects = 0, u_bytes = 0, r_objects = 0, r_bytes = 0, s_objects = 0, s_bytes = 0;
+    FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
+    const ArenaVector<ArenaString> u_table =
+        FormatLeakTable(unreachable, symbolizer, u_objects, u_bytes, g_env_config.leak_frames);
+    const ArenaVector<ArenaString> r_table =
+        FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
+    FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     ArenaString how = rate <= 1 ? ArenaString(rate == 1 ? "every allocation recorded" : "sampling off")
                                 : "estimated from samples, rate " + ArenaDecimal(rate) + " bytes";
@@ -189,15 +347,35 @@ inline void LeakReport(const ArenaString& prefix) noexcept {
     if (objects_in_use == 0) out += ": nothing to report";
     ReportLine(out);
     if (objects_in_use != 0) {
-      for (const ArenaString& line : table) ReportLine("  " + line);
+      ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(u_objects) + " objects, " +
+                 FormatBytes(static_cast<double>(u_bytes)));
+      if (u_objects != 0) {
+        for (const ArenaString& line : u_table) ReportLine("  " + line);
+      }
+      ReportLine("leak report: reachable (held by a root, named after <==): " + ArenaDecimal(r_objects) +
+                 " objects, " + FormatBytes(static_cast<double>(r_bytes)));
+      if (r_objects != 0) {
+        for (const ArenaString& line : r_table) ReportLine("  " + line);
+      }
+      if (!suppressions.patterns.empty()) {
+        ReportLine("leak report: suppressed (leak_suppressions): " + ArenaDecimal(s_objects) + " objects, " +
+                   FormatBytes(static_cast<double>(s_bytes)));
+      }
     }
     if (written) {
       ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
     } else {
       ReportLine("cannot write the leak profile: " + error);
     }
+    if (retention_written) {
+      ReportLine("retention profile: " + retention_path + "  (go tool pprof -traces " + retention_path + ")");
+    } else {
+      ReportLine("cannot write the retention profile: " + retention_error);
+    }
+    leaked = u_objects != 0;
   }
   HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
+  return leaked;
 }
 
 }  // namespace detail

@@ -35,10 +35,14 @@ inline bool PreloadWritePath(const char* path, bool allocs) {
 inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
 inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
 
+inline bool PreloadWriteRetentionStream(std::ostream& out) { return WriteRetentionProfile(out); }
+inline bool PreloadWriteRetentionPath(const char* path) { return WriteRetentionProfile(path); }
+
 inline const EngineApi g_preload_engine_api = {
     kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
     &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
+    &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
 };
 
 }  // namespace detail

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
+#include <unistd.h>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -42,7 +44,11 @@ inline void RunExitActions() {
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
   if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
-  if (cfg.leak_report) LeakReport(g_dumper.Prefix());
+  if (cfg.leak_report && LeakReport(g_dumper.Prefix()) && cfg.leak_exit_code >= 0) {
+    // LeakSanitizer's exitcode: the status says that unreachable objects remain.
+    std::fflush(nullptr);
+    _exit(cfg.leak_exit_code);
+  }
 }
 
 inline void StartHttpFromEnv() noexcept {

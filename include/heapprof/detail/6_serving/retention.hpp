@@ -1,0 +1,936 @@
+// heapprof: who keeps it alive — a conservative pointer scan from the roots to
+// the sampled objects, and the retention profile built from it.
+//
+//  roots:   the writable PT_LOAD segments of every loaded object (.data, .bss;
+//           named by their ELF symbols), the calling thread's stack (from its
+//           own frame up, callee-saved registers spilled first) and its TLS
+//           blocks, and the stack of every other thread blocked in the kernel
+//           (its stack pointer from /proc/self/task/<tid>/syscall; the scan
+//           covers the stack mapping from there up, which in glibc holds the
+//           thread's static TLS too).
+//  objects: the live sampled objects (2_sampling/live_map.hpp); at rate 1
+//           every object the hooks see.
+//  edges:   any aligned word whose value lies inside [start, start + size) of
+//           a known object: interior pointers count (a pointer to a member, a
+//           std::string's data, a base subobject), as in LeakSanitizer.
+//
+// A breadth-first walk gives each object its shortest path: from the globals
+// and TLS first (walked to the end), then from the stacks, so that an object
+// a global reaches is named after it even when a (perhaps dead) stack slot
+// points at it too. Objects it does not reach are then looked for in heap
+// memory heapprof does not know as objects (the brk heap and anonymous private
+// mappings, minus the profiler's own arena, the roots, thread stacks (right
+// above a guard page) and the known objects): one found there
+// is "[unsampled heap]", and what it holds is walked on from it. The rest is
+// "[unreachable]". That second pass is skipped when heapprof knows every
+// object (rate 1 since the start with the malloc family replaced): then a
+// word in memory that is no object's is a stale value in freed memory.
+//
+// Safety: every read goes through process_vm_readv on our own pid (or pread
+// of /proc/self/mem where that is refused): an address unmapped meanwhile
+// gives an error, never a fault. Only mappings /proc/self/maps lists as
+// readable are read; [vvar], [vsyscall], device and PROT_NONE mappings never.
+// Everything allocated comes from the arena. Other threads keep running: an
+// object freed, or a pointer moved, during the scan may be seen at its old
+// place — the result is an approximation taken over the scan's duration.
+#pragma once
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/0_base/arena_allocator.hpp"
+#include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/2_sampling/live_map.hpp"
+#include "heapprof/detail/4_symbolization/elf_file.hpp"
+#include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "heapprof/detail/5_encoding/snapshot.hpp"
+
+namespace heapprof {
+namespace detail {
+namespace retention {
+
+// ---------------------------------------------------------------- reading memory
+
+// The whole of a /proc file, with plain read(2) into the arena.
+inline bool ReadProcFile(const char* path, ArenaString& out) {
+  out.clear();
+  int fd;
+  do {
+    fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return false;
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return !out.empty();
+}
+
+// Copies of our own memory that fail instead of faulting.
+class SafeReader {
+ public:
+  SafeReader() = default;
+  ~SafeReader() {
+    if (mem_fd_ >= 0) ::close(mem_fd_);
+  }
+  SafeReader(const SafeReader&) = delete;
+  SafeReader& operator=(const SafeReader&) = delete;
+
+  // Bytes copied from the start of [addr, addr + n) (a prefix: it stops at
+  // the first address that cannot be read).
+  std::size_t Read(std::uintptr_t addr, void* buf, std::size_t n) noexcept {
+    if (use_vm_) {
+      iovec local{buf, n};
+      iovec remote{reinterpret_cast<void*>(addr), n};
+      const ssize_t r = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+      if (r >= 0) return static_cast<std::size_t>(r);
+      if (errno == EFAULT || errno == ESRCH) return 0;
+      use_vm_ = false;  // ENOSYS, EPERM (seccomp, ptrace policy): /proc/self/mem
+    }
+    if (mem_fd_ < 0) {
+      if (mem_failed_) return 0;
+      mem_fd_ = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+      if (mem_fd_ < 0) {
+        mem_failed_ = true;
+        return 0;
+      }
+    }
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(mem_fd_, static_cast<char*>(buf) + done, n - done,
+                                static_cast<off_t>(addr + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      done += static_cast<std::size_t>(r);
+    }
+    return done;
+  }
+
+ private:
+  bool use_vm_ = true;
+  bool mem_failed_ = false;
+  int mem_fd_ = -1;
+};
+
+// ---------------------------------------------------------------- /proc/self/maps
+
+struct Mapping {
+  std::uintptr_t lo = 0, hi = 0;
+  bool readable = false, writable = false, is_private = false;
+  bool anonymous = false;  // no file, no [name]
+  bool brk_heap = false;   // [heap]
+  bool special = false;    // [vvar], [vsyscall], [vdso], a device: never read
+};
+
+inline std::uintptr_t ParseHex(std::string_view s, std::size_t& i) noexcept {
+  std::uintptr_t v = 0;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else break;
+    v = v * 16 + static_cast<std::uintptr_t>(d);
+  }
+  return v;
+}
+
+inline ArenaVector<Mapping> ReadMappings() {
+  ArenaVector<Mapping> out;
+  ArenaString text;
+  if (!ReadProcFile("/proc/self/maps", text)) return out;
+  std::string_view all(text);
+  while (!all.empty()) {
+    const std::size_t eol = all.find('\n');
+    const std::string_view line = all.substr(0, eol);
+    all = eol == std::string_view::npos ? std::string_view() : all.substr(eol + 1);
+    // start-end perms offset dev inode [path]
+    Mapping m;
+    std::size_t i = 0;
+    m.lo = ParseHex(line, i);
+    if (i >= line.size() || line[i] != '-') continue;
+    ++i;
+    m.hi = ParseHex(line, i);
+    if (i + 5 > line.size()) continue;
+    m.readable = line[i + 1] == 'r';
+    m.writable = line[i + 2] == 'w';
+    m.is_private = line[i + 4] == 'p';
+    // Skip perms, offset, dev, inode: the path starts after them.
+    int fields = 0;
+    std::size_t j = i + 1;  // i: the space before the perms
+    while (j < line.size() && fields < 4) {
+      while (j < line.size() && line[j] != ' ') ++j;
+      while (j < line.size() && line[j] == ' ') ++j;
+      ++fields;
+    }
+    const std::string_view path = j < line.size() ? line.substr(j) : std::string_view();
+    m.anonymous = path.empty();
+    m.brk_heap = path == "[heap]";
+    m.special = (!path.empty() && path[0] == '[' && path != "[heap]" && path.substr(0, 6) != "[stack" &&
+                 path.substr(0, 5) != "[anon") ||
+                path.substr(0, 5) == "/dev/";
+    if (path.substr(0, 5) == "[anon") m.anonymous = true;  // [anon:name] (PR_SET_VMA_ANON_NAME)
+    out.push_back(m);
+  }
+  return out;
+}
+
+// The mapping holding `addr`, or nullptr.
+inline const Mapping* MappingOf(const ArenaVector<Mapping>& maps, std::uintptr_t addr) noexcept {
+  auto it = std::upper_bound(maps.begin(), maps.end(), addr,
+                             [](std::uintptr_t a, const Mapping& m) { return a < m.lo; });
+  if (it == maps.begin()) return nullptr;
+  --it;
+  return addr < it->hi ? &*it : nullptr;
+}
+
+// ---------------------------------------------------------------- the graph
+
+enum class RootKind : std::uint8_t { kGlobal, kStack, kTls };
+
+struct RootRegion {
+  std::uintptr_t lo = 0, hi = 0;
+  RootKind kind = RootKind::kGlobal;
+  long tid = 0;
+  int module = -1;  // kGlobal: index into Scan::modules
+};
+
+struct Module {
+  ArenaString path;
+  std::uintptr_t bias = 0;
+};
+
+struct Object {
+  std::uintptr_t start;
+  std::uint64_t size;
+  const Bucket* bucket;
+};
+
+constexpr std::uint32_t kUnreached = 0xFFFFFFFFu;
+constexpr std::uint32_t kUnsampledHeap = 0xFFFFFFFEu;
+constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
+
+struct ScanResult {
+  ArenaVector<Object> objects;          // sorted by start
+  ArenaVector<std::uint32_t> region;    // per object: the root region of its path, kUnsampledHeap, kUnreached
+  ArenaVector<std::uint32_t> parent;    // per object: the object holding it, kNoParent for a root's own
+  ArenaVector<std::uintptr_t> word_at;  // per root's own object: the address of the word pointing at it
+  ArenaVector<std::uint32_t> first;     // per object: the first object of its path (the root's own)
+  ArenaVector<std::uint32_t> order;     // reached objects, holders before what they hold (the walk's order)
+  ArenaVector<RootRegion> roots;
+  ArenaVector<Module> modules;
+  bool every_object_known = false;  // the unsampled-heap pass was skipped (see top)
+  bool unsampled_pass = false;      // it ran
+  std::size_t threads_running = 0;  // other threads whose stacks could not be located (running)
+  std::uint64_t bytes_scanned = 0;
+  std::uint64_t scan_nanos = 0;
+  std::uint64_t memory_bytes = 0;   // arena bytes the scan's own tables took
+};
+
+struct ModulesState {
+  ArenaVector<Module>* modules;
+  ArenaVector<RootRegion>* roots;
+  long tid;
+};
+
+inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
+  auto& st = *static_cast<ModulesState*>(data);
+  const int index = static_cast<int>(st.modules->size());
+  Module m;
+  const char* name = info->dlpi_name;
+  if (name == nullptr || name[0] == '\0') {
+    m.path = index == 0 ? elf::ReadSelfExe() : ArenaString();
+  } else {
+    m.path = name;
+  }
+  m.bias = info->dlpi_addr;
+  st.modules->push_back(std::move(m));
+  for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_W) != 0) {
+      RootRegion r;
+      r.lo = info->dlpi_addr + ph.p_vaddr;
+      r.hi = r.lo + ph.p_memsz;
+      r.kind = RootKind::kGlobal;
+      r.module = index;
+      st.roots->push_back(r);
+    } else if (ph.p_type == PT_TLS && info->dlpi_tls_data != nullptr) {
+      // This thread's block of the object's TLS (dlpi_tls_data is the calling
+      // thread's, allocated already or nullptr).
+      RootRegion r;
+      r.lo = reinterpret_cast<std::uintptr_t>(info->dlpi_tls_data);
+      r.hi = r.lo + ph.p_memsz;
+      r.kind = RootKind::kTls;
+      r.tid = st.tid;
+      st.roots->push_back(r);
+    }
+  }
+  return 0;
+}
+
+// Other threads' stack pointers: /proc/self/task/<tid>/syscall is
+// "nr args... sp pc" while the thread is blocked in the kernel, "running"
+// otherwise. getdents64, not opendir (which mallocs).
+struct ThreadSp {
+  long tid;
+  std::uintptr_t sp;
+};
+
+inline void OtherThreads(long self, ArenaVector<ThreadSp>& out, std::size_t& running) {
+  const int fd = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  alignas(8) char buf[8192];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      struct Dirent64 {
+        std::uint64_t ino;
+        std::int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* d = reinterpret_cast<const Dirent64*>(buf + off);
+      off += d->reclen;
+      if (d->name[0] < '0' || d->name[0] > '9') continue;
+      const long tid = std::strtol(d->name, nullptr, 10);
+      if (tid == self) continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+      ArenaString text;
+      if (!ReadProcFile(path, text)) continue;
+      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+      if (text.compare(0, 7, "running") == 0) {
+        ++running;
+        continue;
+      }
+      // The second-to-last field.
+      const std::size_t last = text.rfind(' ');
+      if (last == ArenaString::npos || last == 0) continue;
+      const std::size_t prev = text.rfind(' ', last - 1);
+      if (prev == ArenaString::npos) continue;
+      std::string_view field(text.data() + prev + 1, last - prev - 1);
+      if (field.substr(0, 2) == "0x") field.remove_prefix(2);
+      std::size_t i = 0;
+      const std::uintptr_t sp = ParseHex(field, i);
+      if (sp != 0) out.push_back(ThreadSp{tid, sp});
+    }
+  }
+  ::close(fd);
+}
+
+class Scanner {
+ public:
+  explicit Scanner(ScanResult& r) : r_(r) {}
+
+  // The object holding `v`, or -1.
+  long Find(std::uintptr_t v) const noexcept {
+    if (v < lo_ || v >= hi_) return -1;
+    const auto& o = r_.objects;
+    std::size_t a = 0, b = o.size();
+    while (b - a > 1) {  // last start <= v
+      const std::size_t m = (a + b) / 2;
+      if (o[m].start <= v) a = m;
+      else b = m;
+    }
+    if (v < o[a].start || v - o[a].start >= o[a].size) return -1;
+    // glibc keeps the next chunk's header (prev_size, size) right after a
+    // chunk's usable bytes, at offset roundup16(size + 8) - 16 from the
+    // user pointer: for sizes of 16k+1 .. 16k+8 that is inside the object,
+    // and malloc's own free lists and top pointer (in libc's .data) point
+    // there. Such a word is the allocator's, not a reference to the object.
+    const std::uint64_t header = ((o[a].size + 8 + 15) & ~std::uint64_t{15}) - 16;
+    if ((o[a].start & 15) == 0 && header != 0 && v - o[a].start == header) return -1;
+    return static_cast<long>(a);
+  }
+
+  void Bounds() noexcept {
+    lo_ = r_.objects.empty() ? 1 : r_.objects.front().start;
+    hi_ = 0;
+    for (const Object& o : r_.objects) hi_ = std::max<std::uintptr_t>(hi_, o.start + o.size);
+  }
+
+  // Every pointer-aligned word of [lo, hi): f(word value, word address).
+  template <class F>
+  void Words(std::uintptr_t lo, std::uintptr_t hi, F&& f) {
+    lo = (lo + sizeof(std::uintptr_t) - 1) & ~(sizeof(std::uintptr_t) - 1);
+    while (lo + sizeof(std::uintptr_t) <= hi) {
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uintptr_t>(hi - lo, kChunk)) &
+                               ~(sizeof(std::uintptr_t) - 1);
+      const std::size_t got = reader_.Read(lo, buf_.data(), want) & ~(sizeof(std::uintptr_t) - 1);
+      r_.bytes_scanned += got;
+      const std::size_t words = got / sizeof(std::uintptr_t);
+      for (std::size_t i = 0; i < words; ++i) f(buf_[i], lo + i * sizeof(std::uintptr_t));
+      if (got < want) {
+        lo = ((lo + got) & ~std::uintptr_t{4095}) + 4096;  // an unreadable page: past it
+      } else {
+        lo += got;
+      }
+    }
+  }
+
+  void Prepare() { buf_.resize(kChunk / sizeof(std::uintptr_t)); }
+
+ private:
+  static constexpr std::size_t kChunk = 1 << 16;
+  ScanResult& r_;
+  SafeReader reader_;
+  ArenaVector<std::uintptr_t> buf_;
+  std::uintptr_t lo_ = 1, hi_ = 0;
+};
+
+inline std::uint64_t MonotonicNanos() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// True when heapprof sees every allocation: the malloc family replaced in
+// this build (or the preload library) and every sample taken at rate 1.
+inline bool EveryObjectKnown() noexcept {
+#if HEAPPROF_MALLOC_HOOKS && (defined(HEAPPROF_REPLACE_MALLOC) || defined(HEAPPROF_PRELOAD_LIBRARY))
+  if (real::g_shadowed) return false;
+  if (RateOf(g_rate_state.load(std::memory_order_acquire)) != 1) return false;
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+    if (b->rate != 1) return false;
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The scan itself. `stack_top_sp`: the lowest address of the caller's frame
+// to scan on this thread (taken after its callee-saved registers were
+// spilled). Throws bad_alloc (arena exhausted).
+inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
+  const std::uint64_t t0 = MonotonicNanos();
+  const std::size_t arena0 = g_arena.MappedBytes();
+  const long self = static_cast<long>(::syscall(SYS_gettid));
+
+  // Objects first, so that whatever they point at is already where it will
+  // be read from.
+  {
+    ArenaVector<Object>& objects = r.objects;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      objects.clear();
+      objects.reserve(static_cast<std::size_t>(g_live_map.LiveCount()) + 1024 + objects.capacity() / 4);
+      bool overflow = false;
+      g_live_map.ForEach([&](std::uintptr_t key, Bucket* b) {
+        if (b == nullptr || b->size == 0) return;
+        if (objects.size() == objects.capacity()) {
+          overflow = true;
+          return;
+        }
+        objects.push_back(Object{key, b->size, b});  // within capacity: no allocation
+      });
+      if (!overflow) break;
+    }
+    std::sort(objects.begin(), objects.end(), [](const Object& a, const Object& b) { return a.start < b.start; });
+  }
+  const std::size_t n = r.objects.size();
+  r.region.assign(n, kUnreached);
+  r.parent.assign(n, kNoParent);
+  r.word_at.assign(n, 0);
+  r.first.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) r.first[i] = static_cast<std::uint32_t>(i);
+
+  const ArenaVector<Mapping> maps = ReadMappings();
+
+  // Roots: globals and this thread's TLS, then this thread's stack, then the others'.
+  ModulesState ms{&r.modules, &r.roots, self};
+  dl_iterate_phdr(&CollectRootSegments, &ms);
+  if (const Mapping* m = MappingOf(maps, own_sp)) {
+    r.roots.push_back(RootRegion{own_sp, m->hi, RootKind::kStack, self, -1});
+  }
+  ArenaVector<ThreadSp> threads;
+  OtherThreads(self, threads, r.threads_running);
+  for (const ThreadSp& t : threads) {
+    const Mapping* m = MappingOf(maps, t.sp);
+    if (m == nullptr || !m->readable || !m->writable) continue;
+    const std::uintptr_t lo = t.sp - m->lo > 128 ? t.sp - 128 : m->lo;  // the x86-64 red zone
+    r.roots.push_back(RootRegion{lo, m->hi, RootKind::kStack, t.tid, -1});
+  }
+
+  Scanner scanner(r);
+  scanner.Prepare();
+  scanner.Bounds();
+  ArenaVector<std::uint32_t> queue;
+  queue.reserve(n);
+
+  // Only what the maps say is readable is read.
+  auto for_readable = [&](std::uintptr_t lo, std::uintptr_t hi, auto&& fn) {
+    auto it = std::upper_bound(maps.begin(), maps.end(), lo,
+                               [](std::uintptr_t a, const Mapping& m) { return a < m.lo; });
+    if (it != maps.begin()) --it;
+    for (; it != maps.end() && it->lo < hi; ++it) {
+      if (!it->readable || it->special) continue;
+      const std::uintptr_t a = std::max(lo, it->lo), b = std::min(hi, it->hi);
+      if (a < b) fn(a, b);
+    }
+  };
+
+  auto walk = [&](std::size_t head) {
+    for (; head < queue.size(); ++head) {
+      const std::uint32_t holder = queue[head];
+      const Object o = r.objects[holder];
+      const std::uint32_t region = r.region[holder];
+      for_readable(o.start, o.start + o.size, [&](std::uintptr_t a, std::uintptr_t b) {
+        scanner.Words(a, b, [&](std::uintptr_t v, std::uintptr_t) {
+          const long k = scanner.Find(v);
+          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+          r.region[static_cast<std::size_t>(k)] = region;
+          r.parent[static_cast<std::size_t>(k)] = holder;
+          r.first[static_cast<std::size_t>(k)] = r.first[holder];
+          queue.push_back(static_cast<std::uint32_t>(k));
+        });
+      });
+    }
+    return head;
+  };
+  // Globals and TLS first, walked to the end, then the stacks: an object a
+  // global reaches is named after the global even when a stack word points
+  // at it too (a stack's references come and go; and dead stack slots hold
+  // stale copies that would otherwise shorten every path).
+  std::size_t head = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
+      const RootRegion root = r.roots[ri];
+      if ((root.kind == RootKind::kStack) != (pass == 1)) continue;
+      for_readable(root.lo, root.hi, [&](std::uintptr_t a, std::uintptr_t b) {
+        scanner.Words(a, b, [&](std::uintptr_t v, std::uintptr_t at) {
+          const long k = scanner.Find(v);
+          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+          r.region[static_cast<std::size_t>(k)] = ri;
+          r.word_at[static_cast<std::size_t>(k)] = at;
+          queue.push_back(static_cast<std::uint32_t>(k));
+        });
+      });
+    }
+    head = walk(head);
+  }
+
+  r.every_object_known = EveryObjectKnown();
+  bool any_unreached = queue.size() < n;
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  // The sanitizers' shadow and allocator regions are anonymous mappings of
+  // terabytes: heap memory is not told apart from them, so not scanned.
+  any_unreached = false;
+#endif
+  if (any_unreached && !r.every_object_known) {
+    r.unsampled_pass = true;
+    // What is not heap memory: the arena, the roots, the known objects.
+    ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>> skip;
+    skip.reserve(n + r.roots.size() + 64);
+    for (const Object& o : r.objects) skip.emplace_back(o.start, o.start + o.size);
+    for (const RootRegion& root : r.roots) skip.emplace_back(root.lo, root.hi);
+    {
+      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxRanges);
+      auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
+      const long count = g_arena.CopyRanges(ranges, Arena::kMaxRanges);
+      if (count >= 0) {
+        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxRanges); ++i) {
+          skip.emplace_back(ranges[i][0], ranges[i][1]);
+        }
+      } else {
+        // Not every arena mapping is known: leave out all anonymous mappings,
+        // keep the brk heap (the arena never uses brk).
+        for (const Mapping& m : maps) {
+          if (m.anonymous) skip.emplace_back(m.lo, m.hi);
+        }
+      }
+    }
+    std::sort(skip.begin(), skip.end());
+    for (std::size_t mi = 0; mi < maps.size(); ++mi) {
+      const Mapping& m = maps[mi];
+      if (!m.readable || !m.writable || !m.is_private || m.special || !(m.anonymous || m.brk_heap)) continue;
+      // A thread stack, live or cached by glibc after its thread exited:
+      // right above its PROT_NONE guard. Not heap memory: its dead slots
+      // hold stale copies of pointers. (A malloc arena's heap also follows
+      // the reserved tail of the one before it at times, but starts on a
+      // 64 MiB boundary.)
+      if (m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
+          !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0) {
+        continue;
+      }
+      std::uintptr_t cursor = m.lo;
+      auto it = std::upper_bound(skip.begin(), skip.end(), std::make_pair(m.lo, ~std::uintptr_t{0}));
+      if (it != skip.begin()) --it;
+      auto scan_gap = [&](std::uintptr_t a, std::uintptr_t b) {
+        if (a >= b) return;
+        scanner.Words(a, b, [&](std::uintptr_t v, std::uintptr_t) {
+          const long k = scanner.Find(v);
+          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+          r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
+          queue.push_back(static_cast<std::uint32_t>(k));
+        });
+      };
+      for (; it != skip.end() && it->first < m.hi; ++it) {
+        if (it->second <= cursor) continue;
+        scan_gap(cursor, std::min(it->first, m.hi));
+        cursor = std::max(cursor, it->second);
+      }
+      scan_gap(cursor, m.hi);
+    }
+    head = walk(head);
+  }
+  (void)head;
+  r.order = std::move(queue);
+  r.scan_nanos = MonotonicNanos() - t0;
+  const std::size_t arena1 = g_arena.MappedBytes();
+  r.memory_bytes = arena1 > arena0 ? arena1 - arena0 : 0;
+}
+
+// ---------------------------------------------------------------- naming roots
+
+// Data symbols of one file, sorted, loaded when a global root first needs one.
+struct DataSymbols {
+  struct Sym {
+    std::uint64_t value, end;
+    ArenaString name;
+  };
+  bool loaded = false;
+  ArenaVector<Sym> syms;
+
+  void Load(const ArenaString& path) {
+    loaded = true;
+    if (path.empty()) return;
+    elf::MappedFile file;
+    if (!file.Open(path.c_str())) return;
+    const elf::ByteView view = file.view();
+    elf::SectionTable sections;
+    if (!sections.Init(view)) return;
+    for (int pass = 0; pass < 2 && syms.empty(); ++pass) {
+      const std::uint32_t want = pass == 0 ? SHT_SYMTAB : SHT_DYNSYM;
+      for (std::uint64_t i = 1; i < sections.count(); ++i) {
+        Elf64_Shdr sh;
+        if (!sections.Get(i, &sh) || sh.sh_type != want) continue;
+        Elf64_Shdr strsh;
+        if (!sections.Get(sh.sh_link, &strsh)) continue;
+        const elf::ByteView table = sections.Contents(sh), strings = sections.Contents(strsh);
+        for (std::uint64_t off = 0; off + sizeof(Elf64_Sym) <= table.size; off += sizeof(Elf64_Sym)) {
+          Elf64_Sym s;
+          if (!table.Read(off, &s)) break;
+          const unsigned type = ELF64_ST_TYPE(s.st_info);
+          if ((type != STT_OBJECT && type != STT_COMMON) || s.st_shndx == SHN_UNDEF || s.st_size == 0) continue;
+          std::size_t len = 0;
+          const char* name = strings.CString(s.st_name, &len);
+          if (name == nullptr || len == 0) continue;
+          syms.push_back(Sym{s.st_value, s.st_value + s.st_size, elf::Demangle(name, len)});
+        }
+      }
+    }
+    std::sort(syms.begin(), syms.end(), [](const Sym& a, const Sym& b) { return a.value < b.value; });
+  }
+
+  const ArenaString* Find(std::uint64_t vaddr) const {
+    auto it = std::upper_bound(syms.begin(), syms.end(), vaddr,
+                               [](std::uint64_t a, const Sym& s) { return a < s.value; });
+    while (it != syms.begin()) {
+      --it;
+      if (vaddr < it->end) return &it->name;
+      if (syms.end() - it > 8) break;  // nested symbols are rare; a few steps back
+    }
+    return nullptr;
+  }
+};
+
+// A synthetic frame's name as pprof will show it. pprof "simplifies" a name
+// that is not mangled by cutting every parenthesised group (taking them for
+// parameter lists), so "(anonymous namespace)" is spelt without them.
+inline ArenaString MarkerSafe(std::string_view name) {
+  ArenaString out;
+  constexpr std::string_view kAnon = "(anonymous namespace)";
+  for (std::size_t i = 0; i < name.size();) {
+    if (name.compare(i, kAnon.size(), kAnon) == 0) {
+      out += "{anonymous}";
+      i += kAnon.size();
+    } else {
+      out += name[i++];
+    }
+  }
+  return out;
+}
+
+class RootNamer {
+ public:
+  explicit RootNamer(const ScanResult& r) : r_(r), symbols_(r.modules.size()) {}
+
+  // "[global] g_cache", "[stack] thread 1234", "[tls] thread 1234",
+  // "[unsampled heap]", "[unreachable]" for the path's root of object `i`.
+  ArenaString NameOf(std::size_t i) {
+    const std::size_t k = r_.first[i];
+    const std::uint32_t region = r_.region[k];
+    if (region == kUnreached) return "[unreachable]";
+    if (region == kUnsampledHeap) return "[unsampled heap]";
+    const RootRegion& root = r_.roots[region];
+    if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
+    if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
+    const Module& m = r_.modules[static_cast<std::size_t>(root.module)];
+    DataSymbols& syms = symbols_[static_cast<std::size_t>(root.module)];
+    if (!syms.loaded) syms.Load(m.path);
+    const std::uintptr_t at = r_.word_at[k];
+    if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + MarkerSafe(*name);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "+%#llx", static_cast<unsigned long long>(at - m.bias));
+    return "[global] " + ArenaString(BaseName(m.path)) + buf;
+  }
+
+  static std::string_view BaseName(std::string_view path) {
+    const std::size_t slash = path.rfind('/');
+    return slash == std::string_view::npos ? path : path.substr(slash + 1);
+  }
+
+ private:
+  const ScanResult& r_;
+  ArenaVector<DataSymbols> symbols_;
+};
+
+// ---------------------------------------------------------------- holders' frames
+
+// Frames of the allocator machinery rather than of the program (the standard
+// library, heapprof, the allocation functions): a holder is shown by the first
+// frame of its allocation stack that is none of these.
+inline bool IsMachineryName(std::string_view name) {
+  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
+                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
+class HolderSites {
+ public:
+  explicit HolderSites(Symbolizer& s) : symbolizer_(s) {}
+
+  // The frame standing for a holder: "[held by] Fn at file.cpp:42", Fn being
+  // the first function of its allocation stack that is the program's (not
+  // std::, heapprof or an allocation function), at the line that allocated.
+  const ArenaString& SiteOf(const StackRecord* stack) {
+    auto it = cache_.find(stack);
+    if (it != cache_.end()) return it->second;
+    ArenaString site;
+    for (std::uint32_t i = 0; stack != nullptr && i < stack->depth && site.empty(); ++i) {
+      const std::uintptr_t pc = stack->pcs()[i];
+      SymbolizedFrame frames[32];
+      SymbolizedQuality q;
+      const int k = pc != 0 ? symbolizer_.Symbolize(pc - 1, frames, 32, &q) : 0;
+      for (int f = 0; f < k && site.empty(); ++f) {  // innermost (inlined) first
+        if (frames[f].name.empty() || IsMachineryName(frames[f].name)) continue;
+        site = "[held by] ";
+        site += MarkerSafe(frames[f].name);
+        if (!frames[f].file.empty() && frames[f].line != 0) {
+          site += " at ";
+          site += RootNamer::BaseName(frames[f].file);
+          site += ':';
+          site += ArenaDecimal(frames[f].line);
+        }
+      }
+    }
+    if (site.empty()) site = "[held by] an object of unknown origin";
+    return cache_.emplace(stack, std::move(site)).first->second;
+  }
+
+ private:
+  Symbolizer& symbolizer_;
+  ArenaMap<const StackRecord*, ArenaString> cache_;
+};
+
+// Holders' frames as a trie: node 0 is the empty chain; a node is a site
+// (its frame's name) before the rest of the chain. A run of holders
+// allocated at one site (a tree's nodes, a list's links) is one frame.
+class HolderChains {
+ public:
+  HolderChains() { nodes_.push_back(Node{nullptr, 0, 0}); }
+
+  std::uint32_t Push(const ArenaString& site, std::uint32_t rest) {
+    const Node& r = nodes_[rest];
+    if (r.site != nullptr && *r.site == site) return rest;
+    const auto key = std::make_pair(&site, rest);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.push_back(Node{&site, rest, r.depth + 1});
+    index_.emplace(key, id);
+    return id;
+  }
+
+  void Append(std::uint32_t node, ArenaVector<ArenaString>& out) const {
+    for (std::size_t shown = 0; node != 0; node = nodes_[node].rest) {
+      if (++shown > kMaxHolders) {
+        out.emplace_back("[heapprof: retention path longer than 32 holders]");
+        return;
+      }
+      out.push_back(*nodes_[node].site);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMaxHolders = 32;
+  struct Node {
+    const ArenaString* site;  // interned by HolderSites: equal names, one address
+    std::uint32_t rest;
+    std::uint32_t depth;
+  };
+  ArenaVector<Node> nodes_;
+  ArenaMap<std::pair<const ArenaString*, std::uint32_t>, std::uint32_t> index_;
+};
+
+
+// The retention profile's samples: one per object (merged when the whole
+// stack and the bucket are the same), valued as the heap profile values it
+// (one sampled object, scaled by its bucket's size and rate).
+inline ProfileData RetentionProfileData(const ScanResult& r, Symbolizer& symbolizer) {
+  ProfileData data;
+  data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
+  data.time_nanos = RealtimeNanos();
+  RootNamer namer(r);
+  HolderSites sites(symbolizer);
+  struct Agg {
+    const Bucket* bucket;
+    ArenaVector<std::uintptr_t> pcs;
+    ArenaVector<ArenaString> markers;
+    double count = 0;
+  };
+  ArenaMap<ArenaString, Agg> merged;
+  std::uint64_t unreachable = 0, unsampled = 0, reached = 0;
+  // Each object's chain of holder frames, built once per distinct chain in
+  // the walk's order (a holder's chain is known before what it holds): a
+  // trie of (site, rest) nodes, so a million-link list costs a million
+  // steps, not a million per link.
+  HolderChains chains;
+  ArenaVector<std::uint32_t> node_of(r.objects.size(), 0);
+  for (const std::uint32_t i : r.order) {
+    const std::uint32_t p = r.parent[i];
+    if (p == kNoParent) continue;
+    node_of[i] = chains.Push(sites.SiteOf(r.objects[p].bucket->stack), node_of[p]);
+  }
+  for (std::size_t i = 0; i < r.objects.size(); ++i) {
+    const Object& o = r.objects[i];
+    ArenaVector<std::uintptr_t> pcs(o.bucket->stack->pcs(), o.bucket->stack->pcs() + o.bucket->stack->depth);
+    // Holders, nearest first (see HolderChains).
+    ArenaVector<ArenaString> markers;
+    if (o.bucket->stack->truncated) markers.emplace_back("[heapprof: allocation stack truncated]");
+    chains.Append(node_of[i], markers);
+    markers.push_back(namer.NameOf(i));
+    const ArenaString& root = markers.back();
+    if (root == "[unreachable]") ++unreachable;
+    else if (root == "[unsampled heap]") ++unsampled;
+    else ++reached;
+    ArenaString key(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uintptr_t));
+    key.append(reinterpret_cast<const char*>(&o.bucket), sizeof o.bucket);
+    for (const ArenaString& m : markers) {
+      key += '\0';
+      key += m;
+    }
+    auto it = merged.find(key);
+    if (it == merged.end()) {
+      Agg a{o.bucket, std::move(pcs), std::move(markers), 0};
+      it = merged.emplace(std::move(key), std::move(a)).first;
+    }
+    it->second.count += 1;
+  }
+  for (auto& entry : merged) {
+    Agg& a = entry.second;
+    AppendBucketSample(data, a.bucket, a.count, a.count);
+    ProfileSample& s = data.samples.back();
+    s.pcs = std::move(a.pcs);
+    s.truncated = false;  // the leaf's own cut stack reads as its marker below
+    s.markers = std::move(a.markers);
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "heapprof retention: %zu sampled objects: %llu reached from roots, %llu only from unsampled heap, "
+                "%llu unreachable",
+                r.objects.size(), static_cast<unsigned long long>(reached), static_cast<unsigned long long>(unsampled),
+                static_cast<unsigned long long>(unreachable));
+  data.comments.emplace_back(line);
+  std::snprintf(line, sizeof line,
+                "heapprof retention: scanned %.1f MiB in %.1f ms; %zu threads running (stacks not scanned)%s",
+                static_cast<double>(r.bytes_scanned) / (1 << 20), static_cast<double>(r.scan_nanos) / 1e6,
+                r.threads_running, r.every_object_known ? "; every object known" : "");
+  data.comments.emplace_back(line);
+  return data;
+}
+
+// The scan with this thread's registers on its stack: the caller's
+// callee-saved registers are spilled into this frame, and the scan starts
+// below it (ScanFrom's frame is deeper than ours).
+__attribute__((noinline)) inline std::uintptr_t CurrentFrame() noexcept {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
+__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r) {
+  __builtin_unwind_init();
+  volatile std::uintptr_t keep = 0;  // a frame that stays
+  const std::uintptr_t sp = CurrentFrame();
+  Scan(r, sp);
+  keep = keep + 1;
+}
+
+}  // namespace retention
+
+// One scan and its figures (bench/retention.cpp).
+struct ScanResultForBench {
+  std::uint64_t nanos = 0, bytes_scanned = 0, memory_bytes = 0;
+  std::size_t objects = 0;
+};
+inline ScanResultForBench RetentionScanForBench() {
+  ReentrancyGuard guard;
+  EnsureInit();
+  ScanResultForBench out;
+  HEAPPROF_TRY {
+    retention::ScanResult scan;
+    retention::ScanWithRegisters(scan);
+    out.nanos = scan.scan_nanos;
+    out.bytes_scanned = scan.bytes_scanned;
+    out.memory_bytes = scan.memory_bytes;
+    out.objects = scan.objects.size();
+  }
+  HEAPPROF_CATCH_ALL {}
+  return out;
+}
+
+// The retention profile, serialised and compressed; false on failure.
+inline bool BuildRetentionProfileBytes(ArenaString& gz) {
+  ReentrancyGuard guard;
+  EnsureInit();
+  WarnIfNoAllocationSeen();
+  HEAPPROF_TRY {
+    retention::ScanResult scan;
+    retention::ScanWithRegisters(scan);
+    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    Symbolizer symbolizer(objects);
+    const ProfileData data = retention::RetentionProfileData(scan, symbolizer);
+    gz = EncodeGzipped(data, objects, symbolizer);
+    return true;
+  }
+  HEAPPROF_CATCH_ALL {
+    gz.clear();
+    return false;
+  }
+}
+
+}  // namespace detail
+}  // namespace heapprof

@@ -1,0 +1,189 @@
+// Child processes for the retention tests (test_retention.cpp): known object
+// graphs, then the retention profile to $HEAPPROF_TEST_DIR/retention.pb.gz.
+//  - retention_paths (rate 1): a global vector of owners each owning a
+//    buffer; a buffer held only by a local of another thread blocked in
+//    read(2); a buffer leaked; a cycle of two nodes dropped. Prints the
+//    holding thread's tid.
+//  - retention_leaks (rate 1, leak_report=1): a leak, a cycle, and a buffer a
+//    plain global pointer keeps, then exit (the leak report's split, its exit
+//    code and suppressions).
+//  - retention_sampled (default rate): a global array of small (unsampled)
+//    holders, each holding a big (sampled) buffer.
+#pragma once
+
+#include <heapprof.hpp>
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/profile_io.hpp"
+
+namespace heapprof_test {
+
+constexpr std::size_t kRetentionOwners = 64;
+constexpr std::size_t kOwnedBufferBytes = 3000;
+constexpr std::size_t kStackHeldBytes = 5000;
+constexpr std::size_t kLeakedBytes = 7000;
+constexpr std::size_t kLeakedCount = 3;
+constexpr std::size_t kCycleNodeBytes = 96;
+constexpr std::size_t kSampledHolders = 64;
+constexpr std::size_t kSampledBufferBytes = 256 * 1024;
+
+struct RetentionOwner {
+  char* buffer;
+  std::size_t id;
+};
+struct CycleNode {
+  CycleNode* next;
+  char pad[kCycleNodeBytes - sizeof(CycleNode*)];
+};
+struct SampledHolder {
+  char* big;
+  char pad[56];
+};
+
+inline std::vector<RetentionOwner*> g_retention_owners;
+inline char* g_retention_kept;  // a plain pointer: no destructor, still holds at exit
+inline SampledHolder* g_sampled_holders[kSampledHolders];
+inline char* volatile g_retention_sink;
+
+__attribute__((noinline)) inline char* MakeOwnedBuffer() {
+  char* p = new char[kOwnedBufferBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline RetentionOwner* MakeRetentionOwner(std::size_t id) {
+  auto* o = new RetentionOwner{nullptr, id};
+  o->buffer = MakeOwnedBuffer();
+  asm volatile("" : : "r"(o) : "memory");
+  return o;
+}
+__attribute__((noinline)) inline char* MakeStackHeldBuffer() {
+  char* p = new char[kStackHeldBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeLeakedBuffer() {
+  char* p = new char[kLeakedBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline CycleNode* MakeCycleNode() {
+  CycleNode* p = new CycleNode{};
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeKeptBuffer() {
+  char* p = new char[4321];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeSampledBuffer() {
+  char* p = new char[kSampledBufferBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline SampledHolder* MakeSampledHolder() {
+  SampledHolder* p = new SampledHolder{};
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+
+// Leaks and a dropped cycle, made on a thread that then exits: no stale copy
+// of their addresses stays in this thread's registers or dead stack slots.
+inline void MakeGarbageOnAnotherThread() {
+  std::thread([] {
+    HEAPPROF_TEST_NO_UNROLL
+    for (std::size_t i = 0; i < kLeakedCount; ++i) {
+      g_retention_sink = MakeLeakedBuffer();
+      g_retention_sink = nullptr;
+    }
+    CycleNode* a = MakeCycleNode();
+    CycleNode* b = MakeCycleNode();
+    a->next = b;
+    b->next = a;
+    g_retention_sink = reinterpret_cast<char*>(a);
+    g_retention_sink = nullptr;
+  }).join();
+}
+
+// Waits until thread `tid` is blocked in the kernel (its syscall file no
+// longer says "running"): then its stack pointer can be read.
+inline bool WaitBlocked(long tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  for (long i = 0; i < 200000000; ++i) {
+    FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return false;
+    char line[256] = {};
+    const bool got = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    if (got && std::strncmp(line, "running", 7) != 0) return true;
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+inline int RunRetentionPaths() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  HEAPPROF_TEST_NO_UNROLL
+  for (std::size_t i = 0; i < kRetentionOwners; ++i) g_retention_owners.push_back(MakeRetentionOwner(i));
+  MakeGarbageOnAnotherThread();
+
+  int fds[2];
+  if (pipe(fds) != 0) return 4;
+  std::atomic<long> tid{0};
+  std::thread holder([&] {
+    char* volatile held = MakeStackHeldBuffer();  // on this thread's stack only
+    tid.store(static_cast<long>(syscall(SYS_gettid)));
+    char c;
+    while (read(fds[0], &c, 1) < 0) {
+    }
+    delete[] held;
+  });
+  while (tid.load() == 0) std::this_thread::yield();
+  if (!WaitBlocked(tid.load())) return 5;
+  const std::string path = std::string(dir) + "/retention.pb.gz";
+  const bool ok = heapprof::WriteRetentionProfile(path);
+  if (write(fds[1], "x", 1) != 1) return 6;
+  holder.join();
+  std::printf("holder_tid=%ld\n", tid.load());
+  return ok ? 0 : 7;
+}
+
+inline int RunRetentionLeaks() {
+  g_retention_kept = MakeKeptBuffer();
+  MakeGarbageOnAnotherThread();
+  return 0;  // the leak report runs at exit
+}
+
+inline int RunRetentionSampled() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  HEAPPROF_TEST_NO_UNROLL
+  for (std::size_t i = 0; i < kSampledHolders; ++i) {
+    g_sampled_holders[i] = MakeSampledHolder();
+    g_sampled_holders[i]->big = MakeSampledBuffer();
+  }
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
+
+inline int RunRetentionScenario(const char* name, bool& known) {
+  known = true;
+  if (std::strcmp(name, "retention_paths") == 0) return RunRetentionPaths();
+  if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
+  if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
+  known = false;
+  return 2;
+}
+
+}  // namespace heapprof_test

@@ -1,0 +1,278 @@
+// The retention profile and the leak report's reachability split
+// (6_serving/retention.hpp), on known object graphs run in child processes
+// (retention_scenarios.hpp), exact at rate 1.
+#include <heapprof.hpp>
+
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "retention_scenarios.hpp"
+#include "support/http_client.hpp"
+#include "support/profile_io.hpp"
+
+namespace {
+
+using namespace heapprof_test;
+
+int RunRetentionChild(const std::string& env, const char* scenario, std::string& output) {
+  return RunCommand(env + " HEAPPROF_TEST_CHILD=" + scenario + " timeout -s KILL 120 " + SelfExe() + " 2>&1",
+                    output);
+}
+
+std::string MakeRetentionDir() {
+  char tmpl[] = "/tmp/heapprof_retention_XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  REQUIRE(dir != nullptr);
+  return dir;
+}
+
+// Per sample of `p` whose leaf frame is `leaf`: its frames, leaf first, and
+// its inuse_objects.
+struct Path {
+  std::vector<std::string> frames;
+  std::int64_t objects = 0, bytes = 0;
+};
+std::vector<Path> PathsOf(const Profile& p, const std::string& leaf) {
+  std::vector<Path> out;
+  const int objects = SampleTypeIndex(p, "inuse_objects"), bytes = SampleTypeIndex(p, "inuse_space");
+  for (const Sample& s : p.samples) {
+    Path path;
+    path.frames = FunctionNames(p, s);
+    bool has_leaf = false;
+    for (const std::string& f : path.frames) {
+      if (f.find('[') == 0) break;  // only the object's own allocation stack
+      has_leaf = has_leaf || f.find(leaf) != std::string::npos;
+    }
+    if (!has_leaf) continue;
+    path.objects = s.values[static_cast<std::size_t>(objects)];
+    path.bytes = s.values[static_cast<std::size_t>(bytes)];
+    out.push_back(path);
+  }
+  return out;
+}
+
+bool Contains(const std::vector<std::string>& frames, const std::string& text) {
+  for (const std::string& f : frames) {
+    if (f.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+#define HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS()                                                              \
+  do {                                                                                                          \
+    MESSAGE("skipped under ASan/TSan: their allocators and fake stacks keep copies of pointers where the scan " \
+            "cannot tell them from the program's, so the exact paths these tests demand do not hold");          \
+    return;                                                                                                     \
+  } while (0)
+#else
+#define HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS() \
+  do {                                             \
+  } while (0)
+#endif
+
+}  // namespace
+
+TEST_CASE("retention profile at rate 1: global container, another thread's stack, a leak, a dropped cycle") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunRetentionChild("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_paths", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("holder_tid=");
+  REQUIRE(at != std::string::npos);
+  const long tid = std::strtol(out.c_str() + at + 11, nullptr, 10);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+
+  // Each owner's buffer: held by its owner (allocated in MakeRetentionOwner),
+  // held by the vector's storage, held by the global vector.
+  std::int64_t owned = 0;
+  for (const Path& path : PathsOf(p, "MakeOwnedBuffer")) {
+    CHECK(path.frames.back() == "[global] heapprof_test::g_retention_owners");
+    CHECK(Contains(path.frames, "[held by] heapprof_test::MakeRetentionOwner"));
+    CHECK(Contains(path.frames, "[held by] heapprof_test::RunRetentionPaths"));
+    owned += path.objects;
+    CHECK(path.bytes == path.objects * static_cast<std::int64_t>(kOwnedBufferBytes));
+  }
+  CHECK(owned == static_cast<std::int64_t>(kRetentionOwners));
+  // The owners themselves: held by the vector's storage, then the global.
+  std::int64_t owners = 0;
+  for (const Path& path : PathsOf(p, "MakeRetentionOwner")) {
+    if (Contains(path.frames, "MakeOwnedBuffer")) continue;
+    CHECK(path.frames.back() == "[global] heapprof_test::g_retention_owners");
+    owners += path.objects;
+  }
+  CHECK(owners == static_cast<std::int64_t>(kRetentionOwners));
+
+  // Held only by a local of the thread blocked in read(2).
+  const std::vector<Path> stack_held = PathsOf(p, "MakeStackHeldBuffer");
+  REQUIRE(stack_held.size() == 1);
+  CHECK(stack_held[0].objects == 1);
+  CHECK(stack_held[0].frames.back() == "[stack] thread " + std::to_string(tid));
+
+  // Leaked, and a cycle nothing else points at: unreachable, each of them.
+  std::int64_t leaked = 0;
+  for (const Path& path : PathsOf(p, "MakeLeakedBuffer")) {
+    CHECK(path.frames.back() == "[unreachable]");
+    CHECK_FALSE(Contains(path.frames, "[held by]"));
+    leaked += path.objects;
+  }
+  CHECK(leaked == static_cast<std::int64_t>(kLeakedCount));
+  std::int64_t cycle = 0;
+  for (const Path& path : PathsOf(p, "MakeCycleNode")) {
+    CHECK(path.frames.back() == "[unreachable]");
+    cycle += path.objects;
+  }
+  CHECK(cycle == 2);
+
+  // go tool pprof reads it: -traces shows the root frames, -top their totals.
+  std::string traces;
+  const int go = GoPprof("-symbolize=none -traces -sample_index=inuse_space", dir + "/retention.pb.gz", traces);
+  if (go == -2) {
+    MESSAGE("go not installed: go tool pprof not run");
+  } else {
+    INFO(traces);
+    CHECK(go == 0);
+    CHECK(traces.find("[global] heapprof_test::g_retention_owners") != std::string::npos);
+    CHECK(traces.find("[held by] heapprof_test::MakeRetentionOwner") != std::string::npos);
+    CHECK(traces.find("[stack] thread " + std::to_string(tid)) != std::string::npos);
+    CHECK(traces.find("[unreachable]") != std::string::npos);
+    CHECK(traces.find("heapprof retention: ") != std::string::npos);  // the comments
+    std::string top;
+    CHECK(GoPprof("-symbolize=none -top -cum -nodecount=500 -sample_index=inuse_objects", dir + "/retention.pb.gz",
+                  top) == 0);
+    INFO(top);
+    CHECK(top.find("[unreachable]") != std::string::npos);
+  }
+}
+
+TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak_suppressions") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  int rc = RunRetentionChild("HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/a",
+                             "retention_leaks", out);
+  INFO(out);
+  CHECK(rc == 42);  // unreachable objects remain
+  const std::size_t unreachable = out.find("unreachable (leaked):");
+  const std::size_t reachable = out.find("reachable (held by a root");
+  REQUIRE(unreachable != std::string::npos);
+  REQUIRE(reachable != std::string::npos);
+  REQUIRE(unreachable < reachable);
+  const std::string leaked_part = out.substr(unreachable, reachable - unreachable);
+  const std::string held_part = out.substr(reachable);
+  CHECK(leaked_part.find("MakeLeakedBuffer") != std::string::npos);
+  CHECK(leaked_part.find("MakeCycleNode") != std::string::npos);
+  CHECK(leaked_part.find("MakeKeptBuffer") == std::string::npos);
+  CHECK(held_part.find("MakeKeptBuffer") != std::string::npos);
+  CHECK(held_part.find("<== [global] heapprof_test::g_retention_kept") != std::string::npos);
+  CHECK(out.find("retention profile: " + dir + "/a.") != std::string::npos);
+
+  // Without the key: the exit status is the program's own.
+  rc = RunRetentionChild("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/b", "retention_leaks", out);
+  CHECK(rc == 0);
+
+  // Suppressed: LSan's format; the leak and the cycle no longer fail the exit.
+  const std::string supp = dir + "/lsan.supp";
+  REQUIRE(WriteFile(supp, "# LeakSanitizer's format\nleak:MakeLeakedBuffer\n\nleak:heapprof_test::MakeCycle*\n"));
+  rc = RunRetentionChild(
+      "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_suppressions=" + supp + ",dump_prefix=" + dir + "/c",
+      "retention_leaks", out);
+  CHECK(rc == 0);
+  CHECK(out.find("unreachable (leaked): 0 objects") != std::string::npos);
+  CHECK(out.find("suppressed (leak_suppressions): " + std::to_string(kLeakedCount + 2) + " objects") !=
+        std::string::npos);
+
+  // A suppression that matches nothing changes nothing.
+  REQUIRE(WriteFile(supp, "leak:NoSuchFunction\n"));
+  rc = RunRetentionChild(
+      "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_suppressions=" + supp + ",dump_prefix=" + dir + "/d",
+      "retention_leaks", out);
+  CHECK(rc == 42);
+}
+
+TEST_CASE("retention profile at the default rate: a chain through unsampled objects ends in [unsampled heap]") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunRetentionChild("HEAPPROF_TEST_DIR=" + dir, "retention_sampled", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // The 64-byte holders are sampled with probability ~1e-4 each: a buffer
+  // whose holder was not sampled is held from unsampled heap; one whose holder
+  // was is held through it by the global.
+  std::int64_t via_unsampled = 0;
+  const std::vector<Path> paths = PathsOf(p, "MakeSampledBuffer");
+  REQUIRE_FALSE(paths.empty());
+  for (const Path& path : paths) {
+    if (path.frames.back() == "[unsampled heap]") {
+      CHECK_FALSE(Contains(path.frames, "[held by]"));
+      via_unsampled += path.objects;
+    } else {
+      CHECK(Contains(path.frames, "[held by] heapprof_test::MakeSampledHolder"));
+      CHECK(path.frames.back() == "[global] heapprof_test::g_sampled_holders");
+    }
+  }
+  CHECK(via_unsampled > 0);
+}
+
+TEST_CASE("WriteRetentionProfile to a stream gives a valid profile") {
+  std::ostringstream os;
+  REQUIRE(heapprof::WriteRetentionProfile(os));
+  std::string raw;
+  Profile p;
+  REQUIRE(Gunzip(os.str(), raw));
+  REQUIRE(DecodeProfile(raw, p));
+  CHECK(Validate(p));
+  CHECK_FALSE(heapprof::WriteRetentionProfile("/nonexistent-dir/retention.pb.gz"));
+}
+
+namespace {
+char* volatile g_http_retention_kept;
+__attribute__((noinline)) char* HttpRetentionLeaf() {
+  char* p = new char[6543];
+  asm volatile("" : : "r"(p) : "memory");
+  return p;
+}
+}  // namespace
+
+TEST_CASE("http: /debug/pprof/retention is listed and serves the retention profile") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  RateScope rate(1);
+  g_http_retention_kept = HttpRetentionLeaf();
+  heapprof::HttpServer server("127.0.0.1:0");
+  const HttpResponse index = HttpGet(server.port(), "/debug/pprof/");
+  CHECK(index.status == 200);
+  CHECK(index.body.find("<a href='retention'>retention</a>") != std::string::npos);
+
+  const HttpResponse r = HttpGet(server.port(), "/debug/pprof/retention");
+  REQUIRE(r.status == 200);
+  CHECK(r.Header("content-disposition") == "attachment; filename=\"retention\"");
+  std::string raw;
+  Profile p;
+  REQUIRE(Gunzip(r.body, raw));
+  REQUIRE(DecodeProfile(raw, p));
+  CHECK(Validate(p));
+  const std::vector<Path> kept = PathsOf(p, "HttpRetentionLeaf");
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].objects == 1);
+  // This process has run other tests: a stale global pointer to memory since
+  // reused may name another global (the exact names are checked in children).
+  CHECK(kept[0].frames.back().rfind("[global] ", 0) == 0);
+  CHECK(HttpGet(server.port(), "/debug/pprof/retention?seconds=5").status == 400);
+  delete[] g_http_retention_kept;
+}
