@@ -1923,6 +1923,13 @@ namespace detail {
 #define HEAPPROF_DETAIL_GLIBC_CHUNKS 0
 #endif
 
+namespace real {
+// True when the process's malloc is another object's, loaded before ours
+// (set by 1_hooks/malloc.hpp; read by the retention scan, which is compiled
+// before the malloc hooks).
+inline bool g_shadowed = false;
+}  // namespace real
+
 // True once DetectBlockSize has proven that the blocks the hooks see are
 // glibc chunks. Both ways give the same number for every live block, so
 // switching while blocks are live keeps the counts exact.
@@ -15543,8 +15550,7 @@ inline Functions g_fn = {&FirstMalloc,        &FirstFree,         &FirstCalloc, 
 // 0 not resolved, 1 resolving, 2 resolved.
 inline std::atomic<int> g_state{0};
 inline thread_local bool tls_resolving HEAPPROF_TLS_MODEL = false;
-// True when the process's malloc is another object's (loaded before ours).
-inline bool g_shadowed = false;
+// g_shadowed (the process's malloc is another object's): block_hooks.hpp.
 
 inline int BootstrapPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
   void* p = BootstrapAlloc(n, a);
@@ -15942,8 +15948,9 @@ inline bool PreloadWritePath(const char* path, bool allocs) {
 inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
 inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
 
-inline bool PreloadWriteRetentionStream(std::ostream& out) { return WriteRetentionProfile(out); }
-inline bool PreloadWriteRetentionPath(const char* path) { return WriteRetentionProfile(path); }
+// Qualified: detail::WriteRetentionProfile (retention.hpp) would hide the API's overloads.
+inline bool PreloadWriteRetentionStream(std::ostream& out) { return ::heapprof::WriteRetentionProfile(out); }
+inline bool PreloadWriteRetentionPath(const char* path) { return ::heapprof::WriteRetentionProfile(path); }
 
 inline const EngineApi g_preload_engine_api = {
     kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,

@@ -55,6 +55,13 @@ namespace detail {
 #define HEAPPROF_DETAIL_GLIBC_CHUNKS 0
 #endif
 
+namespace real {
+// True when the process's malloc is another object's, loaded before ours
+// (set by 1_hooks/malloc.hpp; read by the retention scan, which is compiled
+// before the malloc hooks).
+inline bool g_shadowed = false;
+}  // namespace real
+
 // True once DetectBlockSize has proven that the blocks the hooks see are
 // glibc chunks. Both ways give the same number for every live block, so
 // switching while blocks are live keeps the counts exact.

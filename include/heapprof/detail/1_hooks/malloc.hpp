@@ -121,8 +121,7 @@ inline Functions g_fn = {&FirstMalloc,        &FirstFree,         &FirstCalloc, 
 // 0 not resolved, 1 resolving, 2 resolved.
 inline std::atomic<int> g_state{0};
 inline thread_local bool tls_resolving HEAPPROF_TLS_MODEL = false;
-// True when the process's malloc is another object's (loaded before ours).
-inline bool g_shadowed = false;
+// g_shadowed (the process's malloc is another object's): block_hooks.hpp.
 
 inline int BootstrapPosixMemalign(void** out, std::size_t a, std::size_t n) noexcept {
   void* p = BootstrapAlloc(n, a);

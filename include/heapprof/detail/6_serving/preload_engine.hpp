@@ -35,8 +35,9 @@ inline bool PreloadWritePath(const char* path, bool allocs) {
 inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
 inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
 
-inline bool PreloadWriteRetentionStream(std::ostream& out) { return WriteRetentionProfile(out); }
-inline bool PreloadWriteRetentionPath(const char* path) { return WriteRetentionProfile(path); }
+// Qualified: detail::WriteRetentionProfile (retention.hpp) would hide the API's overloads.
+inline bool PreloadWriteRetentionStream(std::ostream& out) { return ::heapprof::WriteRetentionProfile(out); }
+inline bool PreloadWriteRetentionPath(const char* path) { return ::heapprof::WriteRetentionProfile(path); }
 
 inline const EngineApi g_preload_engine_api = {
     kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
