@@ -222,6 +222,10 @@ TEST_CASE("retention profile at the default rate: a chain through unsampled obje
     if (path.frames.back() == "[unsampled heap]") {
       CHECK_FALSE(Contains(path.frames, "[held by]"));
       via_unsampled += path.objects;
+    } else if (path.frames.back().rfind("[stack] thread ", 0) == 0) {
+      // A dead slot of the child's stack still pointing at a buffer (seen with
+      // clang -fno-exceptions): the scan is conservative, as documented.
+      CHECK(path.objects > 0);
     } else {
       CHECK(Contains(path.frames, "[held by] heapprof_test::MakeSampledHolder"));
       CHECK(path.frames.back() == "[global] heapprof_test::g_sampled_holders");
