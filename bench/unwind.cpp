@@ -1,9 +1,13 @@
-// bench/unwind: ns per frame of five unwinders on the same 32-deep stack.
+// bench/unwind: ns per frame of the unwinders on the same 32-deep stack.
 //
 //   frame pointers      heapprof::detail::UnwindFramePointers
 //   table               heapprof::detail::UnwindWithTable: what a sample runs (reader
-//                       section, snapshot, walk)
-//   table, no gen check the walk alone, on a snapshot taken beforehand
+//                       section, snapshot, walk); the same stack every time, so
+//                       the walk meets the thread's last walk at its first frame
+//                       and checks the rest against the stack (replay)
+//   table, every frame stepped   the same with replay off: every frame
+//                       derived from the unwind tables (a stack unlike the last)
+//   table, walk only    the walk alone (no replay), on a snapshot taken beforehand
 //   libgcc              _Unwind_Backtrace from libgcc_s.so.1
 //   libunwind           unw_backtrace (nongnu libunwind, Debian's libunwind8)
 //   glibc backtrace()   <execinfo.h>, libgcc underneath
@@ -88,8 +92,8 @@ _Unwind_Reason_Code CollectFrame(_Unwind_Context* ctx, void* arg) {
   return _URC_NO_REASON;
 }
 
-enum Method { kFp, kTable, kTableNoGen, kLibgcc, kLibunwind, kGlibc, kMethods };
-const char* const kNames[kMethods] = {"frame pointers", "table",     "table, no gen check",
+enum Method { kFp, kTable, kTableStepped, kTableNoGen, kLibgcc, kLibunwind, kGlibc, kMethods };
+const char* const kNames[kMethods] = {"frame pointers", "table", "table, every frame stepped", "table, walk only",
                                       "libgcc _Unwind_Backtrace", "libunwind unw_backtrace", "glibc backtrace()"};
 
 struct Where {
@@ -108,6 +112,11 @@ __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
       return stack.depth;
     case kTable:
       hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      return stack.depth;
+    case kTableStepped:
+      ut::g_replay_walks.store(false, std::memory_order_relaxed);
+      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      ut::g_replay_walks.store(true, std::memory_order_relaxed);
       return stack.depth;
     case kTableNoGen: {
       static const ut::ObjectSet* set = ut::CurrentObjects();

@@ -518,3 +518,176 @@ TEST_CASE("CfaValid: the one-compare form equals 8-aligned and in [sp + 8, hi]")
     }
   }
 }
+
+// ---- replay: a walk that meets the thread's previous walk checks the old
+// frames against the stack instead of stepping them (table.hpp: WalkRecords)
+
+namespace {
+
+bool SameStack(const hd::CapturedStack& a, const hd::CapturedStack& b) {
+  return a.depth == b.depth && a.truncated == b.truncated &&
+         std::memcmp(a.pcs, b.pcs, sizeof(std::uintptr_t) * static_cast<std::size_t>(a.depth)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("replay: the same stack again is checked, not stepped, and equals the step-by-step walk") {
+  using Scenario = void (*)();
+  const Scenario scenarios[] = {
+      +[] { unwind_test::Recurse(40); }, +[] { unwind_test::UserChain(6); },
+      +[] { unwind_test::QsortWithAllocatingComparator(); }, +[] { unwind_test::OstreamCustomStreambuf(); },
+      +[] { unwind_test::InThread(); }};
+  for (Scenario f : scenarios) {
+    // One call site: the same stack each time. Run 0 steps every frame.
+    std::unique_ptr<Capture> runs[4];
+    int replayed[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      if (i == 0) ut::g_replay_walks.store(false);
+      runs[i] = Run(f);
+      replayed[i] = ut::LastWalkReplayed();
+      ut::g_replay_walks.store(true);
+    }
+    const hd::CapturedStack& stepped = runs[0]->table;
+    CHECK(MatchesLibgcc(*runs[0]));
+    for (int i = 1; i < 4; ++i) {
+      INFO("run " << i << "\n" << Dump(runs[i]->table.pcs, runs[i]->table.depth, stepped.pcs, stepped.depth));
+      CHECK(SameStack(runs[i]->table, stepped));
+      CHECK(MatchesLibgcc(*runs[i]));
+    }
+    // InThread walks on a new thread each time: nothing to meet, and this
+    // thread's record is not the one it used.
+    if (f != scenarios[4]) {
+      MESSAGE("depth " << stepped.depth << ": frames replayed " << replayed[1] << ", " << replayed[2] << ", "
+                       << replayed[3]);
+      CHECK(replayed[0] == 0);
+      // Every frame but the first (where the walks meet), save the steps
+      // that read a word the replay does not check (GCC's DRAP prologue in
+      // UserChain: the walk steps it and meets the old walk again).
+      CHECK(replayed[1] >= stepped.depth - 3);
+      CHECK(replayed[2] == replayed[1]);
+      CHECK(replayed[3] == replayed[1]);
+    }
+  }
+}
+
+TEST_CASE("replay: stacks that part and meet again, deeper than the cap, equal libgcc's") {
+  // Depths in an order that makes each walk meet the last one part-way: the
+  // shared outer frames are replayed, the differing inner ones stepped.
+  const int depths[] = {10, 40, 25, 40, 3, HEAPPROF_MAX_FRAMES + 50, 60, HEAPPROF_MAX_FRAMES + 10, 0,
+                        HEAPPROF_MAX_FRAMES - 2, HEAPPROF_MAX_FRAMES + 50, 7};
+  int total_replayed = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int d : depths) {
+      // Two call sites: the frame of this loop's call differs between them.
+      auto c = (d % 2 == 0) ? Run([d] { unwind_test::Recurse(d); }) : Run([d] { unwind_test::Recurse(d); });
+      const int replayed = ut::LastWalkReplayed();
+      total_replayed += replayed;
+      INFO("depth " << d << ", replayed " << replayed);
+      REQUIRE(c->taken);
+      CHECK(MatchesLibgcc(*c));
+      CHECK(c->table.truncated == (d + 8 > HEAPPROF_MAX_FRAMES && c->table.depth == HEAPPROF_MAX_FRAMES));
+      CHECK(c->table.depth == (c->table.truncated ? HEAPPROF_MAX_FRAMES : c->ref_n));
+    }
+  }
+  MESSAGE("frames replayed in all: " << total_replayed);
+  CHECK(total_replayed > 300);
+}
+
+TEST_CASE("replay: on garbage stacks changed a few words at a time, every walk equals the step-by-step walk") {
+  // A page of random words (as the garbage test above) that changes by a few
+  // words between walks, so walks meet their predecessor and then find a
+  // changed return address or saved fp further out.
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t len = static_cast<std::size_t>(page) * 3;
+  void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  char* base = static_cast<char*>(mem);
+  REQUIRE(mprotect(base, static_cast<std::size_t>(page), PROT_NONE) == 0);
+  REQUIRE(mprotect(base + 2 * page, static_cast<std::size_t>(page), PROT_NONE) == 0);
+  auto* words = reinterpret_cast<std::uintptr_t*>(base + page);
+  const std::size_t n = static_cast<std::size_t>(page) / sizeof(std::uintptr_t);
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(words);
+  const std::uintptr_t hi = lo + static_cast<std::uintptr_t>(page);
+  std::vector<std::uintptr_t> pcs;
+  for (auto* f : {+[] { unwind_test::UserChain(3); }, +[] { unwind_test::Recurse(5); },
+                  +[] { unwind_test::OstreamCustomStreambuf(); }}) {
+    auto c = Run(f);
+    pcs.insert(pcs.end(), c->table.pcs, c->table.pcs + c->table.depth);
+  }
+  REQUIRE(pcs.size() > 10);
+  std::mt19937_64 rng(23);
+  auto word = [&](std::size_t i) -> std::uintptr_t {
+    switch (rng() % 3) {
+      case 0:
+        return pcs[rng() % pcs.size()];
+      case 1:
+        return lo + 8 * (i + 1 + rng() % 8);  // a plausible frame chain
+      default:
+        return lo + (rng() % static_cast<std::uintptr_t>(page + 64)) - 32;
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) words[i] = word(i);
+  auto walks = std::make_unique<ut::WalkRecords>();
+  ut::ReaderSection reading;
+  REQUIRE(reading.active());
+  const ut::ObjectSet* set = ut::CurrentObjects();
+  REQUIRE(set != nullptr);
+  long replayed = 0, walked = 0, deep = 0;
+  std::uintptr_t frame = lo;
+  for (int iter = 0; iter < 40000; ++iter) {
+    if (iter % 64 == 0) {  // a new start now and then; most walks start where the last did
+      frame = lo + 8 * (rng() % (n / 4));
+      words[(frame - lo) / 8 + 1] = pcs[rng() % pcs.size()];
+    }
+    for (int k = static_cast<int>(rng() % 3); k > 0; --k) {
+      const std::size_t i = rng() % n;
+      words[i] = word(i);
+    }
+    // The walk checks that the step out of the hook's frame gives the leaf it
+    // was told: take that step here.
+    ut::Regs r{words[(frame - lo) / 8 + 1], frame + 16, words[(frame - lo) / 8]};
+    ut::Cursor c{set, lo, hi};
+    if (!ut::Step(c, r)) continue;
+    const std::uintptr_t leaf = r.pc;
+    hd::CapturedStack with, without;
+    const bool a = ut::UnwindFrom(set, frame, leaf, lo, hi, with, nullptr, walks.get());
+    const bool b = ut::UnwindFrom(set, frame, leaf, lo, hi, without);
+    REQUIRE(a == b);
+    if (!a) continue;
+    if (!SameStack(with, without)) {
+      FAIL("iteration " << iter << ": replayed walk differs\n" << Dump(with.pcs, with.depth, without.pcs, without.depth));
+    }
+    replayed += walks->replayed;
+    walked += with.depth;
+    deep += with.depth >= 8;
+  }
+  MESSAGE("garbage walks: " << walked << " frames, " << replayed << " replayed, " << deep << " walks of 8+ frames");
+  CHECK(replayed > 1000);
+  munmap(mem, len);
+}
+
+TEST_CASE("replay: a stack equal to the last one, frame for frame, hands on what was interned for it") {
+  // The engine interns a sampled stack once and stores the record in the
+  // walk's slot; a walk that repeats the last one exactly finds it there.
+  int marker[5] = {};
+  const void* seen[5] = {};
+  const int depths[5] = {12, 12, 13, 12, 12};
+  for (int i = 0; i < 5; ++i) {
+    const int d = depths[i];
+    auto c = Run([d] { unwind_test::Recurse(d); });  // one call site
+    REQUIRE(c->taken);
+    REQUIRE(c->table.interned != nullptr);
+    seen[i] = *c->table.interned;
+    *c->table.interned = &marker[i];
+  }
+  CHECK(seen[1] == &marker[0]);  // the same stack again
+  CHECK(seen[2] == nullptr);     // one frame more
+  CHECK(seen[3] == nullptr);     // one frame less than the last
+  CHECK(seen[4] == &marker[3]);
+  // Replay off: nothing is handed on.
+  ut::g_replay_walks.store(false);
+  auto c = Run([] { unwind_test::Recurse(12); });
+  ut::g_replay_walks.store(true);
+  REQUIRE(c->table.interned != nullptr);
+  CHECK(*c->table.interned == nullptr);
+}

@@ -69,13 +69,19 @@ class BucketTable {
   // The bucket for this sample, created on first use; one more alloc counted.
   // nullptr when the sample is dropped (counted): the arena is out of memory,
   // or the stack table and the overflow reserve are both full.
+  // `known`: the record of this very stack (pcs, depth and truncated equal),
+  // interned earlier, or null. `interned`, if given, receives the stack's
+  // record when it is a real one (not the overflow stack), else null.
   Bucket* RecordAlloc(const std::uintptr_t* pcs, std::uint32_t depth, bool truncated, std::uint64_t size,
-                      std::uint64_t rate, const LabelSetData* labels) noexcept {
-    const std::uint64_t stack_hash = HashWords(pcs, depth, truncated ? 0x5bd1e995u : 0x1b873593u);
+                      std::uint64_t rate, const LabelSetData* labels, const StackRecord* known = nullptr,
+                      const StackRecord** interned = nullptr) noexcept {
+    if (interned != nullptr) *interned = nullptr;
+    const std::uint64_t stack_hash = known != nullptr ? 0 : HashWords(pcs, depth, truncated ? 0x5bd1e995u : 0x1b873593u);
     LockGuard hold(lock_);
     const std::uint64_t max_stacks = max_stacks_.load(std::memory_order_relaxed);
-    const StackRecord* stack = InternStack(stack_hash, pcs, depth, truncated, max_stacks);
+    const StackRecord* stack = known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks);
     if (stack == nullptr) return Dropped();
+    if (interned != nullptr && !stack->overflow) *interned = stack;
     Bucket* b = FindBucket(stack, size, rate, labels);
     if (b == nullptr && !stack->overflow && normal_buckets_ >= kBucketsPerStack * max_stacks) {
       // Bucket cap: this stack is known, but not with this size/rate/labels.

@@ -232,8 +232,13 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   ReentrancyGuard guard;
   CapturedStack stack;
   CaptureStack(frame, hook_return, ts, stack);
+  // A stack the table unwinder found equal to this thread's last one, frame
+  // for frame, is the stack record interned then (records are never freed).
+  const StackRecord* known = stack.interned != nullptr ? static_cast<const StackRecord*>(*stack.interned) : nullptr;
+  const StackRecord* interned = nullptr;
   Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
-                                    CurrentSampleLabels());
+                                    CurrentSampleLabels(), known, &interned);
+  if (stack.interned != nullptr) *stack.interned = interned;
   if (b == nullptr) return;
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it

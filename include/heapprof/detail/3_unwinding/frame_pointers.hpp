@@ -36,6 +36,11 @@ struct CapturedStack {
   std::uintptr_t pcs[HEAPPROF_MAX_FRAMES];
   int depth = 0;
   bool truncated = false;
+  // Set by the table unwinder: where the thread's walk record keeps what the
+  // profiler interned for this stack (null: no record). `*interned` is
+  // non-null only when this stack is the record's previous one, frame for
+  // frame (then it is what was interned for that one).
+  const void** interned = nullptr;
 };
 
 // Walks the frame-pointer chain starting at `frame`, the frame record of the

@@ -245,10 +245,13 @@ inline Object* FindObject(const ObjectSet& set, std::uintptr_t pc) noexcept {
 // line, and nothing on an unsampled path writes here at all. Slots live in
 // the arena on a list that only grows (as many as threads ever unwound at
 // once) and are recycled at thread exit through a pthread key.
+struct WalkRecords;  // the thread's last walks, replayed when a new one meets them (below)
+
 struct alignas(64) ReaderSlot {
   std::atomic<std::uint64_t> state{0};  // 0: not reading; else (epoch entered << 1) | 1
   std::atomic<bool> in_use{false};     // owned by a live thread
   ReaderSlot* next = nullptr;          // every slot ever made; immutable once pushed
+  WalkRecords* walks = nullptr;        // the owner's, made at its first walk; forgotten when recycled
 };
 inline std::atomic<ReaderSlot*> g_reader_slots{nullptr};
 inline thread_local ReaderSlot* tls_reader_slot HEAPPROF_TLS_MODEL = nullptr;
@@ -262,6 +265,8 @@ inline Object* g_retired_objects = nullptr;  // under g_lock
 inline std::atomic<bool> g_have_retired{false};  // either list is not empty
 
 void TryReclaimLocked() noexcept;
+
+void ForgetWalks(WalkRecords* w) noexcept;
 
 inline void ReleaseReaderSlot(void* p) noexcept {
   auto* slot = static_cast<ReaderSlot*>(p);
@@ -288,6 +293,7 @@ HEAPPROF_NOINLINE inline ReaderSlot* AcquireReaderSlot() noexcept {
     if (!s->in_use.load(std::memory_order_relaxed) &&
         s->in_use.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
       slot = s;
+      ForgetWalks(s->walks);  // another thread's stack
       break;
     }
   }
@@ -335,6 +341,7 @@ class ReaderSection {
     }
   }
   bool active() const noexcept { return slot_ != nullptr; }
+  ReaderSlot* slot() const noexcept { return slot_; }
   ReaderSection(const ReaderSection&) = delete;
   ReaderSection& operator=(const ReaderSection&) = delete;
 
@@ -795,7 +802,13 @@ struct Regs {
   std::uintptr_t pc;  // a return address (the frame's "current" pc is pc - 1)
   std::uintptr_t sp;  // the frame's stack pointer: its callee's CFA
   std::uintptr_t fp;  // rbp as this frame sees it; 0 when unknown
+  // The stack word the step to this frame read `fp` from (0: none, it was
+  // kept or lost; kNotReplayable: the step read a word the replay does not
+  // check). The return address always comes from sp - 8. See WalkRecords.
+  std::uintptr_t fp_at = 0;
 };
+
+constexpr std::uintptr_t kNotReplayable = 1;  // never an aligned stack address
 
 struct Cursor {
   const ObjectSet* set;
@@ -884,6 +897,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FramePointerStep(Cursor& c, 
   r.pc = ra;
   r.sp = fp + 16;
   r.fp = saved_fp;
+  r.fp_at = fp;
   return true;
 }
 
@@ -897,20 +911,23 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, 
   if (ra == 0) return false;
   const eh::Rule rule{bits};
   std::uintptr_t fp = r.fp;
+  std::uintptr_t fp_at = 0;
   const eh::FpKind fp_kind = rule.fp_kind();
   if (fp_kind == eh::kFpAtCfa) {  // the common one first: a frame that pushed rbp
     // cfa is 8-aligned and the offset a multiple of 8: one range check.
-    const std::uintptr_t at = cfa + static_cast<std::uintptr_t>(rule.fp_offset());
-    if (at - c.stack_lo > c.stack_hi - c.stack_lo - 8) return false;
-    fp = *reinterpret_cast<const std::uintptr_t*>(at);
+    fp_at = cfa + static_cast<std::uintptr_t>(rule.fp_offset());
+    if (fp_at - c.stack_lo > c.stack_hi - c.stack_lo - 8) return false;
+    fp = *reinterpret_cast<const std::uintptr_t*>(fp_at);
   } else if (fp_kind == eh::kFpAtFp) {
-    if (!LoadWord(r.fp + static_cast<std::uintptr_t>(rule.fp_offset()), c, fp)) return false;
+    fp_at = r.fp + static_cast<std::uintptr_t>(rule.fp_offset());
+    if (!LoadWord(fp_at, c, fp)) return false;
   } else if (fp_kind == eh::kFpLost) {
     fp = 0;  // any later rule that needs it fails its bounds check
   }
   r.pc = ra;
   r.sp = cfa;
   r.fp = fp;
+  r.fp_at = fp_at;
   return true;
 }
 
@@ -936,7 +953,9 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& 
   switch (rule.cfa_kind()) {
     case eh::kCfaFpDeref:
       if (!LoadWord(r.fp + off, c, cfa)) return false;
-      break;
+      if (!CfaValid(c, r, cfa) || !FinishStep(c, r, bits, cfa)) return false;
+      r.fp_at = kNotReplayable;  // the CFA itself came from the stack
+      return true;
     case eh::kCfaPlt:
       // The expression reads rip; like the lookup we take the instruction
       // inside the call, pc - 1 (only synthetic frames get here: code never
@@ -983,8 +1002,100 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noe
   return FinishStep(c, r, bits, cfa);
 }
 
+// ---------------------------------------------------------------- replay
+// Consecutive samples of a thread share their outer frames (main, the event
+// loop, the request handler), and re-deriving those frames is most of a
+// walk: one dependent chain of loads per frame (return address -> cache
+// entry -> CFA -> next return address). So each thread keeps its last walk:
+// every frame's registers and the address its fp came from. When a new walk
+// reaches a frame with the same sp, pc and fp as a recorded one, the rest of
+// the old walk is checked instead of re-derived: from there on a walk is a
+// function of the snapshot's rules and the stack words it reads, and every
+// word is compared with the value read last time (the return address at
+// sp - 8 of each frame, the saved fp where it came from memory). The loads
+// are independent, so the check runs at the loads' throughput rather than
+// the chain's latency. At the first difference (or a step that read another
+// word: a DW_CFA_def_cfa_expression) the walk goes on step by step from the
+// last frame that matched, and may meet the old walk again further out. The
+// result is always the step-by-step walk's.
+struct WalkRecord {
+  std::uint64_t tag = 0;         // the snapshot's CacheTag
+  std::uintptr_t stack_hi = 0;   // the stack's top (CfaValid's bound)
+  int n = 0;                     // frames recorded; 0: nothing to replay
+  bool truncated = false;
+  // What the profiler interned for this walk's stack (the engine's
+  // StackRecord, never freed), handed on while walks repeat it exactly: a
+  // repeated stack is not hashed and looked up again.
+  const void* interned = nullptr;
+  Regs frames[HEAPPROF_MAX_FRAMES];  // sp strictly increasing
+};
+// Two: the walk being made is written beside the one it may replay.
+struct WalkRecords {
+  WalkRecord rec[2];
+  unsigned last = 0;       // rec[last]: the thread's last complete walk
+  int replayed = 0;        // frames the last walk took from its predecessor (tests, benchmarks)
+};
+
+inline void ForgetWalks(WalkRecords* w) noexcept {
+  if (w == nullptr) return;
+  w->rec[0].n = 0;
+  w->rec[1].n = 0;
+  w->rec[0].interned = nullptr;
+  w->rec[1].interned = nullptr;
+  w->replayed = 0;
+}
+
+// Off: every walk steps every frame (the benchmark's comparison; tests).
+inline std::atomic<bool> g_replay_walks{true};
+
+
+// The walk met `prev`'s frame j (same registers): checks prev's frames j+1..
+// against the stack, in order, and appends each that matches to `out` and
+// `next` from `depth` on, up to the first that does not (or the cap: then
+// `truncated`). Returns the index in `prev` of the frame the walk is now at,
+// with `r` and `depth` as if each frame had been stepped.
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline int Replay(const Cursor& c, const WalkRecord& prev, int j,
+                                                                    WalkRecord& next, CapturedStack& out, int& depth,
+                                                                    Regs& r, bool& truncated) noexcept {
+  // Locals and restrict: the stores below must not make the compiler reload
+  // the bounds or the old record every frame.
+  const std::uintptr_t lo = c.stack_lo;
+  const std::uintptr_t span = c.stack_hi - c.stack_lo - 8;
+  const int n = prev.n;
+  const int room = HEAPPROF_MAX_FRAMES - depth;  // frames that fit
+  const int end = n - (j + 1) > room ? j + 1 + room : n;
+  const Regs* __restrict from = prev.frames;
+  Regs* __restrict to = next.frames;
+  std::uintptr_t* __restrict pcs = out.pcs;
+  const int shift = depth - (j + 1);  // prev's frame m goes to index m + shift
+  int m = j + 1;
+  for (;; ++m) {
+    if (m == n) break;
+    const Regs f = from[m];
+    // sp > sp[j] = r.sp >= stack_lo and sp <= stack_hi: sp - 8 is inside
+    // the stack, aligned.
+    if (*reinterpret_cast<const std::uintptr_t*>(f.sp - 8) != f.pc) break;
+    if (f.fp_at != 0) {
+      // The step's own bounds (this walk's stack_lo may be higher; the
+      // kNotReplayable mark fails them too; recorded addresses are aligned),
+      // then the word.
+      if (f.fp_at - lo > span || *reinterpret_cast<const std::uintptr_t*>(f.fp_at) != f.fp) break;
+    }
+    if (m == end) {  // the step to frame m succeeds: the stack is deeper than the cap
+      truncated = true;
+      break;
+    }
+    to[m + shift] = f;
+    pcs[m + shift] = f.pc;
+  }
+  const int last = m - 1;
+  r = from[last];
+  depth += last - j;
+  return last;
+}
+
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr_t frame, std::uintptr_t leaf,
-                                                         CapturedStack& out) noexcept {
+                                                         CapturedStack& out, WalkRecords* w) noexcept {
   // The slow path's frame record: [frame] = the hook's rbp, [frame + 8] =
   // return address into the hook; the hook's sp is just above.
   std::uintptr_t hook_fp, hook_pc;
@@ -996,16 +1107,63 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   // and force a reload every frame.
   int depth = 0;
   bool truncated = false;
-  out.pcs[depth++] = leaf;
-  while (Step(c, r)) {
+  if (w == nullptr) {
+    out.pcs[depth++] = leaf;
+    while (Step(c, r)) {
+      if (depth == HEAPPROF_MAX_FRAMES) {
+        truncated = true;
+        break;
+      }
+      out.pcs[depth++] = r.pc;
+    }
+    out.depth = depth;
+    out.truncated = truncated;
+    return true;
+  }
+  const WalkRecord& prev = w->rec[w->last];
+  WalkRecord& next = w->rec[w->last ^ 1u];
+  // Where the previous walk can be met: frames at or above this sp.
+  int j = 0;
+  const int meet_end = (prev.tag == c.tag && prev.stack_hi == c.stack_hi &&
+                  g_replay_walks.load(std::memory_order_relaxed)) ? prev.n : 0;
+  int replayed = 0;
+  bool met_first = false;  // met prev's first frame with our first
+  for (;;) {
+    out.pcs[depth] = r.pc;
+    next.frames[depth] = r;
+    ++depth;
+    if (j < meet_end) {
+      while (j < meet_end && prev.frames[j].sp < r.sp) ++j;
+      if (j < meet_end && prev.frames[j].sp == r.sp && prev.frames[j].pc == r.pc && prev.frames[j].fp == r.fp) {
+        const int before = depth;
+        met_first |= j == 0 && depth == 1;
+        j = Replay(c, prev, j, next, out, depth, r, truncated);
+        replayed += depth - before;
+        if (truncated) break;
+        ++j;  // the frame that differed (if any) is stepped, and may meet again
+      }
+    }
+    if (!Step(c, r)) break;
     if (depth == HEAPPROF_MAX_FRAMES) {
       truncated = true;
       break;
     }
-    out.pcs[depth++] = r.pc;
   }
   out.depth = depth;
   out.truncated = truncated;
+  // A walk that found a PC in no known object is walked again on a fresh
+  // snapshot; it is not a base for the next one.
+  next.n = c.unknown_pc == 0 ? depth : 0;
+  next.tag = c.tag;
+  next.stack_hi = c.stack_hi;
+  next.truncated = truncated;
+  // The same stack as prev, frame for frame: met at the first frame, every
+  // later one replayed, no frame more or less.
+  const bool repeat = met_first && depth == prev.n && replayed == depth - 1 && truncated == prev.truncated;
+  next.interned = repeat && next.n != 0 ? prev.interned : nullptr;
+  out.interned = next.n != 0 ? &next.interned : nullptr;
+  w->last ^= 1u;
+  w->replayed = replayed;
   return true;
 }
 
@@ -1014,11 +1172,30 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
 // first PC the walk found in no object of `set` (0 if none).
 HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintptr_t frame, std::uintptr_t leaf,
                                                std::uintptr_t stack_lo, std::uintptr_t stack_hi,
-                                               CapturedStack& out, std::uintptr_t* unknown_pc = nullptr) noexcept {
+                                               CapturedStack& out, std::uintptr_t* unknown_pc = nullptr,
+                                               WalkRecords* walks = nullptr) noexcept {
   Cursor c{set, stack_lo, stack_hi};
-  const bool ok = Walk(c, frame, leaf, out);
+  const bool ok = Walk(c, frame, leaf, out, walks);
   if (unknown_pc != nullptr) *unknown_pc = c.unknown_pc;  // the walk's first PC outside `set`
   return ok;
+}
+
+// The calling thread's walk records, made in the arena at its first walk
+// (null if out of memory: walks then step every frame).
+inline WalkRecords* ThreadWalks(ReaderSlot& slot) noexcept {
+  if (HEAPPROF_LIKELY(slot.walks != nullptr)) return slot.walks;
+  void* mem = g_arena.Allocate(sizeof(WalkRecords));
+  if (mem == nullptr) return nullptr;
+  slot.walks = new (mem) WalkRecords{};
+  g_stat_bytes.fetch_add(sizeof(WalkRecords), std::memory_order_relaxed);
+  return slot.walks;
+}
+
+// Frames the calling thread's last table walk took from its previous walk
+// (tests, benchmarks).
+inline int LastWalkReplayed() noexcept {
+  ReaderSlot* slot = tls_reader_slot;
+  return slot != nullptr && slot->walks != nullptr ? slot->walks->replayed : 0;
 }
 
 // The table of `pc`'s object, built if need be: for tests and the benchmark.
@@ -1052,6 +1229,7 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
 #if defined(HEAPPROF_ARCH_X86_64)
   out.depth = 0;
   out.truncated = false;
+  out.interned = nullptr;
   if (hook_return == nullptr) return;
   {
     namespace ut = unwind_table;
@@ -1060,12 +1238,13 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
     const auto fp = reinterpret_cast<std::uintptr_t>(frame);
     const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
     std::uintptr_t unknown = 0;
-    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown)) {
+    ut::WalkRecords* walks = set != nullptr ? ut::ThreadWalks(*reading.slot()) : nullptr;
+    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks)) {
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
       const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
-      if (fresh == nullptr || ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out)) return;
+      if (fresh == nullptr || ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks)) return;
     }
   }
 #endif
