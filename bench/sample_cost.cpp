@@ -2,7 +2,8 @@
 //  - unwind: the frame-pointer walk alone (ns per stack, ns per frame)
 //  - sampled pair: new+delete at rate 1 (every allocation unwound, interned,
 //    inserted in and removed from the live map) minus the same at rate 0, with
-//    each unwinder. Best of 15 batches of 40,000 pairs (many short batches:
+//    each unwinder; the table unwinder also with replay off (every sample
+//    here has the same stack, which a walk replays from the thread's last). Best of 15 batches of 40,000 pairs (many short batches:
 //    on a shared machine the best one is the one nobody else disturbed).
 //  - the hidden costs: the first sample of the process (it builds the unwind
 //    tables of the objects on its stack), and the stack a sample takes below
@@ -111,9 +112,17 @@ int main(int argc, char** argv) {
   const double all_fp = AtDepth(depth - 3, [] { return PairsHere(kPairsPerBatch); });
   heapprof::SetUnwinder(heapprof::Unwinder::kTable);
   const double all_table = AtDepth(depth - 3, [] { return PairsHere(kPairsPerBatch); });
+  // The same with replay off: every frame derived from the tables and every
+  // stack hashed and looked up, as for a stack unlike the thread's last one.
+  heapprof::detail::unwind_table::g_replay_walks.store(false);
+  const double all_stepped = AtDepth(depth - 3, [] { return PairsHere(kPairsPerBatch); });
+  heapprof::detail::unwind_table::g_replay_walks.store(true);
   std::printf("frames %d\nfp_unwind_only_ns %.1f (%.2f ns/frame)\npair_rate0_ns %.1f\n"
-              "pair_rate1_fp_ns %.1f\nsample_fp_ns %.1f\npair_rate1_table_ns %.1f\nsample_table_ns %.1f\n",
-              frames, unwind, unwind / frames, off, all_fp, all_fp - off, all_table, all_table - off);
+              "pair_rate1_fp_ns %.1f\nsample_fp_ns %.1f\npair_rate1_table_ns %.1f\nsample_table_ns %.1f"
+              " (the same stack as the thread's last sample: replayed)\n"
+              "sample_table_stepped_ns %.1f (replay off: every frame stepped, the stack hashed)\n",
+              frames, unwind, unwind / frames, off, all_fp, all_fp - off, all_table, all_table - off,
+              all_stepped - off);
   std::printf("first_sample_us %.1f (builds the tables of %llu objects on its stack: %llu rows, %.2f ms of it)\n"
               "first_sample_stack_bytes %zu\nwarm_sample_stack_bytes %zu\n",
               first.ns / 1000.0, static_cast<unsigned long long>(st.objects),
