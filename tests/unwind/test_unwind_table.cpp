@@ -316,21 +316,46 @@ TEST_CASE("threads sampling while another thread dlopens and dlcloses") {
   CHECK(mismatches.load() == 0);
 }
 
+namespace {
+
+// One page of words between two inaccessible pages: a stack to fill with
+// garbage, where any read outside [lo, hi) faults.
+struct GuardedPage {
+  long page = sysconf(_SC_PAGESIZE);
+  std::size_t len = static_cast<std::size_t>(page) * 3;
+  char* base = nullptr;
+  std::uintptr_t* words = nullptr;
+  std::size_t n = static_cast<std::size_t>(page) / sizeof(std::uintptr_t);
+  GuardedPage() {
+    void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return;
+    base = static_cast<char*>(mem);
+    if (mprotect(base, static_cast<std::size_t>(page), PROT_NONE) != 0 ||
+        mprotect(base + 2 * page, static_cast<std::size_t>(page), PROT_NONE) != 0)
+      return;
+    words = reinterpret_cast<std::uintptr_t*>(base + page);
+  }
+  ~GuardedPage() {
+    if (base != nullptr) munmap(base, len);
+  }
+  GuardedPage(const GuardedPage&) = delete;
+  GuardedPage& operator=(const GuardedPage&) = delete;
+  std::uintptr_t lo() const { return reinterpret_cast<std::uintptr_t>(words); }
+  std::uintptr_t hi() const { return lo() + static_cast<std::uintptr_t>(page); }
+};
+
+}  // namespace
+
 TEST_CASE("garbage stacks never fault: every read stays inside [lo, hi)") {
   // One page of random words between two inaccessible pages. Stack-like
   // values (addresses inside the page) and code-like values (PCs of real
   // functions) are mixed in, so the walk goes some way before it stops.
-  const long page = sysconf(_SC_PAGESIZE);
-  const std::size_t len = static_cast<std::size_t>(page) * 3;
-  void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(mem != MAP_FAILED);
-  char* base = static_cast<char*>(mem);
-  REQUIRE(mprotect(base, static_cast<std::size_t>(page), PROT_NONE) == 0);
-  REQUIRE(mprotect(base + 2 * page, static_cast<std::size_t>(page), PROT_NONE) == 0);
-  auto* words = reinterpret_cast<std::uintptr_t*>(base + page);
-  const std::size_t n = static_cast<std::size_t>(page) / sizeof(std::uintptr_t);
-  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(words);
-  const std::uintptr_t hi = lo + static_cast<std::uintptr_t>(page);
+  GuardedPage g;
+  REQUIRE(g.words != nullptr);
+  std::uintptr_t* const words = g.words;
+  const std::size_t n = g.n;
+  const long page = g.page;
+  const std::uintptr_t lo = g.lo(), hi = g.hi();
   // Return addresses from real stacks.
   std::vector<std::uintptr_t> pcs;
   for (auto* f : {+[] { unwind_test::UserChain(3); }, +[] { unwind_test::QsortWithAllocatingComparator(); },
@@ -365,7 +390,6 @@ TEST_CASE("garbage stacks never fault: every read stays inside [lo, hi)") {
     if (out.depth > deepest) deepest = out.depth;
   }
   MESSAGE("deepest garbage walk: " << deepest << " frames");
-  munmap(mem, len);
 }
 
 TEST_CASE("stats: objects, rows and memory of the built tables") {
@@ -597,17 +621,12 @@ TEST_CASE("replay: on garbage stacks changed a few words at a time, every walk e
   // A page of random words (as the garbage test above) that changes by a few
   // words between walks, so walks meet their predecessor and then find a
   // changed return address or saved fp further out.
-  const long page = sysconf(_SC_PAGESIZE);
-  const std::size_t len = static_cast<std::size_t>(page) * 3;
-  void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(mem != MAP_FAILED);
-  char* base = static_cast<char*>(mem);
-  REQUIRE(mprotect(base, static_cast<std::size_t>(page), PROT_NONE) == 0);
-  REQUIRE(mprotect(base + 2 * page, static_cast<std::size_t>(page), PROT_NONE) == 0);
-  auto* words = reinterpret_cast<std::uintptr_t*>(base + page);
-  const std::size_t n = static_cast<std::size_t>(page) / sizeof(std::uintptr_t);
-  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(words);
-  const std::uintptr_t hi = lo + static_cast<std::uintptr_t>(page);
+  GuardedPage g;
+  REQUIRE(g.words != nullptr);
+  std::uintptr_t* const words = g.words;
+  const std::size_t n = g.n;
+  const long page = g.page;
+  const std::uintptr_t lo = g.lo(), hi = g.hi();
   std::vector<std::uintptr_t> pcs;
   for (auto* f : {+[] { unwind_test::UserChain(3); }, +[] { unwind_test::Recurse(5); },
                   +[] { unwind_test::OstreamCustomStreambuf(); }}) {
@@ -663,7 +682,6 @@ TEST_CASE("replay: on garbage stacks changed a few words at a time, every walk e
   }
   MESSAGE("garbage walks: " << walked << " frames, " << replayed << " replayed, " << deep << " walks of 8+ frames");
   CHECK(replayed > 1000);
-  munmap(mem, len);
 }
 
 TEST_CASE("replay: a stack equal to the last one, frame for frame, hands on what was interned for it") {
