@@ -18,50 +18,26 @@
 #include <unistd.h>
 #include <vector>
 
+#include "support/child_files.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
 
 using heapprof_test::Profile;
 
+using heapprof_test::ListDir;
+using heapprof_test::Matching;
+using heapprof_test::RemoveDir;
+
 std::string MakeTempDir() {
-  char tmpl[] = "/tmp/heapprof_dumps_XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  REQUIRE(dir != nullptr);
+  const std::string dir = heapprof_test::MakeTempDir("dumps");
+  REQUIRE(!dir.empty());
   return dir;
-}
-
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-void RemoveDir(const std::string& dir) {
-  for (const std::string& name : ListDir(dir)) std::remove((dir + "/" + name).c_str());
-  rmdir(dir.c_str());
 }
 
 using heapprof_test::ReadFile;
 using heapprof_test::ReadProfileFile;
 using heapprof_test::RunSelf;
-
-// Names in `dir` matching `pattern`.
-std::vector<std::string> Matching(const std::string& dir, const std::string& pattern) {
-  std::vector<std::string> out;
-  const std::regex re(pattern);
-  for (const std::string& name : ListDir(dir)) {
-    if (std::regex_match(name, re)) out.push_back(name);
-  }
-  return out;
-}
 
 // Every dump in `dir` is a complete, valid profile and no temporary is left.
 void CheckDumps(const std::string& dir, std::size_t want) {

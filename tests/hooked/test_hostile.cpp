@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <string>
 
+#include "support/child_files.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
@@ -27,34 +28,19 @@ int RunScenario(const std::string& env, const char* scenario, std::string& outpu
 #else
   const std::string tsan;
 #endif
-  return heapprof_test::RunCommand(env + tsan + " HEAPPROF_TEST_CHILD=" + scenario + " timeout -s KILL " +
-                                       std::to_string(seconds) + " " + heapprof_test::SelfExe(),
-                                   output);
+  return heapprof_test::RunChildScenario(env + tsan, scenario, output, seconds);
 }
 
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/heapprof_hostile_XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  return dir ? dir : "";
-}
+std::string MakeTempDir() { return heapprof_test::MakeTempDir("hostile"); }
 
-// Names in `dir`, "." and ".." left out.
+// Names in `dir`, for messages and substring checks.
 std::string ListDir(const std::string& dir) {
   std::string names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") names += name + " ";
-    }
-    closedir(d);
-  }
+  for (const std::string& name : heapprof_test::ListDir(dir)) names += name + " ";
   return names;
 }
 
-void RemoveDir(const std::string& dir) {
-  std::string output;
-  heapprof_test::RunCommand("rm -rf '" + dir + "'", output);
-}
+using heapprof_test::RemoveDir;
 
 // ASan's allocator is not reentrant: a handler's malloc that interrupts
 // malloc deadlocks on ASan's own size-class mutex (seen in CI, no heapprof

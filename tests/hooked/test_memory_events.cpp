@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/http_client.hpp"
+#include "support/child_files.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
@@ -29,36 +30,13 @@ constexpr std::int64_t kBigBytes = std::int64_t{64} << 20;
 constexpr std::size_t kSettleCount = 2048, kSettleBytes = 4000;
 
 int RunScenario(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
-  return RunCommand(env + " HEAPPROF_TEST_CHILD=" + scenario + " timeout -s KILL " + std::to_string(seconds) + " " +
-                        SelfExe(),
-                    output);
+  return RunChildScenario(env, scenario, output, seconds);
 }
 
 std::string MakeTempDir() {
-  char tmpl[] = "/tmp/heapprof_memev_XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  REQUIRE(dir != nullptr);
+  const std::string dir = heapprof_test::MakeTempDir("memev");
+  REQUIRE(!dir.empty());
   return dir;
-}
-
-std::vector<std::string> Matching(const std::string& dir, const std::string& pattern) {
-  std::vector<std::string> out;
-  const std::regex re(pattern);
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      if (std::regex_match(e->d_name, re)) out.push_back(e->d_name);
-    }
-    closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void RemoveDir(const std::string& dir) {
-  for (const std::string& name : Matching(dir, ".*")) {
-    if (name != "." && name != "..") std::remove((dir + "/" + name).c_str());
-  }
-  rmdir(dir.c_str());
 }
 
 std::int64_t Total(const Profile& p, const std::string& type) {

@@ -18,6 +18,7 @@
 
 #include "retention_scenarios.hpp"
 #include "support/http_client.hpp"
+#include "support/child_files.hpp"
 #include "support/profile_io.hpp"
 
 namespace {
@@ -25,14 +26,12 @@ namespace {
 using namespace heapprof_test;
 
 int RunRetentionChild(const std::string& env, const char* scenario, std::string& output) {
-  return RunCommand(env + " HEAPPROF_TEST_CHILD=" + scenario + " timeout -s KILL 120 " + SelfExe() + " 2>&1",
-                    output);
+  return RunChildScenario(env, scenario, output);
 }
 
 std::string MakeRetentionDir() {
-  char tmpl[] = "/tmp/heapprof_retention_XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  REQUIRE(dir != nullptr);
+  const std::string dir = MakeTempDir("retention");
+  REQUIRE(!dir.empty());
   return dir;
 }
 
