@@ -1049,28 +1049,21 @@ inline void ForgetWalks(WalkRecords* w) noexcept {
 inline std::atomic<bool> g_replay_walks{true};
 
 
-// The walk met `prev`'s frame j (same registers): checks prev's frames j+1..
-// against the stack, in order, and appends each that matches to `out` and
-// `next` from `depth` on, up to the first that does not (or the cap: then
-// `truncated`). Returns the index in `prev` of the frame the walk is now at,
-// with `r` and `depth` as if each frame had been stepped.
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline int Replay(const Cursor& c, const WalkRecord& prev, int j,
-                                                                    WalkRecord& next, CapturedStack& out, int& depth,
-                                                                    Regs& r, bool& truncated) noexcept {
-  // Locals and restrict: the stores below must not make the compiler reload
-  // the bounds or the old record every frame.
+// Checks prev's frames j+1, j+2, ... against the stack, as long as they
+// match, up to the end of prev or to `end` (exclusive: the frame at `end`,
+// if it matches, only says the stack goes on past the cap). Appends each
+// match's pc to `pcs` (at its index + shift) and, if kCopy, its registers to
+// `to`. Returns the index of the first frame not taken.
+template <bool kCopy>
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE int ReplayFrames(const Cursor& c, const Regs* __restrict from, int j,
+                                                                int n, int end, int shift, Regs* __restrict to,
+                                                                std::uintptr_t* __restrict pcs,
+                                                                bool& truncated) noexcept {
+  // Locals: the stores must not make the compiler reload the bounds.
   const std::uintptr_t lo = c.stack_lo;
   const std::uintptr_t span = c.stack_hi - c.stack_lo - 8;
-  const int n = prev.n;
-  const int room = HEAPPROF_MAX_FRAMES - depth;  // frames that fit
-  const int end = n - (j + 1) > room ? j + 1 + room : n;
-  const Regs* __restrict from = prev.frames;
-  Regs* __restrict to = next.frames;
-  std::uintptr_t* __restrict pcs = out.pcs;
-  const int shift = depth - (j + 1);  // prev's frame m goes to index m + shift
   int m = j + 1;
-  for (;; ++m) {
-    if (m == n) break;
+  for (; m < n; ++m) {
     const Regs f = from[m];
     // sp > sp[j] = r.sp >= stack_lo and sp <= stack_hi: sp - 8 is inside
     // the stack, aligned.
@@ -1085,11 +1078,43 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline int Replay(const Cursor
       truncated = true;
       break;
     }
-    to[m + shift] = f;
+    if (kCopy) to[m + shift] = f;
     pcs[m + shift] = f.pc;
   }
+  return m;
+}
+
+// The walk met `prev`'s frame j (same registers) at index depth - 1: checks
+// prev's frames j+1.. against the stack, in order, and appends each that
+// matches to `out` (and the record) from `depth` on, up to the first that
+// does not (or the cap: then `truncated`). Returns the index in `prev` of the
+// frame the walk is now at, with `r` and `depth` as if each frame had been
+// stepped. `in_place`: the frames matched are at the same index in `prev` as
+// in this walk, and prev's frames all matched: prev's record already holds
+// them, so they were not copied to `next` (the caller moves its own frames
+// into prev instead, usually far fewer).
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline int Replay(const Cursor& c, const WalkRecord& prev, int j,
+                                                                    WalkRecord& next, CapturedStack& out, int& depth,
+                                                                    Regs& r, bool& truncated, bool& in_place) noexcept {
+  const int n = prev.n;
+  const int room = HEAPPROF_MAX_FRAMES - depth;  // frames that fit
+  const int end = n - (j + 1) > room ? j + 1 + room : n;
+  const int shift = depth - (j + 1);  // prev's frame m goes to index m + shift
+  int m;
+  in_place = false;
+  if (shift == 0) {
+    // (end == n here: prev's frames fit where they are.)
+    m = ReplayFrames<false>(c, prev.frames, j, n, end, 0, nullptr, out.pcs, truncated);
+    if (m == n) {
+      in_place = true;
+    } else {
+      std::memcpy(next.frames + j + 1, prev.frames + j + 1, sizeof(Regs) * static_cast<std::size_t>(m - j - 1));
+    }
+  } else {
+    m = ReplayFrames<true>(c, prev.frames, j, n, end, shift, next.frames, out.pcs, truncated);
+  }
   const int last = m - 1;
-  r = from[last];
+  r = prev.frames[last];
   depth += last - j;
   return last;
 }
@@ -1120,25 +1145,34 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
     out.truncated = truncated;
     return true;
   }
-  const WalkRecord& prev = w->rec[w->last];
+  WalkRecord& prev = w->rec[w->last];
   WalkRecord& next = w->rec[w->last ^ 1u];
+  WalkRecord* rec = &next;  // where this walk's frames go
   // Where the previous walk can be met: frames at or above this sp.
   int j = 0;
   const int meet_end = (prev.tag == c.tag && prev.stack_hi == c.stack_hi &&
-                  g_replay_walks.load(std::memory_order_relaxed)) ? prev.n : 0;
+                        g_replay_walks.load(std::memory_order_relaxed)) ? prev.n : 0;
   int replayed = 0;
   bool met_first = false;  // met prev's first frame with our first
   for (;;) {
     out.pcs[depth] = r.pc;
-    next.frames[depth] = r;
+    rec->frames[depth] = r;
     ++depth;
     if (j < meet_end) {
       while (j < meet_end && prev.frames[j].sp < r.sp) ++j;
       if (j < meet_end && prev.frames[j].sp == r.sp && prev.frames[j].pc == r.pc && prev.frames[j].fp == r.fp) {
         const int before = depth;
         met_first |= j == 0 && depth == 1;
-        j = Replay(c, prev, j, next, out, depth, r, truncated);
+        bool in_place = false;
+        j = Replay(c, prev, j, next, out, depth, r, truncated, in_place);
         replayed += depth - before;
+        if (in_place) {
+          // prev holds every frame from the meeting on (j + 1 == meet_end
+          // now: no more meetings); this walk's own frames before it move
+          // over, and prev becomes this walk's record.
+          std::memcpy(prev.frames, next.frames, sizeof(Regs) * static_cast<std::size_t>(before));
+          rec = &prev;
+        }
         if (truncated) break;
         ++j;  // the frame that differed (if any) is stepped, and may meet again
       }
@@ -1151,18 +1185,20 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   }
   out.depth = depth;
   out.truncated = truncated;
+  // The same stack as prev, frame for frame: met at the first frame, every
+  // later one replayed, no frame more or less. (Read before `rec`, which may
+  // be prev, is written.)
+  const bool repeat = met_first && depth == prev.n && replayed == depth - 1 && truncated == prev.truncated;
+  const void* const prev_interned = prev.interned;
   // A walk that found a PC in no known object is walked again on a fresh
   // snapshot; it is not a base for the next one.
-  next.n = c.unknown_pc == 0 ? depth : 0;
-  next.tag = c.tag;
-  next.stack_hi = c.stack_hi;
-  next.truncated = truncated;
-  // The same stack as prev, frame for frame: met at the first frame, every
-  // later one replayed, no frame more or less.
-  const bool repeat = met_first && depth == prev.n && replayed == depth - 1 && truncated == prev.truncated;
-  next.interned = repeat && next.n != 0 ? prev.interned : nullptr;
-  out.interned = next.n != 0 ? &next.interned : nullptr;
-  w->last ^= 1u;
+  rec->n = c.unknown_pc == 0 ? depth : 0;
+  rec->tag = c.tag;
+  rec->stack_hi = c.stack_hi;
+  rec->truncated = truncated;
+  rec->interned = repeat && rec->n != 0 ? prev_interned : nullptr;
+  out.interned = rec->n != 0 ? &rec->interned : nullptr;
+  if (rec == &next) w->last ^= 1u;
   w->replayed = replayed;
   return true;
 }
