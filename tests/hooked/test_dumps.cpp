@@ -220,6 +220,7 @@ TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops
   CHECK(std::regex_search(out, std::regex(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest)")));
   std::smatch m;
   if (std::regex_search(out, m, std::regex(R"(leak profile: (\S+))"))) std::remove(m[1].str().c_str());
+  if (std::regex_search(out, m, std::regex(R"(retention profile: (\S+))"))) std::remove(m[1].str().c_str());
 }
 
 TEST_CASE("HEAPPROF=http with a bad address: one line, no server, the program runs") {

@@ -155,6 +155,7 @@ TEST_CASE("retention profile at rate 1: global container, another thread's stack
     INFO(top);
     CHECK(top.find("[unreachable]") != std::string::npos);
   }
+  RemoveDir(dir);
 }
 
 TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak_suppressions") {
@@ -200,6 +201,7 @@ TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak
       "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_suppressions=" + supp + ",dump_prefix=" + dir + "/d",
       "retention_leaks", out);
   CHECK(rc == 42);
+  RemoveDir(dir);
 }
 
 TEST_CASE("retention profile at the default rate: a chain through unsampled objects ends in [unsampled heap]") {
@@ -231,6 +233,7 @@ TEST_CASE("retention profile at the default rate: a chain through unsampled obje
     }
   }
   CHECK(via_unsampled > 0);
+  RemoveDir(dir);
 }
 
 TEST_CASE("WriteRetentionProfile to a stream gives a valid profile") {
