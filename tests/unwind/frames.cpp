@@ -64,6 +64,15 @@ __attribute__((noinline)) void FakeSlow(void* p, const void* hook_return) {
   const auto f = reinterpret_cast<std::uintptr_t>(frame);
   if (lo < f) lo = f;  // as engine.hpp's CaptureStack: nothing below us is a caller
   heapprof::detail::UnwindWithTable(frame, hook_return, lo, hi, c->table);
+  {
+    namespace ut = heapprof::detail::unwind_table;
+    ut::ReaderSection reading;
+    const ut::ObjectSet* set = reading.active() ? ut::CurrentObjects() : nullptr;
+    c->stepped.depth = -1;
+    if (set != nullptr) {
+      ut::UnwindFrom(set, f, reinterpret_cast<std::uintptr_t>(hook_return), lo, hi, c->stepped);
+    }
+  }
 #if !defined(HEAPPROF_ASAN)
   heapprof::detail::UnwindFramePointers(frame, hook_return, lo, hi, c->fp);
 #else

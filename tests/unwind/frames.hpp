@@ -16,6 +16,9 @@ constexpr int kMaxRef = 512;
 // _Unwind_Backtrace saw from the same fake allocation hook.
 struct Capture {
   heapprof::detail::CapturedStack table;
+  // The same stack walked again right after, every frame stepped (no replay,
+  // the thread's walk record untouched): what `table` must equal.
+  heapprof::detail::CapturedStack stepped;
   heapprof::detail::CapturedStack fp;
   std::uintptr_t ref[kMaxRef];  // _Unwind_Backtrace from the hook's caller on (trailing 0 dropped)
   int ref_n = 0;
