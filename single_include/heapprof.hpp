@@ -2156,6 +2156,112 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
   return false;
 }
 
+// ------------------------------------------------ the hooks' hot paths
+// The common allocation and free of the global hooks, written so that the
+// hook function keeps nothing but `n` across the allocator call and has no
+// other call (issue 15: the old hooks spent ~30 instructions each on saved
+// registers and a frame that only their rare paths needed). Everything rare
+// (a sample, the thread's first allocation, a failed allocation, a block
+// size that needs the allocator's malloc_usable_size, a free that may be a
+// sampled object's) is a call, in tail position, to the hook's cold function,
+// which is the complete old hook: `cold(n, ret)` for an allocation (`ret`: the
+// hook's return address, the sample's leaf), `cold(p)` for a free. An
+// allocation hook reads: `if (void* p = HotAlloc(n, alloc)) return p; return
+// cold(n, ret);`.
+//
+// When the compiler does make that call a tail call (GCC and clang at -O1 and
+// above), the cold function's frame is the hook's, as the unwinders expect;
+// when it does not (-O0), the unwinders skip the extra frame (both look for
+// the leaf one frame further).
+//
+// glibc (g_glibc_chunks): the block's size is read from its chunk header
+// after the allocation; malloc(0) is a unique minimum chunk there, so
+// operator new(0) needs no special case. jemalloc, tcmalloc (g_class_table):
+// the size is the class of `n`, 1 <= n <= kClassTableMax. Otherwise: cold.
+
+// The block, or nullptr when the hook must run its cold function (which then
+// gets the hook's return address: read only on that branch).
+template <class Alloc>
+HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
+  ThreadState* ts = tls_thread_state;
+  const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
+  if (HEAPPROF_UNLIKELY(left <= 0)) return nullptr;
+  // The countdown is stored before the call: nothing of it stays live across
+  // it. A signal handler's allocation in between sees it already spent. (A
+  // failed allocation keeps it spent: the cold function tries again and
+  // counts a success once more; only the sampling process notices.) The
+  // thread state is read again after the call: cheaper than keeping it.
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) {
+    StoreRelaxed(ts->countdown, left);
+    void* p = alloc(n);
+    if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
+    ts = tls_thread_state;
+    BumpCounter(ts->alloc_objects, 1);
+    BumpCounter(ts->alloc_bytes, GlibcChunkUsable(p));
+    return p;
+  }
+#endif
+  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return nullptr;
+  StoreRelaxed(ts->countdown, left);
+  void* p = alloc(n);
+  if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
+  ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, LoadRelaxed(g_class_of[n]));
+  return p;
+}
+
+// A free (any form) of a block the hooks allocated, p != nullptr.
+// On glibc: the chunk's size word, less 8, is below sampled_min exactly when
+// the block's usable size is (an mmapped chunk is at least a page, above any
+// sampled_min), and is then its usable size once the flag bits are masked.
+// A thread without a slot has sampled_min 0: cold.
+static_assert(kSampledMinBlock + 8 <= 4096, "HotFree: an mmapped chunk must never pass the size test");
+
+template <class Release, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFreeGlibc(void* p, Release release, Cold cold) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  {
+    std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
+    asm("" : "+r"(at));  // see GlibcChunkUsable
+    const std::size_t head8 = *reinterpret_cast<const std::size_t*>(at) - 8;
+    ThreadState* ts = tls_thread_state;
+    if (HEAPPROF_LIKELY(head8 < LoadRelaxed(ts->sampled_min))) {
+      BumpCounter(ts->free_objects, 1);
+      BumpCounter(ts->free_bytes, head8 & ~std::size_t{7});
+      return release(p);
+    }
+  }
+#endif
+  return cold(p);
+}
+template <class Release, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFree(void* p, Release release, Cold cold) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return HotFreeGlibc(p, release, cold);
+#endif
+  return cold(p);
+}
+
+// A sized delete of a plain new's block, p != nullptr: with the class table,
+// `n` gives the size and the free filter finds a sampled (padded) block.
+template <class Release, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, Cold cold) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return HotFreeGlibc(p, release, cold);
+#endif
+  if (__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) && n - 1 < kClassTableMax) {
+    ThreadState* ts = tls_thread_state;
+    if (HEAPPROF_LIKELY(!(MaybeSampled(p) | (ts == &g_empty_thread_state)))) {
+      BumpCounter(ts->free_objects, 1);
+      BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
+      return release(p);
+    }
+  }
+  return cold(p);
+}
+
 // An allocation of the global hooks failed (malloc's null, operator new
 // before its new_handler loop): HEAPPROF=oom_dump=1 sets this (dumps.hpp) to
 // write one profile. Called on the failure path only; keeps errno.
@@ -3541,16 +3647,28 @@ inline void UnwindFramePointers(const void* frame, const void* hook_return, std:
   if (!valid(fp)) return;
   // Record layout on x86-64 and aarch64 alike: [fp] = caller's fp, [fp+8] = return address.
   std::uintptr_t next = reinterpret_cast<const std::uintptr_t*>(fp)[0];  // skips our own return
-  bool first = true;
+  // The hook's own record, when the hook kept a frame pointer: its return
+  // address is the leaf. It may be the second record: a hook's cold function
+  // (block_hooks.hpp) that the hook called without a tail call (-O0) has a
+  // record of its own first, returning into the hook.
+  if (valid(next) && next > fp) {
+    const auto* r1 = reinterpret_cast<const std::uintptr_t*>(next);
+    if (r1[1] == leaf) {
+      fp = next;
+      next = r1[0];
+    } else if (valid(r1[0]) && r1[0] > next) {
+      const auto* r2 = reinterpret_cast<const std::uintptr_t*>(r1[0]);
+      if (r2[1] == leaf) {
+        fp = r1[0];
+        next = r2[0];
+      }
+    }
+  }
   while (valid(next) && next > fp) {
     fp = next;
     const std::uintptr_t ret = reinterpret_cast<const std::uintptr_t*>(fp)[1];
     next = reinterpret_cast<const std::uintptr_t*>(fp)[0];
     if (ret == 0) break;
-    if (first) {
-      first = false;
-      if (ret == leaf) continue;  // the hook's own record
-    }
     if (out.depth == HEAPPROF_MAX_FRAMES) {
       out.truncated = true;
       break;
@@ -5888,8 +6006,11 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   std::uintptr_t hook_fp, hook_pc;
   if (!LoadWord(frame, c, hook_fp) || !LoadWord(frame + 8, c, hook_pc)) return false;
   Regs r{hook_pc, frame + 16, hook_fp};
-  // Step out of the hook: its caller's pc must be the leaf we were given.
-  if (!Step(c, r) || r.pc != leaf) return false;
+  // Step out of the hook: its caller's pc must be the leaf we were given. One
+  // more step when it is not: the slow path was called by a hook's cold
+  // function (block_hooks.hpp) that its hook did not reach with a tail call.
+  if (!Step(c, r)) return false;
+  if (HEAPPROF_UNLIKELY(r.pc != leaf) && (!Step(c, r) || r.pc != leaf)) return false;
   // The depth in a local, not out.depth: stores to out.pcs could alias it
   // and force a reload every frame.
   int depth = 0;
@@ -15718,7 +15839,10 @@ namespace real {
 
 // ---------------------------------------------------------------- bootstrap
 // Blocks handed out while dlsym runs on the resolving thread. Each has a
-// 16-byte header holding its size; none is ever reused or released.
+// 16-byte header: its size, then a word of all ones where a glibc chunk has
+// its size (so the hot free, block_hooks.hpp: HotFree, takes a bootstrap
+// block for a big one and leaves it to FreeCold). None is ever reused or
+// released.
 constexpr std::size_t kBootstrapBytes = std::size_t{64} << 10;
 alignas(4096) inline unsigned char g_bootstrap[kBootstrapBytes];
 inline std::size_t g_bootstrap_used = 0;  // under the resolving thread only
@@ -15739,24 +15863,25 @@ inline void* BootstrapAlloc(std::size_t n, std::size_t align) noexcept {
     return nullptr;
   }
   g_bootstrap_used = at + n;
-  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-1] = n;  // zeroed memory otherwise: calloc is free
+  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-2] = n;  // zeroed memory otherwise: calloc is free
+  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-1] = ~std::size_t{0};
   return g_bootstrap + at;
 }
 
-inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-1]; }
+inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
 
 // ---------------------------------------------------------------- the allocator under us
 struct Functions {
-  void* (*malloc)(std::size_t);
-  void (*free)(void*);
-  void* (*calloc)(std::size_t, std::size_t);
-  void* (*realloc)(void*, std::size_t);
-  void* (*memalign)(std::size_t, std::size_t);
-  int (*posix_memalign)(void**, std::size_t, std::size_t);
-  void* (*aligned_alloc)(std::size_t, std::size_t);
-  void* (*valloc)(std::size_t);
-  void* (*pvalloc)(std::size_t);
-  std::size_t (*usable_size)(void*);
+  void* (*malloc)(std::size_t) noexcept;
+  void (*free)(void*) noexcept;
+  void* (*calloc)(std::size_t, std::size_t) noexcept;
+  void* (*realloc)(void*, std::size_t) noexcept;
+  void* (*memalign)(std::size_t, std::size_t) noexcept;
+  int (*posix_memalign)(void**, std::size_t, std::size_t) noexcept;
+  void* (*aligned_alloc)(std::size_t, std::size_t) noexcept;
+  void* (*valloc)(std::size_t) noexcept;
+  void* (*pvalloc)(std::size_t) noexcept;
+  std::size_t (*usable_size)(void*) noexcept;
 };
 
 bool Resolve() noexcept;
@@ -15871,17 +15996,17 @@ inline bool Resolve() noexcept {
     g_shadowed = true;
   }
   Functions f{};
-  f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t)>(nullptr));
+  f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t) noexcept>(nullptr));
   Dl_info malloc_info{};
   const void* base = f.malloc != nullptr && dladdr(reinterpret_cast<void*>(f.malloc), &malloc_info) != 0
                          ? malloc_info.dli_fbase
                          : nullptr;
-  f.free = Lookup(handle, "free", base, static_cast<void (*)(void*)>(nullptr));
-  f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
-  f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t)>(nullptr));
-  f.memalign = Lookup(handle, "memalign", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
+  f.free = Lookup(handle, "free", base, static_cast<void (*)(void*) noexcept>(nullptr));
+  f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t) noexcept>(nullptr));
+  f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t) noexcept>(nullptr));
+  f.memalign = Lookup(handle, "memalign", base, static_cast<void* (*)(std::size_t, std::size_t) noexcept>(nullptr));
   f.posix_memalign =
-      Lookup(handle, "posix_memalign", base, static_cast<int (*)(void**, std::size_t, std::size_t)>(nullptr));
+      Lookup(handle, "posix_memalign", base, static_cast<int (*)(void**, std::size_t, std::size_t) noexcept>(nullptr));
   if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
     // No dynamic symbol to follow (a static program?): glibc's own entry points.
     base = nullptr;
@@ -15966,9 +16091,24 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
 
 // The shared bodies of the hooks (always inlined into each, so the hook's
 // return address is the caller's call site).
-HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
-  if (p == nullptr || HEAPPROF_UNLIKELY(IsBootstrap(p))) return;
+// The cold halves of malloc and free (block_hooks.hpp: HotAlloc, HotFree).
+HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
+  void* p = g_fn.malloc(SampledRequest(n));
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    OnAllocBlock(p, n, ret, n != 0);
+  } else if (n != 0) {
+    OnAllocFailure(n);  // HEAPPROF=oom_dump
+  }
+  return p;
+}
+HEAPPROF_NOINLINE inline void FreeCold(void* p) noexcept {
+  if (IsBootstrap(p)) return;
   if (!OnFreeBlock(p)) g_fn.free(p);
+}
+
+HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
+  if (p == nullptr) return;
+  HotFree(p, [](void* q) { g_fn.free(q); }, &FreeCold);
 }
 
 HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
@@ -16028,13 +16168,10 @@ extern "C" void free_sized(void* p, std::size_t n) noexcept;
 extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.malloc(heapprof::detail::SampledRequest(n));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET, n != 0);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);  // HEAPPROF=oom_dump
+  if (void* p = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+    return p;
   }
-  return p;
+  return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
@@ -16315,11 +16452,27 @@ HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
   if (p == nullptr) return;
   if (!OnFreeBlock(p)) NewFree(p);
 }
-// A sized delete of a plain new: the size finds the block's usable size
-// without asking the allocator when it has a class table (block_hooks.hpp).
-HEAPPROF_ALWAYS_INLINE void DeleteSized(void* p, std::size_t n) noexcept {
+// The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
+// whole old hook, out of line, reached by a tail call.
+HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
+  void* p = AllocateOrThrow(n);
+  OnAllocBlock(p, n, ret, n != 0);
+  return p;
+}
+HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
+  if (!OnFreeBlock(p)) NewFree(p);
+}
+
+HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n) noexcept {
+  return HotAlloc(n, [](std::size_t m) { return NewMalloc(m); });
+}
+HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
   if (p == nullptr) return;
-  if (!OnFreeBlockSized(p, n)) NewFree(p);
+  HotFree(p, [](void* q) { NewFree(q); }, &DeleteCold);
+}
+HEAPPROF_ALWAYS_INLINE void HotDeleteSized(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  HotFreeSized(p, n, [](void* q) { NewFree(q); }, &DeleteCold);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
@@ -16357,14 +16510,12 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 #endif
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
-  void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
-  return p;
+  if (void* p = heapprof::detail::HotNew(n)) return p;
+  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
-  void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
-  return p;
+  if (void* p = heapprof::detail::HotNew(n)) return p;
+  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
@@ -16402,16 +16553,16 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, co
 // Stats count the block's usable size at both ends, so every mix of sized
 // and unsized deletes balances; a sized delete only finds it faster.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
-  heapprof::detail::DeleteSized(p, n);
+  heapprof::detail::HotDeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
-  heapprof::detail::DeleteSized(p, n);
+  heapprof::detail::HotDeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   heapprof::detail::Delete(p);

@@ -288,6 +288,112 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
   return false;
 }
 
+// ------------------------------------------------ the hooks' hot paths
+// The common allocation and free of the global hooks, written so that the
+// hook function keeps nothing but `n` across the allocator call and has no
+// other call (issue 15: the old hooks spent ~30 instructions each on saved
+// registers and a frame that only their rare paths needed). Everything rare
+// (a sample, the thread's first allocation, a failed allocation, a block
+// size that needs the allocator's malloc_usable_size, a free that may be a
+// sampled object's) is a call, in tail position, to the hook's cold function,
+// which is the complete old hook: `cold(n, ret)` for an allocation (`ret`: the
+// hook's return address, the sample's leaf), `cold(p)` for a free. An
+// allocation hook reads: `if (void* p = HotAlloc(n, alloc)) return p; return
+// cold(n, ret);`.
+//
+// When the compiler does make that call a tail call (GCC and clang at -O1 and
+// above), the cold function's frame is the hook's, as the unwinders expect;
+// when it does not (-O0), the unwinders skip the extra frame (both look for
+// the leaf one frame further).
+//
+// glibc (g_glibc_chunks): the block's size is read from its chunk header
+// after the allocation; malloc(0) is a unique minimum chunk there, so
+// operator new(0) needs no special case. jemalloc, tcmalloc (g_class_table):
+// the size is the class of `n`, 1 <= n <= kClassTableMax. Otherwise: cold.
+
+// The block, or nullptr when the hook must run its cold function (which then
+// gets the hook's return address: read only on that branch).
+template <class Alloc>
+HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
+  ThreadState* ts = tls_thread_state;
+  const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
+  if (HEAPPROF_UNLIKELY(left <= 0)) return nullptr;
+  // The countdown is stored before the call: nothing of it stays live across
+  // it. A signal handler's allocation in between sees it already spent. (A
+  // failed allocation keeps it spent: the cold function tries again and
+  // counts a success once more; only the sampling process notices.) The
+  // thread state is read again after the call: cheaper than keeping it.
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) {
+    StoreRelaxed(ts->countdown, left);
+    void* p = alloc(n);
+    if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
+    ts = tls_thread_state;
+    BumpCounter(ts->alloc_objects, 1);
+    BumpCounter(ts->alloc_bytes, GlibcChunkUsable(p));
+    return p;
+  }
+#endif
+  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return nullptr;
+  StoreRelaxed(ts->countdown, left);
+  void* p = alloc(n);
+  if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
+  ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, LoadRelaxed(g_class_of[n]));
+  return p;
+}
+
+// A free (any form) of a block the hooks allocated, p != nullptr.
+// On glibc: the chunk's size word, less 8, is below sampled_min exactly when
+// the block's usable size is (an mmapped chunk is at least a page, above any
+// sampled_min), and is then its usable size once the flag bits are masked.
+// A thread without a slot has sampled_min 0: cold.
+static_assert(kSampledMinBlock + 8 <= 4096, "HotFree: an mmapped chunk must never pass the size test");
+
+template <class Release, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFreeGlibc(void* p, Release release, Cold cold) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  {
+    std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
+    asm("" : "+r"(at));  // see GlibcChunkUsable
+    const std::size_t head8 = *reinterpret_cast<const std::size_t*>(at) - 8;
+    ThreadState* ts = tls_thread_state;
+    if (HEAPPROF_LIKELY(head8 < LoadRelaxed(ts->sampled_min))) {
+      BumpCounter(ts->free_objects, 1);
+      BumpCounter(ts->free_bytes, head8 & ~std::size_t{7});
+      return release(p);
+    }
+  }
+#endif
+  return cold(p);
+}
+template <class Release, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFree(void* p, Release release, Cold cold) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return HotFreeGlibc(p, release, cold);
+#endif
+  return cold(p);
+}
+
+// A sized delete of a plain new's block, p != nullptr: with the class table,
+// `n` gives the size and the free filter finds a sampled (padded) block.
+template <class Release, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, Cold cold) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return HotFreeGlibc(p, release, cold);
+#endif
+  if (__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) && n - 1 < kClassTableMax) {
+    ThreadState* ts = tls_thread_state;
+    if (HEAPPROF_LIKELY(!(MaybeSampled(p) | (ts == &g_empty_thread_state)))) {
+      BumpCounter(ts->free_objects, 1);
+      BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
+      return release(p);
+    }
+  }
+  return cold(p);
+}
+
 // An allocation of the global hooks failed (malloc's null, operator new
 // before its new_handler loop): HEAPPROF=oom_dump=1 sets this (dumps.hpp) to
 // write one profile. Called on the failure path only; keeps errno.

@@ -58,7 +58,10 @@ namespace real {
 
 // ---------------------------------------------------------------- bootstrap
 // Blocks handed out while dlsym runs on the resolving thread. Each has a
-// 16-byte header holding its size; none is ever reused or released.
+// 16-byte header: its size, then a word of all ones where a glibc chunk has
+// its size (so the hot free, block_hooks.hpp: HotFree, takes a bootstrap
+// block for a big one and leaves it to FreeCold). None is ever reused or
+// released.
 constexpr std::size_t kBootstrapBytes = std::size_t{64} << 10;
 alignas(4096) inline unsigned char g_bootstrap[kBootstrapBytes];
 inline std::size_t g_bootstrap_used = 0;  // under the resolving thread only
@@ -79,24 +82,25 @@ inline void* BootstrapAlloc(std::size_t n, std::size_t align) noexcept {
     return nullptr;
   }
   g_bootstrap_used = at + n;
-  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-1] = n;  // zeroed memory otherwise: calloc is free
+  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-2] = n;  // zeroed memory otherwise: calloc is free
+  reinterpret_cast<std::size_t*>(g_bootstrap + at)[-1] = ~std::size_t{0};
   return g_bootstrap + at;
 }
 
-inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-1]; }
+inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
 
 // ---------------------------------------------------------------- the allocator under us
 struct Functions {
-  void* (*malloc)(std::size_t);
-  void (*free)(void*);
-  void* (*calloc)(std::size_t, std::size_t);
-  void* (*realloc)(void*, std::size_t);
-  void* (*memalign)(std::size_t, std::size_t);
-  int (*posix_memalign)(void**, std::size_t, std::size_t);
-  void* (*aligned_alloc)(std::size_t, std::size_t);
-  void* (*valloc)(std::size_t);
-  void* (*pvalloc)(std::size_t);
-  std::size_t (*usable_size)(void*);
+  void* (*malloc)(std::size_t) noexcept;
+  void (*free)(void*) noexcept;
+  void* (*calloc)(std::size_t, std::size_t) noexcept;
+  void* (*realloc)(void*, std::size_t) noexcept;
+  void* (*memalign)(std::size_t, std::size_t) noexcept;
+  int (*posix_memalign)(void**, std::size_t, std::size_t) noexcept;
+  void* (*aligned_alloc)(std::size_t, std::size_t) noexcept;
+  void* (*valloc)(std::size_t) noexcept;
+  void* (*pvalloc)(std::size_t) noexcept;
+  std::size_t (*usable_size)(void*) noexcept;
 };
 
 bool Resolve() noexcept;
@@ -211,17 +215,17 @@ inline bool Resolve() noexcept {
     g_shadowed = true;
   }
   Functions f{};
-  f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t)>(nullptr));
+  f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t) noexcept>(nullptr));
   Dl_info malloc_info{};
   const void* base = f.malloc != nullptr && dladdr(reinterpret_cast<void*>(f.malloc), &malloc_info) != 0
                          ? malloc_info.dli_fbase
                          : nullptr;
-  f.free = Lookup(handle, "free", base, static_cast<void (*)(void*)>(nullptr));
-  f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
-  f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t)>(nullptr));
-  f.memalign = Lookup(handle, "memalign", base, static_cast<void* (*)(std::size_t, std::size_t)>(nullptr));
+  f.free = Lookup(handle, "free", base, static_cast<void (*)(void*) noexcept>(nullptr));
+  f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t) noexcept>(nullptr));
+  f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t) noexcept>(nullptr));
+  f.memalign = Lookup(handle, "memalign", base, static_cast<void* (*)(std::size_t, std::size_t) noexcept>(nullptr));
   f.posix_memalign =
-      Lookup(handle, "posix_memalign", base, static_cast<int (*)(void**, std::size_t, std::size_t)>(nullptr));
+      Lookup(handle, "posix_memalign", base, static_cast<int (*)(void**, std::size_t, std::size_t) noexcept>(nullptr));
   if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
     // No dynamic symbol to follow (a static program?): glibc's own entry points.
     base = nullptr;
@@ -306,9 +310,24 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
 
 // The shared bodies of the hooks (always inlined into each, so the hook's
 // return address is the caller's call site).
-HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
-  if (p == nullptr || HEAPPROF_UNLIKELY(IsBootstrap(p))) return;
+// The cold halves of malloc and free (block_hooks.hpp: HotAlloc, HotFree).
+HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
+  void* p = g_fn.malloc(SampledRequest(n));
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    OnAllocBlock(p, n, ret, n != 0);
+  } else if (n != 0) {
+    OnAllocFailure(n);  // HEAPPROF=oom_dump
+  }
+  return p;
+}
+HEAPPROF_NOINLINE inline void FreeCold(void* p) noexcept {
+  if (IsBootstrap(p)) return;
   if (!OnFreeBlock(p)) g_fn.free(p);
+}
+
+HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
+  if (p == nullptr) return;
+  HotFree(p, [](void* q) { g_fn.free(q); }, &FreeCold);
 }
 
 HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
@@ -368,13 +387,10 @@ extern "C" void free_sized(void* p, std::size_t n) noexcept;
 extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.malloc(heapprof::detail::SampledRequest(n));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET, n != 0);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);  // HEAPPROF=oom_dump
+  if (void* p = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+    return p;
   }
-  return p;
+  return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }

@@ -99,11 +99,27 @@ HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
   if (p == nullptr) return;
   if (!OnFreeBlock(p)) NewFree(p);
 }
-// A sized delete of a plain new: the size finds the block's usable size
-// without asking the allocator when it has a class table (block_hooks.hpp).
-HEAPPROF_ALWAYS_INLINE void DeleteSized(void* p, std::size_t n) noexcept {
+// The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
+// whole old hook, out of line, reached by a tail call.
+HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
+  void* p = AllocateOrThrow(n);
+  OnAllocBlock(p, n, ret, n != 0);
+  return p;
+}
+HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
+  if (!OnFreeBlock(p)) NewFree(p);
+}
+
+HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n) noexcept {
+  return HotAlloc(n, [](std::size_t m) { return NewMalloc(m); });
+}
+HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
   if (p == nullptr) return;
-  if (!OnFreeBlockSized(p, n)) NewFree(p);
+  HotFree(p, [](void* q) { NewFree(q); }, &DeleteCold);
+}
+HEAPPROF_ALWAYS_INLINE void HotDeleteSized(void* p, std::size_t n) noexcept {
+  if (p == nullptr) return;
+  HotFreeSized(p, n, [](void* q) { NewFree(q); }, &DeleteCold);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
@@ -141,14 +157,12 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 #endif
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
-  void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
-  return p;
+  if (void* p = heapprof::detail::HotNew(n)) return p;
+  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
-  void* p = heapprof::detail::AllocateOrThrow(n);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
-  return p;
+  if (void* p = heapprof::detail::HotNew(n)) return p;
+  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   void* p = heapprof::detail::AllocateNoThrow(n);
@@ -186,16 +200,16 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, co
 // Stats count the block's usable size at both ends, so every mix of sized
 // and unsized deletes balances; a sized delete only finds it faster.
 HEAPPROF_DETAIL_HOOK void operator delete(void* p) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t n) noexcept {
-  heapprof::detail::DeleteSized(p, n);
+  heapprof::detail::HotDeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
-  heapprof::detail::DeleteSized(p, n);
+  heapprof::detail::HotDeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
   heapprof::detail::Delete(p);

@@ -68,16 +68,28 @@ inline void UnwindFramePointers(const void* frame, const void* hook_return, std:
   if (!valid(fp)) return;
   // Record layout on x86-64 and aarch64 alike: [fp] = caller's fp, [fp+8] = return address.
   std::uintptr_t next = reinterpret_cast<const std::uintptr_t*>(fp)[0];  // skips our own return
-  bool first = true;
+  // The hook's own record, when the hook kept a frame pointer: its return
+  // address is the leaf. It may be the second record: a hook's cold function
+  // (block_hooks.hpp) that the hook called without a tail call (-O0) has a
+  // record of its own first, returning into the hook.
+  if (valid(next) && next > fp) {
+    const auto* r1 = reinterpret_cast<const std::uintptr_t*>(next);
+    if (r1[1] == leaf) {
+      fp = next;
+      next = r1[0];
+    } else if (valid(r1[0]) && r1[0] > next) {
+      const auto* r2 = reinterpret_cast<const std::uintptr_t*>(r1[0]);
+      if (r2[1] == leaf) {
+        fp = r1[0];
+        next = r2[0];
+      }
+    }
+  }
   while (valid(next) && next > fp) {
     fp = next;
     const std::uintptr_t ret = reinterpret_cast<const std::uintptr_t*>(fp)[1];
     next = reinterpret_cast<const std::uintptr_t*>(fp)[0];
     if (ret == 0) break;
-    if (first) {
-      first = false;
-      if (ret == leaf) continue;  // the hook's own record
-    }
     if (out.depth == HEAPPROF_MAX_FRAMES) {
       out.truncated = true;
       break;

@@ -1126,8 +1126,11 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   std::uintptr_t hook_fp, hook_pc;
   if (!LoadWord(frame, c, hook_fp) || !LoadWord(frame + 8, c, hook_pc)) return false;
   Regs r{hook_pc, frame + 16, hook_fp};
-  // Step out of the hook: its caller's pc must be the leaf we were given.
-  if (!Step(c, r) || r.pc != leaf) return false;
+  // Step out of the hook: its caller's pc must be the leaf we were given. One
+  // more step when it is not: the slow path was called by a hook's cold
+  // function (block_hooks.hpp) that its hook did not reach with a tail call.
+  if (!Step(c, r)) return false;
+  if (HEAPPROF_UNLIKELY(r.pc != leaf) && (!Step(c, r) || r.pc != leaf)) return false;
   // The depth in a local, not out.depth: stores to out.pcs could alias it
   // and force a reload every frame.
   int depth = 0;
