@@ -307,7 +307,10 @@ HEAPPROF_LINKED_END
 //   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
 //     └─ OnAllocSlow (out of line)    register thread / redraw / sample
 //   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
-//   OnFreeBlock (global hooks)        block < sampled_min → counters += ...; done
+//   HotAlloc, HotFree (global hooks,  countdown, malloc, counters; chunk word <
+//     1_hooks/block_hooks.hpp)        sampled_min → counters, tail call to free;
+//                                     anything else: the hook's cold function
+//   OnFreeBlock (cold global hooks)   block < sampled_min → counters += ...; done
 //     └─ OnFreeSlow (out of line)     live map lookup, bucket frees++
 //
 // The slow paths are compiled once, by the implementation unit
@@ -16155,9 +16158,10 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
 }  // namespace heapprof
 
 // Every hook is a function of its own (no identical code folding: GCC could
-// make valloc a call to pvalloc, and the leaf frame would be wrong).
+// make valloc a call to pvalloc, and the leaf frame would be wrong; and no
+// inlining into a caller in the same unit, which clang does to hooks this small).
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used))
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noinline))
 #else
 #define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noipa))
 #endif
@@ -16364,11 +16368,14 @@ extern "C" __attribute__((visibility("default"))) const heapprof::detail::Engine
 // Without a supported platform (HEAPPROF_ENABLED 0) nothing is replaced.
 //
 // Behaviour is the standard library's (invariant 6): the new_handler loop and
-// std::bad_alloc, nullptr from the nothrow forms, alignment honoured. Each
-// function allocates, then calls the inline fast path (block_hooks.hpp): the
-// hook adds a load, a subtract, a branch, three stores and the block's size
-// to the allocation. Sized and unsized deletes run the same code: Stats count
-// the block's usable size, which the pointer alone gives.
+// std::bad_alloc, nullptr from the nothrow forms, alignment honoured. new,
+// new[] and every delete run the hot paths of block_hooks.hpp (HotAlloc,
+// HotFree): on glibc ~16 instructions around new's malloc and 13 before
+// delete's free, with no saved register but `n` and a tail call to free;
+// anything rare tail-calls the hook's cold function (NewCold, DeleteCold).
+// The nothrow and aligned forms call the cold code directly. Sized and
+// unsized deletes count the same: Stats count the block's usable size,
+// which the pointer alone gives.
 //
 // With HEAPPROF_REPLACE_MALLOC too, these call the allocator under the malloc
 // hooks directly (malloc.hpp), so a new is counted once, here.
@@ -16502,9 +16509,11 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 // folding would otherwise turn operator new[] into a call to the identical
 // operator new, and (with TSan's instrumentation) that call puts operator
 // new[] itself in the stack as the leaf. noipa forbids exactly that; clang
-// does not fold functions in the compiler.
+// does not fold functions in the compiler, but it does inline a hook this
+// small into a caller in the same unit (its return address would then be the
+// caller's): noinline.
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_HOOK
+#define HEAPPROF_DETAIL_HOOK __attribute__((noinline))
 #else
 #define HEAPPROF_DETAIL_HOOK __attribute__((noipa))
 #endif

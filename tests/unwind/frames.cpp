@@ -54,7 +54,7 @@ void Bounds(std::uintptr_t& lo, std::uintptr_t& hi) {
 
 // The slow path: like engine.hpp's OnAllocSlow it is noinline and takes its
 // own frame address, so it has a frame record whatever the flags say.
-__attribute__((noinline)) void FakeSlow(void* p, const void* hook_return) {
+__attribute__((noinline)) void FakeSlow(void* p, const void* hook_return, int hook_frames = 1) {
   Capture* c = CurrentCapture();
   if (c == nullptr || c->taken) return;
   c->taken = true;
@@ -83,7 +83,7 @@ __attribute__((noinline)) void FakeSlow(void* p, const void* hook_return) {
   // libgcc's view from here: frame 0 is FakeSlow, frame 1 FakeNew, then the
   // hook's caller, which is where our stacks start.
   c->ref_n = 0;
-  RefState st{c, 2};
+  RefState st{c, 1 + hook_frames};
   _Unwind_Backtrace(&RefFrame, &st);
   while (c->ref_n > 0 && c->ref[c->ref_n - 1] == 0) --c->ref_n;  // libgcc ends with IP 0 past _start
   g_sink.store(p, std::memory_order_relaxed);
@@ -102,6 +102,29 @@ __attribute__((noinline)) void* FakeNew(std::size_t n) {
   FakeSlow(p, __builtin_return_address(0));
   asm volatile("" ::: "memory");
   return p;
+}
+
+// The shape of a hook whose rare path is a cold function (block_hooks.hpp)
+// that the hook calls without a tail call (as at -O0): one more frame between
+// the slow path and the hook's caller.
+__attribute__((noinline)) void* FakeCold(std::size_t n, const void* hook_return) {
+  void* p = std::malloc(n);
+  FakeSlow(p, hook_return, 2);
+  asm volatile("" ::: "memory");
+  return p;
+}
+
+__attribute__((noinline)) void* FakeNewViaCold(std::size_t n) {
+  void* p = FakeCold(n, __builtin_return_address(0));
+  asm volatile("" ::: "memory");  // no tail call: FakeCold's frame stays between
+  return p;
+}
+
+__attribute__((noinline)) int ViaColdFunction(int x) {
+  void* p = FakeNewViaCold(48);
+  std::free(p);
+  asm volatile("" ::: "memory");
+  return x + 1;
 }
 
 // ---- user chain: several frame shapes, each a real function of its own

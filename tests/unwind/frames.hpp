@@ -50,6 +50,7 @@ int CallOnceCallback();                   // std::call_once: libc's pthread_once
 int Recurse(int depth);                   // plain recursion: depth frames
 int ThroughNoCfi(int levels);             // via nocfi.cpp: functions without any .eh_frame
 int InThread();                           // a std::thread's stack
+int ViaColdFunction(int x);               // the hook reaches the slow path through a cold function, no tail call
 
 }  // namespace unwind_test
 

@@ -139,6 +139,15 @@ TEST_CASE("user functions: big frame, pushes, alloca, realigned stack, recursion
 #endif
 }
 
+TEST_CASE("a hook that calls its cold function without a tail call: the extra frame is skipped") {
+  auto c = Run([] { unwind_test::ViaColdFunction(1); });
+  // Leaf = the hook's return address (in ViaColdFunction), then its callers:
+  // neither the cold function nor the hook appears.
+  CheckMatchesLibgcc(*c, 2);
+  CHECK(c->fp.depth >= 1);
+  CHECK(c->fp.pcs[0] == c->table.pcs[0]);
+}
+
 TEST_CASE("libc: qsort calls a comparator that allocates (a PLT call into libc)") {
   auto c = Run([] { unwind_test::QsortWithAllocatingComparator(); });
   CheckMatchesLibgcc(*c, 4);

@@ -6,7 +6,10 @@
 //   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
 //     └─ OnAllocSlow (out of line)    register thread / redraw / sample
 //   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
-//   OnFreeBlock (global hooks)        block < sampled_min → counters += ...; done
+//   HotAlloc, HotFree (global hooks,  countdown, malloc, counters; chunk word <
+//     1_hooks/block_hooks.hpp)        sampled_min → counters, tail call to free;
+//                                     anything else: the hook's cold function
+//   OnFreeBlock (cold global hooks)   block < sampled_min → counters += ...; done
 //     └─ OnFreeSlow (out of line)     live map lookup, bucket frees++
 //
 // The slow paths are compiled once, by the implementation unit

@@ -374,9 +374,10 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
 }  // namespace heapprof
 
 // Every hook is a function of its own (no identical code folding: GCC could
-// make valloc a call to pvalloc, and the leaf frame would be wrong).
+// make valloc a call to pvalloc, and the leaf frame would be wrong; and no
+// inlining into a caller in the same unit, which clang does to hooks this small).
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used))
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noinline))
 #else
 #define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noipa))
 #endif
