@@ -407,9 +407,11 @@ inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL 
 
 // ---------------------------------------------------------------- free filter
 // 2^16 counters indexed by a hash of the pointer; a counter is the number of
-// live sampled objects hashing there. An unsampled free reads one counter,
-// sees 0 and is done. Counters change only under the live map's shard lock
-// (2_sampling/live_map.hpp).
+// live sampled objects hashing there, and one bit per counter says "not 0".
+// An unsampled free reads its bit, sees 0 and is done: the bits are 8 KiB,
+// which stay in L1 where the 128 KiB of counters did not (a free read one at
+// a random line). Counters and bits change only under the live map's shard
+// lock (2_sampling/live_map.hpp); a word of 64 bits belongs to one shard.
 constexpr int kFreeFilterBits = 16;
 
 // Fibonacci hashing: the top bits of p * 2^64/phi spread neighbouring,
@@ -422,11 +424,13 @@ HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
 }
 
 inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits];
+inline std::uint64_t g_free_bits[(std::size_t{1} << kFreeFilterBits) / 64];
 
 // False only when `p` is certainly not a live sampled object: the one load an
 // unsampled free pays.
 HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
-  return LoadRelaxed(g_free_filter[FreeFilterIndex(p)]) != 0;
+  const std::size_t i = FreeFilterIndex(p);
+  return ((LoadRelaxed(g_free_bits[i >> 6]) >> (i & 63)) & 1) != 0;
 }
 
 // ---------------------------------------------------------------- slow paths
@@ -3132,8 +3136,9 @@ inline void CountSampledFree(Bucket* b) noexcept {
 //
 // Two parts:
 //  - the free filter (1_hooks/fast_path.hpp): 2^16 counters indexed by a hash of the pointer; a counter
-//    is the number of live sampled objects hashing there. An unsampled free
-//    reads one counter, sees 0 and is done (one load and a branch). Counters
+//    is the number of live sampled objects hashing there, and a bitmap
+//    (8 KiB) says which are not 0. An unsampled free reads one bit, sees 0
+//    and is done (one load, a shift and a branch). Counters
 //    change only under the owning shard's lock; one that reaches 0xFFFF sticks
 //    there (it only costs lookups, never a missed free).
 //  - the map: pointer -> bucket, split into shards by the same hash so threads
@@ -3381,11 +3386,23 @@ class LiveMap {
     return shards_[PointerHash(p) >> (64 - kLiveShardBits)];
   }
 
+  // Under the shard lock of p: the counter, and its bit in a word whose 64
+  // counters all belong to this shard (the shard is a prefix of the index).
+  // The bit is set before the sampled object's address leaves the hook, and
+  // cleared only when no live sampled object hashes there.
   static void FilterAdd(const void* p, int delta) noexcept {
-    std::uint16_t& c = g_free_filter[FreeFilterIndex(p)];
+    static_assert(kFreeFilterBits - 6 >= kLiveShardBits, "a word of filter bits must not span shards");
+    const std::size_t i = FreeFilterIndex(p);
+    std::uint16_t& c = g_free_filter[i];
     const std::uint16_t v = LoadRelaxed(c);
     if (v == 0xFFFF) return;  // saturated: stays "maybe sampled" for good
-    StoreRelaxed(c, static_cast<std::uint16_t>(v + delta));
+    const auto now = static_cast<std::uint16_t>(v + delta);
+    StoreRelaxed(c, now);
+    if ((v == 0) != (now == 0)) {
+      std::uint64_t& word = g_free_bits[i >> 6];
+      const std::uint64_t bit = std::uint64_t{1} << (i & 63);
+      StoreRelaxed(word, now != 0 ? (LoadRelaxed(word) | bit) : (LoadRelaxed(word) & ~bit));
+    }
   }
 
   Shard shards_[std::size_t{1} << kLiveShardBits];
@@ -15476,7 +15493,7 @@ Stats GetStats() noexcept {
   s.live_objects = t.alloc_objects > t.free_objects ? t.alloc_objects - t.free_objects : 0;
   s.live_bytes = t.alloc_bytes > t.free_bytes ? t.alloc_bytes - t.free_bytes : 0;
   s.sampled_live_objects = detail::g_live_map.LiveCount();
-  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) +
+  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) + sizeof(detail::g_free_bits) +
                      sizeof(detail::unwind_table::g_rule_cache);
   s.label_sets = detail::g_labels.SetCount();
   s.label_set_overflows = detail::g_labels.Overflows();

@@ -164,3 +164,38 @@ TEST_CASE("allocator: rebinds, compares like its upstream, propagates like its u
   CHECK(s1.alloc_bytes - s0.alloc_bytes == 1000 * sizeof(int));
   CHECK(s1.free_bytes - s0.free_bytes == 1000 * sizeof(int));
 }
+
+#if HEAPPROF_ENABLED
+// The free filter's bits (1_hooks/fast_path.hpp): a bit is set while a live
+// sampled object hashes to its counter and cleared when none does, so a
+// sampled object's free is always found (MaybeSampled) and the unsampled free
+// of an address that once hashed there reads 0 again.
+TEST_CASE("free filter: a bit per counter, set while a live sampled object hashes there") {
+  namespace hd = heapprof::detail;
+  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof::SetSampleRate(1);
+  heapprof::allocator<char> a;
+  constexpr int kBlocks = 3000;
+  std::vector<char*> blocks;
+  blocks.reserve(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) blocks.push_back(a.allocate(16 + static_cast<std::size_t>(i % 7) * 8));
+  auto counter = [](const void* p) { return hd::LoadRelaxed(hd::g_free_filter[hd::FreeFilterIndex(p)]); };
+  int set = 0;
+  for (char* p : blocks) {
+    set += hd::MaybeSampled(p) ? 1 : 0;
+    CHECK(counter(p) != 0);
+  }
+  CHECK(set == kBlocks);  // every sampled object: its free will look it up
+  for (int i = 0; i < kBlocks; ++i) a.deallocate(blocks[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i % 7) * 8);
+  // Freed: each address's bit equals "its counter is not 0" (other live
+  // sampled objects may share a counter; none of ours is left).
+  int stale = 0, cleared = 0;
+  for (char* p : blocks) {
+    stale += hd::MaybeSampled(p) != (counter(p) != 0) ? 1 : 0;
+    cleared += hd::MaybeSampled(p) ? 0 : 1;
+  }
+  CHECK(stale == 0);
+  CHECK(cleared > kBlocks / 2);  // 3,000 of 65,536 counters: most had no other object
+  heapprof::SetSampleRate(saved);
+}
+#endif  // HEAPPROF_ENABLED

@@ -103,7 +103,7 @@ Stats GetStats() noexcept {
   s.live_objects = t.alloc_objects > t.free_objects ? t.alloc_objects - t.free_objects : 0;
   s.live_bytes = t.alloc_bytes > t.free_bytes ? t.alloc_bytes - t.free_bytes : 0;
   s.sampled_live_objects = detail::g_live_map.LiveCount();
-  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) +
+  s.profiler_bytes = detail::g_arena.MappedBytes() + sizeof(detail::g_free_filter) + sizeof(detail::g_free_bits) +
                      sizeof(detail::unwind_table::g_rule_cache);
   s.label_sets = detail::g_labels.SetCount();
   s.label_set_overflows = detail::g_labels.Overflows();

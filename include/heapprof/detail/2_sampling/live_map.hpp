@@ -2,8 +2,9 @@
 //
 // Two parts:
 //  - the free filter (1_hooks/fast_path.hpp): 2^16 counters indexed by a hash of the pointer; a counter
-//    is the number of live sampled objects hashing there. An unsampled free
-//    reads one counter, sees 0 and is done (one load and a branch). Counters
+//    is the number of live sampled objects hashing there, and a bitmap
+//    (8 KiB) says which are not 0. An unsampled free reads one bit, sees 0
+//    and is done (one load, a shift and a branch). Counters
 //    change only under the owning shard's lock; one that reaches 0xFFFF sticks
 //    there (it only costs lookups, never a missed free).
 //  - the map: pointer -> bucket, split into shards by the same hash so threads
@@ -258,11 +259,23 @@ class LiveMap {
     return shards_[PointerHash(p) >> (64 - kLiveShardBits)];
   }
 
+  // Under the shard lock of p: the counter, and its bit in a word whose 64
+  // counters all belong to this shard (the shard is a prefix of the index).
+  // The bit is set before the sampled object's address leaves the hook, and
+  // cleared only when no live sampled object hashes there.
   static void FilterAdd(const void* p, int delta) noexcept {
-    std::uint16_t& c = g_free_filter[FreeFilterIndex(p)];
+    static_assert(kFreeFilterBits - 6 >= kLiveShardBits, "a word of filter bits must not span shards");
+    const std::size_t i = FreeFilterIndex(p);
+    std::uint16_t& c = g_free_filter[i];
     const std::uint16_t v = LoadRelaxed(c);
     if (v == 0xFFFF) return;  // saturated: stays "maybe sampled" for good
-    StoreRelaxed(c, static_cast<std::uint16_t>(v + delta));
+    const auto now = static_cast<std::uint16_t>(v + delta);
+    StoreRelaxed(c, now);
+    if ((v == 0) != (now == 0)) {
+      std::uint64_t& word = g_free_bits[i >> 6];
+      const std::uint64_t bit = std::uint64_t{1} << (i & 63);
+      StoreRelaxed(word, now != 0 ? (LoadRelaxed(word) | bit) : (LoadRelaxed(word) & ~bit));
+    }
   }
 
   Shard shards_[std::size_t{1} << kLiveShardBits];
