@@ -16441,12 +16441,16 @@ HEAPPROF_ALWAYS_INLINE void* RetryWithNewHandler(Allocate allocate, bool nothrow
 #if defined(HEAPPROF_REPLACE_MALLOC) && HEAPPROF_MALLOC_HOOKS
 HEAPPROF_ALWAYS_INLINE void* NewMalloc(std::size_t n) noexcept { return real::Malloc(n); }
 HEAPPROF_ALWAYS_INLINE void NewFree(void* p) noexcept { real::Free(p); }
+// A block of malloc's bootstrap buffer (an operator new while dlsym resolved
+// malloc): neither counted nor released.
+HEAPPROF_ALWAYS_INLINE bool NewIsBootstrap(void* p) noexcept { return real::IsBootstrap(p); }
 HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t n) noexcept {
   return real::PosixMemalign(p, a, n);
 }
 #else
 HEAPPROF_ALWAYS_INLINE void* NewMalloc(std::size_t n) noexcept { return std::malloc(n); }
 HEAPPROF_ALWAYS_INLINE void NewFree(void* p) noexcept { std::free(p); }
+HEAPPROF_ALWAYS_INLINE bool NewIsBootstrap(void*) noexcept { return false; }
 HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t n) noexcept {
   return posix_memalign(p, a, n);
 }
@@ -16473,7 +16477,7 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
 
 // Every delete, sized or not: Stats count the block's usable size.
 HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
-  if (p == nullptr) return;
+  if (p == nullptr || NewIsBootstrap(p)) return;
   if (!OnFreeBlock(p)) NewFree(p);
 }
 // The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
@@ -16484,6 +16488,7 @@ HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
   return p;
 }
 HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
+  if (NewIsBootstrap(p)) return;
   if (!OnFreeBlock(p)) NewFree(p);
 }
 
