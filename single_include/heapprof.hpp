@@ -2188,7 +2188,9 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
 
 // The block, or nullptr when the hook must run its cold function (which then
 // gets the hook's return address: read only on that branch).
-template <class Alloc>
+// `kExact`: the allocator is asked for exactly `n` bytes (malloc, new), so the
+// class table applies; false for aligned allocations (glibc's chunk word only).
+template <bool kExact = true, class Alloc>
 HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
@@ -2209,7 +2211,7 @@ HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
     return p;
   }
 #endif
-  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return nullptr;
+  if (!kExact || !__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return nullptr;
   StoreRelaxed(ts->countdown, left);
   void* p = alloc(n);
   if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
@@ -16390,8 +16392,8 @@ extern "C" __attribute__((visibility("default"))) const heapprof::detail::Engine
 // HotFree): on glibc ~16 instructions around new's malloc and 13 before
 // delete's free, with no saved register but `n` and a tail call to free;
 // anything rare tail-calls the hook's cold function (NewCold, DeleteCold).
-// The nothrow and aligned forms call the cold code directly. Sized and
-// unsized deletes count the same: Stats count the block's usable size,
+// Aligned new takes the hot path on glibc only. Sized and unsized deletes
+// count the same: Stats count the block's usable size,
 // which the pointer alone gives.
 //
 // With HEAPPROF_REPLACE_MALLOC too, these call the allocator under the malloc
@@ -16475,11 +16477,6 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
   return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
 }
 
-// Every delete, sized or not: Stats count the block's usable size.
-HEAPPROF_ALWAYS_INLINE void Delete(void* p) noexcept {
-  if (p == nullptr || NewIsBootstrap(p)) return;
-  if (!OnFreeBlock(p)) NewFree(p);
-}
 // The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
 // whole old hook, out of line, reached by a tail call.
 HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
@@ -16490,6 +16487,12 @@ HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
 HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
   if (NewIsBootstrap(p)) return;
   if (!OnFreeBlock(p)) NewFree(p);
+}
+
+HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
+  void* p = AllocateNoThrow(n);
+  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0);
+  return p;
 }
 
 HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n) noexcept {
@@ -16521,6 +16524,26 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
   return AllocateAligned(n, al, true);
 }
 
+// Aligned new: the hot path on glibc only (the class table knows malloc's
+// sizes, not memalign's). posix_memalign(0) is a unique minimum chunk there.
+HEAPPROF_NOINLINE inline void* NewAlignedCold(std::size_t n, std::align_val_t al, const void* ret) {
+  void* p = AllocateAlignedOrThrow(n, al);
+  OnAllocBlock(p, n, ret);
+  return p;
+}
+HEAPPROF_NOINLINE inline void* NewAlignedNoThrowCold(std::size_t n, std::align_val_t al, const void* ret) noexcept {
+  void* p = AllocateAlignedNoThrow(n, al);
+  if (p != nullptr) OnAllocBlock(p, n, ret);
+  return p;
+}
+HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, std::align_val_t al) noexcept {
+  return HotAlloc<false>(n, [al](std::size_t m) {
+    std::size_t align = static_cast<std::size_t>(al);
+    if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
+    return AlignedMalloc(m, align);
+  });
+}
+
 }  // namespace detail
 }  // namespace heapprof
 
@@ -16549,34 +16572,28 @@ HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
   return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
-  return p;
+  if (void* p = heapprof::detail::HotNew(n)) return p;
+  return heapprof::detail::NewNoThrowCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  void* p = heapprof::detail::AllocateNoThrow(n);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS, n != 0);
-  return p;
+  if (void* p = heapprof::detail::HotNew(n)) return p;
+  return heapprof::detail::NewNoThrowCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
-  void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
-  return p;
+  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
+  return heapprof::detail::NewAlignedCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al) {
-  void* p = heapprof::detail::AllocateAlignedOrThrow(n, al);
-  heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
-  return p;
+  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
+  return heapprof::detail::NewAlignedCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
-  return p;
+  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
+  return heapprof::detail::NewAlignedNoThrowCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  void* p = heapprof::detail::AllocateAlignedNoThrow(n, al);
-  if (p != nullptr) heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RETURN_ADDRESS);
-  return p;
+  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
+  return heapprof::detail::NewAlignedNoThrowCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS
@@ -16596,28 +16613,28 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t n) noexcept {
   heapprof::detail::HotDeleteSized(p, n);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, const std::nothrow_t&) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  heapprof::detail::Delete(p);
+  heapprof::detail::HotDelete(p);
 }
 
 #undef HEAPPROF_DETAIL_HOOK

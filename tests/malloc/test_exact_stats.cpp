@@ -5,6 +5,8 @@
 // allocation counted 256 bytes and the unsized delete[] malloc_usable_size.)
 #include "common.hpp"
 
+#include <new>
+
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -58,6 +60,13 @@ TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and mallo
       if (i % 5 == 0) {
         void* a = ::operator new(n, std::align_val_t{64});
         ::operator delete(a, n, std::align_val_t{64});
+      }
+      if (i % 7 == 0) {  // the nothrow forms share the hot paths of the throwing ones
+        void* t = ::operator new(n, std::nothrow);
+        ::operator delete(t, std::nothrow);
+        void* u = ::operator new[](n, std::align_val_t{32}, std::nothrow);
+        CHECK(reinterpret_cast<std::uintptr_t>(u) % 32 == 0);
+        ::operator delete[](u, std::align_val_t{32}, std::nothrow);
       }
     }
     for (std::size_t i = 0; i < c_blocks.size(); ++i) {

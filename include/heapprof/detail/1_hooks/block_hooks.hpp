@@ -313,7 +313,9 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
 
 // The block, or nullptr when the hook must run its cold function (which then
 // gets the hook's return address: read only on that branch).
-template <class Alloc>
+// `kExact`: the allocator is asked for exactly `n` bytes (malloc, new), so the
+// class table applies; false for aligned allocations (glibc's chunk word only).
+template <bool kExact = true, class Alloc>
 HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
@@ -334,7 +336,7 @@ HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
     return p;
   }
 #endif
-  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return nullptr;
+  if (!kExact || !__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return nullptr;
   StoreRelaxed(ts->countdown, left);
   void* p = alloc(n);
   if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
