@@ -276,18 +276,6 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
   return false;
 }
 
-// A sized delete of a block new(n) returned. With the class table the size
-// comes from `n`; a sampled block (padded: its class is not n's) is then
-// found by the free filter, whose slow path reads its real size.
-HEAPPROF_ALWAYS_INLINE bool OnFreeBlockSized(void* p, std::size_t n) noexcept {
-  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE) || n - 1 >= kClassTableMax) return OnFreeBlock(p);  // new(0) asked for 1
-  ThreadState* ts = tls_thread_state;
-  if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) return OnFreeSlow(p, 0, kFreeCanDefer);
-  BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
-  return false;
-}
-
 // ------------------------------------------------ the hooks' hot paths
 // The common allocation and free of the global hooks, written so that the
 // hook function keeps nothing but `n` across the allocator call and has no
@@ -324,7 +312,9 @@ HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
   // it. A signal handler's allocation in between sees it already spent. (A
   // failed allocation keeps it spent: the cold function tries again and
   // counts a success once more; only the sampling process notices.) The
-  // thread state is read again after the call: cheaper than keeping it.
+  // thread state is read again after the call: cheaper than keeping it. Two
+  // copies of the call, one per way of sizing the block, so that the flag
+  // is not read (or kept) again after it.
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) {
     StoreRelaxed(ts->countdown, left);
@@ -379,7 +369,8 @@ HEAPPROF_ALWAYS_INLINE void HotFree(void* p, Release release, Cold cold) noexcep
 }
 
 // A sized delete of a plain new's block, p != nullptr: with the class table,
-// `n` gives the size and the free filter finds a sampled (padded) block.
+// `n` gives the size (new(0) asked for 1: cold) and the free filter finds a
+// sampled (padded) block, whose cold path reads its real size.
 template <class Release, class Cold>
 HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, Cold cold) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS

@@ -308,8 +308,6 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
   return g_fn.posix_memalign(out, a, n);
 }
 
-// The shared bodies of the hooks (always inlined into each, so the hook's
-// return address is the caller's call site).
 // The cold halves of malloc and free (block_hooks.hpp: HotAlloc, HotFree).
 HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
   void* p = g_fn.malloc(SampledRequest(n));
@@ -325,6 +323,8 @@ HEAPPROF_NOINLINE inline void FreeCold(void* p) noexcept {
   if (!OnFreeBlock(p)) g_fn.free(p);
 }
 
+// The shared bodies of the hooks (always inlined into each, so the hook's
+// return address is the caller's call site).
 HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
   if (p == nullptr) return;
   HotFree(p, [](void* q) { g_fn.free(q); }, &FreeCold);

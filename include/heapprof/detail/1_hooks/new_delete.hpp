@@ -7,12 +7,12 @@
 // Behaviour is the standard library's (invariant 6): the new_handler loop and
 // std::bad_alloc, nullptr from the nothrow forms, alignment honoured. new,
 // new[] and every delete run the hot paths of block_hooks.hpp (HotAlloc,
-// HotFree): on glibc ~16 instructions around new's malloc and 13 before
+// HotFree): on glibc ~20 instructions around new's malloc and 13 before
 // delete's free, with no saved register but `n` and a tail call to free;
 // anything rare tail-calls the hook's cold function (NewCold, DeleteCold).
 // Aligned new takes the hot path on glibc only. Sized and unsized deletes
-// count the same: Stats count the block's usable size,
-// which the pointer alone gives.
+// count the same: Stats count the block's usable size, which the pointer
+// alone gives.
 //
 // With HEAPPROF_REPLACE_MALLOC too, these call the allocator under the malloc
 // hooks directly (malloc.hpp), so a new is counted once, here.
