@@ -275,14 +275,24 @@ AllBuild g_all;
 Result g_first[kMethods];
 Result g_warm[kMethods];
 Result g_warm_deep[kMethods];
+// The same on a stack of functions without frame pointers (GCC only).
+constexpr Method kNoFpMethods[] = {kTable, kTableStepped, kTableNoGen, kLibunwind};
+Result g_nofp[kMethods];
+Result g_nofp_deep[kMethods];
+bool g_have_nofp = false;
 
 // The measurement runs here, under kDepth frames of Down() and a fake hook,
 // shaped like the engine: this function has a frame record (it takes its
 // own frame address) and unwinds from it.
-__attribute__((noinline)) void Measure(const void* hook_return, bool deep) {
+__attribute__((noinline)) void Measure(const void* hook_return, bool deep, bool nofp) {
   Where w{__builtin_frame_address(0), hook_return, 0, 0};
   hd::CurrentStackBounds(w.lo, w.hi);
   w.lo = reinterpret_cast<std::uintptr_t>(w.frame);
+  if (nofp) {
+    g_have_nofp = true;
+    for (Method m : kNoFpMethods) (deep ? g_nofp_deep : g_nofp)[m] = Warm(m, w);
+    return;
+  }
   if (deep) {
     for (int m = 0; m < kMethods; ++m) g_warm_deep[m] = Warm(static_cast<Method>(m), w);
     return;
@@ -303,6 +313,17 @@ void Report() {
     std::printf("  %-26s %7d %10.1f %12.2f %13.2f %14.1f\n", kNames[m], a.frames, a.ns_per_call,
                 a.frames > 0 ? a.ns_per_call / a.frames : 0.0, marginal, g_first[m].ns_per_call / 1000.0);
   }
+  if (g_have_nofp) {
+    std::printf("\nthe same on a stack of functions built without frame pointers (CFA = rsp + offset)\n");
+    for (Method m : kNoFpMethods) {
+      const Result& a = g_nofp[m];
+      const Result& b = g_nofp_deep[m];
+      const double marginal =
+          b.frames > a.frames ? (b.ns_per_call - a.ns_per_call) / static_cast<double>(b.frames - a.frames) : 0.0;
+      std::printf("  %-26s %7d %10.1f %12.2f %13.2f\n", kNames[m], a.frames, a.ns_per_call,
+                  a.frames > 0 ? a.ns_per_call / a.frames : 0.0, marginal);
+    }
+  }
   // The loader-generation check alone (one dl_iterate_phdr visiting one object).
   const auto t0 = Clock::now();
   for (int i = 0; i < 200000; ++i) g_sink = const_cast<ut::ObjectSet*>(ut::CurrentObjects());
@@ -320,14 +341,30 @@ void Report() {
               g_all.objects, g_all.tables, g_all.rows, static_cast<double>(g_all.bytes) / 1024.0, g_all.ms);
 }
 
-__attribute__((noinline)) void Hook(bool deep) {
-  Measure(__builtin_return_address(0), deep);
+__attribute__((noinline)) void Hook(bool deep, bool nofp) {
+  Measure(__builtin_return_address(0), deep, nofp);
   asm volatile("" ::: "memory");
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+// Down() without frame pointers: each level's rule is CFA = rsp + offset,
+// the table unwinder's other common case (GCC's default at -O2). Clang has
+// no per-function switch: the section is skipped there.
+__attribute__((noinline, optimize("omit-frame-pointer"))) int DownNoFp(int depth, bool deep) {
+  if (depth <= 1) {
+    Hook(deep, true);
+    return 0;
+  }
+  int r = DownNoFp(depth - 1, deep);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+#define HEAPPROF_BENCH_HAVE_NOFP 1
+#endif
+
 __attribute__((noinline)) int Down(int depth, bool deep) {
   if (depth <= 1) {
-    Hook(deep);
+    Hook(deep, false);
     return 0;
   }
   int r = Down(depth - 1, deep);
@@ -359,6 +396,10 @@ int main() {
   }
   Down(kDepth - 1, false);  // Down x31 + Hook = 32 frames below main
   Down(kDeepDepth - 1, true);
+#if defined(HEAPPROF_BENCH_HAVE_NOFP)
+  DownNoFp(kDepth - 1, false);
+  DownNoFp(kDeepDepth - 1, true);
+#endif
   Report();
   return 0;
 }
