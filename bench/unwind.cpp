@@ -8,6 +8,13 @@
 //   table, every frame stepped   the same with replay off: every frame
 //                       derived from the unwind tables (a stack unlike the last)
 //   table, walk only    the walk alone (no replay), on a snapshot taken beforehand
+//   table, stepped, cache cold   every frame stepped, and the rule-cache
+//                       entry of every return address on the stack cleared
+//                       after each unwind, so each distinct return address is
+//                       looked up in the tables (what addresses the cache has
+//                       not seen, or lost to a conflict, cost). The recursion
+//                       repeats one address, so this row is reported per miss:
+//                       (its time - the stepped row's) / distinct addresses
 //   libgcc              _Unwind_Backtrace from libgcc_s.so.1
 //   libunwind           unw_backtrace (nongnu libunwind, Debian's libunwind8)
 //   glibc backtrace()   <execinfo.h>, libgcc underneath
@@ -92,8 +99,9 @@ _Unwind_Reason_Code CollectFrame(_Unwind_Context* ctx, void* arg) {
   return _URC_NO_REASON;
 }
 
-enum Method { kFp, kTable, kTableStepped, kTableNoGen, kLibgcc, kLibunwind, kGlibc, kMethods };
+enum Method { kFp, kTable, kTableStepped, kTableNoGen, kTableCold, kLibgcc, kLibunwind, kGlibc, kMethods };
 const char* const kNames[kMethods] = {"frame pointers", "table", "table, every frame stepped", "table, walk only",
+                                      "table, stepped, cache cold",
                                       "libgcc _Unwind_Backtrace", "libunwind unw_backtrace", "glibc backtrace()"};
 
 struct Where {
@@ -101,6 +109,8 @@ struct Where {
   const void* hook_return;
   std::uintptr_t lo, hi;
 };
+
+int g_cold_misses = 0;  // kTableCold: distinct rule-cache entries the last walk used
 
 // One unwind; returns the frame count.
 __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
@@ -118,6 +128,21 @@ __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
       hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
       ut::g_replay_walks.store(true, std::memory_order_relaxed);
       return stack.depth;
+    case kTableCold: {
+      ut::g_replay_walks.store(false, std::memory_order_relaxed);
+      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      ut::g_replay_walks.store(true, std::memory_order_relaxed);
+      // Every slot the walk used (a frame's rule is cached under its return
+      // address; the leaf's is the hook's, stepped from Measure's frame).
+      int distinct = 0;
+      for (int i = 0; i < stack.depth; ++i) {
+        auto& key = ut::g_rule_cache.key[ut::CacheSlot(stack.pcs[i])];
+        distinct += key.load(std::memory_order_relaxed) != 0;
+        key.store(0, std::memory_order_relaxed);
+      }
+      g_cold_misses = distinct;
+      return stack.depth;
+    }
     case kTableNoGen: {
       static const ut::ObjectSet* set = ut::CurrentObjects();
       ut::UnwindFrom(set, reinterpret_cast<std::uintptr_t>(w.frame), reinterpret_cast<std::uintptr_t>(w.hook_return),
@@ -276,7 +301,7 @@ Result g_first[kMethods];
 Result g_warm[kMethods];
 Result g_warm_deep[kMethods];
 // The same on a stack of functions without frame pointers (GCC only).
-constexpr Method kNoFpMethods[] = {kTable, kTableStepped, kTableNoGen, kLibunwind};
+constexpr Method kNoFpMethods[] = {kTable, kTableStepped, kTableNoGen, kTableCold, kLibunwind};
 Result g_nofp[kMethods];
 Result g_nofp_deep[kMethods];
 bool g_have_nofp = false;
@@ -306,6 +331,7 @@ void Report() {
   std::printf("  %-26s %7s %10s %12s %13s %14s\n", "unwinder", "frames", "warm ns", "warm ns/frm",
               "marginal ns/f", "first-call us");
   for (int m = 0; m < kMethods; ++m) {
+    if (m == kTableCold) continue;  // per miss, below
     const Result& a = g_warm[m];
     const Result& b = g_warm_deep[m];
     const double marginal =
@@ -316,6 +342,7 @@ void Report() {
   if (g_have_nofp) {
     std::printf("\nthe same on a stack of functions built without frame pointers (CFA = rsp + offset)\n");
     for (Method m : kNoFpMethods) {
+      if (m == kTableCold) continue;
       const Result& a = g_nofp[m];
       const Result& b = g_nofp_deep[m];
       const double marginal =
@@ -323,6 +350,11 @@ void Report() {
       std::printf("  %-26s %7d %10.1f %12.2f %13.2f\n", kNames[m], a.frames, a.ns_per_call,
                   a.frames > 0 ? a.ns_per_call / a.frames : 0.0, marginal);
     }
+  }
+  if (g_cold_misses > 0) {
+    std::printf("\n  rule-cache miss (a return address looked up in the tables): %.1f ns each"
+                " (%d distinct return addresses a walk)\n",
+                (g_warm[kTableCold].ns_per_call - g_warm[kTableStepped].ns_per_call) / g_cold_misses, g_cold_misses);
   }
   // The loader-generation check alone (one dl_iterate_phdr visiting one object).
   const auto t0 = Clock::now();
