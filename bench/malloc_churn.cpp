@@ -5,9 +5,10 @@
 // `bench_malloc_churn_heapprof` (HEAPPROF_BENCH_HOOKED: HEAPPROF_REPLACE_MALLOC).
 // The plain build also runs under LD_PRELOAD=libheapprof_preload.so, and both
 // under a preloaded jemalloc or tcmalloc (bench/run.sh).
-// Usage: bench_malloc_churn_{plain,heapprof} [rate] [pairs] [depth]
+// Usage: bench_malloc_churn_{plain,heapprof} [rate] [pairs] [depth] [calloc]
 //   rate: heapprof sample rate (the hooked build; the preloaded library reads
-//   HEAPPROF=rate=...), default 524288.
+//   HEAPPROF=rate=...), default 524288. `calloc`: calloc(n, 1) + free pairs
+//   instead of malloc(n) + free.
 // Prints ns per pair in thread CPU time.
 #if defined(HEAPPROF_BENCH_HOOKED)
 #define HEAPPROF_REPLACE_MALLOC
@@ -17,27 +18,33 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 namespace {
 
 void* volatile g_sink;
 
+template <bool kCalloc>
 __attribute__((noinline)) void Churn(long pairs) {
   static const size_t kSizes[8] = {16, 24, 32, 48, 64, 96, 128, 256};
   for (long i = 0; i < pairs; ++i) {
-    void* p = malloc(kSizes[i & 7]);
+    void* p = kCalloc ? calloc(kSizes[i & 7], 1) : malloc(kSizes[i & 7]);
     g_sink = p;
     free(p);
   }
 }
 
-__attribute__((noinline)) void AtDepth(int depth, long pairs) {
+__attribute__((noinline)) void AtDepth(int depth, long pairs, bool use_calloc) {
   if (depth <= 1) {
-    Churn(pairs);
+    if (use_calloc) {
+      Churn<true>(pairs);
+    } else {
+      Churn<false>(pairs);
+    }
     return;
   }
-  AtDepth(depth - 1, pairs);
+  AtDepth(depth - 1, pairs, use_calloc);
   asm volatile("" ::: "memory");  // keeps this frame: no tail call
 }
 
@@ -53,6 +60,7 @@ int main(int argc, char** argv) {
   const long rate = argc > 1 ? atol(argv[1]) : 524288;
   const long pairs = argc > 2 ? atol(argv[2]) : 20000000;
   const int depth = argc > 3 ? atoi(argv[3]) : 24;
+  const bool use_calloc = argc > 4 && strcmp(argv[4], "calloc") == 0;
 #if defined(HEAPPROF_BENCH_HOOKED)
   heapprof::SetSampleRate(static_cast<size_t>(rate));
 #else
@@ -64,9 +72,9 @@ int main(int argc, char** argv) {
   // same sample; without a profiler, one mmap and munmap outside the count.
   char* volatile w = static_cast<char*>(malloc(8ul << 20));
   free(w);
-  AtDepth(depth, pairs / 10);  // warm up
+  AtDepth(depth, pairs / 10, use_calloc);  // warm up
   const double t0 = ThreadCpuNs();
-  AtDepth(depth, pairs);
+  AtDepth(depth, pairs, use_calloc);
   printf("%.3f\n", (ThreadCpuNs() - t0) / static_cast<double>(pairs));
   return 0;
 }

@@ -16127,13 +16127,27 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
   return g_fn.posix_memalign(out, a, n);
 }
 
-// The cold halves of malloc and free (block_hooks.hpp: HotAlloc, HotFree).
+// The cold halves of malloc, calloc and free (block_hooks.hpp: HotAlloc, HotFree).
 HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
   void* p = g_fn.malloc(SampledRequest(n));
   if (HEAPPROF_LIKELY(p != nullptr)) {
     OnAllocBlock(p, n, ret, n != 0);
   } else if (n != 0) {
     OnAllocFailure(n);  // HEAPPROF=oom_dump
+  }
+  return p;
+}
+// calloc's: overflow, a sample, a failure, an allocator without a size table.
+HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, const void* ret) noexcept {
+  std::size_t total;
+  const bool overflow = __builtin_mul_overflow(count, size, &total);
+  const std::size_t want = overflow ? total : SampledRequest(total);
+  void* p = want == total ? g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
+                          : g_fn.calloc(1, want);
+  if (HEAPPROF_LIKELY(p != nullptr)) {
+    OnAllocBlock(p, total, ret, want == total && total != 0);
+  } else if (!overflow && total != 0) {  // calloc's own overflow check is not a request for memory
+    OnAllocFailure(total);
   }
   return p;
 }
@@ -16221,19 +16235,19 @@ HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::s
   heapprof::detail::real::FreeBody(p);
 }
 
+// The hot path asks for calloc(1, count * size): the same zeroed bytes, and
+// only the product stays live across the call (the cold function gets it as
+// calloc(1, n) after a failure; an overflow goes there as it came).
 HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) noexcept {
-  std::size_t total;
-  const bool overflow = __builtin_mul_overflow(count, size, &total);
-  const std::size_t want = overflow ? total : heapprof::detail::SampledRequest(total);
-  void* p = want == total ? heapprof::detail::real::g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
-                          : heapprof::detail::real::g_fn.calloc(1, want);
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, total, HEAPPROF_DETAIL_RET, want == total && total != 0);
-  } else {
-    std::size_t n;  // calloc's own overflow check failed: not a request for memory
-    if (!__builtin_mul_overflow(count, size, &n) && n != 0) heapprof::detail::OnAllocFailure(n);
+  std::size_t n;
+  if (HEAPPROF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) {
+    return heapprof::detail::real::CallocCold(count, size, HEAPPROF_DETAIL_RET);
   }
-  return p;
+  if (void* p =
+          heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.calloc(1, m); })) {
+    return p;
+  }
+  return heapprof::detail::real::CallocCold(1, n, HEAPPROF_DETAIL_RET);
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* realloc(void* p, std::size_t n) noexcept {

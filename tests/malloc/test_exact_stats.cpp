@@ -38,7 +38,7 @@ TEST_CASE("exact Stats: new char[] / delete[] x 1M at the default rate") {
   CHECK(d.after.live_bytes > 0);  // the process still holds memory: never reads 0
 }
 
-TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and malloc/free, at several rates") {
+TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and malloc/calloc/free, at several rates") {
   for (std::size_t r : {std::size_t{524288}, std::size_t{4096}, std::size_t{1}}) {
     CAPTURE(r);
     RateScope rate(r);
@@ -49,7 +49,9 @@ TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and mallo
     for (int i = 0; i < 20000; ++i) {
       const std::size_t n = static_cast<std::size_t>(i % 1500 + 1);
       arrays.emplace_back(new char[n]);
-      void* m = (i % 2) ? std::malloc(n) : ::operator new(n);
+      // calloc(n, 1) for every fourth: its hot path asks for calloc(1, n).
+      void* m = (i % 4 == 1) ? std::calloc(n, 1) : (i % 2) ? std::malloc(n) : ::operator new(n);
+      if (i % 4 == 1) REQUIRE((static_cast<unsigned char*>(m)[0] | static_cast<unsigned char*>(m)[n - 1]) == 0);
       c_blocks.push_back(m);
       strings.push_back(new std::string(n, 'x'));
       if (i % 3 == 0) {
