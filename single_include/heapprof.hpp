@@ -16537,9 +16537,15 @@ HEAPPROF_ALWAYS_INLINE void HotDeleteSized(void* p, std::size_t n) noexcept {
   HotFreeSized(p, n, [](void* q) { NewFree(q); }, &DeleteCold);
 }
 
+// What posix_memalign is asked for an aligned new's alignment: at least its
+// minimum, sizeof(void*).
+HEAPPROF_ALWAYS_INLINE std::size_t MemalignAlignment(std::align_val_t al) noexcept {
+  const auto align = static_cast<std::size_t>(al);
+  return align < sizeof(void*) ? sizeof(void*) : align;
+}
+
 HEAPPROF_ALWAYS_INLINE void* AllocateAligned(std::size_t n, std::align_val_t al, bool nothrow) {
-  std::size_t align = static_cast<std::size_t>(al);
-  if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
+  const std::size_t align = MemalignAlignment(al);
   if (n == 0) n = 1;
   if (void* p = AlignedMalloc(SampledRequest(n, align), align)) return p;
   OnAllocFailure(n);
@@ -16567,11 +16573,7 @@ HEAPPROF_NOINLINE inline void* NewAlignedNoThrowCold(std::size_t n, std::align_v
   return p;
 }
 HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, std::align_val_t al) noexcept {
-  return HotAlloc<false>(n, [al](std::size_t m) {
-    std::size_t align = static_cast<std::size_t>(al);
-    if (align < sizeof(void*)) align = sizeof(void*);  // posix_memalign's minimum
-    return AlignedMalloc(m, align);
-  });
+  return HotAlloc<false>(n, [al](std::size_t m) { return AlignedMalloc(m, MemalignAlignment(al)); });
 }
 
 }  // namespace detail

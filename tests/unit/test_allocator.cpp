@@ -176,9 +176,10 @@ TEST_CASE("free filter: a bit per counter, set while a live sampled object hashe
   heapprof::SetSampleRate(1);
   heapprof::allocator<char> a;
   constexpr int kBlocks = 3000;
+  auto size = [](int i) { return 16 + static_cast<std::size_t>(i % 7) * 8; };
   std::vector<char*> blocks;
   blocks.reserve(kBlocks);
-  for (int i = 0; i < kBlocks; ++i) blocks.push_back(a.allocate(16 + static_cast<std::size_t>(i % 7) * 8));
+  for (int i = 0; i < kBlocks; ++i) blocks.push_back(a.allocate(size(i)));
   auto counter = [](const void* p) { return hd::LoadRelaxed(hd::g_free_filter[hd::FreeFilterIndex(p)]); };
   int set = 0;
   for (char* p : blocks) {
@@ -186,7 +187,7 @@ TEST_CASE("free filter: a bit per counter, set while a live sampled object hashe
     CHECK(counter(p) != 0);
   }
   CHECK(set == kBlocks);  // every sampled object: its free will look it up
-  for (int i = 0; i < kBlocks; ++i) a.deallocate(blocks[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i % 7) * 8);
+  for (int i = 0; i < kBlocks; ++i) a.deallocate(blocks[static_cast<std::size_t>(i)], size(i));
   // Freed: each address's bit equals "its counter is not 0" (other live
   // sampled objects may share a counter; none of ours is left).
   int stale = 0, cleared = 0;
