@@ -5,10 +5,11 @@
 // `bench_malloc_churn_heapprof` (HEAPPROF_BENCH_HOOKED: HEAPPROF_REPLACE_MALLOC).
 // The plain build also runs under LD_PRELOAD=libheapprof_preload.so, and both
 // under a preloaded jemalloc or tcmalloc (bench/run.sh).
-// Usage: bench_malloc_churn_{plain,heapprof} [rate] [pairs] [depth] [calloc]
+// Usage: bench_malloc_churn_{plain,heapprof} [rate] [pairs] [depth] [calloc|realloc]
 //   rate: heapprof sample rate (the hooked build; the preloaded library reads
 //   HEAPPROF=rate=...), default 524288. `calloc`: calloc(n, 1) + free pairs
-//   instead of malloc(n) + free.
+//   instead of malloc(n) + free. `realloc`: malloc(n), realloc to 2n, free
+//   (a triple counts as one pair).
 // Prints ns per pair in thread CPU time.
 #if defined(HEAPPROF_BENCH_HOOKED)
 #define HEAPPROF_REPLACE_MALLOC
@@ -25,26 +26,34 @@ namespace {
 
 void* volatile g_sink;
 
-template <bool kCalloc>
+enum Mode { kMalloc, kCalloc, kRealloc };
+
+template <Mode kMode>
 __attribute__((noinline)) void Churn(long pairs) {
   static const size_t kSizes[8] = {16, 24, 32, 48, 64, 96, 128, 256};
   for (long i = 0; i < pairs; ++i) {
-    void* p = kCalloc ? calloc(kSizes[i & 7], 1) : malloc(kSizes[i & 7]);
+    void* p = kMode == kCalloc ? calloc(kSizes[i & 7], 1) : malloc(kSizes[i & 7]);
+    if (kMode == kRealloc) {
+      g_sink = p;
+      p = realloc(p, 2 * kSizes[i & 7]);
+    }
     g_sink = p;
     free(p);
   }
 }
 
-__attribute__((noinline)) void AtDepth(int depth, long pairs, bool use_calloc) {
+__attribute__((noinline)) void AtDepth(int depth, long pairs, Mode mode) {
   if (depth <= 1) {
-    if (use_calloc) {
-      Churn<true>(pairs);
+    if (mode == kCalloc) {
+      Churn<kCalloc>(pairs);
+    } else if (mode == kRealloc) {
+      Churn<kRealloc>(pairs);
     } else {
-      Churn<false>(pairs);
+      Churn<kMalloc>(pairs);
     }
     return;
   }
-  AtDepth(depth - 1, pairs, use_calloc);
+  AtDepth(depth - 1, pairs, mode);
   asm volatile("" ::: "memory");  // keeps this frame: no tail call
 }
 
@@ -60,7 +69,15 @@ int main(int argc, char** argv) {
   const long rate = argc > 1 ? atol(argv[1]) : 524288;
   const long pairs = argc > 2 ? atol(argv[2]) : 20000000;
   const int depth = argc > 3 ? atoi(argv[3]) : 24;
-  const bool use_calloc = argc > 4 && strcmp(argv[4], "calloc") == 0;
+  Mode mode = kMalloc;
+  if (argc > 4 && strcmp(argv[4], "calloc") == 0) {
+    mode = kCalloc;
+  } else if (argc > 4 && strcmp(argv[4], "realloc") == 0) {
+    mode = kRealloc;
+  } else if (argc > 4) {
+    fprintf(stderr, "bench_malloc_churn: unknown mode %s (calloc or realloc)\n", argv[4]);
+    return 2;
+  }
 #if defined(HEAPPROF_BENCH_HOOKED)
   heapprof::SetSampleRate(static_cast<size_t>(rate));
 #else
@@ -72,9 +89,9 @@ int main(int argc, char** argv) {
   // same sample; without a profiler, one mmap and munmap outside the count.
   char* volatile w = static_cast<char*>(malloc(8ul << 20));
   free(w);
-  AtDepth(depth, pairs / 10, use_calloc);  // warm up
+  AtDepth(depth, pairs / 10, mode);  // warm up
   const double t0 = ThreadCpuNs();
-  AtDepth(depth, pairs, use_calloc);
+  AtDepth(depth, pairs, mode);
   printf("%.3f\n", (ThreadCpuNs() - t0) / static_cast<double>(pairs));
   return 0;
 }

@@ -89,9 +89,16 @@
 
 // The fast path reads one thread-local pointer. initial-exec makes that a single
 // %fs-relative load instead of a __tls_get_addr call when heapprof lives in a
-// shared object; glibc reserves static TLS surplus for exactly this use.
+// shared object; glibc reserves static TLS surplus for exactly this use. Code
+// for an executable (-fPIE, or not PIC at all) says local-exec: the variable
+// is then at a constant offset from %fs, read in one instruction. (With
+// initial-exec the linker rewrote the offset's GOT load into a constant too,
+// but the compiler, not knowing, kept that offset in a callee-saved register
+// across the allocator call: 3 instructions per malloc+free pair.)
 #if defined(HEAPPROF_NO_INITIAL_EXEC_TLS) || !defined(__GNUC__)
 #define HEAPPROF_TLS_MODEL
+#elif defined(__PIE__) || !defined(__PIC__)
+#define HEAPPROF_TLS_MODEL __attribute__((tls_model("local-exec")))
 #else
 #define HEAPPROF_TLS_MODEL __attribute__((tls_model("initial-exec")))
 #endif
@@ -16163,7 +16170,10 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
   HotFree(p, [](void* q) { g_fn.free(q); }, &FreeCold);
 }
 
-HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret) noexcept {
+// realloc's cold half: every case the hot path below leaves (another
+// allocator than glibc's, a sampled or bootstrap or mmapped block, a sample
+// due, realloc(p, 0), a thread without a slot).
+HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* ret) noexcept {
   if (p == nullptr) {
     void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
@@ -16200,6 +16210,78 @@ HEAPPROF_ALWAYS_INLINE void* ReallocBody(void* p, std::size_t n, const void* ret
   }
   // else realloc(p, 0) freed p (glibc): counted above.
   return q;
+}
+
+// The hot path's realloc failed: `p` is still the caller's, unchanged, and
+// its free was counted before the call. It is counted back (as ReallocCold
+// does: a free and an allocation of the same block), then the failure hook.
+HEAPPROF_NOINLINE inline void* ReallocFailed(void* p, std::size_t n) noexcept {
+  ThreadState* ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, BlockSize(p));
+  OnAllocFailure(n);  // keeps errno
+  return nullptr;
+}
+
+// realloc's hot path: p != nullptr, n != 0, the old block unsampled and no
+// sample due (the countdown above n, so the request is n itself). On glibc
+// (g_glibc_chunks) the old block is unsampled when its chunk word is below
+// sampled_min (as in HotFreeGlibc: a bootstrap block's word of all ones and
+// an mmapped chunk fail that test), and both sizes are chunk words. Under a
+// size-class allocator (g_class_table: jemalloc, tcmalloc) the free filter
+// says the old block is unsampled (and it is not a bootstrap block, which
+// that allocator does not know), and both sizes are malloc_usable_size
+// (realloc may keep a block in place at its old size: tcmalloc does). The old
+// block's free is counted before the call; only p and n stay live across it
+// (for a failure). True when it handled the call (`out`: the result).
+HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexcept {
+  if (HEAPPROF_UNLIKELY(p == nullptr || n == 0)) return false;
+  // The countdown is compared unsigned (it is never negative): a request
+  // above INT64_MAX is not a negative one.
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) {
+    std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
+    asm("" : "+r"(at));  // see GlibcChunkUsable
+    const std::size_t head8 = *reinterpret_cast<const std::size_t*>(at) - 8;
+    ThreadState* ts = tls_thread_state;
+    const std::uint64_t countdown = static_cast<std::uint64_t>(LoadRelaxed(ts->countdown));
+    if (HEAPPROF_UNLIKELY(head8 >= LoadRelaxed(ts->sampled_min) || n >= countdown)) return false;
+    StoreRelaxed(ts->countdown, static_cast<std::int64_t>(countdown - n));
+    BumpCounter(ts->free_objects, 1);
+    BumpCounter(ts->free_bytes, head8 & ~std::size_t{7});
+    void* q = g_fn.realloc(p, n);
+    if (HEAPPROF_UNLIKELY(q == nullptr)) {
+      out = ReallocFailed(p, n);
+      return true;
+    }
+    ts = tls_thread_state;
+    BumpCounter(ts->alloc_objects, 1);
+    BumpCounter(ts->alloc_bytes, GlibcChunkUsable(q));
+    out = q;
+    return true;
+  }
+#endif
+  if (!__atomic_load_n(&g_class_table, __ATOMIC_ACQUIRE)) return false;
+  ThreadState* ts = tls_thread_state;
+  const std::uint64_t countdown = static_cast<std::uint64_t>(LoadRelaxed(ts->countdown));
+  // (A thread without a slot has the empty state's countdown of 0.)
+  if (HEAPPROF_UNLIKELY(n >= countdown || MaybeSampled(p) || IsBootstrap(p))) return false;
+  StoreRelaxed(ts->countdown, static_cast<std::int64_t>(countdown - n));
+  const std::size_t old = g_underlying_usable_size(p);
+  ts = tls_thread_state;
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, old);
+  void* q = g_fn.realloc(p, n);
+  if (HEAPPROF_UNLIKELY(q == nullptr)) {
+    out = ReallocFailed(p, n);
+    return true;
+  }
+  const std::size_t now = g_underlying_usable_size(q);
+  ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, now);
+  out = q;
+  return true;
 }
 
 }  // namespace real
@@ -16250,8 +16332,17 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) no
   return heapprof::detail::real::CallocCold(1, n, HEAPPROF_DETAIL_RET);
 }
 
+// realloc(nullptr, n) is malloc's hot path; realloc(p, n) has its own.
 HEAPPROF_DETAIL_MALLOC_HOOK void* realloc(void* p, std::size_t n) noexcept {
-  return heapprof::detail::real::ReallocBody(p, n, HEAPPROF_DETAIL_RET);
+  if (p == nullptr) {
+    if (void* q = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+      return q;
+    }
+    return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
+  }
+  void* q;
+  if (heapprof::detail::real::HotRealloc(p, n, q)) return q;
+  return heapprof::detail::real::ReallocCold(p, n, HEAPPROF_DETAIL_RET);
 }
 
 // glibc's reallocarray: ENOMEM when count * size overflows, else realloc.
@@ -16261,7 +16352,9 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
     errno = ENOMEM;
     return nullptr;
   }
-  return heapprof::detail::real::ReallocBody(p, n, HEAPPROF_DETAIL_RET);
+  void* q;
+  if (heapprof::detail::real::HotRealloc(p, n, q)) return q;
+  return heapprof::detail::real::ReallocCold(p, n, HEAPPROF_DETAIL_RET);
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {

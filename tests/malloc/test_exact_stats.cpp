@@ -38,7 +38,7 @@ TEST_CASE("exact Stats: new char[] / delete[] x 1M at the default rate") {
   CHECK(d.after.live_bytes > 0);  // the process still holds memory: never reads 0
 }
 
-TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and malloc/calloc/free, at several rates") {
+TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and malloc/calloc/realloc/free, at several rates") {
   for (std::size_t r : {std::size_t{524288}, std::size_t{4096}, std::size_t{1}}) {
     CAPTURE(r);
     RateScope rate(r);
@@ -50,8 +50,19 @@ TEST_CASE("exact Stats: a mix of every delete form, unique_ptr<char[]> and mallo
       const std::size_t n = static_cast<std::size_t>(i % 1500 + 1);
       arrays.emplace_back(new char[n]);
       // calloc(n, 1) for every fourth: its hot path asks for calloc(1, n).
-      void* m = (i % 4 == 1) ? std::calloc(n, 1) : (i % 2) ? std::malloc(n) : ::operator new(n);
+      // realloc(nullptr, n) for every eighth (malloc's hot path).
+      void* m = (i % 4 == 1)   ? std::calloc(n, 1)
+                : (i % 2)      ? std::malloc(n)
+                : (i % 8 == 6) ? std::realloc(nullptr, n)
+                               : ::operator new(n);
       if (i % 4 == 1) REQUIRE((static_cast<unsigned char*>(m)[0] | static_cast<unsigned char*>(m)[n - 1]) == 0);
+      if (i % 6 == 3) {  // realloc's own hot path: grow (the block moves) or shrink (in place on glibc)
+        const std::size_t to = (i % 12 == 3) ? 2 * n + 100 : n / 2 + 1;
+        static_cast<unsigned char*>(m)[0] = 0x5a;
+        m = std::realloc(m, to);
+        REQUIRE(m != nullptr);
+        REQUIRE(static_cast<unsigned char*>(m)[0] == 0x5a);
+      }
       c_blocks.push_back(m);
       strings.push_back(new std::string(n, 'x'));
       if (i % 3 == 0) {
