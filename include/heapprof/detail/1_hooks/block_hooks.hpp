@@ -81,14 +81,21 @@ inline std::size_t (*g_underlying_usable_size)(void*) = &malloc_usable_size;
 // flag bits (bit 1: the chunk is mmapped). musable() is that size less the
 // header: 16 bytes for an mmapped chunk, 8 for a heap chunk (whose next
 // chunk's prev_size word is usable while this one is in use).
-HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
+HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkWord(const void* p) noexcept {
   // The header is outside the block as the compiler knows it (malloc's
-  // result): the empty asm hides where the address came from, or GCC rejects
-  // the read (-Warray-bounds) and may assume it cannot happen.
-  std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
-  asm("" : "+r"(at));
-  const std::size_t head = *reinterpret_cast<const std::size_t*>(at);
-  return (head & ~std::size_t{7}) - 8 - ((head & 2) << 2);  // - 16 when bit 1 is set
+  // result): the empty asm hides where the pointer came from, or GCC rejects
+  // the read (-Warray-bounds) and may assume it cannot happen. (On the
+  // pointer itself, not on the header's address: the load keeps its -8.)
+  const std::size_t* block = static_cast<const std::size_t*>(p);
+  asm("" : "+r"(block));
+  return block[-1];
+}
+HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
+  const std::size_t head = GlibcChunkWord(p);
+  // A branch, not arithmetic on bit 1: only blocks of 128 KiB and more are
+  // mmapped, so it is predicted, and the common case is two ALU ops.
+  if (HEAPPROF_LIKELY((head & 2) == 0)) return (head & ~std::size_t{7}) - 8;
+  return (head & ~std::size_t{7}) - 16;
 }
 
 // The usable size of a live block from malloc (or the allocator behind it).
@@ -347,9 +354,7 @@ template <class Release, class Cold>
 HEAPPROF_ALWAYS_INLINE void HotFreeGlibc(void* p, Release release, Cold cold) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   {
-    std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
-    asm("" : "+r"(at));  // see GlibcChunkUsable
-    const std::size_t head8 = *reinterpret_cast<const std::size_t*>(at) - 8;
+    const std::size_t head8 = GlibcChunkWord(p) - 8;
     ThreadState* ts = tls_thread_state;
     if (HEAPPROF_LIKELY(head8 < LoadRelaxed(ts->sampled_min))) {
       BumpCounter(ts->free_objects, 1);

@@ -414,9 +414,7 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
   // above INT64_MAX is not a negative one.
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) {
-    std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) - sizeof(std::size_t);
-    asm("" : "+r"(at));  // see GlibcChunkUsable
-    const std::size_t head8 = *reinterpret_cast<const std::size_t*>(at) - 8;
+    const std::size_t head8 = GlibcChunkWord(p) - 8;
     ThreadState* ts = tls_thread_state;
     const std::uint64_t countdown = static_cast<std::uint64_t>(LoadRelaxed(ts->countdown));
     if (HEAPPROF_UNLIKELY(head8 >= LoadRelaxed(ts->sampled_min) || n >= countdown)) return false;
