@@ -324,6 +324,24 @@ if has callgrind; then
       echo "$row |"
     done
     echo
+    echo "The rest of the malloc family (bench_malloc_churn's modes): calloc(n, 1) + free, and"
+    echo "malloc(n) + realloc to 2n + free (one triple counted as one pair)."
+    echo
+    echo "| allocator | calloc/free | compiled in | malloc/realloc/free | compiled in |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
+    for c in "glibc|" "jemalloc|$jemalloc" "tcmalloc|$tcmalloc"; do
+      IFS='|' read -r name pre <<<"$c"
+      [[ $name != glibc && -z $pre ]] && continue
+      extra=()
+      [[ -n $pre ]] && extra=(--soname-synonyms=somalloc=NONE)
+      row="| $name"
+      for mode in calloc realloc; do
+        row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_plain" 0 1000000 24 $mode)"
+        row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_heapprof" 524288 1000000 24 $mode)"
+      done
+      echo "$row |"
+    done
+    echo
   else
     echo "field.sh: valgrind not found (apt-get install valgrind): no instruction counts"
   fi

@@ -313,8 +313,11 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
 template <bool kExact = true, class Alloc>
 HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
   ThreadState* ts = tls_thread_state;
-  const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
-  if (HEAPPROF_UNLIKELY(left <= 0)) return nullptr;
+  // Compared unsigned (a countdown is never negative): a request above
+  // INT64_MAX (one that will fail) goes cold instead of raising the countdown.
+  const std::uint64_t countdown = static_cast<std::uint64_t>(LoadRelaxed(ts->countdown));
+  if (HEAPPROF_UNLIKELY(n >= countdown)) return nullptr;
+  const std::int64_t left = static_cast<std::int64_t>(countdown - n);
   // The countdown is stored before the call: nothing of it stays live across
   // it. A signal handler's allocation in between sees it already spent. (A
   // failed allocation keeps it spent: the cold function tries again and
