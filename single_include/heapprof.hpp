@@ -16178,9 +16178,10 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
   HotFree(p, [](void* q) { g_fn.free(q); }, &FreeCold);
 }
 
-// realloc's cold half: every case the hot path below leaves (another
-// allocator than glibc's, a sampled or bootstrap or mmapped block, a sample
-// due, realloc(p, 0), a thread without a slot).
+// realloc's cold half: every case the hot path below leaves (an allocator
+// with neither glibc's chunks nor a size table, a maybe-sampled or bootstrap
+// block, a glibc block of 1 KiB or more, a sample due, realloc(p, 0), a
+// thread without a slot).
 HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* ret) noexcept {
   if (p == nullptr) {
     void* q = g_fn.malloc(SampledRequest(n));
