@@ -301,6 +301,7 @@ if has callgrind; then
     }
     vg=(valgrind --tool=callgrind --callgrind-out-file=/dev/null "--toggle-collect=*Churn*")
     preload=$build/libheapprof_preload.so
+    family_rows=""
     for c in "glibc|" "jemalloc|$jemalloc" "tcmalloc|$tcmalloc"; do
       IFS='|' read -r name pre <<<"$c"
       [[ $name != glibc && -z $pre ]] && continue
@@ -313,6 +314,12 @@ if has callgrind; then
           row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_churn_$kind" 524288 1000000 24 $form)"
         done
       done
+      family="| $name"  # the second table's row: calloc and realloc modes
+      for mode in calloc realloc; do
+        family+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_plain" 0 1000000 24 $mode)"
+        family+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_heapprof" 524288 1000000 24 $mode)"
+      done
+      family_rows+="$family |"$'\n'
       row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_plain" 0 1000000 24)"
       row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_heapprof" 524288 1000000 24)"
       if [[ -e $preload ]]; then
@@ -329,19 +336,7 @@ if has callgrind; then
     echo
     echo "| allocator | calloc/free | compiled in | malloc/realloc/free | compiled in |"
     echo "| --- | ---: | ---: | ---: | ---: |"
-    for c in "glibc|" "jemalloc|$jemalloc" "tcmalloc|$tcmalloc"; do
-      IFS='|' read -r name pre <<<"$c"
-      [[ $name != glibc && -z $pre ]] && continue
-      extra=()
-      [[ -n $pre ]] && extra=(--soname-synonyms=somalloc=NONE)
-      row="| $name"
-      for mode in calloc realloc; do
-        row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_plain" 0 1000000 24 $mode)"
-        row+=" | $(cg "LD_PRELOAD=$pre" "${vg[@]}" "${extra[@]}" "$bin/bench_malloc_churn_heapprof" 524288 1000000 24 $mode)"
-      done
-      echo "$row |"
-    done
-    echo
+    printf '%s\n' "$family_rows"
   else
     echo "field.sh: valgrind not found (apt-get install valgrind): no instruction counts"
   fi

@@ -16232,6 +16232,24 @@ HEAPPROF_NOINLINE inline void* ReallocFailed(void* p, std::size_t n) noexcept {
   return nullptr;
 }
 
+// The hot path's realloc once it is decided: the old block's free (of `old`
+// bytes) counted before the call, the new block's (`size_of(q)`) after it; a
+// failure goes to ReallocFailed. `ts`: the calling thread's state; read
+// again after the call (cheaper than keeping it).
+template <class SizeOf>
+HEAPPROF_ALWAYS_INLINE void* ReallocCounted(void* p, std::size_t n, ThreadState* ts, std::size_t old,
+                                            SizeOf size_of) noexcept {
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, old);
+  void* q = g_fn.realloc(p, n);
+  if (HEAPPROF_UNLIKELY(q == nullptr)) return ReallocFailed(p, n);
+  const std::size_t now = size_of(q);
+  ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, now);
+  return q;
+}
+
 // realloc's hot path: p != nullptr, n != 0, the old block unsampled and no
 // sample due (the countdown above n, so the request is n itself). On glibc
 // (g_glibc_chunks) the old block is unsampled when its chunk word is below
@@ -16254,17 +16272,7 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
     const std::uint64_t countdown = static_cast<std::uint64_t>(LoadRelaxed(ts->countdown));
     if (HEAPPROF_UNLIKELY(head8 >= LoadRelaxed(ts->sampled_min) || n >= countdown)) return false;
     StoreRelaxed(ts->countdown, static_cast<std::int64_t>(countdown - n));
-    BumpCounter(ts->free_objects, 1);
-    BumpCounter(ts->free_bytes, head8 & ~std::size_t{7});
-    void* q = g_fn.realloc(p, n);
-    if (HEAPPROF_UNLIKELY(q == nullptr)) {
-      out = ReallocFailed(p, n);
-      return true;
-    }
-    ts = tls_thread_state;
-    BumpCounter(ts->alloc_objects, 1);
-    BumpCounter(ts->alloc_bytes, GlibcChunkUsable(q));
-    out = q;
+    out = ReallocCounted(p, n, ts, head8 & ~std::size_t{7}, [](void* q) { return GlibcChunkUsable(q); });
     return true;
   }
 #endif
@@ -16275,19 +16283,7 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
   if (HEAPPROF_UNLIKELY(n >= countdown || MaybeSampled(p) || IsBootstrap(p))) return false;
   StoreRelaxed(ts->countdown, static_cast<std::int64_t>(countdown - n));
   const std::size_t old = g_underlying_usable_size(p);
-  ts = tls_thread_state;
-  BumpCounter(ts->free_objects, 1);
-  BumpCounter(ts->free_bytes, old);
-  void* q = g_fn.realloc(p, n);
-  if (HEAPPROF_UNLIKELY(q == nullptr)) {
-    out = ReallocFailed(p, n);
-    return true;
-  }
-  const std::size_t now = g_underlying_usable_size(q);
-  ts = tls_thread_state;
-  BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, now);
-  out = q;
+  out = ReallocCounted(p, n, tls_thread_state, old, [](void* q) { return g_underlying_usable_size(q); });
   return true;
 }
 
