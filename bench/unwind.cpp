@@ -8,6 +8,8 @@
 //   table, every frame stepped   the same with replay off: every frame
 //                       derived from the unwind tables (a stack unlike the last)
 //   table, walk only    the walk alone (no replay), on a snapshot taken beforehand
+//   ..., no guesses     the same with the rule cache's return-address guesses
+//                       off (table.hpp: ReturnAddressAt), side by side
 //   table, stepped, cache cold   every frame stepped, and the rule-cache
 //                       entry of every return address on the stack cleared
 //                       after each unwind, so each distinct return address is
@@ -99,8 +101,12 @@ _Unwind_Reason_Code CollectFrame(_Unwind_Context* ctx, void* arg) {
   return _URC_NO_REASON;
 }
 
-enum Method { kFp, kTable, kTableStepped, kTableNoGen, kTableCold, kLibgcc, kLibunwind, kGlibc, kMethods };
-const char* const kNames[kMethods] = {"frame pointers", "table", "table, every frame stepped", "table, walk only",
+enum Method {
+  kFp, kTable, kTableNoGuess, kTableStepped, kTableSteppedNoGuess, kTableNoGen, kTableCold,
+  kLibgcc, kLibunwind, kGlibc, kMethods
+};
+const char* const kNames[kMethods] = {"frame pointers", "table", "table, no guesses", "table, every frame stepped",
+                                      "table, stepped, no guesses", "table, walk only",
                                       "table, stepped, cache cold",
                                       "libgcc _Unwind_Backtrace", "libunwind unw_backtrace", "glibc backtrace()"};
 
@@ -123,9 +129,21 @@ __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
     case kTable:
       hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
       return stack.depth;
+    case kTableNoGuess:
+      ut::g_guess_walks.store(false, std::memory_order_relaxed);
+      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      ut::g_guess_walks.store(true, std::memory_order_relaxed);
+      return stack.depth;
     case kTableStepped:
       ut::g_replay_walks.store(false, std::memory_order_relaxed);
       hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      ut::g_replay_walks.store(true, std::memory_order_relaxed);
+      return stack.depth;
+    case kTableSteppedNoGuess:
+      ut::g_replay_walks.store(false, std::memory_order_relaxed);
+      ut::g_guess_walks.store(false, std::memory_order_relaxed);
+      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+      ut::g_guess_walks.store(true, std::memory_order_relaxed);
       ut::g_replay_walks.store(true, std::memory_order_relaxed);
       return stack.depth;
     case kTableCold: {
@@ -301,7 +319,8 @@ Result g_first[kMethods];
 Result g_warm[kMethods];
 Result g_warm_deep[kMethods];
 // The same on a stack of functions without frame pointers (GCC only).
-constexpr Method kNoFpMethods[] = {kTable, kTableStepped, kTableNoGen, kTableCold, kLibunwind};
+constexpr Method kNoFpMethods[] = {kTable,     kTableNoGuess, kTableStepped, kTableSteppedNoGuess,
+                                   kTableNoGen, kTableCold,    kLibunwind};
 Result g_nofp[kMethods];
 Result g_nofp_deep[kMethods];
 bool g_have_nofp = false;
@@ -392,6 +411,86 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) int DownNoFp(int depth
   return r + 1;
 }
 #define HEAPPROF_BENCH_HAVE_NOFP 1
+
+// Random stacks: kDepth levels of two functions without frame pointers,
+// each level calling one or the other per a bit of a random shape, one
+// unwind at the bottom, a new shape each time. A return address (4 of them:
+// A or B calling A or B) is followed by either of two, at random: a guess is
+// right half the time, the worst case for guessing that is not adversarial.
+// Reported per frame: (descent + unwind) - (descent alone), the best of the
+// batches, over the frames the unwind returned.
+constexpr int kShapes = 256;
+std::uint64_t g_shapes[kShapes];
+Method g_poly_method = kMethods;  // kMethods: descend only
+int g_poly_frames = 0;
+std::uintptr_t g_poly_lo = 0, g_poly_hi = 0;
+
+__attribute__((noinline)) void PolyMeasure(const void* hook_return) {
+  Where w{__builtin_frame_address(0), hook_return, reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)),
+          g_poly_hi};
+  if (g_poly_method != kMethods) g_poly_frames = UnwindOnce(g_poly_method, w);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void PolyHook() {
+  PolyMeasure(__builtin_return_address(0));
+  asm volatile("" ::: "memory");
+}
+int PolyB(int depth, std::uint64_t shape);
+__attribute__((noinline, optimize("omit-frame-pointer"))) int PolyA(int depth, std::uint64_t shape) {
+  if (depth <= 1) {
+    PolyHook();
+    return 0;
+  }
+  int r = (shape & 1) != 0 ? PolyA(depth - 1, shape >> 1) : PolyB(depth - 1, shape >> 1);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+__attribute__((noinline, optimize("omit-frame-pointer"))) int PolyB(int depth, std::uint64_t shape) {
+  if (depth <= 1) {
+    PolyHook();
+    return 0;
+  }
+  int r = (shape & 1) != 0 ? PolyA(depth - 1, shape >> 1) : PolyB(depth - 1, shape >> 1);
+  asm volatile("" : "+r"(r));
+  return r + 1;
+}
+
+// ns per descent (+ unwind, unless kMethods), best of kBatches.
+double PolyRun(Method m) {
+  g_poly_method = m;
+  double best = 0;
+  for (int b = -1; b < kBatches; ++b) {  // batch -1: warm-up
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kPerBatch; ++i) PolyA(kDepth - 1, g_shapes[i % kShapes]);
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kPerBatch;
+    if (b >= 0 && (best == 0 || ns < best)) best = ns;
+  }
+  return best;
+}
+
+void ReportPoly() {
+  std::uint64_t x = 0x243f6a8885a308d3ull;  // fixed seed: the same shapes every run
+  for (auto& shape : g_shapes) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    shape = x;
+  }
+  hd::CurrentStackBounds(g_poly_lo, g_poly_hi);
+  std::printf("\nrandom stacks (a new %d-deep stack of two functions without frame pointers each unwind; ns per"
+              " frame, unwind only)\n", kDepth);
+  const Method methods[] = {kTable, kTableNoGuess, kTableStepped, kTableSteppedNoGuess, kLibunwind};
+  double cost[kMethods] = {};
+  int frames[kMethods] = {};
+  for (int round = 0; round < 3; ++round) {  // interleaved, best of three rounds
+    const double base = PolyRun(kMethods);
+    for (Method m : methods) {
+      const double t = PolyRun(m) - base;
+      frames[m] = g_poly_frames;
+      if (round == 0 || t < cost[m]) cost[m] = t;
+    }
+  }
+  for (Method m : methods)
+    std::printf("  %-26s %7d %12.2f\n", kNames[m], frames[m], frames[m] > 0 ? cost[m] / frames[m] : 0.0);
+}
 #endif
 
 __attribute__((noinline)) int Down(int depth, bool deep) {
@@ -433,5 +532,8 @@ int main() {
   DownNoFp(kDeepDepth - 1, true);
 #endif
   Report();
+#if defined(HEAPPROF_BENCH_HAVE_NOFP)
+  ReportPoly();
+#endif
   return 0;
 }

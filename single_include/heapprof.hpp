@@ -5080,6 +5080,14 @@ struct RuleCache {
 
 inline RuleCache g_rule_cache;
 
+// Per cache slot, a guess, never trusted: the return address found in the
+// caller's frame the last time a walk stepped out of a frame whose return
+// address has this slot (ReturnAddressAt). 32 KiB of .bss.
+struct ReturnAddressGuesses {
+  std::atomic<std::uintptr_t> next_ra[kRuleCacheEntries];
+};
+inline ReturnAddressGuesses g_guesses;
+
 // A snapshot's tag in the cache keys (computed once per walk).
 HEAPPROF_ALWAYS_INLINE std::uint64_t CacheTag(std::uint32_t serial) noexcept {
   return static_cast<std::uint64_t>(serial) * 0x9e3779b97f4a7c15ull;
@@ -5726,6 +5734,7 @@ struct Cursor {
   const Object* object = nullptr;  // the last object a lookup hit: frames cluster
   const Table* table = nullptr;
   std::uintptr_t unknown_pc = 0;   // the first PC found in no object of `set`, if any
+  int guesses_left = 0;            // wrong guesses this walk may still make (ReturnAddressAt)
 };
 
 // One aligned word of the stack, if it lies in [lo, hi).
@@ -5813,9 +5822,9 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FramePointerStep(Cursor& c, 
 // the caller's fp. `cfa` must be checked by the caller to be 8-aligned and in
 // [r.sp + 8, stack_hi]: then CFA - 8 lies in [sp, hi) (sp >= stack_lo holds
 // for every frame, by induction from the first) and needs no further check.
-HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, Regs& r, std::uint32_t bits,
-                                                               std::uintptr_t cfa) noexcept {
-  const std::uintptr_t ra = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
+// `ra` is the word at cfa - 8 (read by the caller).
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStepAt(const Cursor& c, Regs& r, std::uint32_t bits,
+                                                                 std::uintptr_t cfa, std::uintptr_t ra) noexcept {
   if (ra == 0) return false;
   const eh::Rule rule{bits};
   std::uintptr_t fp = r.fp;
@@ -5826,17 +5835,66 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, 
     fp_at = cfa + static_cast<std::uintptr_t>(rule.fp_offset());
     if (fp_at - c.stack_lo > c.stack_hi - c.stack_lo - 8) return false;
     fp = *reinterpret_cast<const std::uintptr_t*>(fp_at);
-  } else if (fp_kind == eh::kFpAtFp) {
-    fp_at = r.fp + static_cast<std::uintptr_t>(rule.fp_offset());
-    if (!LoadWord(fp_at, c, fp)) return false;
-  } else if (fp_kind == eh::kFpLost) {
-    fp = 0;  // any later rule that needs it fails its bounds check
+  } else if (HEAPPROF_UNLIKELY(fp_kind != eh::kFpSame)) {  // kFpSame: code without frame pointers
+    if (fp_kind == eh::kFpAtFp) {
+      fp_at = r.fp + static_cast<std::uintptr_t>(rule.fp_offset());
+      if (!LoadWord(fp_at, c, fp)) return false;
+    } else {
+      fp = 0;  // kFpLost: any later rule that needs it fails its bounds check
+    }
   }
   r.pc = ra;
   r.sp = cfa;
   r.fp = fp;
   r.fp_at = fp_at;
   return true;
+}
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool FinishStep(const Cursor& c, Regs& r, std::uint32_t bits,
+                                                               std::uintptr_t cfa) noexcept {
+  return FinishStepAt(c, r, bits, cfa, *reinterpret_cast<const std::uintptr_t*>(cfa - 8));
+}
+
+// The return address at cfa - 8 of a frame whose CFA is sp + offset, through
+// the guess of its slot. Such a walk is one dependent chain a frame: return
+// address -> its slot's CFA offset -> CFA -> the next return address, two
+// loads. The guess (the word found there the last time a walk stepped out of
+// a frame with this slot) is read beside the offset, so while guesses are
+// right the chain is one load a frame: the compare below is a predicted
+// branch and the next frame's lookup starts from the guess without waiting
+// for the stack word. The word still decides: a wrong guess is replaced, and
+// costs a mispredicted branch (~15-20 cycles, more than the two loads it
+// would save), so a walk stops guessing after kWrongGuesses of them and
+// steps its remaining frames from the words, recording them for the next
+// walk (a store to a shared line, on the sample path only). A recursion
+// takes two a walk: its way out (a return address into the recursion, then
+// one into its caller) overwrites the guess its way in needs, and back.
+constexpr int kWrongGuesses = 3;
+// Off: no walk guesses (the benchmark's comparison; tests).
+inline std::atomic<bool> g_guess_walks{true};
+
+HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE std::uintptr_t ReturnAddressAt(Cursor& c, std::uintptr_t cfa,
+                                                                              std::size_t slot) noexcept {
+  const std::uintptr_t ra = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
+#if defined(__x86_64__)
+  // Opaque to the compiler: it would otherwise derive the guess's address
+  // from the key's, (slot + 0x1000) * 8: three more instructions on the chain.
+  asm("" : "+r"(slot));
+  std::atomic<std::uintptr_t>& next = g_guesses.next_ra[slot];
+  if (c.guesses_left > 0) {
+    const std::uintptr_t guess = next.load(std::memory_order_relaxed);
+    // The compare in asm: in C++ the compiler would know the two equal after
+    // it and use `ra`, the stack word, for what follows: the chain this
+    // avoids. Here it knows only the branch.
+    asm goto("cmpq %0, %1\n\tjne %l[wrong]" : : "r"(ra), "r"(guess) : "cc" : wrong);
+    return guess;
+  wrong:
+    --c.guesses_left;
+  }
+  next.store(ra, std::memory_order_relaxed);
+#else
+  (void)c, (void)slot;
+#endif
+  return ra;
 }
 
 // The caller's frame lies strictly above ours (so the walk terminates) and
@@ -5903,24 +5961,25 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noe
   }
   const std::uintptr_t off = cached.cfa_offset;
   const std::uint32_t kind = bits & 7u;
-  if (HEAPPROF_UNLIKELY(kind != eh::kCfaSpRel && kind != eh::kCfaFpRel)) {
-    // Through a copy: were `r` itself passed to an out-of-line call, the
-    // compiler would keep it in memory for the whole walk.
-    Regs copy = r;
-    const bool ok = StepOther(c, copy, bits, off);
-    r = copy;
-    return ok;
-  }
-  // Two paths rather than a select: a conditional move would wait for the
-  // cache entry's kind bits; a predicted branch does not.
-  if (kind == eh::kCfaSpRel) {
+  // Separate paths rather than a select: a conditional move would wait for
+  // the cache entry's kind bits; a predicted branch does not. The common
+  // kind first (code without frame pointers).
+  if (HEAPPROF_LIKELY(kind == eh::kCfaSpRel)) {
     const std::uintptr_t cfa = r.sp + off;
+    if (!CfaValid(c, r, cfa)) return false;
+    return FinishStepAt(c, r, bits, cfa, ReturnAddressAt(c, cfa, CacheSlot(r.pc)));
+  }
+  if (kind == eh::kCfaFpRel) {
+    const std::uintptr_t cfa = r.fp + off;
     if (!CfaValid(c, r, cfa)) return false;
     return FinishStep(c, r, bits, cfa);
   }
-  const std::uintptr_t cfa = r.fp + off;
-  if (!CfaValid(c, r, cfa)) return false;
-  return FinishStep(c, r, bits, cfa);
+  // Through a copy: were `r` itself passed to an out-of-line call, the
+  // compiler would keep it in memory for the whole walk.
+  Regs copy = r;
+  const bool ok = StepOther(c, copy, bits, off);
+  r = copy;
+  return ok;
 }
 
 // ---------------------------------------------------------------- replay
@@ -6147,6 +6206,7 @@ HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintpt
                                                CapturedStack& out, std::uintptr_t* unknown_pc = nullptr,
                                                WalkRecords* walks = nullptr) noexcept {
   Cursor c{set, stack_lo, stack_hi};
+  c.guesses_left = g_guess_walks.load(std::memory_order_relaxed) ? kWrongGuesses : 0;
   const bool ok = Walk(c, frame, leaf, out, walks);
   if (unknown_pc != nullptr) *unknown_pc = c.unknown_pc;  // the walk's first PC outside `set`
   return ok;

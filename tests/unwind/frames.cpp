@@ -70,7 +70,10 @@ __attribute__((noinline)) void FakeSlow(void* p, const void* hook_return, int ho
     const ut::ObjectSet* set = reading.active() ? ut::CurrentObjects() : nullptr;
     c->stepped.depth = -1;
     if (set != nullptr) {
-      ut::UnwindFrom(set, f, reinterpret_cast<std::uintptr_t>(hook_return), lo, hi, c->stepped);
+      // Without the rule cache's return-address guesses either (a Cursor
+      // of its own makes none): plain steps.
+      ut::Cursor cursor{set, lo, hi};
+      ut::Walk(cursor, f, reinterpret_cast<std::uintptr_t>(hook_return), c->stepped, nullptr);
     }
   }
 #if !defined(HEAPPROF_ASAN)
@@ -284,6 +287,30 @@ __attribute__((noinline)) int Recurse(int depth) {
   asm volatile("" : "+r"(v));
   return v + keep;
 }
+
+namespace {
+int ZigB(int depth, std::uint64_t shape);
+__attribute__((noinline)) int ZigA(int depth, std::uint64_t shape) {
+  if (depth <= 1) {
+    std::free(FakeNew(8));
+    return 0;
+  }
+  int v = (shape & 1) != 0 ? ZigA(depth - 1, shape >> 1) : ZigB(depth - 1, shape >> 1);
+  asm volatile("" : "+r"(v));
+  return v + 1;
+}
+__attribute__((noinline)) int ZigB(int depth, std::uint64_t shape) {
+  if (depth <= 1) {
+    std::free(FakeNew(16));
+    return 0;
+  }
+  int v = (shape & 1) != 0 ? ZigA(depth - 1, shape >> 1) : ZigB(depth - 1, shape >> 1);
+  asm volatile("" : "+r"(v));
+  return v + 2;
+}
+}  // namespace
+
+int Zigzag(int depth, std::uint64_t shape) { return ZigA(depth, shape); }
 
 // ---- through code with no unwind tables at all
 

@@ -17,7 +17,8 @@ constexpr int kMaxRef = 512;
 struct Capture {
   heapprof::detail::CapturedStack table;
   // The same stack walked again right after, every frame stepped (no replay,
-  // the thread's walk record untouched): what `table` must equal.
+  // no return-address guesses, the thread's walk record untouched): what
+  // `table` must equal.
   heapprof::detail::CapturedStack stepped;
   heapprof::detail::CapturedStack fp;
   std::uintptr_t ref[kMaxRef];  // _Unwind_Backtrace from the hook's caller on (trailing 0 dropped)
@@ -48,6 +49,9 @@ int StdFunctionCallback();                // std::function
 int OstreamCustomStreambuf();             // libstdc++.so's ostream calls our streambuf
 int CallOnceCallback();                   // std::call_once: libc's pthread_once calls back
 int Recurse(int depth);                   // plain recursion: depth frames
+// depth frames of two functions, each calling one or the other per a bit of
+// `shape` (bit 0 first): 4 return addresses, each followed by either of two
+int Zigzag(int depth, std::uint64_t shape);
 int ThroughNoCfi(int levels);             // via nocfi.cpp: functions without any .eh_frame
 int InThread();                           // a std::thread's stack
 int ViaColdFunction(int x);               // the hook reaches the slow path through a cold function, no tail call

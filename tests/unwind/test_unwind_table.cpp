@@ -680,8 +680,11 @@ TEST_CASE("replay: on garbage stacks changed a few words at a time, every walk e
     if (!ut::Step(c, r)) continue;
     const std::uintptr_t leaf = r.pc;
     hd::CapturedStack with, without;
+    // `with` replays and guesses return addresses (from guesses that earlier
+    // garbage walks left: mostly wrong); `without` steps every frame.
     const bool a = ut::UnwindFrom(set, frame, leaf, lo, hi, with, nullptr, walks.get());
-    const bool b = ut::UnwindFrom(set, frame, leaf, lo, hi, without);
+    ut::Cursor plain{set, lo, hi};
+    const bool b = ut::Walk(plain, frame, leaf, without, nullptr);
     REQUIRE(a == b);
     if (!a) continue;
     if (!SameStack(with, without)) {
@@ -693,6 +696,49 @@ TEST_CASE("replay: on garbage stacks changed a few words at a time, every walk e
   }
   MESSAGE("garbage walks: " << walked << " frames, " << replayed << " replayed, " << deep << " walks of 8+ frames");
   CHECK(replayed > 1000);
+}
+
+TEST_CASE("guesses: walks leave the return address each frame's caller had, and wrong guesses change no walk") {
+  // Every frame stepped (replay off), on stacks of two functions picked at
+  // random per level: each return address is followed by either of two, so
+  // about half the guesses are wrong. Each walk must still equal libgcc's and
+  // the plain step-by-step walk.
+  ut::g_replay_walks.store(false);
+  std::mt19937_64 rng(7);
+  int checked = 0;
+  for (int i = 0; i < 300; ++i) {
+    const int depth = 2 + static_cast<int>(rng() % 60);
+    const std::uint64_t shape = rng();
+    auto c = Run([&] { unwind_test::Zigzag(depth, shape); });
+    INFO("walk " << i << ", depth " << depth << "\n" << Dump(c->table.pcs, c->table.depth, c->ref, c->ref_n));
+    REQUIRE(c->taken);
+    CHECK(MatchesLibgcc(*c));
+    CHECK(SameStack(c->table, c->stepped));
+    ++checked;
+  }
+  // A stack of distinct frames, walked twice: each frame whose CFA is
+  // sp-relative (the guess is taken there) has left its caller's return
+  // address in its slot (unless another frame of the stack shares the slot).
+  auto first = Run([] { unwind_test::UserChain(6); });
+  auto again = Run([] { unwind_test::UserChain(6); });
+  ut::g_replay_walks.store(true);
+  REQUIRE(again->taken);
+  CHECK(MatchesLibgcc(*again));
+  const hd::CapturedStack& st = again->table;
+  int sp_relative = 0, learned = 0;
+  for (int i = 0; i + 1 < st.depth; ++i) {
+    const std::uint32_t rule = ut::RuleForPc(reinterpret_cast<const void*>(st.pcs[i] - 1));
+    if ((rule & 7u) != heapprof::detail::eh::kCfaSpRel) continue;
+    int sharing = 0;
+    for (int k = 0; k < st.depth; ++k) sharing += ut::CacheSlot(st.pcs[k]) == ut::CacheSlot(st.pcs[i]);
+    if (sharing > 1) continue;
+    ++sp_relative;
+    learned += ut::g_guesses.next_ra[ut::CacheSlot(st.pcs[i])].load() == st.pcs[i + 1];
+  }
+  MESSAGE(checked << " random stacks; UserChain(6): " << learned << " of " << sp_relative
+                  << " frames with an sp-relative CFA left their guess");
+  CHECK(sp_relative >= 4);
+  CHECK(learned == sp_relative);
 }
 
 TEST_CASE("replay: a stack equal to the last one, frame for frame, hands on what was interned for it") {
