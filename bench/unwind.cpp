@@ -27,6 +27,10 @@
 // (measured: 8 ns/frame instead of ~130), and a direct _Unwind_GetIP call
 // binds to libunwind's, which cannot read a libgcc context.
 //
+// Then (GCC only) the same on random stacks: a new stack of two functions
+// without frame pointers for every unwind (ReportPoly), where a guess is
+// right half the time and a walk meets its predecessor only by chance.
+//
 // "warm": the best of 41 batches of 5000 unwinds of the same stack, per
 // frame returned (best, not median: on a shared machine the slow batches
 // measure the neighbours; many short batches find a quiet moment more
