@@ -699,23 +699,32 @@ TEST_CASE("replay: on garbage stacks changed a few words at a time, every walk e
 }
 
 TEST_CASE("guesses: walks leave the return address each frame's caller had, and wrong guesses change no walk") {
-  // Every frame stepped (replay off), on stacks of two functions picked at
-  // random per level: each return address is followed by either of two, so
-  // about half the guesses are wrong. Each walk must still equal libgcc's and
-  // the plain step-by-step walk.
-  ut::g_replay_walks.store(false);
+  // Stacks of two functions picked at random per level: each return address
+  // is followed by either of two, so about half the guesses are wrong. Each
+  // walk must still equal libgcc's and the plain step-by-step walk. First
+  // every frame stepped (replay off); then with replay on, where walks meet
+  // their predecessor by chance (equal frame sizes), replay a few frames,
+  // part, and stop looking for meetings after two short ones.
   std::mt19937_64 rng(7);
   int checked = 0;
-  for (int i = 0; i < 300; ++i) {
-    const int depth = 2 + static_cast<int>(rng() % 60);
-    const std::uint64_t shape = rng();
-    auto c = Run([&] { unwind_test::Zigzag(depth, shape); });
-    INFO("walk " << i << ", depth " << depth << "\n" << Dump(c->table.pcs, c->table.depth, c->ref, c->ref_n));
-    REQUIRE(c->taken);
-    CHECK(MatchesLibgcc(*c));
-    CHECK(SameStack(c->table, c->stepped));
-    ++checked;
+  long replayed = 0;
+  for (const bool replay : {false, true}) {
+    ut::g_replay_walks.store(replay);
+    for (int i = 0; i < 300; ++i) {
+      const int depth = 2 + static_cast<int>(rng() % 60);
+      const std::uint64_t shape = rng();
+      auto c = Run([&] { unwind_test::Zigzag(depth, shape); });
+      INFO("replay " << replay << ", walk " << i << ", depth " << depth << "\n"
+                     << Dump(c->table.pcs, c->table.depth, c->ref, c->ref_n));
+      REQUIRE(c->taken);
+      CHECK(MatchesLibgcc(*c));
+      CHECK(SameStack(c->table, c->stepped));
+      ++checked;
+      if (replay) replayed += ut::LastWalkReplayed();
+    }
   }
+  CHECK(replayed > 0);  // the second half did meet its predecessors
+  ut::g_replay_walks.store(false);
   // A stack of distinct frames, walked twice: each frame whose CFA is
   // sp-relative (the guess is taken there) has left its caller's return
   // address in its slot (unless another frame of the stack shares the slot).
@@ -735,7 +744,7 @@ TEST_CASE("guesses: walks leave the return address each frame's caller had, and 
     ++sp_relative;
     learned += ut::g_guesses.next_ra[ut::CacheSlot(st.pcs[i])].load() == st.pcs[i + 1];
   }
-  MESSAGE(checked << " random stacks; UserChain(6): " << learned << " of " << sp_relative
+  MESSAGE(checked << " random stacks (" << replayed << " frames replayed); UserChain(6): " << learned << " of " << sp_relative
                   << " frames with an sp-relative CFA left their guess");
   CHECK(sp_relative >= 4);
   CHECK(learned == sp_relative);
