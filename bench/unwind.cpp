@@ -418,16 +418,17 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) int DownNoFp(int depth
 
 // Random stacks: kDepth levels of two functions without frame pointers,
 // each level calling one or the other per a bit of a random shape, one
-// unwind at the bottom, a new shape each time. A return address (4 of them:
-// A or B calling A or B) is followed by either of two, at random: a guess is
-// right half the time, the worst case for guessing that is not adversarial.
+// unwind at the bottom, a new shape each time. A return address (4 of
+// them: Poly<0> or Poly<1> calling either) is followed by either of two, at
+// random: a guess is right half the time, the worst case for guessing that
+// is not adversarial.
 // Reported per frame: (descent + unwind) - (descent alone), the best of the
 // batches, over the frames the unwind returned.
 constexpr int kShapes = 256;
 std::uint64_t g_shapes[kShapes];
 Method g_poly_method = kMethods;  // kMethods: descend only
 int g_poly_frames = 0;
-std::uintptr_t g_poly_lo = 0, g_poly_hi = 0;
+std::uintptr_t g_poly_hi = 0;
 
 __attribute__((noinline)) void PolyMeasure(const void* hook_return) {
   Where w{__builtin_frame_address(0), hook_return, reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)),
@@ -439,24 +440,18 @@ __attribute__((noinline)) void PolyHook() {
   PolyMeasure(__builtin_return_address(0));
   asm volatile("" ::: "memory");
 }
-int PolyB(int depth, std::uint64_t shape);
-__attribute__((noinline, optimize("omit-frame-pointer"))) int PolyA(int depth, std::uint64_t shape) {
+// Poly<0> and Poly<1>: one body, two functions. The return value differs
+// between them: identical functions are folded into one (GCC's -fipa-icf
+// did, and both call sites then called the same function).
+template <int kWhich>
+__attribute__((noinline, optimize("omit-frame-pointer"))) int Poly(int depth, std::uint64_t shape) {
   if (depth <= 1) {
     PolyHook();
     return 0;
   }
-  int r = (shape & 1) != 0 ? PolyA(depth - 1, shape >> 1) : PolyB(depth - 1, shape >> 1);
+  int r = (shape & 1) != 0 ? Poly<0>(depth - 1, shape >> 1) : Poly<1>(depth - 1, shape >> 1);
   asm volatile("" : "+r"(r));
-  return r + 1;
-}
-__attribute__((noinline, optimize("omit-frame-pointer"))) int PolyB(int depth, std::uint64_t shape) {
-  if (depth <= 1) {
-    PolyHook();
-    return 0;
-  }
-  int r = (shape & 1) != 0 ? PolyA(depth - 1, shape >> 1) : PolyB(depth - 1, shape >> 1);
-  asm volatile("" : "+r"(r));
-  return r + 1;
+  return r + 1 + kWhich;
 }
 
 // ns per descent (+ unwind, unless kMethods), best of kBatches.
@@ -465,7 +460,7 @@ double PolyRun(Method m) {
   double best = 0;
   for (int b = -1; b < kBatches; ++b) {  // batch -1: warm-up
     const auto t0 = Clock::now();
-    for (int i = 0; i < kPerBatch; ++i) PolyA(kDepth - 1, g_shapes[i % kShapes]);
+    for (int i = 0; i < kPerBatch; ++i) Poly<0>(kDepth - 1, g_shapes[i % kShapes]);
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kPerBatch;
     if (b >= 0 && (best == 0 || ns < best)) best = ns;
   }
@@ -478,7 +473,8 @@ void ReportPoly() {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     shape = x;
   }
-  hd::CurrentStackBounds(g_poly_lo, g_poly_hi);
+  std::uintptr_t lo = 0;  // each unwind's low bound is its own frame (PolyMeasure)
+  hd::CurrentStackBounds(lo, g_poly_hi);
   std::printf("\nrandom stacks (a new %d-deep stack of two functions without frame pointers each unwind; ns per"
               " frame, unwind only)\n", kDepth);
   const Method methods[] = {kTable, kTableNoGuess, kTableStepped, kTableSteppedNoGuess, kLibunwind};

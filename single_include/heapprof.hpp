@@ -6157,10 +6157,10 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
       // stack still holds prev's next return address. Without the last test
       // a stack matching prev's frames at random (same frame sizes, same
       // call sites) called Replay to check one word and return, several
-      // times a walk (bench/unwind.cpp, random stacks: 7.9 ns a frame, now
-      // 6.6; stepping every frame 4.4). Replay would have stopped at that
+      // times a walk (bench/unwind.cpp, random stacks: 6.6 ns a frame, now
+      // 6.05; stepping every frame 4.2). Replay would have stopped at that
       // word, so the walk is the same. (The same tests joined with & into one
-      // branch measured slower: 7.4.)
+      // branch measured slower.)
       if (j < meet_end && prev.frames[j].sp == r.sp && prev.frames[j].pc == r.pc && prev.frames[j].fp == r.fp &&
           (j + 1 == prev.n ||
            *reinterpret_cast<const std::uintptr_t*>(prev.frames[j + 1].sp - 8) == prev.frames[j + 1].pc)) {
@@ -6183,8 +6183,8 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
         // A meeting that replayed fewer than 4 frames cost more than it
         // saved (an out-of-line call, for a few frames at load throughput);
         // after two, the walk stops looking for meetings and steps the rest
-        // (bench/unwind.cpp, random stacks: 6.6 -> 5.7 ns a frame; after one,
-        // 5.2, but a stack that meets its predecessor by chance at a shared
+        // (bench/unwind.cpp, random stacks: 6.05 -> 5.8 ns a frame; after one,
+        // 5.0-5.2, but a stack that meets its predecessor by chance at a shared
         // helper and for good further out would lose the replay).
         if (depth - before < 4 && ++short_meetings == 2) meet_end = 0;
         ++j;  // the frame that differed (if any) is stepped, and may meet again
