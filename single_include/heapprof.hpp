@@ -1859,6 +1859,12 @@ inline std::int64_t MonotonicMillis() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+inline std::uint64_t MonotonicNanos() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 // 1536 → "1.50 KiB".
 inline ArenaString FormatBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -11304,14 +11310,27 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
 
 struct ProfileBaseline {
   ArenaVector<BucketCounts> counts;  // sorted by bucket address
-  std::int64_t time_nanos = 0;
+  std::int64_t time_nanos = 0;       // CLOCK_REALTIME: the profile's time
+  std::uint64_t monotonic_nanos = 0;  // CLOCK_MONOTONIC: the window's length (0: use time_nanos)
 };
+
+// A window's length in ns (at least 1), on the monotonic clock when the
+// baseline has it: the wall clock may be stepped in between.
+inline std::int64_t WindowNanos(const ProfileBaseline& since) noexcept {
+  if (since.monotonic_nanos != 0) {
+    const std::uint64_t now = MonotonicNanos();
+    return now > since.monotonic_nanos ? static_cast<std::int64_t>(now - since.monotonic_nanos) : 1;
+  }
+  const std::int64_t now = RealtimeNanos();
+  return now > since.time_nanos ? now - since.time_nanos : 1;
+}
 
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
   EnsureInit();
   ProfileBaseline base;
   base.time_nanos = RealtimeNanos();
+  base.monotonic_nanos = MonotonicNanos();
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) base.counts.push_back(ReadCounts(b));
   std::sort(base.counts.begin(), base.counts.end(),
             [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });
@@ -11355,7 +11374,7 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = RealtimeNanos();
   if (since != nullptr) {
-    data.duration_nanos = data.time_nanos > since->time_nanos ? data.time_nanos - since->time_nanos : 1;
+    data.duration_nanos = WindowNanos(*since);
   }
   data.allocs_default = allocs_default;
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
@@ -12150,12 +12169,6 @@ class Scanner {
   ArenaVector<std::uintptr_t> buf_;
   std::uintptr_t lo_ = 1, hi_ = 0;
 };
-
-inline std::uint64_t MonotonicNanos() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 // True when heapprof sees every allocation: the malloc family replaced in
 // this build (or the preload library) and every sample taken at rate 1.
@@ -14732,8 +14745,8 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       if (plan.retention) {
         built = BuildRetentionProfileBytes(body);
       } else if (plan.peak) {
-        const std::int64_t start = plan.action == Action::kDelta && since != nullptr ? since->time_nanos : 0;
-        built = BuildPeakProfileBytes(body, start != 0 ? std::max<std::int64_t>(1, RealtimeNanos() - start) : 0);
+        const bool window = plan.action == Action::kDelta && since != nullptr;
+        built = BuildPeakProfileBytes(body, window ? WindowNanos(*since) : 0);
       } else {
         built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
@@ -15202,12 +15215,17 @@ class Server {
         ResetPeak();
         c.baseline = MakeArena<ProfileBaseline>();
         c.baseline->time_nanos = RealtimeNanos();
+        c.baseline->monotonic_nanos = MonotonicNanos();
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       }
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
-      c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
+      // The window is at least `seconds` long from the baseline: the deadline
+      // in whole ms rounded up (MonotonicMillis truncates, so a deadline
+      // from it could end the window up to 1 ms short).
+      const std::uint64_t end_ns = c.baseline->monotonic_nanos + static_cast<std::uint64_t>(c.plan.seconds) * 1000000000u;
+      c.deadline_ms = static_cast<std::int64_t>((end_ns + 999999u) / 1000000u);
       ArenaString().swap(c.in);
       return true;
     }

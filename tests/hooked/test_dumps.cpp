@@ -358,21 +358,28 @@ TEST_CASE("delta profile: only what happened after the baseline, with duration_n
   heapprof_test::RateScope rate(1);
   std::vector<char*> before;
   for (int i = 0; i < 4; ++i) before.push_back(DeltaBefore(2000));
+  const std::uint64_t t0 = heapprof::detail::MonotonicNanos();
   const heapprof::detail::ProfileBaseline base = heapprof::detail::TakeBaseline();
+  const std::uint64_t t1 = heapprof::detail::MonotonicNanos();
   std::vector<char*> during;
   for (int i = 0; i < 6; ++i) during.push_back(DeltaDuring(3000));
   delete[] before.back();  // freed in the window: -1 in use, no alloc
   before.pop_back();
   heapprof::detail::ArenaString built;
+  const std::uint64_t t2 = heapprof::detail::MonotonicNanos();
   REQUIRE(heapprof::detail::BuildProfileBytes(true, built, &base));
+  const std::uint64_t t3 = heapprof::detail::MonotonicNanos();
   const std::string gz(built.data(), built.size());
   std::string raw;
   REQUIRE(heapprof_test::Gunzip(gz, raw));
   Profile p;
   REQUIRE(heapprof_test::DecodeProfile(raw, p));
   CHECK(heapprof_test::Validate(p));
-  CHECK(p.duration_nanos > 0);
-  CHECK(p.time_nanos >= base.time_nanos + p.duration_nanos);
+  // The window on the monotonic clock: from inside TakeBaseline to inside
+  // BuildProfileBytes.
+  CHECK(static_cast<std::uint64_t>(p.duration_nanos) >= t2 - t1);
+  CHECK(static_cast<std::uint64_t>(p.duration_nanos) <= t3 - t0);
+  CHECK(p.time_nanos > base.time_nanos);
   CHECK(p.default_sample_type == "alloc_space");
   CHECK(heapprof_test::SumForLeaf(p, "DeltaDuring", "alloc_objects") == 6);
   CHECK(heapprof_test::SumForLeaf(p, "DeltaDuring", "alloc_space") == 18000);

@@ -4,6 +4,7 @@
 
 #include <heapprof.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -60,6 +61,25 @@ inline std::string GoBinary() {
     if (access(candidate, X_OK) == 0) return candidate;
   }
   return "";
+}
+
+// The profile's duration in seconds as `go tool pprof` printed it, or -1
+// when there is none or it is not in seconds. -top prints Go's
+// time.Duration ("1.000523s", "999.6ms"); -raw prints its first four
+// characters ("1.00", "999."), so a unitless value counts as seconds only in
+// the forms d.dd and dd.d.
+inline double PprofDurationSeconds(const std::string& out) {
+  const std::string key = "Duration: ";
+  const std::size_t at = out.find(key);
+  if (at == std::string::npos) return -1;
+  std::size_t end = at + key.size();
+  while (end < out.size() && (std::isdigit(static_cast<unsigned char>(out[end])) || out[end] == '.')) ++end;
+  const std::string number = out.substr(at + key.size(), end - at - key.size());
+  if (number.empty() || number.back() == '.') return -1;
+  const char unit = end < out.size() ? out[end] : '\n';
+  const bool seconds = unit == 's' || (!std::isalpha(static_cast<unsigned char>(unit)) && number.size() == 4 &&
+                                       (number[1] == '.' || number[2] == '.'));
+  return seconds ? std::strtod(number.c_str(), nullptr) : -1;
 }
 
 // Runs a shell command, returns its stdout (stderr merged) and exit status.

@@ -42,14 +42,27 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
 
 struct ProfileBaseline {
   ArenaVector<BucketCounts> counts;  // sorted by bucket address
-  std::int64_t time_nanos = 0;
+  std::int64_t time_nanos = 0;       // CLOCK_REALTIME: the profile's time
+  std::uint64_t monotonic_nanos = 0;  // CLOCK_MONOTONIC: the window's length (0: use time_nanos)
 };
+
+// A window's length in ns (at least 1), on the monotonic clock when the
+// baseline has it: the wall clock may be stepped in between.
+inline std::int64_t WindowNanos(const ProfileBaseline& since) noexcept {
+  if (since.monotonic_nanos != 0) {
+    const std::uint64_t now = MonotonicNanos();
+    return now > since.monotonic_nanos ? static_cast<std::int64_t>(now - since.monotonic_nanos) : 1;
+  }
+  const std::int64_t now = RealtimeNanos();
+  return now > since.time_nanos ? now - since.time_nanos : 1;
+}
 
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
   EnsureInit();
   ProfileBaseline base;
   base.time_nanos = RealtimeNanos();
+  base.monotonic_nanos = MonotonicNanos();
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) base.counts.push_back(ReadCounts(b));
   std::sort(base.counts.begin(), base.counts.end(),
             [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });
@@ -93,7 +106,7 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = RealtimeNanos();
   if (since != nullptr) {
-    data.duration_nanos = data.time_nanos > since->time_nanos ? data.time_nanos - since->time_nanos : 1;
+    data.duration_nanos = WindowNanos(*since);
   }
   data.allocs_default = allocs_default;
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {

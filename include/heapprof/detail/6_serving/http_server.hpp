@@ -348,8 +348,8 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       if (plan.retention) {
         built = BuildRetentionProfileBytes(body);
       } else if (plan.peak) {
-        const std::int64_t start = plan.action == Action::kDelta && since != nullptr ? since->time_nanos : 0;
-        built = BuildPeakProfileBytes(body, start != 0 ? std::max<std::int64_t>(1, RealtimeNanos() - start) : 0);
+        const bool window = plan.action == Action::kDelta && since != nullptr;
+        built = BuildPeakProfileBytes(body, window ? WindowNanos(*since) : 0);
       } else {
         built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
@@ -818,12 +818,17 @@ class Server {
         ResetPeak();
         c.baseline = MakeArena<ProfileBaseline>();
         c.baseline->time_nanos = RealtimeNanos();
+        c.baseline->monotonic_nanos = MonotonicNanos();
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       }
       g_delta_windows_started.fetch_add(1, std::memory_order_acq_rel);
       c.state = Connection::State::kWaiting;
-      c.deadline_ms = MonotonicMillis() + c.plan.seconds * 1000;
+      // The window is at least `seconds` long from the baseline: the deadline
+      // in whole ms rounded up (MonotonicMillis truncates, so a deadline
+      // from it could end the window up to 1 ms short).
+      const std::uint64_t end_ns = c.baseline->monotonic_nanos + static_cast<std::uint64_t>(c.plan.seconds) * 1000000000u;
+      c.deadline_ms = static_cast<std::int64_t>((end_ns + 999999u) / 1000000u);
       ArenaString().swap(c.in);
       return true;
     }

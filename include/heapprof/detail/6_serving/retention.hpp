@@ -400,12 +400,6 @@ class Scanner {
   std::uintptr_t lo_ = 1, hi_ = 0;
 };
 
-inline std::uint64_t MonotonicNanos() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 // True when heapprof sees every allocation: the malloc family replaced in
 // this build (or the preload library) and every sample taken at rate 1.
 inline bool EveryObjectKnown() noexcept {
