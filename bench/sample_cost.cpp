@@ -5,6 +5,9 @@
 //    each unwinder; the table unwinder also with replay off (every sample
 //    here has the same stack, which a walk replays from the thread's last). Best of 15 batches of 40,000 pairs (many short batches:
 //    on a shared machine the best one is the one nobody else disturbed).
+//  - (GCC) the sampled pair on random stacks without frame pointers, a
+//    different stack every pair (ReportRandomStacks): replay and the
+//    rule cache's guesses mostly miss; every stack is interned beforehand.
 //  - the hidden costs: the first sample of the process (it builds the unwind
 //    tables of the objects on its stack), and the stack a sample takes below
 //    the allocating function (painted and scanned), first and warm.
@@ -92,10 +95,82 @@ __attribute__((noinline)) auto AtDepth(int depth, F&& f) -> decltype(f()) {
   return r;
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+// Random stacks (GCC: optimize attribute): levels of two functions without
+// frame pointers, each calling one or the other as a random shape says, a
+// different shape for every pair (kShapes of them, each its own stack:
+// interned on the first pass, looked up after). So each sample's stack
+// differs from the thread's last one, as when a thread's samples come from
+// many call paths: replay rarely applies and a guess is right half the time.
+constexpr int kShapes = 4096;
+std::uint64_t g_shapes[kShapes];
+
+__attribute__((noinline)) void RandomLeafPair() {
+  char* p = new char[64];
+  g_sink = p;
+  delete[] p;
+}
+
+// Poly<0> and Poly<1>: one body, two functions (the result differs, so the
+// linker's identical-code folding cannot merge them).
+template <int K>
+__attribute__((noinline, optimize("omit-frame-pointer"))) int Poly(int depth, std::uint64_t shape) {
+  if (depth <= 0) {
+    RandomLeafPair();
+    return K;
+  }
+  int r = (shape & 1) != 0 ? Poly<0>(depth - 1, shape >> 1) : Poly<1>(depth - 1, shape >> 1);
+  asm volatile("" : "+r"(r));  // keeps this frame: no tail call
+  return r + K;
+}
+
+__attribute__((noinline)) double RandomPairs(int levels, long pairs) {
+  double best = 1e300;
+  for (int b = 0; b < kBatches; ++b) {
+    const auto t0 = Clock::now();
+    for (long i = 0; i < pairs; ++i) Poly<0>(levels, g_shapes[i % kShapes]);
+    best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(pairs));
+  }
+  return best;
+}
+
+__attribute__((noinline)) void ReportRandomStacks(int depth) {
+  std::uint64_t x = 0x9e3779b97f4a7c15u;
+  for (std::uint64_t& s : g_shapes) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    s = x;
+  }
+  // + Poly(0), RandomLeafPair, RandomPairs, this, main and 3 of libc's start: depth
+  const int levels = depth - 8;
+  heapprof::SetUnwinder(heapprof::Unwinder::kTable);
+  heapprof::SetSampleRate(0);
+  const double off = RandomPairs(levels, kPairsPerBatch);
+  heapprof::SetSampleRate(1);
+  RandomPairs(levels, kShapes);  // every stack interned before the timed batches
+  const double on = RandomPairs(levels, kPairsPerBatch);
+  heapprof::detail::unwind_table::g_replay_walks.store(false);
+  const double stepped = RandomPairs(levels, kPairsPerBatch);
+  heapprof::detail::unwind_table::g_replay_walks.store(true);
+  heapprof::SetSampleRate(0);
+  const double off2 = RandomPairs(levels, kPairsPerBatch);
+  const double base = std::min(off, off2);
+  std::printf("random_stacks_pair_rate0_ns %.1f (%d levels of two functions without frame pointers, %d shapes)\n"
+              "random_stacks_sample_table_ns %.1f (a sample whose stack differs from the thread's last)\n"
+              "random_stacks_sample_stepped_ns %.1f (replay off)\n",
+              base, levels, kShapes, on - base, stepped - base);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int depth = argc > 1 ? std::atoi(argv[1]) : 32;
+#if defined(__GNUC__) && !defined(__clang__)
+  if (argc > 2 && std::strcmp(argv[2], "random") == 0) {  // that section alone (for callgrind, perf)
+    ReportRandomStacks(depth);
+    return 0;
+  }
+#endif
   // main + libc start frames sit below: recurse depth-3 to get ~depth frames.
   // First, before anything was sampled: the process's first sample (table
   // unwinder, the default), then a warm one, with their stack use.
@@ -127,5 +202,8 @@ int main(int argc, char** argv) {
               "first_sample_stack_bytes %zu\nwarm_sample_stack_bytes %zu\n",
               first.ns / 1000.0, static_cast<unsigned long long>(st.objects),
               static_cast<unsigned long long>(st.rows), st.build_ms, first.bytes, warm.bytes);
+#if defined(__GNUC__) && !defined(__clang__)
+  ReportRandomStacks(depth);
+#endif
   return 0;
 }
