@@ -2829,21 +2829,23 @@ class BucketTable {
     const StackRecord* stack = known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks);
     if (stack == nullptr) return Dropped();
     if (interned != nullptr && !stack->overflow) *interned = stack;
-    // (stack->hash == stack_hash unless the stack table was full: the
-    // overflow stack)
-    Bucket* b = stack->overflow ? FindBucket(stack, size, rate, labels) : FindBucket(bucket_hash, stack, size, rate, labels);
+    // The bucket's hash follows its stack: bucket_hash unless the stack
+    // table was full (the overflow stack has a hash of its own).
+    std::uint64_t hash = stack->overflow ? BucketHash(stack->hash, size, rate, labels) : bucket_hash;
+    Bucket* b = FindBucket(hash, stack, size, rate, labels);
     if (b == nullptr && !stack->overflow && normal_buckets_ >= kBucketsPerStack * max_stacks) {
       // Bucket cap: this stack is known, but not with this size/rate/labels.
       stack = OverflowStack();
       if (stack == nullptr) return Dropped();
-      b = FindBucket(stack, size, rate, labels);
+      hash = BucketHash(stack->hash, size, rate, labels);
+      b = FindBucket(hash, stack, size, rate, labels);
     }
     if (b == nullptr) {
       std::size_t& count = stack->overflow ? overflow_buckets_ : normal_buckets_;
       if (stack->overflow && count >= max_stacks) return Dropped();
       void* mem = g_arena.Allocate(sizeof(Bucket));
       if (mem == nullptr) return Dropped();
-      b = new (mem) Bucket{BucketHash(stack, size, rate, labels), stack, size, rate, labels, {0}, {0},
+      b = new (mem) Bucket{hash, stack, size, rate, labels, {0}, {0},
                            head_.load(std::memory_order_relaxed)};
       if (!buckets_.Insert(b)) {
         g_arena.Free(mem, sizeof(Bucket));
@@ -2892,20 +2894,12 @@ class BucketTable {
     h = HashCombine(h, rate);
     return HashCombine(h, reinterpret_cast<std::uintptr_t>(labels));
   }
-  static std::uint64_t BucketHash(const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
-                                  const LabelSetData* labels) noexcept {
-    return BucketHash(stack->hash, size, rate, labels);
-  }
 
   Bucket* FindBucket(std::uint64_t hash, const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
                      const LabelSetData* labels) const noexcept {
     return buckets_.Find(hash, [&](const Bucket& x) {
       return x.stack == stack && x.size == size && x.rate == rate && x.labels == labels;
     });
-  }
-  Bucket* FindBucket(const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
-                     const LabelSetData* labels) const noexcept {
-    return FindBucket(BucketHash(stack, size, rate, labels), stack, size, rate, labels);
   }
 
   Bucket* Dropped() noexcept {
@@ -11349,29 +11343,23 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   }
 }
 
+// A window's start: stamped on both clocks when made.
 struct ProfileBaseline {
-  ArenaVector<BucketCounts> counts;  // sorted by bucket address
-  std::int64_t time_nanos = 0;       // CLOCK_REALTIME: the profile's time
-  std::uint64_t monotonic_nanos = 0;  // CLOCK_MONOTONIC: the window's length (0: use time_nanos)
+  ArenaVector<BucketCounts> counts;                   // sorted by bucket address
+  std::int64_t time_nanos = RealtimeNanos();          // the profile's time
+  std::uint64_t monotonic_nanos = MonotonicNanos();  // the window's length (the wall clock may be stepped)
 };
 
-// A window's length in ns (at least 1), on the monotonic clock when the
-// baseline has it: the wall clock may be stepped in between.
+// A window's length in ns (at least 1).
 inline std::int64_t WindowNanos(const ProfileBaseline& since) noexcept {
-  if (since.monotonic_nanos != 0) {
-    const std::uint64_t now = MonotonicNanos();
-    return now > since.monotonic_nanos ? static_cast<std::int64_t>(now - since.monotonic_nanos) : 1;
-  }
-  const std::int64_t now = RealtimeNanos();
-  return now > since.time_nanos ? now - since.time_nanos : 1;
+  const std::uint64_t now = MonotonicNanos();
+  return now > since.monotonic_nanos ? static_cast<std::int64_t>(now - since.monotonic_nanos) : 1;
 }
 
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
   EnsureInit();
-  ProfileBaseline base;
-  base.time_nanos = RealtimeNanos();
-  base.monotonic_nanos = MonotonicNanos();
+  ProfileBaseline base;  // stamped now: before the counts are read
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) base.counts.push_back(ReadCounts(b));
   std::sort(base.counts.begin(), base.counts.end(),
             [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });
@@ -15254,9 +15242,7 @@ class Server {
       if (c.plan.peak) {
         // A window of its own: the peak from now on (as ResetPeak()).
         ResetPeak();
-        c.baseline = MakeArena<ProfileBaseline>();
-        c.baseline->time_nanos = RealtimeNanos();
-        c.baseline->monotonic_nanos = MonotonicNanos();
+        c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       }

@@ -90,21 +90,23 @@ class BucketTable {
     const StackRecord* stack = known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks);
     if (stack == nullptr) return Dropped();
     if (interned != nullptr && !stack->overflow) *interned = stack;
-    // (stack->hash == stack_hash unless the stack table was full: the
-    // overflow stack)
-    Bucket* b = stack->overflow ? FindBucket(stack, size, rate, labels) : FindBucket(bucket_hash, stack, size, rate, labels);
+    // The bucket's hash follows its stack: bucket_hash unless the stack
+    // table was full (the overflow stack has a hash of its own).
+    std::uint64_t hash = stack->overflow ? BucketHash(stack->hash, size, rate, labels) : bucket_hash;
+    Bucket* b = FindBucket(hash, stack, size, rate, labels);
     if (b == nullptr && !stack->overflow && normal_buckets_ >= kBucketsPerStack * max_stacks) {
       // Bucket cap: this stack is known, but not with this size/rate/labels.
       stack = OverflowStack();
       if (stack == nullptr) return Dropped();
-      b = FindBucket(stack, size, rate, labels);
+      hash = BucketHash(stack->hash, size, rate, labels);
+      b = FindBucket(hash, stack, size, rate, labels);
     }
     if (b == nullptr) {
       std::size_t& count = stack->overflow ? overflow_buckets_ : normal_buckets_;
       if (stack->overflow && count >= max_stacks) return Dropped();
       void* mem = g_arena.Allocate(sizeof(Bucket));
       if (mem == nullptr) return Dropped();
-      b = new (mem) Bucket{BucketHash(stack, size, rate, labels), stack, size, rate, labels, {0}, {0},
+      b = new (mem) Bucket{hash, stack, size, rate, labels, {0}, {0},
                            head_.load(std::memory_order_relaxed)};
       if (!buckets_.Insert(b)) {
         g_arena.Free(mem, sizeof(Bucket));
@@ -153,20 +155,12 @@ class BucketTable {
     h = HashCombine(h, rate);
     return HashCombine(h, reinterpret_cast<std::uintptr_t>(labels));
   }
-  static std::uint64_t BucketHash(const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
-                                  const LabelSetData* labels) noexcept {
-    return BucketHash(stack->hash, size, rate, labels);
-  }
 
   Bucket* FindBucket(std::uint64_t hash, const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
                      const LabelSetData* labels) const noexcept {
     return buckets_.Find(hash, [&](const Bucket& x) {
       return x.stack == stack && x.size == size && x.rate == rate && x.labels == labels;
     });
-  }
-  Bucket* FindBucket(const StackRecord* stack, std::uint64_t size, std::uint64_t rate,
-                     const LabelSetData* labels) const noexcept {
-    return FindBucket(BucketHash(stack, size, rate, labels), stack, size, rate, labels);
   }
 
   Bucket* Dropped() noexcept {

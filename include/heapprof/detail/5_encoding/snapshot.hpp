@@ -40,29 +40,23 @@ inline void FillLabels(const LabelSetData* labels, ProfileSample& sample) {
   }
 }
 
+// A window's start: stamped on both clocks when made.
 struct ProfileBaseline {
-  ArenaVector<BucketCounts> counts;  // sorted by bucket address
-  std::int64_t time_nanos = 0;       // CLOCK_REALTIME: the profile's time
-  std::uint64_t monotonic_nanos = 0;  // CLOCK_MONOTONIC: the window's length (0: use time_nanos)
+  ArenaVector<BucketCounts> counts;                   // sorted by bucket address
+  std::int64_t time_nanos = RealtimeNanos();          // the profile's time
+  std::uint64_t monotonic_nanos = MonotonicNanos();  // the window's length (the wall clock may be stepped)
 };
 
-// A window's length in ns (at least 1), on the monotonic clock when the
-// baseline has it: the wall clock may be stepped in between.
+// A window's length in ns (at least 1).
 inline std::int64_t WindowNanos(const ProfileBaseline& since) noexcept {
-  if (since.monotonic_nanos != 0) {
-    const std::uint64_t now = MonotonicNanos();
-    return now > since.monotonic_nanos ? static_cast<std::int64_t>(now - since.monotonic_nanos) : 1;
-  }
-  const std::int64_t now = RealtimeNanos();
-  return now > since.time_nanos ? now - since.time_nanos : 1;
+  const std::uint64_t now = MonotonicNanos();
+  return now > since.monotonic_nanos ? static_cast<std::int64_t>(now - since.monotonic_nanos) : 1;
 }
 
 inline ProfileBaseline TakeBaseline() {
   ReentrancyGuard guard;
   EnsureInit();
-  ProfileBaseline base;
-  base.time_nanos = RealtimeNanos();
-  base.monotonic_nanos = MonotonicNanos();
+  ProfileBaseline base;  // stamped now: before the counts are read
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) base.counts.push_back(ReadCounts(b));
   std::sort(base.counts.begin(), base.counts.end(),
             [](const BucketCounts& a, const BucketCounts& b) { return std::less<const Bucket*>()(a.bucket, b.bucket); });

@@ -816,9 +816,7 @@ class Server {
       if (c.plan.peak) {
         // A window of its own: the peak from now on (as ResetPeak()).
         ResetPeak();
-        c.baseline = MakeArena<ProfileBaseline>();
-        c.baseline->time_nanos = RealtimeNanos();
-        c.baseline->monotonic_nanos = MonotonicNanos();
+        c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       }
