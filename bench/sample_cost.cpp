@@ -20,6 +20,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__GNUC__) && !defined(__clang__)
+#include "random_stacks.hpp"  // GCC only: the optimize attribute
+#endif
+
 namespace {
 
 void* volatile g_sink;
@@ -28,18 +32,25 @@ using Clock = std::chrono::steady_clock;
 constexpr int kBatches = 15;
 constexpr long kPairsPerBatch = 40000;
 
-__attribute__((noinline)) double PairsHere(long pairs) {
+// ns per call of body(i), i in [0, reps): the best of kBatches batches.
+// Inlined: the caller's frame is the one at the measured depth.
+template <class Body>
+__attribute__((always_inline)) inline double BestNsPer(long reps, Body&& body) {
   double best = 1e300;
   for (int b = 0; b < kBatches; ++b) {
     const auto t0 = Clock::now();
-    for (long i = 0; i < pairs; ++i) {
-      char* p = new char[64];
-      g_sink = p;
-      delete[] p;
-    }
-    best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(pairs));
+    for (long i = 0; i < reps; ++i) body(i);
+    best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(reps));
   }
   return best;
+}
+
+__attribute__((noinline)) double PairsHere(long pairs) {
+  return BestNsPer(pairs, [](long) {
+    char* p = new char[64];
+    g_sink = p;
+    delete[] p;
+  });
 }
 
 __attribute__((noinline)) double UnwindHere(long reps, int* depth_out) {
@@ -111,35 +122,12 @@ __attribute__((noinline)) void RandomLeafPair() {
   delete[] p;
 }
 
-// Poly<0> and Poly<1>: one body, two functions (the result differs, so the
-// linker's identical-code folding cannot merge them).
-template <int K>
-__attribute__((noinline, optimize("omit-frame-pointer"))) int Poly(int depth, std::uint64_t shape) {
-  if (depth <= 0) {
-    RandomLeafPair();
-    return K;
-  }
-  int r = (shape & 1) != 0 ? Poly<0>(depth - 1, shape >> 1) : Poly<1>(depth - 1, shape >> 1);
-  asm volatile("" : "+r"(r));  // keeps this frame: no tail call
-  return r + K;
-}
-
 __attribute__((noinline)) double RandomPairs(int levels, long pairs) {
-  double best = 1e300;
-  for (int b = 0; b < kBatches; ++b) {
-    const auto t0 = Clock::now();
-    for (long i = 0; i < pairs; ++i) Poly<0>(levels, g_shapes[i % kShapes]);
-    best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(pairs));
-  }
-  return best;
+  return BestNsPer(pairs, [levels](long i) { bench_stacks::Poly<0, RandomLeafPair>(levels, g_shapes[i % kShapes]); });
 }
 
 __attribute__((noinline)) void ReportRandomStacks(int depth) {
-  std::uint64_t x = 0x9e3779b97f4a7c15u;
-  for (std::uint64_t& s : g_shapes) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    s = x;
-  }
+  bench_stacks::FillShapes(g_shapes, 0x9e3779b97f4a7c15u);
   // + Poly(0), RandomLeafPair, RandomPairs, this, main and 3 of libc's start: depth
   const int levels = depth - 8;
   heapprof::SetUnwinder(heapprof::Unwinder::kTable);

@@ -70,6 +70,9 @@
 
 #include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 #include "heapprof/detail/3_unwinding/table.hpp"
+#if defined(__GNUC__) && !defined(__clang__)
+#include "random_stacks.hpp"  // GCC only: the optimize attribute
+#endif
 
 namespace {
 
@@ -440,19 +443,6 @@ __attribute__((noinline)) void PolyHook() {
   PolyMeasure(__builtin_return_address(0));
   asm volatile("" ::: "memory");
 }
-// Poly<0> and Poly<1>: one body, two functions. The return value differs
-// between them: identical functions are folded into one (GCC's -fipa-icf
-// did, and both call sites then called the same function).
-template <int kWhich>
-__attribute__((noinline, optimize("omit-frame-pointer"))) int Poly(int depth, std::uint64_t shape) {
-  if (depth <= 1) {
-    PolyHook();
-    return 0;
-  }
-  int r = (shape & 1) != 0 ? Poly<0>(depth - 1, shape >> 1) : Poly<1>(depth - 1, shape >> 1);
-  asm volatile("" : "+r"(r));
-  return r + 1 + kWhich;
-}
 
 // ns per descent (+ unwind, unless kMethods), best of kBatches.
 double PolyRun(Method m) {
@@ -460,7 +450,7 @@ double PolyRun(Method m) {
   double best = 0;
   for (int b = -1; b < kBatches; ++b) {  // batch -1: warm-up
     const auto t0 = Clock::now();
-    for (int i = 0; i < kPerBatch; ++i) Poly<0>(kDepth - 1, g_shapes[i % kShapes]);
+    for (int i = 0; i < kPerBatch; ++i) bench_stacks::Poly<0, PolyHook>(kDepth - 2, g_shapes[i % kShapes]);
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kPerBatch;
     if (b >= 0 && (best == 0 || ns < best)) best = ns;
   }
@@ -468,11 +458,7 @@ double PolyRun(Method m) {
 }
 
 void ReportPoly() {
-  std::uint64_t x = 0x243f6a8885a308d3ull;  // fixed seed: the same shapes every run
-  for (auto& shape : g_shapes) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    shape = x;
-  }
+  bench_stacks::FillShapes(g_shapes, 0x243f6a8885a308d3ull);
   std::uintptr_t lo = 0;  // each unwind's low bound is its own frame (PolyMeasure)
   hd::CurrentStackBounds(lo, g_poly_hi);
   std::printf("\nrandom stacks (a new %d-deep stack of two functions without frame pointers each unwind; ns per"
