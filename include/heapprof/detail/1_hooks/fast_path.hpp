@@ -6,8 +6,9 @@
 //   OnAlloc (inline, in the hook)     countdown -= n; counters += ...; done
 //     └─ OnAllocSlow (out of line)    register thread / redraw / sample
 //   OnFree (inline, in the hook)      filter counter == 0 → counters += ...; done
-//   HotAlloc, HotFree (global hooks,  countdown, malloc, counters; chunk word <
-//     1_hooks/block_hooks.hpp)        sampled_min → counters, tail call to free;
+//   HotAlloc, HotFree (global hooks,  countdown, malloc, counters; chunk word
+//     1_hooks/block_hooks.hpp)        (or another allocator's usable size) <
+//                                     sampled_min → counters, tail call to free;
 //                                     anything else: the hook's cold function
 //   OnFreeBlock (cold global hooks)   block < sampled_min → counters += ...; done
 //     └─ OnFreeSlow (out of line)     live map lookup, bucket frees++

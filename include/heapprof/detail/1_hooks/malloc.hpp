@@ -341,7 +341,7 @@ HEAPPROF_NOINLINE inline void FreeCold(void* p) noexcept {
 // return address is the caller's call site).
 HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
   if (p == nullptr) return;
-  HotFree(p, [](void* q) { g_fn.free(q); }, &FreeCold);
+  HotFree(p, [](void* q) { g_fn.free(q); }, [](void* q) { return IsBootstrap(q); }, &FreeCold);
 }
 
 // realloc's cold half: every case the hot path below leaves (an allocator

@@ -9,7 +9,9 @@
 // new[] and every delete run the hot paths of block_hooks.hpp (HotAlloc,
 // HotFree): on glibc ~20 instructions around new's malloc and 13 before
 // delete's free, with no saved register but `n` and a tail call to free;
-// anything rare tail-calls the hook's cold function (NewCold, DeleteCold).
+// under jemalloc or tcmalloc an unsized delete asks the allocator for the
+// block's size inline; anything rare tail-calls the hook's cold function
+// (NewCold, DeleteCold).
 // Aligned new takes the hot path on glibc only. Sized and unsized deletes
 // count the same: Stats count the block's usable size, which the pointer
 // alone gives.
@@ -124,11 +126,11 @@ HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n) noexcept {
 }
 HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
   if (p == nullptr) return;
-  HotFree(p, [](void* q) { NewFree(q); }, &DeleteCold);
+  HotFree(p, [](void* q) { NewFree(q); }, [](void* q) { return NewIsBootstrap(q); }, &DeleteCold);
 }
 HEAPPROF_ALWAYS_INLINE void HotDeleteSized(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  HotFreeSized(p, n, [](void* q) { NewFree(q); }, &DeleteCold);
+  HotFreeSized(p, n, [](void* q) { NewFree(q); }, [](void* q) { return NewIsBootstrap(q); }, &DeleteCold);
 }
 
 // What posix_memalign is asked for an aligned new's alignment: at least its
