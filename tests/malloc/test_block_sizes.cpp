@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "heapprof/detail/1_hooks/block_hooks.hpp"
+#include "heapprof/detail/2_sampling/engine.hpp"
 
 namespace {
 
@@ -82,4 +83,33 @@ TEST_CASE("block sizes: padded samples under 1 KiB, their frees found by size; u
   } else if (malloc_test::RealMallocIsGlibc()) {
     CHECK(heapprof::detail::g_glibc_chunks);
   }
+}
+
+// With sampling off no sample retries a class table whose start-up check
+// failed (tcmalloc's malloc_usable_size answers 0 while it starts, which is
+// when heapprof may start): the rate-0 recheck does, each 1 MiB a thread
+// allocates. Without it every allocation ran its hook's cold path for good.
+TEST_CASE("block sizes: with sampling off, a class table that failed its start-up check comes on") {
+  namespace hd = heapprof::detail;
+  if (hd::g_nallocx == nullptr) return;  // glibc's chunk header, or a sanitizer's malloc: no table
+  // As when the allocator was still starting: no table, every try left.
+  // (Run alone under tcmalloc, the table is off already, for that reason.)
+  __atomic_store_n(&hd::g_class_table, false, __ATOMIC_RELEASE);
+  hd::g_class_table_tries.store(0);
+  RateScope rate(0);
+  Delta d;
+  std::size_t allocated = 0;
+  while (!__atomic_load_n(&hd::g_class_table, __ATOMIC_ACQUIRE) && allocated < (std::size_t{64} << 20)) {
+    void* p = std::malloc(4096);
+    asm volatile("" : : "r"(p) : "memory");
+    std::free(p);
+    allocated += 4096;
+  }
+  d.Stop();
+  INFO("allocated " << allocated << " bytes before the table came on");
+  CHECK(hd::g_class_table);
+  CHECK(allocated <= (std::size_t{2} << 20));  // 1 MiB after the thread saw rate 0, and that 1 MiB
+  CHECK(d.allocs() == d.frees());
+  CHECK(d.live_bytes() == 0);  // exact across the switch
+  CHECK(d.live_objects() == 0);
 }
