@@ -2183,13 +2183,16 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
 // Before `p` goes back to the allocator, sized or not: the same cost either
 // way. True: the profiler keeps the block and releases it later (see
 // OnFreeSlow); only when `can_defer`.
+// Whether the free of `p`, whose usable size is `size`, may be a sampled
+// object's (or the thread has no slot yet): then only the slow path counts it.
+// A block below the thread's sampled_min is known unsampled without the filter.
+HEAPPROF_ALWAYS_INLINE bool FreeMayBeSampled(const void* p, std::size_t size, const ThreadState* ts) noexcept {
+  return HEAPPROF_UNLIKELY(size >= LoadRelaxed(ts->sampled_min)) && (MaybeSampled(p) | (ts == &g_empty_thread_state));
+}
 HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::size_t size = BlockSize(p);
-  if (HEAPPROF_UNLIKELY(size >= LoadRelaxed(ts->sampled_min)) &&
-      (MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    return OnFreeSlow(p, 0, can_defer ? kFreeCanDefer : 0u);
-  }
+  if (FreeMayBeSampled(p, size, ts)) return OnFreeSlow(p, 0, can_defer ? kFreeCanDefer : 0u);
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, size);
   return false;
@@ -2293,7 +2296,7 @@ HEAPPROF_ALWAYS_INLINE void HotFreeAsked(void* p, Release release, Boot bootstra
   if (HEAPPROF_LIKELY(!bootstrap(p))) {
     const std::size_t size = g_underlying_usable_size(p);
     ThreadState* ts = tls_thread_state;
-    if (HEAPPROF_LIKELY(size < LoadRelaxed(ts->sampled_min)) || !(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
+    if (!FreeMayBeSampled(p, size, ts)) {
       BumpCounter(ts->free_objects, 1);
       BumpCounter(ts->free_bytes, size);
       return release(p);
