@@ -561,7 +561,15 @@ TEST_CASE("CfaValid: the one-compare form equals 8-aligned and in [sp + 8, hi]")
 // ---- replay: a walk that meets the thread's previous walk checks the old
 // frames against the stack instead of stepping them (table.hpp: WalkRecords)
 
+// Clears this thread's walk records and its replay policy (kPoorWalks): a
+// test that counts replayed frames must not start inside a stepped run left
+// by an earlier test's random stacks.
+void ResetThreadWalks() {
+  if (ut::tls_reader_slot != nullptr) ut::ForgetWalks(ut::tls_reader_slot->walks);
+}
+
 TEST_CASE("replay: the same stack again is checked, not stepped, and equals the step-by-step walk") {
+  ResetThreadWalks();
   using Scenario = void (*)();
   const Scenario scenarios[] = {
       +[] { unwind_test::Recurse(40); }, +[] { unwind_test::UserChain(6); },
@@ -604,6 +612,7 @@ TEST_CASE("replay: the same stack again is checked, not stepped, and equals the 
 }
 
 TEST_CASE("replay: stacks that part and meet again, deeper than the cap, equal libgcc's") {
+  ResetThreadWalks();
   // Depths in an order that makes each walk meet the last one part-way: the
   // shared outer frames are replayed, the differing inner ones stepped.
   const int depths[] = {10, 40, 25, 40, 3, HEAPPROF_MAX_FRAMES + 50, 60, HEAPPROF_MAX_FRAMES + 10, 0,
@@ -750,7 +759,57 @@ TEST_CASE("guesses: walks leave the return address each frame's caller had, and 
   CHECK(learned == sp_relative);
 }
 
+TEST_CASE("replay: a thread whose walks meet only by chance steps every frame for a run, then replays again") {
+  // Random stacks of two same-sized functions: walks meet their predecessor
+  // by chance and part a few frames on (short meetings). kPoorWalks such
+  // walks start a stepped run; every walk still equals libgcc's.
+  ResetThreadWalks();
+  std::mt19937_64 rng(11);
+  int walks_until_run = 0;
+  ut::WalkRecords* w = nullptr;
+  for (int i = 0; i < 400; ++i) {
+    const std::uint64_t shape = rng();
+    auto c = Run([&] { unwind_test::Zigzag(40, shape); });
+    REQUIRE(c->taken);
+    CHECK(MatchesLibgcc(*c));
+    w = ut::tls_reader_slot != nullptr ? ut::tls_reader_slot->walks : nullptr;
+    REQUIRE(w != nullptr);
+    ++walks_until_run;
+    if (w->stepped_walks > 0) break;
+  }
+  MESSAGE("random walks before the stepped run: " << walks_until_run);
+  REQUIRE(w->stepped_walks == ut::kSteppedWalks);
+  CHECK(walks_until_run >= ut::kPoorWalks);
+  // The same stack over and over: the run's walks step it (nothing
+  // replayed, nothing handed on), each equal to libgcc's; the walk after the
+  // run replays all but its first frame, and the policy is back to normal.
+  int stepped = 0;
+  for (int i = 0; i < ut::kSteppedWalks; ++i) {
+    auto c = Run([] { unwind_test::Recurse(20); });  // one call site
+    REQUIRE(c->taken);
+    CHECK(MatchesLibgcc(*c));
+    stepped += ut::LastWalkReplayed() == 0;
+  }
+  CHECK(stepped == ut::kSteppedWalks);
+  CHECK(w->stepped_walks == 0);
+  auto after = Run([] { unwind_test::Recurse(20); });
+  REQUIRE(after->taken);
+  CHECK(MatchesLibgcc(*after));
+  CHECK(ut::LastWalkReplayed() >= after->table.depth - 4);
+  CHECK(w->poor_walks == 0);
+  // Replay off (the benchmark's comparison) changes nothing in the policy.
+  ut::g_replay_walks.store(false);
+  for (int i = 0; i < 3 * ut::kPoorWalks; ++i) {
+    const std::uint64_t shape = rng();
+    Run([&] { unwind_test::Zigzag(40, shape); });
+  }
+  ut::g_replay_walks.store(true);
+  CHECK(w->stepped_walks == 0);
+  CHECK(w->poor_walks == 0);
+}
+
 TEST_CASE("replay: a stack equal to the last one, frame for frame, hands on what was interned for it") {
+  ResetThreadWalks();
   // The engine interns a sampled stack once and stores the record in the
   // walk's slot; a walk that repeats the last one exactly finds it there.
   int marker[5] = {};

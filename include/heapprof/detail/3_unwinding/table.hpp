@@ -1106,7 +1106,37 @@ struct WalkRecords {
   WalkRecord rec[2];
   unsigned last = 0;       // rec[last]: the thread's last complete walk
   int replayed = 0;        // frames the last walk took from its predecessor (tests, benchmarks)
+  int poor_walks = 0;      // walks in a row that replayed little (kPoorWalks)
+  int stepped_walks = 0;   // walks left that look for no meeting
 };
+
+// A thread whose samples come from many call paths of same-sized frames (a
+// recursion, a tree walk) replays little: its walks meet their predecessor by
+// chance (same sp, pc and fp), replay a few frames and part, and those
+// meetings cost more than they save (bench_sample_cost, random stacks at
+// depth 32: 406 ns a sample replaying, 303 stepping). A walk of kScoredDepth
+// frames or more is poor when it had such a short meeting and replayed under
+// half its frames; one that replayed half or more is good. After kPoorWalks
+// poor walks with no good one between, the thread's next kSteppedWalks walks
+// step every frame (their frames are still recorded); then one walk looks
+// for meetings again, and if it is poor another stepped run starts at once.
+// Walks that only met where they went on to share the old walk's frames
+// (different inner frames, the same outer ones: the usual case) are neither.
+// Short walks cost little either way and count for nothing.
+constexpr int kPoorWalks = 8;
+constexpr int kSteppedWalks = 64;
+constexpr int kScoredDepth = 8;
+
+// A walk that looked for meetings, scored (see above).
+__attribute__((noinline)) inline void ScoreWalk(WalkRecords& w, int depth, int replayed, int short_meetings) noexcept {
+  if (depth < kScoredDepth) return;
+  if (replayed * 2 >= depth) {
+    w.poor_walks = 0;
+  } else if (short_meetings > 0 && ++w.poor_walks >= kPoorWalks) {
+    w.stepped_walks = kSteppedWalks;
+    w.poor_walks = kPoorWalks - 1;  // the walk after the run decides alone
+  }
+}
 
 inline void ForgetWalks(WalkRecords* w) noexcept {
   if (w == nullptr) return;
@@ -1115,6 +1145,8 @@ inline void ForgetWalks(WalkRecords* w) noexcept {
   w->rec[0].interned = nullptr;
   w->rec[1].interned = nullptr;
   w->replayed = 0;
+  w->poor_walks = 0;
+  w->stepped_walks = 0;
 }
 
 // Off: every walk steps every frame (the benchmark's comparison; tests).
@@ -1234,8 +1266,13 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   WalkRecord* rec = &next;  // where this walk's frames go
   // Where the previous walk can be met: frames at or above this sp.
   int j = 0;
-  int meet_end = (prev.tag == c.tag && prev.stack_hi == c.stack_hi &&
-                        g_replay_walks.load(std::memory_order_relaxed)) ? prev.n : 0;
+  bool look = g_replay_walks.load(std::memory_order_relaxed);
+  if (HEAPPROF_UNLIKELY(w->stepped_walks > 0)) {  // a stepped run (kPoorWalks)
+    --w->stepped_walks;
+    look = false;
+  }
+  int meet_end = look && prev.tag == c.tag && prev.stack_hi == c.stack_hi ? prev.n : 0;
+  const bool looked = meet_end != 0;
   int replayed = 0;
   bool met_first = false;  // met prev's first frame with our first
   int short_meetings = 0;
@@ -1305,6 +1342,9 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   out.interned = rec->n != 0 ? &rec->interned : nullptr;
   if (rec == &next) w->last ^= 1u;
   w->replayed = replayed;
+  // Nothing to do for a walk without short meetings on a thread with no
+  // poor walks (a repeated stack: one test).
+  if (HEAPPROF_UNLIKELY((short_meetings | w->poor_walks) != 0) && looked) ScoreWalk(*w, depth, replayed, short_meetings);
   return true;
 }
 
