@@ -1143,19 +1143,53 @@ inline std::uint64_t HashCombine(std::uint64_t seed, std::uint64_t value) noexce
   return Mix64(seed ^ (value + 0x9E3779B97F4A7C15ull + (seed << 6) + (seed >> 2)));
 }
 
-// A sampled stack's PCs, on every sample: one multiply and one xor-shift per
-// word, in four independent lanes (four words hash in the latency of one:
-// each lane's step is a ~6-cycle chain), then a full mix. HashCombine per
-// word cost ~20 instructions in a serial chain, a quarter of a rate-1 sample
-// at depth 24 (callgrind); with two lanes the chain was still ~10% of a
-// sample on random stacks at depth 32 (perf).
+#if defined(__SIZEOF_INT128__)
+// The 64x64 -> 128-bit product of x and y, its halves xored: one multiply
+// mixes two words (as in wyhash's "mum").
+// (__extension__: no -Wpedantic warning in the including program.)
+__extension__ typedef unsigned __int128 Uint128;
+inline std::uint64_t FoldMultiply(std::uint64_t x, std::uint64_t y) noexcept {
+  const Uint128 p = static_cast<Uint128>(x) * y;
+  return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
+}
+#endif
+
+// A sampled stack's PCs, on every sample. With 128-bit products: two lanes,
+// each folding two words into its state with one multiply (a PC xored with
+// a constant that no canonical address equals, times the other PC xored with
+// the lane's state), so four words hash in the latency of one multiply and
+// an xor; then a full mix. HashCombine per word cost ~20 instructions in a
+// serial chain (a quarter of a rate-1 sample at depth 24, callgrind); one
+// multiply and xor-shift per word in two lanes was still ~10% of a sample on
+// random stacks at depth 32 (perf), four lanes ~9 instructions a word.
 inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::uint64_t seed) noexcept {
   constexpr std::uint64_t kMulA = 0x9E3779B97F4A7C15ull;
   constexpr std::uint64_t kMulB = 0xC2B2AE3D27D4EB4Full;
+#if defined(__SIZEOF_INT128__)
+  // Non-canonical on x86-64 and AArch64 (bits 48-63 neither all 0 nor all 1).
+  constexpr std::uint64_t kS0 = 0xA0761D6478BD642Full;
+  constexpr std::uint64_t kS1 = 0xE7037ED1A0B428DBull;
+  constexpr std::uint64_t kS2 = 0x8EBC6AF09C88C6E3ull;
+  constexpr std::uint64_t kS3 = 0x589965CC75374CC3ull;
+  std::uint64_t a = (seed ^ n) * kMulA;
+  std::uint64_t b = seed * kMulB + n;
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a = FoldMultiply(words[i] ^ kS0, words[i + 1] ^ a);
+    b = FoldMultiply(words[i + 2] ^ kS1, words[i + 3] ^ b);
+  }
+  // The last 0-3 words.
+  if (i + 2 <= n) {
+    a = FoldMultiply(words[i] ^ kS2, words[i + 1] ^ a);
+    i += 2;
+  }
+  if (i < n) b = FoldMultiply(words[i] ^ kS3, b ^ kS2);
+  return Mix64(a ^ Mix64(b));
+#else
   constexpr std::uint64_t kMulC = 0x165667B19E3779F9ull;
   constexpr std::uint64_t kMulD = 0xD6E8FEB86659FD93ull;
-  // Distinct multipliers and starts per lane: a word moved to another lane
-  // hashes differently.
+  // Four lanes of one multiply and xor-shift a word; distinct multipliers
+  // and starts per lane: a word moved to another lane hashes differently.
   std::uint64_t a = (seed ^ n) * kMulA;
   std::uint64_t b = seed * kMulB + n;
   std::uint64_t c = (seed + n) * kMulC;
@@ -1171,14 +1205,13 @@ inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::
     c ^= c >> 29;
     d ^= d >> 29;
   }
-  // The last 0-3 words, one per lane.
   if (i < n) a = (a ^ words[i]) * kMulA, a ^= a >> 29;
   if (i + 1 < n) b = (b ^ words[i + 1]) * kMulB, b ^= b >> 29;
   if (i + 2 < n) c = (c ^ words[i + 2]) * kMulC, c ^= c >> 29;
-  // Two rounds of Mix64, as with two lanes: (a, b) and (c, d) mix side by side.
   const std::uint64_t ab = Mix64(a ^ ((b << 32) | (b >> 32)));
   const std::uint64_t cd = Mix64(c ^ ((d << 32) | (d >> 32)));
   return Mix64(ab ^ (cd * kMulB));
+#endif
 }
 
 // One multiply per 8 bytes (no full mix per word: the caller finishes with
@@ -13666,8 +13699,10 @@ class Dumper {
       }
       if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done) return false;
       const std::uint64_t usage = limit.Usage();
-      const std::uint64_t headroom = static_cast<std::uint64_t>(
-          static_cast<unsigned __int128>(limit.limit) * (1000000 - cfg.dump_near_oom) / 1000000);
+      // limit * f / 10^6 without overflow (and without __int128, which
+      // -Wpedantic rejects): split limit at 10^6; exact, floor included.
+      const std::uint64_t f = 1000000 - cfg.dump_near_oom;
+      const std::uint64_t headroom = limit.limit / 1000000 * f + limit.limit % 1000000 * f / 1000000;
       auto threshold = [&](unsigned k) { return limit.limit - (k < 64 ? headroom >> k : 0); };
       if (usage == 0 || usage < threshold(halvings)) return false;
       const unsigned first = halvings;

@@ -72,7 +72,7 @@ TEST_CASE("intern table: records that share a slot, a tag, or both are each foun
   CHECK(t.MemoryBytes() >= 2 * recs.size() * sizeof(std::uintptr_t));
 }
 
-// HashWords, the stack tables' hash (four lanes): the tables take a slot from
+// HashWords, the stack tables' hash: the tables take a slot from
 // the low bits and a tag from the top 4, so both must spread for stacks that
 // differ in one PC at any depth and position; a PC moved to another position
 // (another lane, or the same lane further on) must change the hash, and so
