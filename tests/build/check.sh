@@ -6,7 +6,7 @@
 # Run by ctest as `build_checks`. Each check compiles (and sometimes links and
 # runs) a small program from tests/build/*.cpp with the compilers given:
 #   headers      every public header compiles alone, C++17/20/23, -Wall -Wextra
-#                -Werror, with and without -fno-exceptions -fno-rtti
+#                -Wpedantic -Werror, with and without -fno-exceptions -fno-rtti
 #   lines        <heapprof.hpp> adds at most 5,000 preprocessed lines to a unit
 #                that already includes <string> and <vector>
 #   cxx14        -std=c++14 (and clang++ with no -std when its default is older
@@ -18,7 +18,8 @@
 #                one stderr line saying the hooks are not installed
 #   disabled     HEAPPROF_DISABLE (what an unsupported platform gets): the API
 #                compiles, links and is a no-op; Write* return false
-#   noexcept     every unit built with -fno-exceptions -fno-rtti: rate-1
+#   noexcept     every unit built with -fno-exceptions -fno-rtti (and the
+#                warnings above, so the implementation too): rate-1
 #                totals exact to the byte, profiles written, bad_alloc thrown
 #                the standard way, nothrow new returns null
 #   readme       README.md's first C++ snippet compiles as pasted, runs, and
@@ -57,7 +58,7 @@ public_headers=(heapprof.hpp heapprof/config.hpp heapprof/api.hpp heapprof/label
 
 for cxx in "${compilers[@]}"; do
   tag="$(basename "$cxx")"
-  warn=(-Wall -Wextra -Werror)
+  warn=(-Wall -Wextra -Wpedantic -Werror)
   # ---- headers: each public header alone ------------------------------------
   bad=0
   for std in c++17 c++20 "$(std23 "$cxx")"; do

@@ -404,8 +404,10 @@ class Dumper {
       }
       if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done) return false;
       const std::uint64_t usage = limit.Usage();
-      const std::uint64_t headroom = static_cast<std::uint64_t>(
-          static_cast<unsigned __int128>(limit.limit) * (1000000 - cfg.dump_near_oom) / 1000000);
+      // limit * f / 10^6 without overflow (and without __int128, which
+      // -Wpedantic rejects): split limit at 10^6; exact, floor included.
+      const std::uint64_t f = 1000000 - cfg.dump_near_oom;
+      const std::uint64_t headroom = limit.limit / 1000000 * f + limit.limit % 1000000 * f / 1000000;
       auto threshold = [&](unsigned k) { return limit.limit - (k < 64 ? headroom >> k : 0); };
       if (usage == 0 || usage < threshold(halvings)) return false;
       const unsigned first = halvings;
