@@ -6,7 +6,9 @@
 # Run by ctest as `build_checks`. Each check compiles (and sometimes links and
 # runs) a small program from tests/build/*.cpp with the compilers given:
 #   headers      every public header compiles alone, C++17/20/23, -Wall -Wextra
-#                -Wpedantic -Werror, with and without -fno-exceptions -fno-rtti
+#                -Wpedantic -Werror and -Wshadow -Wconversion -Wsign-conversion
+#                -Wold-style-cast -Wundef -Wcast-qual (g++: -Wuseless-cast), with
+#                and without -fno-exceptions -fno-rtti
 #   lines        <heapprof.hpp> adds at most 5,000 preprocessed lines to a unit
 #                that already includes <string> and <vector>
 #   cxx14        -std=c++14 (and clang++ with no -std when its default is older
@@ -59,20 +61,23 @@ public_headers=(heapprof.hpp heapprof/config.hpp heapprof/api.hpp heapprof/label
 for cxx in "${compilers[@]}"; do
   tag="$(basename "$cxx")"
   warn=(-Wall -Wextra -Wpedantic -Werror)
+  # What strict code bases add, for the headers every unit includes.
+  strict=(-Wshadow -Wconversion -Wsign-conversion -Wold-style-cast -Wundef -Wcast-qual)
+  [[ "$tag" == g++* ]] && strict+=(-Wuseless-cast)
   # ---- headers: each public header alone ------------------------------------
   bad=0
   for std in c++17 c++20 "$(std23 "$cxx")"; do
     for flags in "" "-fno-exceptions -fno-rtti"; do
       for h in "${public_headers[@]}"; do
         # shellcheck disable=SC2086
-        if ! printf '#include <%s>\n' "$h" | "$cxx" -std=$std $flags "${warn[@]}" -I"$inc" \
+        if ! printf '#include <%s>\n' "$h" | "$cxx" -std=$std $flags "${warn[@]}" "${strict[@]}" -I"$inc" \
              -x c++ -fsyntax-only - >"$tmp/out" 2>&1; then
           fail "$tag headers: <$h> alone, -std=$std $flags"; show "$tmp/out"; bad=1
         fi
       done
     done
   done
-  ((bad)) || pass "$tag headers: ${#public_headers[@]} public headers alone, C++17/20/23, with and without -fno-exceptions -fno-rtti"
+  ((bad)) || pass "$tag headers: ${#public_headers[@]} public headers alone, C++17/20/23, strict warnings, with and without -fno-exceptions -fno-rtti"
 
   # ---- lines: preprocessed cost of the light header ----------------------------
   base=$(printf '#include <string>\n#include <vector>\n' | "$cxx" -std=c++17 -E -P -x c++ - | wc -l)

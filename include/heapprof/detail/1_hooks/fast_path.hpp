@@ -122,7 +122,10 @@ HEAPPROF_ALWAYS_INLINE std::uint64_t PointerHash(const void* p) noexcept {
   return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull;
 }
 HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
-  return static_cast<std::size_t>(PointerHash(p) >> (64 - kFreeFilterBits));
+  // (No cast: on LP64 it is a useless one, which -Wuseless-cast reports in
+  // every unit that includes <heapprof.hpp>; the value fits in any size_t.)
+  const std::size_t i = PointerHash(p) >> (64 - kFreeFilterBits);
+  return i;
 }
 
 inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits];
