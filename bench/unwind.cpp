@@ -125,6 +125,16 @@ struct Where {
 
 int g_cold_misses = 0;  // kTableCold: distinct rule-cache entries the last walk used
 
+// One table unwind with replay and guesses as given (the flags back on after).
+int TableUnwind(const Where& w, hd::CapturedStack& stack, bool replay, bool guess) {
+  if (!replay) ut::g_replay_walks.store(false, std::memory_order_relaxed);
+  if (!guess) ut::g_guess_walks.store(false, std::memory_order_relaxed);
+  hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
+  if (!guess) ut::g_guess_walks.store(true, std::memory_order_relaxed);
+  if (!replay) ut::g_replay_walks.store(true, std::memory_order_relaxed);
+  return stack.depth;
+}
+
 // One unwind; returns the frame count.
 __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
   static thread_local hd::CapturedStack stack;
@@ -134,29 +144,15 @@ __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
       hd::UnwindFramePointers(w.frame, w.hook_return, w.lo, w.hi, stack);
       return stack.depth;
     case kTable:
-      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
-      return stack.depth;
+      return TableUnwind(w, stack, true, true);
     case kTableNoGuess:
-      ut::g_guess_walks.store(false, std::memory_order_relaxed);
-      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
-      ut::g_guess_walks.store(true, std::memory_order_relaxed);
-      return stack.depth;
+      return TableUnwind(w, stack, true, false);
     case kTableStepped:
-      ut::g_replay_walks.store(false, std::memory_order_relaxed);
-      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
-      ut::g_replay_walks.store(true, std::memory_order_relaxed);
-      return stack.depth;
+      return TableUnwind(w, stack, false, true);
     case kTableSteppedNoGuess:
-      ut::g_replay_walks.store(false, std::memory_order_relaxed);
-      ut::g_guess_walks.store(false, std::memory_order_relaxed);
-      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
-      ut::g_guess_walks.store(true, std::memory_order_relaxed);
-      ut::g_replay_walks.store(true, std::memory_order_relaxed);
-      return stack.depth;
+      return TableUnwind(w, stack, false, false);
     case kTableCold: {
-      ut::g_replay_walks.store(false, std::memory_order_relaxed);
-      hd::UnwindWithTable(w.frame, w.hook_return, w.lo, w.hi, stack);
-      ut::g_replay_walks.store(true, std::memory_order_relaxed);
+      TableUnwind(w, stack, false, true);
       // Every slot the walk used (a frame's rule is cached under its return
       // address; the leaf's is the hook's, stepped from Measure's frame).
       int distinct = 0;
