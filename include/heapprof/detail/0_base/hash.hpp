@@ -20,29 +20,28 @@ inline std::uint64_t HashCombine(std::uint64_t seed, std::uint64_t value) noexce
   return Mix64(seed ^ (value + 0x9E3779B97F4A7C15ull + (seed << 6) + (seed >> 2)));
 }
 
-#if defined(__SIZEOF_INT128__)
 // The 64x64 -> 128-bit product of x and y, its halves xored: one multiply
-// mixes two words (as in wyhash's "mum").
+// mixes two words (as in wyhash's "mum"). Every platform heapprof is enabled
+// on (config.hpp: x86-64 and AArch64, GCC and Clang) has __int128; this
+// header is compiled only there.
 // (__extension__: no -Wpedantic warning in the including program.)
 __extension__ typedef unsigned __int128 Uint128;
 inline std::uint64_t FoldMultiply(std::uint64_t x, std::uint64_t y) noexcept {
   const Uint128 p = static_cast<Uint128>(x) * y;
   return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
 }
-#endif
 
-// A sampled stack's PCs, on every sample. With 128-bit products: two lanes,
-// each folding two words into its state with one multiply (a PC xored with
-// a constant that no canonical address equals, times the other PC xored with
-// the lane's state), so four words hash in the latency of one multiply and
-// an xor; then a full mix. HashCombine per word cost ~20 instructions in a
-// serial chain (a quarter of a rate-1 sample at depth 24, callgrind); one
-// multiply and xor-shift per word in two lanes was still ~10% of a sample on
-// random stacks at depth 32 (perf), four lanes ~9 instructions a word.
+// A sampled stack's PCs, on every sample: two lanes, each folding two words
+// into its state with one multiply (a PC xored with a constant that no
+// canonical address equals, times the other PC xored with the lane's state),
+// so four words hash in the latency of one multiply and an xor; then a full
+// mix. HashCombine per word cost ~20 instructions in a serial chain (a
+// quarter of a rate-1 sample at depth 24, callgrind); one multiply and
+// xor-shift per word in two lanes was still ~10% of a sample on random
+// stacks at depth 32 (perf), four lanes ~9 instructions a word.
 inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::uint64_t seed) noexcept {
   constexpr std::uint64_t kMulA = 0x9E3779B97F4A7C15ull;
   constexpr std::uint64_t kMulB = 0xC2B2AE3D27D4EB4Full;
-#if defined(__SIZEOF_INT128__)
   // Non-canonical on x86-64 and AArch64 (bits 48-63 neither all 0 nor all 1).
   constexpr std::uint64_t kS0 = 0xA0761D6478BD642Full;
   constexpr std::uint64_t kS1 = 0xE7037ED1A0B428DBull;
@@ -62,33 +61,6 @@ inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::
   }
   if (i < n) b = FoldMultiply(words[i] ^ kS3, b ^ kS2);
   return Mix64(a ^ Mix64(b));
-#else
-  constexpr std::uint64_t kMulC = 0x165667B19E3779F9ull;
-  constexpr std::uint64_t kMulD = 0xD6E8FEB86659FD93ull;
-  // Four lanes of one multiply and xor-shift a word; distinct multipliers
-  // and starts per lane: a word moved to another lane hashes differently.
-  std::uint64_t a = (seed ^ n) * kMulA;
-  std::uint64_t b = seed * kMulB + n;
-  std::uint64_t c = (seed + n) * kMulC;
-  std::uint64_t d = ~seed * kMulD;
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a = (a ^ words[i]) * kMulA;
-    b = (b ^ words[i + 1]) * kMulB;
-    c = (c ^ words[i + 2]) * kMulC;
-    d = (d ^ words[i + 3]) * kMulD;
-    a ^= a >> 29;
-    b ^= b >> 29;
-    c ^= c >> 29;
-    d ^= d >> 29;
-  }
-  if (i < n) a = (a ^ words[i]) * kMulA, a ^= a >> 29;
-  if (i + 1 < n) b = (b ^ words[i + 1]) * kMulB, b ^= b >> 29;
-  if (i + 2 < n) c = (c ^ words[i + 2]) * kMulC, c ^= c >> 29;
-  const std::uint64_t ab = Mix64(a ^ ((b << 32) | (b >> 32)));
-  const std::uint64_t cd = Mix64(c ^ ((d << 32) | (d >> 32)));
-  return Mix64(ab ^ (cd * kMulB));
-#endif
 }
 
 // One multiply per 8 bytes (no full mix per word: the caller finishes with
