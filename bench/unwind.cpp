@@ -157,7 +157,7 @@ __attribute__((noinline)) int UnwindOnce(Method m, const Where& w) {
       // address; the leaf's is the hook's, stepped from Measure's frame).
       int distinct = 0;
       for (int i = 0; i < stack.depth; ++i) {
-        auto& key = ut::g_rule_cache.key[ut::CacheSlot(stack.pcs[i])];
+        auto& key = ut::g_rule_cache.e[ut::CacheSlot(stack.pcs[i])].key;
         distinct += key.load(std::memory_order_relaxed) != 0;
         key.store(0, std::memory_order_relaxed);
       }

@@ -558,6 +558,104 @@ TEST_CASE("CfaValid: the one-compare form equals 8-aligned and in [sp + 8, hi]")
   }
 }
 
+TEST_CASE("CacheableRule: a cached sp-relative CFA is above sp and aligned; a rule it ends could never step") {
+  // Step's frameless path (CFA = sp + off, rbp kept) checks only the stack's
+  // top: it relies on what the cache holds.
+  const ut::ObjectSet* set = ut::CurrentObjects();
+  REQUIRE(set != nullptr);
+  int ended = 0, kept = 0;
+  for (std::int64_t off = -1024; off <= 1024; ++off) {
+    for (std::uint32_t fp = 0; fp < 4; ++fp) {
+      const std::int64_t fp_off = fp == hd::eh::kFpAtCfa || fp == hd::eh::kFpAtFp ? -16 : 0;
+      const hd::eh::Rule rule = hd::eh::Rule::Make(hd::eh::kCfaSpRel, off, static_cast<hd::eh::FpKind>(fp), fp_off);
+      const hd::eh::Rule cached = ut::CacheableRule(rule);
+      if (cached == rule) {
+        ++kept;
+        REQUIRE(off >= 8);
+        REQUIRE(off % 8 == 0);
+        continue;
+      }
+      ++ended;
+      REQUIRE(cached.cfa_kind() == hd::eh::kCfaEnd);
+      // The step the rule would have made fails from any 8-aligned sp.
+      for (std::uintptr_t k = 0; k < 64; ++k) {
+        const std::uintptr_t sp = 0x7ff000000000ull + k * 8;
+        const ut::Cursor c{set, sp - 4096, sp + 4096};
+        REQUIRE_FALSE(ut::CfaValid(c, ut::Regs{0, sp, 0}, sp + static_cast<std::uintptr_t>(off)));
+      }
+    }
+  }
+  CHECK(kept == 4 * 128);  // 8, 16, ..., 1024
+  CHECK(ended == 4 * 2049 - kept);
+  // Other kinds pass unchanged.
+  for (const hd::eh::Rule r : {hd::eh::Rule::Make(hd::eh::kCfaFpRel, 16, hd::eh::kFpAtCfa, -16),
+                               hd::eh::Rule::Make(hd::eh::kCfaFpRel, 3, hd::eh::kFpSame, 0),
+                               hd::eh::Rule::Make(hd::eh::kCfaFpDeref, -8, hd::eh::kFpAtCfa, -16),
+                               hd::eh::Rule::Plt(8, 11), hd::eh::Rule::None()}) {
+    CHECK(ut::CacheableRule(r) == r);
+  }
+}
+
+TEST_CASE("the frameless step (CFA = sp + offset, rbp kept) equals its definition, up to the stack's top") {
+  // Cache entries planted for made-up return addresses, on a page of random
+  // words between two inaccessible pages: a read past the top would fault.
+  GuardedPage g;
+  REQUIRE(g.words != nullptr);
+  const std::uintptr_t lo = g.lo(), hi = g.hi();
+  const ut::ObjectSet* set = ut::CurrentObjects();
+  REQUIRE(set != nullptr);
+  std::mt19937_64 rng(23);
+  int stepped = 0, at_top = 0, zero_ra = 0;
+  for (int iter = 0; iter < 100000; ++iter) {
+    for (std::size_t i = 0; i < g.n; ++i) g.words[i] = rng() % 5 == 0 ? 0 : rng();
+    const std::uintptr_t sp = lo + 8 * (rng() % g.n);
+    // Mostly inside the page, some just past its top, a few far past it.
+    const std::uintptr_t above = (hi - sp) / 8;  // words from sp to the top
+    std::int64_t off = 8 * static_cast<std::int64_t>(1 + rng() % (above + 2));
+    if (iter % 13 == 0) off = 8 * static_cast<std::int64_t>(1 + rng() % 60000);
+    const hd::eh::Rule rule = ut::CacheableRule(hd::eh::Rule::Make(hd::eh::kCfaSpRel, off, hd::eh::kFpSame, 0));
+    REQUIRE(rule.cfa_kind() == hd::eh::kCfaSpRel);
+    ut::Cursor c{set, lo, hi};
+    c.guesses_left = iter % 2 == 0 ? ut::kWrongGuesses : 0;
+    const std::uintptr_t ra = 0x500000000000ull + 16 * static_cast<std::uintptr_t>(iter) + 1;
+    const std::uint64_t word = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(off)) << 32) | rule.bits;
+    ut::RuleCacheEntry& e = ut::g_rule_cache.e[ut::CacheSlot(ra)];
+    e.word.store(word);
+    e.key.store(ut::CacheKey(ra, word, c.tag));
+    const std::uintptr_t cfa = sp + static_cast<std::uintptr_t>(off);
+    // A guess, never trusted: sometimes the right word, sometimes not.
+    if (cfa <= hi) {
+      ut::g_guesses.next_ra[ut::CacheSlot(ra)].store(rng() % 2 == 0 ? *reinterpret_cast<std::uintptr_t*>(cfa - 8)
+                                                                   : rng());
+    }
+    const std::uintptr_t fp = rng();
+    ut::Regs r{ra, sp, fp, 7};
+    const bool ok = ut::Step(c, r);
+    if (cfa > hi) {
+      ++at_top;
+      REQUIRE_FALSE(ok);
+      continue;
+    }
+    const std::uintptr_t want = *reinterpret_cast<std::uintptr_t*>(cfa - 8);
+    if (want == 0) {
+      ++zero_ra;
+      REQUIRE_FALSE(ok);
+      continue;
+    }
+    ++stepped;
+    REQUIRE(ok);
+    REQUIRE(r.pc == want);
+    REQUIRE(r.sp == cfa);
+    REQUIRE(r.fp == fp);
+    REQUIRE(r.fp_at == 0);
+  }
+  MESSAGE("frameless steps: " << stepped << " stepped, " << at_top << " past the top, " << zero_ra
+                              << " with a zero return address");
+  CHECK(stepped > 70000);
+  CHECK(at_top > 5000);
+  CHECK(zero_ra > 10000);
+}
+
 // ---- replay: a walk that meets the thread's previous walk checks the old
 // frames against the stack instead of stepping them (table.hpp: WalkRecords)
 

@@ -149,25 +149,32 @@ struct ObjectSet {
 // is three dependent loads (index, rows, rule) after the return address; a
 // hit here is one. Shared by all threads, written only on misses, no lock.
 //
-// A warm walk is bound by the latency of one chain: return address -> its
-// slot's CFA offset -> CFA -> the next return address, two dependent loads a
-// frame (bench/unwind.cpp). Hence three arrays (structure of arrays): the
-// offset is an int32 of its own, so one sign-extending load with a plain
-// scaled index gives it ready to add (16-byte entries took a shift and a
-// three-part address on that chain, a packed value a shift to unpack: each
-// measurably slower). The rule bits and the key load alongside, off the
-// chain. An entry is valid when key == ra ^ offset ^ (rule << 32) ^ tag,
-// `tag` derived from the snapshot serial (after a dlopen/dlclose every older
-// entry misses); a torn read (words from two writers) fails the check unless
-// the words it mixed agree (then the rule is right), or a rare coincidence of
-// bits lets a wrong rule through: a bad frame, which the bounds checks end,
-// never a fault (the multiply that made that rarer still cost more than it
-// bought on every frame).
+// An entry is 16 bytes, one line: the key, and one word holding the CFA
+// offset (the high half, sign-extended by one arithmetic shift) and the rule
+// bits (the low half). It used to be three arrays (an int32 offset array for
+// a plain sign-extending load on the walk's chain), when a warm walk was
+// bound by the latency of return address -> CFA offset -> CFA -> next
+// return address. Return-address guesses (ReturnAddressAt) and the frame-pointer
+// rule's constant path took most frames off that chain, and a sample on a
+// stack unlike the last is bound by instructions and by the lines it
+// touches: one line a lookup instead of three, and two loads instead of
+// three, measured 6-8 ns less a sample at depth 32 (bench_sample_cost, random
+// stacks) with warm walks unchanged (bench_unwind).
+//
+// An entry is valid when key == ra ^ word ^ tag, `tag` derived from the
+// snapshot serial (after a dlopen/dlclose every older entry misses); a torn
+// read (words from two writers) fails the check unless the words it mixed
+// agree (then the rule is right), or a rare coincidence of bits lets a wrong
+// rule through: a bad frame, which the bounds checks end, never a fault (the
+// multiply that made that rarer still cost more than it bought on every
+// frame).
 constexpr std::size_t kRuleCacheEntries = 4096;  // 64 KiB of .bss, touched only when used
+struct alignas(16) RuleCacheEntry {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> word;  // (CFA offset << 32) | rule bits
+};
 struct RuleCache {
-  std::atomic<std::int32_t> cfa_offset[kRuleCacheEntries];  // first: addressed as [base + slot * 4]
-  std::atomic<std::uint32_t> rule[kRuleCacheEntries];
-  std::atomic<std::uint64_t> key[kRuleCacheEntries];
+  RuleCacheEntry e[kRuleCacheEntries];
 };
 
 inline RuleCache g_rule_cache;
@@ -863,19 +870,31 @@ struct CachedRule {
   std::uint32_t bits;         // the eh::Rule
 };
 
-HEAPPROF_ALWAYS_INLINE std::uint64_t CacheKey(std::uintptr_t ra, CachedRule r, std::uint64_t tag) noexcept {
-  return ra ^ r.cfa_offset ^ (static_cast<std::uint64_t>(r.bits) << 32) ^ tag;
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheKey(std::uintptr_t ra, std::uint64_t word, std::uint64_t tag) noexcept {
+  return ra ^ word ^ tag;
+}
+
+// The rule as the cache holds it. A CFA of sp + off with off < 8 or not a
+// multiple of 8 fails CfaValid from any frame (sp is 8-aligned), so such a
+// rule is cached as the end of the stack: the same step. Every cached
+// sp-relative rule then has a CFA above sp and aligned, and Step's frameless
+// path checks only the stack's top.
+constexpr eh::Rule CacheableRule(eh::Rule rule) noexcept {
+  if (rule.cfa_kind() == eh::kCfaSpRel && (rule.cfa_offset() < 8 || rule.cfa_offset() % 8 != 0)) {
+    return eh::Rule::Make(eh::kCfaEnd, 0, eh::kFpSame, 0);
+  }
+  return rule;
 }
 
 // The cache-miss path: the tables, then the cache entry. Out of line, and
 // see HEAPPROF_DETAIL_NO_ASAN.
 __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
-  const eh::Rule rule{TableRuleAt(c, ra - 1)};
+  const eh::Rule rule = CacheableRule(eh::Rule{TableRuleAt(c, ra - 1)});
   const auto off = static_cast<std::int32_t>(rule.cfa_offset());
   const CachedRule r{static_cast<std::uintptr_t>(static_cast<std::intptr_t>(off)), rule.bits};
-  g_rule_cache.cfa_offset[i].store(off, std::memory_order_relaxed);
-  g_rule_cache.rule[i].store(rule.bits, std::memory_order_relaxed);
-  g_rule_cache.key[i].store(CacheKey(ra, r, c.tag), std::memory_order_relaxed);
+  const std::uint64_t word = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(off)) << 32) | rule.bits;
+  g_rule_cache.e[i].word.store(word, std::memory_order_relaxed);
+  g_rule_cache.e[i].key.store(CacheKey(ra, word, c.tag), std::memory_order_relaxed);
   return r;
 }
 
@@ -883,10 +902,10 @@ __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t r
 // looked up is ra - 1, inside the call): the cache, else the tables.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE CachedRule RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
   const std::size_t i = CacheSlot(ra);
-  const CachedRule r{static_cast<std::uintptr_t>(
-                         static_cast<std::intptr_t>(g_rule_cache.cfa_offset[i].load(std::memory_order_relaxed))),
-                     g_rule_cache.rule[i].load(std::memory_order_relaxed)};
-  if (HEAPPROF_LIKELY(g_rule_cache.key[i].load(std::memory_order_relaxed) == CacheKey(ra, r, c.tag))) return r;
+  const std::uint64_t word = g_rule_cache.e[i].word.load(std::memory_order_relaxed);
+  const CachedRule r{static_cast<std::uintptr_t>(static_cast<std::int64_t>(word) >> 32),
+                     static_cast<std::uint32_t>(word)};
+  if (HEAPPROF_LIKELY(g_rule_cache.e[i].key.load(std::memory_order_relaxed) == CacheKey(ra, word, c.tag))) return r;
   return RuleMiss(c, ra, i);
 }
 
@@ -968,8 +987,10 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE std::uintptr_t ReturnAddressAt(Cu
                                                                               std::size_t slot) noexcept {
   const std::uintptr_t ra = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
 #if defined(__x86_64__)
-  // Opaque to the compiler: it would otherwise derive the guess's address
-  // from the key's, (slot + 0x1000) * 8: three more instructions on the chain.
+  // Opaque to the compiler, so the guess's address comes from the slot alone:
+  // with the cache as three arrays it derived it from the key's, (slot +
+  // 0x1000) * 8, three more instructions on the chain. (With one array of
+  // entries the code is the same either way; kept against that.)
   asm("" : "+r"(slot));
   std::atomic<std::uintptr_t>& next = g_guesses.next_ra[slot];
   if (c.guesses_left > 0) {
@@ -1043,6 +1064,8 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& 
 // not the cache entry. The chain is then one load a frame, as in a
 // frame-pointer walk; every step is still checked against the table's rule.
 constexpr std::uint32_t kFramePointerRule = eh::Rule::Make(eh::kCfaFpRel, 16, eh::kFpAtCfa, -16).bits;
+constexpr std::uint32_t kFramelessMask = 0x1fu;  // the CFA's kind and the fp's
+constexpr std::uint32_t kFramelessBits = eh::kCfaSpRel | (eh::kFpSame << 3);
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noexcept {
   const CachedRule cached = RuleAt(c, r.pc);
   const std::uint32_t bits = cached.bits;
@@ -1052,6 +1075,21 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noe
     return FinishStep(c, r, kFramePointerRule, cfa);
   }
   const std::uintptr_t off = cached.cfa_offset;
+  // Code without frame pointers that leaves rbp alone: CFA = sp + off, the
+  // caller's fp is this frame's. One compare for both kinds, and the CFA
+  // needs only its upper bound (RuleMiss: off >= 8, a multiple of 8), so the
+  // frame costs ~10 instructions fewer than through the general path below,
+  // whose every check it still makes.
+  if (HEAPPROF_LIKELY((bits & kFramelessMask) == kFramelessBits)) {
+    const std::uintptr_t cfa = r.sp + off;
+    if (cfa > c.stack_hi) return false;
+    const std::uintptr_t ra = ReturnAddressAt(c, cfa, CacheSlot(r.pc));
+    if (ra == 0) return false;
+    r.pc = ra;
+    r.sp = cfa;
+    r.fp_at = 0;
+    return true;
+  }
   const std::uint32_t kind = bits & 7u;
   // Separate paths rather than a select: a conditional move would wait for
   // the cache entry's kind bits; a predicted branch does not. The common
