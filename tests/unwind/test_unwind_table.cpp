@@ -596,6 +596,32 @@ TEST_CASE("CacheableRule: a cached sp-relative CFA is above sp and aligned; a ru
   }
 }
 
+TEST_CASE("rule cache: two return addresses that share a slot both stay cached (the neighbour slot)") {
+  // Made-up return addresses in no loaded object: a lookup that reaches the
+  // tables records the PC as unknown, so unknown_pc says whether it missed.
+  const ut::ObjectSet* set = ut::CurrentObjects();
+  REQUIRE(set != nullptr);
+  auto missed = [set](std::uintptr_t ra) {
+    ut::Cursor c{set, 0, 0};
+    (void)ut::RuleAt(c, ra);
+    return c.unknown_pc != 0;
+  };
+  for (std::uintptr_t base : {0x600000001234ull, 0x600000005ff1ull, 0x600000002000ull}) {
+    const std::uintptr_t a = base, b = base + 7 * ut::kRuleCacheEntries, x = base + 9 * ut::kRuleCacheEntries;
+    REQUIRE(ut::CacheSlot(a) == ut::CacheSlot(b));
+    CHECK(missed(a));
+    CHECK(missed(b));
+    for (int round = 0; round < 3; ++round) {  // alternating: each stays where it went
+      CHECK_FALSE(missed(a));
+      CHECK_FALSE(missed(b));
+    }
+    // A third one takes the neighbour; the first stays.
+    CHECK(missed(x));
+    CHECK_FALSE(missed(x));
+    CHECK_FALSE(missed(a));
+  }
+}
+
 TEST_CASE("the frameless step (CFA = sp + offset, rbp kept) equals its definition, up to the stack's top") {
   // Cache entries planted for made-up return addresses, on a page of random
   // words between two inaccessible pages: a read past the top would fault.
