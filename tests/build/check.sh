@@ -9,6 +9,10 @@
 #                -Wpedantic -Werror and -Wshadow -Wconversion -Wsign-conversion
 #                -Wold-style-cast -Wundef -Wcast-qual (g++: -Wuseless-cast), with
 #                and without -fno-exceptions -fno-rtti
+#   impl_strict  the implementation unit with every hook (HEAPPROF_IMPLEMENTATION,
+#                HEAPPROF_REPLACE_NEW_DELETE, HEAPPROF_REPLACE_MALLOC, plus
+#                <heapprof/http.hpp>) under the same warnings, -Werror included:
+#                C++17, C++20 with -fno-exceptions -fno-rtti, C++23 (-fsyntax-only)
 #   lines        <heapprof.hpp> adds at most 5,000 preprocessed lines to a unit
 #                that already includes <string> and <vector>
 #   cxx14        -std=c++14 (and clang++ with no -std when its default is older
@@ -61,7 +65,8 @@ public_headers=(heapprof.hpp heapprof/config.hpp heapprof/api.hpp heapprof/label
 for cxx in "${compilers[@]}"; do
   tag="$(basename "$cxx")"
   warn=(-Wall -Wextra -Wpedantic -Werror)
-  # What strict code bases add, for the headers every unit includes.
+  # What strict code bases add, for the headers every unit includes and for the
+  # implementation unit (impl_strict).
   strict=(-Wshadow -Wconversion -Wsign-conversion -Wold-style-cast -Wundef -Wcast-qual)
   [[ "$tag" == g++* ]] && strict+=(-Wuseless-cast)
   # ---- headers: each public header alone ------------------------------------
@@ -78,6 +83,21 @@ for cxx in "${compilers[@]}"; do
     done
   done
   ((bad)) || pass "$tag headers: ${#public_headers[@]} public headers alone, C++17/20/23, strict warnings, with and without -fno-exceptions -fno-rtti"
+
+  # ---- impl_strict: the implementation unit, every hook, strict warnings ---------
+  # Strict code bases compile their own units with these warnings; the unit that
+  # defines HEAPPROF_IMPLEMENTATION is one of them. -fsyntax-only: the warnings
+  # come from the front end, so this costs a few seconds, not a build.
+  bad=0
+  for config in "-std=c++17" "-std=c++20 -fno-exceptions -fno-rtti" "-std=$(std23 "$cxx")"; do
+    # shellcheck disable=SC2086
+    if ! printf '%s\n' '#define HEAPPROF_IMPLEMENTATION' '#define HEAPPROF_REPLACE_NEW_DELETE' \
+           '#define HEAPPROF_REPLACE_MALLOC' '#include <heapprof.hpp>' '#include <heapprof/http.hpp>' |
+         "$cxx" $config "${warn[@]}" "${strict[@]}" -I"$inc" -x c++ -fsyntax-only - >"$tmp/out" 2>&1; then
+      fail "$tag impl_strict: the implementation unit with every hook, $config"; show "$tmp/out"; bad=1
+    fi
+  done
+  ((bad)) || pass "$tag impl_strict: the implementation unit with every hook (+ <heapprof/http.hpp>), C++17/20/23, strict warnings, -Werror"
 
   # ---- lines: preprocessed cost of the light header ----------------------------
   base=$(printf '#include <string>\n#include <vector>\n' | "$cxx" -std=c++17 -E -P -x c++ - | wc -l)

@@ -86,7 +86,7 @@ void SetSampleRate(std::size_t mean_bytes) noexcept {
 
 std::size_t GetSampleRate() noexcept {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_sample_rate();
-  return static_cast<std::size_t>(detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire)));
+  return detail::RateOf(detail::g_rate_state.load(std::memory_order_acquire));
 }
 
 Stats GetStats() noexcept {

@@ -309,7 +309,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
     } else if (key == "leak_frames") {
       std::uint64_t v;
       if (ParseCount(value, v) && v > 0 && v <= 64) {
-        cfg.leak_frames = static_cast<std::size_t>(v);
+        cfg.leak_frames = v;
       } else {
         ReportConfigProblem("bad value for leak_frames (1 to 64):", value);
       }

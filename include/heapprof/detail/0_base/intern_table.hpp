@@ -60,7 +60,7 @@ class InternTable {
   // every time. The bits are the hash's top ones; the slot index uses the
   // low ones. On tables larger than the caches, each record read is a miss.
   static constexpr std::uintptr_t kTagMask = 15;
-  static std::uintptr_t TagOf(std::uint64_t hash) noexcept { return static_cast<std::uintptr_t>(hash >> 60); }
+  static std::uintptr_t TagOf(std::uint64_t hash) noexcept { return hash >> 60; }
 
   std::size_t capacity() const noexcept { return slots_ == nullptr ? 0 : mask_ + 1; }
 

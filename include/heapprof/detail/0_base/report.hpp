@@ -67,7 +67,7 @@ inline void ReportLine(std::string_view line) noexcept {
 inline std::int64_t MonotonicMillis() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  return std::int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
 inline std::uint64_t MonotonicNanos() noexcept {

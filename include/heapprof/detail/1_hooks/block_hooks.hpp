@@ -241,7 +241,7 @@ inline std::atomic<std::uint64_t> g_sampled_min{HEAPPROF_DEFAULT_SAMPLE_RATE >= 
 HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n) noexcept {
   const ThreadState* ts = tls_thread_state;
   if (HEAPPROF_LIKELY(LoadRelaxed(ts->countdown) > static_cast<std::int64_t>(n))) return n;
-  const std::size_t min = static_cast<std::size_t>(LoadRelaxed(ts->sampled_min));
+  const std::size_t min = LoadRelaxed(ts->sampled_min);
   return n < min ? min : n;
 }
 // The same for an aligned allocation (aligned_alloc wants a multiple of the

@@ -208,7 +208,7 @@ class LiveMap {
     std::size_t Capacity() const noexcept { return entries == nullptr ? 0 : mask + 1; }
     // Bits below the shard prefix, so a shard's keys spread over its table.
     std::size_t Home(std::uintptr_t key) const noexcept {
-      return static_cast<std::size_t>(PointerHash(reinterpret_cast<const void*>(key)) >> 8) & mask;
+      return (PointerHash(reinterpret_cast<const void*>(key)) >> 8) & mask;
     }
     bool Grow() noexcept {
       const std::size_t old_cap = Capacity();

@@ -70,7 +70,7 @@ inline BucketCounts ReadCounts(const Bucket* b) noexcept {
 inline std::int64_t RealtimeNanos() noexcept {
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  return std::int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
 }
 
 // What a writer gets: the snapshot's facts (the counts are copied separately).

@@ -426,7 +426,7 @@ inline bool ReadEntry(const std::uint8_t* data, std::size_t size, std::size_t of
   if (len < 4 || len > size - after_len) return false;  // must hold at least the id
   e.id_offset = after_len;
   e.body_offset = after_len + 4;
-  e.end = after_len + static_cast<std::size_t>(len);
+  e.end = after_len + len;
   // The id/pointer field is 4 bytes in .eh_frame even in the 64-bit format.
   if (!r.U32(e.id)) return false;
   return true;
@@ -996,7 +996,7 @@ class Parser {
     Hdr hdr;
     if (src_.hdr.data != nullptr && ParseHdr(src_.hdr, hdr) && hdr.has_table && ValidateTable(hdr)) {
       st.used_hdr_table = true;
-      out_.Reserve(static_cast<std::size_t>(hdr.fde_count) * 4 + 16);
+      out_.Reserve(hdr.fde_count * 4 + 16);
       Reader r(src_.hdr.data + hdr.table_offset, src_.hdr.data + src_.hdr.size,
                src_.hdr.address + hdr.table_offset);
       for (std::uint64_t i = 0; i < hdr.fde_count; ++i) {

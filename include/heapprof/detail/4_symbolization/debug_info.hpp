@@ -180,13 +180,13 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
       continue;
     }
     if (inflated_count_ == 16 || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
-    auto* out = static_cast<unsigned char*>(DebugAllocate(static_cast<std::size_t>(size)));
+    auto* out = static_cast<unsigned char*>(DebugAllocate(size));
     if (out == nullptr) continue;
-    if (!inflate::ZlibInflate(packed, static_cast<std::size_t>(packed_size), out, static_cast<std::size_t>(size))) {
-      DebugFree(out, static_cast<std::size_t>(size));
+    if (!inflate::ZlibInflate(packed, packed_size, out, size)) {
+      DebugFree(out, size);
       continue;
     }
-    inflated_[inflated_count_++] = Inflated{out, static_cast<std::size_t>(size)};
+    inflated_[inflated_count_++] = Inflated{out, size};
     *target = elf::ByteView{out, size};
   }
   if (sections_.info.size == 0 || sections_.abbrev.size == 0) {

@@ -50,7 +50,7 @@ struct ByteView {
   // The NUL-terminated string at `offset`, or nullptr when it runs off the end.
   const char* CString(std::uint64_t offset, std::size_t* length) const {
     if (offset >= size) return nullptr;
-    const void* nul = std::memchr(data + offset, '\0', static_cast<std::size_t>(size - offset));
+    const void* nul = std::memchr(data + offset, '\0', size - offset);
     if (nul == nullptr) return nullptr;
     *length = static_cast<std::size_t>(static_cast<const unsigned char*>(nul) - (data + offset));
     return reinterpret_cast<const char*>(data + offset);

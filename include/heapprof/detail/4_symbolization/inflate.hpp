@@ -115,7 +115,7 @@ struct Huffman {
       std::uint32_t reversed = 0;
       for (unsigned b = 0; b < len; ++b) reversed |= ((c >> b) & 1u) << (len - 1 - b);
       for (std::uint32_t fill = reversed; fill < (1u << kFastBits); fill += 1u << len) {
-        fast[fill] = static_cast<std::uint16_t>(i | (len << 9));
+        fast[fill] = static_cast<std::uint16_t>(static_cast<unsigned>(i) | (len << 9));
       }
     }
     return true;

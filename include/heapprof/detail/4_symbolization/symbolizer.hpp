@@ -327,7 +327,7 @@ class SymbolTable {
     const ByteView strtab = sections.Contents(strings);
     if (strtab.size == 0) return false;
 
-    ArenaVector<SectionRange> ranges(static_cast<std::size_t>(sections.count()));
+    ArenaVector<SectionRange> ranges(sections.count());
     for (std::uint64_t i = 1; i < sections.count(); ++i) {
       Elf64_Shdr sh;
       if (!sections.Get(i, &sh) || (sh.sh_flags & SHF_EXECINSTR) == 0) continue;
@@ -424,8 +424,8 @@ inline ArenaVector<LoadedObject> CollectLoadedObjects() {
   ArenaVector<LoadedObject> objects;
   elf::CollectState state;
   state.out = &objects;
-  state.vdso = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
-  std::uintptr_t page = static_cast<std::uintptr_t>(::getauxval(AT_PAGESZ));
+  state.vdso = ::getauxval(AT_SYSINFO_EHDR);
+  std::uintptr_t page = ::getauxval(AT_PAGESZ);
   if (page == 0 || (page & (page - 1)) != 0) page = 4096;
   state.page_mask = page - 1;
   IterateLoadedObjects(&elf::CollectObject, &state);
@@ -547,7 +547,7 @@ inline bool Symbolizer::Lookup(std::uintptr_t pc, ArenaString& name, std::uintpt
   std::size_t index = 0;
   if (table.empty() || !table.Find(pc - r->bias, &index)) return false;
   name = table.Name(index);
-  start = static_cast<std::uintptr_t>(table.Value(index)) + r->bias;
+  start = table.Value(index) + r->bias;
   return true;
 }
 

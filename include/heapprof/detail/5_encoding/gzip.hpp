@@ -6,6 +6,11 @@
 // data that does not compress. Symbols are collected in batches; each batch
 // becomes one block with its own dynamic Huffman code, or fixed codes or stored
 // bytes whenever those come out smaller. Everything else is plain RFC 1951/1952.
+//
+// Symbols, code lengths, counts and tree nodes are int, as in the arithmetic on
+// them (none is ever negative). Where one indexes a std::array, whose operator[]
+// takes a size_t, a static_cast converts it at that point, so the arithmetic and
+// the code compiled from it stay those of int.
 #pragma once
 
 #include <algorithm>
@@ -112,7 +117,9 @@ constexpr std::array<std::uint8_t, 256> MakeLengthCodeTable() {
   for (std::size_t code = 0; code + 1 < kLengthBase.size(); ++code) {
     const int first = kLengthBase[code] - kMinMatch;
     const int count = 1 << kLengthExtraBits[code];
-    for (int i = 0; i < count && first + i < 256; ++i) table[first + i] = static_cast<std::uint8_t>(code);
+    for (int i = 0; i < count && first + i < 256; ++i) {
+      table[static_cast<std::size_t>(first + i)] = static_cast<std::uint8_t>(code);
+    }
   }
   // 258 could also be written as 227 + 31 with code 284, but RFC 1951 reserves
   // code 285 for it and decoders may reject the other spelling.
@@ -133,9 +140,9 @@ constexpr std::array<std::uint8_t, 512> MakeDistCodeTable() {
     // constant evaluation well inside compilers' step limits.
     for (int d = first; d < first + count; d += d < 256 ? 1 : 128) {
       if (d < 256) {
-        table[d] = static_cast<std::uint8_t>(code);
+        table[static_cast<std::size_t>(d)] = static_cast<std::uint8_t>(code);
       } else {
-        table[256 + (d >> 7)] = static_cast<std::uint8_t>(code);
+        table[static_cast<std::size_t>(256 + (d >> 7))] = static_cast<std::uint8_t>(code);
       }
     }
   }
@@ -191,7 +198,10 @@ inline void BuildCodeLengths(const std::uint32_t* freqs, int num_symbols, int ma
   int used = 0;
   for (int s = 0; s < num_symbols; ++s) {
     lengths[s] = 0;
-    if (freqs[s] != 0) keys[used++] = static_cast<std::uint64_t>(freqs[s]) << 16 | static_cast<std::uint64_t>(s);
+    if (freqs[s] != 0) {
+      keys[static_cast<std::size_t>(used++)] =
+          static_cast<std::uint64_t>(freqs[s]) << 16 | static_cast<std::uint64_t>(s);
+    }
   }
   if (used < 2) {
     const int first = used == 1 ? static_cast<int>(keys[0] & 0xFFFFu) : 0;
@@ -201,7 +211,10 @@ inline void BuildCodeLengths(const std::uint32_t* freqs, int num_symbols, int ma
   }
   std::sort(keys.begin(), keys.begin() + used);
   std::array<std::uint16_t, kNumFixedLitLenSymbols> symbols;
-  for (int i = 0; i < used; ++i) symbols[i] = static_cast<std::uint16_t>(keys[i] & 0xFFFFu);
+  for (int i = 0; i < used; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    symbols[at] = static_cast<std::uint16_t>(keys[at] & 0xFFFFu);
+  }
 
   // Huffman's algorithm with two queues instead of a heap: merged nodes are born
   // in non-decreasing weight order, so both queues stay sorted. Nodes [0, used)
@@ -210,7 +223,10 @@ inline void BuildCodeLengths(const std::uint32_t* freqs, int num_symbols, int ma
   constexpr int kMaxNodes = 2 * kNumFixedLitLenSymbols;
   std::array<std::uint32_t, kMaxNodes> weight;
   std::array<std::uint16_t, kMaxNodes> parent;
-  for (int i = 0; i < used; ++i) weight[i] = freqs[symbols[i]];
+  for (int i = 0; i < used; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    weight[at] = freqs[symbols[at]];
+  }
   int next_leaf = 0;
   int next_merged = used;
   const int root = 2 * used - 2;
@@ -218,28 +234,33 @@ inline void BuildCodeLengths(const std::uint32_t* freqs, int num_symbols, int ma
     int children[2];
     for (int& child : children) {
       const bool take_leaf =
-          next_leaf < used && (next_merged >= node || weight[next_leaf] <= weight[next_merged]);
+          next_leaf < used && (next_merged >= node || weight[static_cast<std::size_t>(next_leaf)] <=
+                                                          weight[static_cast<std::size_t>(next_merged)]);
       child = take_leaf ? next_leaf++ : next_merged++;
     }
-    weight[node] = weight[children[0]] + weight[children[1]];
-    parent[children[0]] = parent[children[1]] = static_cast<std::uint16_t>(node);
+    weight[static_cast<std::size_t>(node)] =
+        weight[static_cast<std::size_t>(children[0])] + weight[static_cast<std::size_t>(children[1])];
+    parent[static_cast<std::size_t>(children[0])] = parent[static_cast<std::size_t>(children[1])] =
+        static_cast<std::uint16_t>(node);
   }
 
   // Depths top-down (reusing `weight`), and a histogram of leaf depths with the
   // too-deep ones lifted to the limit.
   std::array<std::uint32_t, kMaxCodeLength + 1> count{};
-  weight[root] = 0;
+  weight[static_cast<std::size_t>(root)] = 0;
   for (int node = root - 1; node >= 0; --node) {
-    weight[node] = weight[parent[node]] + 1;
-    if (node < used) ++count[std::min<std::uint32_t>(weight[node], max_length)];
+    weight[static_cast<std::size_t>(node)] = weight[parent[static_cast<std::size_t>(node)]] + 1;
+    if (node < used) {
+      ++count[std::min(weight[static_cast<std::size_t>(node)], static_cast<std::uint32_t>(max_length))];
+    }
   }
   LimitLengthHistogram(count.data(), max_length);
 
   // The least frequent symbols take the longest codes.
   int index = 0;
   for (int length = max_length; length >= 1; --length) {
-    for (std::uint32_t i = 0; i < count[length]; ++i) {
-      lengths[symbols[index++]] = static_cast<std::uint8_t>(length);
+    for (std::uint32_t i = 0; i < count[static_cast<std::size_t>(length)]; ++i) {
+      lengths[symbols[static_cast<std::size_t>(index++)]] = static_cast<std::uint8_t>(length);
     }
   }
 }
@@ -258,8 +279,8 @@ constexpr void AssignCodeWords(const std::uint8_t* lengths, int num_symbols, Cod
   std::array<std::uint32_t, kMaxCodeLength + 1> next_code{};
   std::uint32_t code = 0;
   for (int length = 1; length <= kMaxCodeLength; ++length) {
-    code = (code + count[length - 1]) << 1;
-    next_code[length] = code;
+    code = (code + count[static_cast<std::size_t>(length - 1)]) << 1;
+    next_code[static_cast<std::size_t>(length)] = code;
   }
   for (int s = 0; s < num_symbols; ++s) {
     words[s].length = lengths[s];
@@ -276,7 +297,7 @@ struct BlockCodes {
 constexpr BlockCodes MakeFixedCodes() {
   BlockCodes codes;
   std::array<std::uint8_t, kNumFixedLitLenSymbols> lengths{};
-  for (int s = 0; s < kNumFixedLitLenSymbols; ++s) {
+  for (std::size_t s = 0; s < kNumFixedLitLenSymbols; ++s) {
     lengths[s] = s < 144 ? 8 : s < 256 ? 9 : s < 280 ? 7 : 8;
   }
   AssignCodeWords(lengths.data(), kNumFixedLitLenSymbols, codes.lit_len.data());
@@ -545,19 +566,21 @@ class Encoder {
     const auto distance_index = static_cast<std::uint32_t>(distance - 1);
     tokens_[num_tokens_++] = kMatchFlag | distance_index << 8 | length_index;
     ++lit_freqs_[kEndOfBlock + 1 + kLengthCode[length_index]];
-    ++dist_freqs_[DistCode(distance_index)];
+    ++dist_freqs_[static_cast<std::size_t>(DistCode(distance_index))];
   }
 
   // Bits the block's symbols take under `codes`, headers excluded.
   std::uint64_t SymbolBits(const BlockCodes& codes) const {
     std::uint64_t bits = 0;
     for (int s = 0; s < kNumLitLenSymbols; ++s) {
-      std::uint64_t per_symbol = codes.lit_len[s].length;
-      if (s > kEndOfBlock) per_symbol += kLengthExtraBits[s - kEndOfBlock - 1];
-      bits += per_symbol * lit_freqs_[s];
+      const auto at = static_cast<std::size_t>(s);
+      std::uint64_t per_symbol = codes.lit_len[at].length;
+      if (s > kEndOfBlock) per_symbol += kLengthExtraBits[static_cast<std::size_t>(s - kEndOfBlock - 1)];
+      bits += per_symbol * lit_freqs_[at];
     }
     for (int s = 0; s < kNumDistSymbols; ++s) {
-      bits += static_cast<std::uint64_t>(codes.dist[s].length + kDistExtraBits[s]) * dist_freqs_[s];
+      const auto at = static_cast<std::size_t>(s);
+      bits += static_cast<std::uint64_t>(codes.dist[at].length + kDistExtraBits[at]) * dist_freqs_[at];
     }
     return bits;
   }
@@ -640,14 +663,16 @@ class Encoder {
                     header->code_length_words.data());
     header->num_code_length_codes = kNumCodeLengthSymbols;
     while (header->num_code_length_codes > 4 &&
-           header->code_length_lengths[kCodeLengthOrder[header->num_code_length_codes - 1]] == 0) {
+           header->code_length_lengths[kCodeLengthOrder[static_cast<std::size_t>(
+               header->num_code_length_codes - 1)]] == 0) {
       --header->num_code_length_codes;
     }
 
     std::uint64_t bits = 3 + 5 + 5 + 4 + 3 * static_cast<std::uint64_t>(header->num_code_length_codes);
     for (int s = 0; s < kNumCodeLengthSymbols; ++s) {
-      const int extra = s >= 16 ? kRepeatExtraBits[s - 16] : 0;
-      bits += static_cast<std::uint64_t>(header->code_length_lengths[s] + extra) * freqs[s];
+      const auto at = static_cast<std::size_t>(s);
+      const int extra = s >= 16 ? kRepeatExtraBits[static_cast<std::size_t>(s - 16)] : 0;
+      bits += static_cast<std::uint64_t>(header->code_length_lengths[at] + extra) * freqs[at];
     }
     header->bits = bits;
   }
@@ -670,7 +695,7 @@ class Encoder {
     const std::uint64_t stored_bits = StoredBits(writer_.BitPosition(), raw_size);
 
     const std::uint64_t best = std::min({dynamic_bits, fixed_bits, stored_bits});
-    writer_.Reserve(static_cast<std::size_t>(best / 8 + 16));
+    writer_.Reserve(best / 8 + 16);
     const std::uint32_t final_bit = final ? 1u : 0u;
     if (best == stored_bits) {
       WriteStored(raw, raw_size, final_bit);
@@ -707,13 +732,13 @@ class Encoder {
     writer_.Put(static_cast<std::uint32_t>(header.num_dist - 1), 5);
     writer_.Put(static_cast<std::uint32_t>(header.num_code_length_codes - 4), 4);
     for (int i = 0; i < header.num_code_length_codes; ++i) {
-      writer_.Put(header.code_length_lengths[kCodeLengthOrder[i]], 3);
+      writer_.Put(header.code_length_lengths[kCodeLengthOrder[static_cast<std::size_t>(i)]], 3);
     }
     for (std::uint16_t run : header.runs) {
       const int symbol = run & 0xFF;
-      const CodeWord& word = header.code_length_words[symbol];
+      const CodeWord& word = header.code_length_words[static_cast<std::size_t>(symbol)];
       writer_.Put(word.bits, word.length);
-      if (symbol >= 16) writer_.Put(run >> 8, kRepeatExtraBits[symbol - 16]);
+      if (symbol >= 16) writer_.Put(run >> 8, kRepeatExtraBits[static_cast<std::size_t>(symbol - 16)]);
     }
   }
 
@@ -726,9 +751,10 @@ class Encoder {
     std::array<Joined, kMaxMatch - kMinMatch + 1> lengths;
     for (std::size_t index = 0; index < lengths.size(); ++index) {
       const int code = kLengthCode[index];
-      const CodeWord& word = codes.lit_len[kEndOfBlock + 1 + code];
-      const auto extra = static_cast<std::uint32_t>(index + kMinMatch - kLengthBase[code]);
-      lengths[index] = {word.bits | extra << word.length, word.length + kLengthExtraBits[code]};
+      const auto at = static_cast<std::size_t>(code);
+      const CodeWord& word = codes.lit_len[static_cast<std::size_t>(kEndOfBlock + 1 + code)];
+      const auto extra = static_cast<std::uint32_t>(index + kMinMatch - kLengthBase[at]);
+      lengths[index] = {word.bits | extra << word.length, word.length + kLengthExtraBits[at]};
     }
     // Length (at most 15 + 5 bits) and distance (15 + 13) fit one Put.
     static_assert(2 * kMaxCodeLength + 5 + 13 <= BitWriter::kMaxPutBits, "a match needs two Puts");
@@ -741,7 +767,7 @@ class Encoder {
       }
       const Joined& length = lengths[token & 0xFFu];
       const std::uint32_t distance_index = (token >> 8) & 0x7FFFu;
-      const int dist_code = DistCode(distance_index);
+      const auto dist_code = static_cast<std::size_t>(DistCode(distance_index));
       const CodeWord& dist_word = codes.dist[dist_code];
       const std::uint64_t dist_extra = distance_index + 1 - kDistBase[dist_code];
       const std::uint64_t dist_bits = dist_word.bits | dist_extra << dist_word.length;

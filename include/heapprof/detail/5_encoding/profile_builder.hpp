@@ -329,7 +329,7 @@ class PprofProfileBuilder {
       h ^= static_cast<std::uint64_t>(k.system_name) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
       h ^= static_cast<std::uint64_t>(k.filename) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
       h ^= static_cast<std::uint64_t>(k.start_line) + 0x7f4a7c15ull + (h << 6) + (h >> 2);
-      return static_cast<std::size_t>(h);
+      return h;
     }
   };
   struct MappingQuality {

@@ -158,7 +158,7 @@ inline ArenaString BytesText(std::uint64_t bytes) {
 
 // "2024-05-01T12:00:00.123Z" (UTC)
 inline ArenaString TimeText(std::int64_t nanos) {
-  const time_t secs = static_cast<time_t>(nanos / 1000000000);
+  const time_t secs = nanos / 1000000000;
   tm t{};
   gmtime_r(&secs, &t);
   char buf[64];

@@ -299,7 +299,7 @@ inline ArenaString SymbolBody(std::string_view addresses) {
   ArenaString name;
   ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {
     std::uintptr_t start = 0;
-    if (symbolizer.Lookup(static_cast<std::uintptr_t>(pc), name, start)) {
+    if (symbolizer.Lookup(pc, name, start)) {
       AppendFormat(body, "%#llx ", static_cast<unsigned long long>(pc));
       body += name;
       body += '\n';

@@ -342,23 +342,27 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
     ArenaString how = rate <= 1 ? ArenaString(rate == 1 ? "every allocation recorded" : "sampling off")
                                 : "estimated from samples, rate " + ArenaDecimal(rate) + " bytes";
-    ArenaString out = "leak report: " + ArenaDecimal(objects_in_use) + " objects, " +
-                      FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" + how + ")";
+    // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
+    ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
+                      " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
+                      how + ")";
     if (objects_in_use == 0) out += ": nothing to report";
     ReportLine(out);
     if (objects_in_use != 0) {
-      ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(u_objects) + " objects, " +
-                 FormatBytes(static_cast<double>(u_bytes)));
+      ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
+                 " objects, " + FormatBytes(static_cast<double>(u_bytes)));
       if (u_objects != 0) {
         for (const ArenaString& line : u_table) ReportLine("  " + line);
       }
-      ReportLine("leak report: reachable (held by a root, named after <==): " + ArenaDecimal(r_objects) +
-                 " objects, " + FormatBytes(static_cast<double>(r_bytes)));
+      ReportLine("leak report: reachable (held by a root, named after <==): " +
+                 ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
+                 FormatBytes(static_cast<double>(r_bytes)));
       if (r_objects != 0) {
         for (const ArenaString& line : r_table) ReportLine("  " + line);
       }
       if (!suppressions.patterns.empty()) {
-        ReportLine("leak report: suppressed (leak_suppressions): " + ArenaDecimal(s_objects) + " objects, " +
+        ReportLine("leak report: suppressed (leak_suppressions): " +
+                   ArenaDecimal(static_cast<unsigned long long>(s_objects)) + " objects, " +
                    FormatBytes(static_cast<double>(s_bytes)));
       }
     }

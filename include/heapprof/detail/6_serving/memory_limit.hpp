@@ -250,7 +250,7 @@ inline MemoryLimit FindMemoryLimit() {
   rlimit rl{};
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     m.source = MemoryLimit::kRlimitAs;
-    m.limit = static_cast<std::uint64_t>(rl.rlim_cur);
+    m.limit = rl.rlim_cur;
     return m;
   }
   m.limit = PhysicalMemoryBytes();

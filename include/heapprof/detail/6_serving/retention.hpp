@@ -421,7 +421,7 @@ inline bool EveryObjectKnown() noexcept {
 inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   const std::uint64_t t0 = MonotonicNanos();
   const std::size_t arena0 = g_arena.MappedBytes();
-  const long self = static_cast<long>(::syscall(SYS_gettid));
+  const long self = ::syscall(SYS_gettid);
 
   // Objects first, so that whatever they point at is already where it will
   // be read from.
@@ -429,7 +429,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     ArenaVector<Object>& objects = r.objects;
     for (int attempt = 0; attempt < 4; ++attempt) {
       objects.clear();
-      objects.reserve(static_cast<std::size_t>(g_live_map.LiveCount()) + 1024 + objects.capacity() / 4);
+      objects.reserve(g_live_map.LiveCount() + 1024 + objects.capacity() / 4);
       bool overflow = false;
       g_live_map.ForEach([&](std::uintptr_t key, Bucket* b) {
         if (b == nullptr || b->size == 0) return;
