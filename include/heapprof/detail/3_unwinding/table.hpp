@@ -1098,7 +1098,9 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Step(Cursor& c, Regs& r) noe
   // caller's fp is this frame's. One compare for both kinds, and the CFA
   // needs only its upper bound (RuleMiss: off >= 8, a multiple of 8), so the
   // frame costs ~10 instructions fewer than through the general path below,
-  // whose every check it still makes.
+  // whose every check it still makes. A torn or coincidental cache read still
+  // yields a word some RuleMiss wrote (each word is one atomic load), so that
+  // holds for it too: cfa - 8 stays in [sp, stack_hi).
   if (HEAPPROF_LIKELY((bits & kFramelessMask) == kFramelessBits)) {
     const std::uintptr_t cfa = r.sp + off;
     if (cfa > c.stack_hi) return false;
