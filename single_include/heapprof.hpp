@@ -1166,6 +1166,14 @@ inline std::uint64_t FoldMultiply(std::uint64_t x, std::uint64_t y) noexcept {
   return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
 }
 
+// Xored into a word before it is folded (HashWords, the bucket hash of
+// 2_sampling/buckets.hpp): non-canonical on x86-64 and AArch64 (bits 48-63
+// neither all 0 nor all 1), so no address xored with one gives a zero factor.
+constexpr std::uint64_t kFoldS0 = 0xA0761D6478BD642Full;
+constexpr std::uint64_t kFoldS1 = 0xE7037ED1A0B428DBull;
+constexpr std::uint64_t kFoldS2 = 0x8EBC6AF09C88C6E3ull;
+constexpr std::uint64_t kFoldS3 = 0x589965CC75374CC3ull;
+
 // A sampled stack's PCs, on every sample: two lanes, each folding two words
 // into its state with one multiply (a PC xored with a constant that no
 // canonical address equals, times the other PC xored with the lane's state),
@@ -1177,24 +1185,19 @@ inline std::uint64_t FoldMultiply(std::uint64_t x, std::uint64_t y) noexcept {
 inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::uint64_t seed) noexcept {
   constexpr std::uint64_t kMulA = 0x9E3779B97F4A7C15ull;
   constexpr std::uint64_t kMulB = 0xC2B2AE3D27D4EB4Full;
-  // Non-canonical on x86-64 and AArch64 (bits 48-63 neither all 0 nor all 1).
-  constexpr std::uint64_t kS0 = 0xA0761D6478BD642Full;
-  constexpr std::uint64_t kS1 = 0xE7037ED1A0B428DBull;
-  constexpr std::uint64_t kS2 = 0x8EBC6AF09C88C6E3ull;
-  constexpr std::uint64_t kS3 = 0x589965CC75374CC3ull;
   std::uint64_t a = (seed ^ n) * kMulA;
   std::uint64_t b = seed * kMulB + n;
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    a = FoldMultiply(words[i] ^ kS0, words[i + 1] ^ a);
-    b = FoldMultiply(words[i + 2] ^ kS1, words[i + 3] ^ b);
+    a = FoldMultiply(words[i] ^ kFoldS0, words[i + 1] ^ a);
+    b = FoldMultiply(words[i + 2] ^ kFoldS1, words[i + 3] ^ b);
   }
   // The last 0-3 words.
   if (i + 2 <= n) {
-    a = FoldMultiply(words[i] ^ kS2, words[i + 1] ^ a);
+    a = FoldMultiply(words[i] ^ kFoldS2, words[i + 1] ^ a);
     i += 2;
   }
-  if (i < n) b = FoldMultiply(words[i] ^ kS3, b ^ kS2);
+  if (i < n) b = FoldMultiply(words[i] ^ kFoldS3, b ^ kFoldS2);
   return Mix64(a ^ Mix64(b));
 }
 
@@ -2949,14 +2952,11 @@ class BucketTable {
   // Two folded multiplies (hash.hpp: FoldMultiply), then one full mix: three
   // HashCombine calls were ~90 instructions a sample in one serial chain,
   // which the bucket table's prefetch waits for (callgrind, random stacks).
-  // The constants are those of HashWords: non-canonical, so no pointer or
-  // stack hash xored with one is likely to give a zero factor.
   // (Public for tests.)
   static std::uint64_t BucketHash(std::uint64_t stack_hash, std::uint64_t size, std::uint64_t rate,
                                   const LabelSetData* labels) noexcept {
-    const std::uint64_t h = FoldMultiply(stack_hash ^ 0xA0761D6478BD642Full, size ^ 0xE7037ED1A0B428DBull);
-    return Mix64(FoldMultiply(h ^ rate ^ 0x8EBC6AF09C88C6E3ull,
-                              reinterpret_cast<std::uintptr_t>(labels) ^ 0x589965CC75374CC3ull));
+    const std::uint64_t h = FoldMultiply(stack_hash ^ kFoldS0, size ^ kFoldS1);
+    return Mix64(FoldMultiply(h ^ rate ^ kFoldS2, reinterpret_cast<std::uintptr_t>(labels) ^ kFoldS3));
   }
 
  private:
@@ -5901,6 +5901,16 @@ constexpr eh::Rule CacheableRule(eh::Rule rule) noexcept {
   return rule;
 }
 
+// Slot `slot`'s word, and whether the slot holds `ra`'s rule (that word) for
+// the snapshot tagged `tag`.
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheWord(std::size_t slot) noexcept {
+  return g_rule_cache.e[slot].word.load(std::memory_order_relaxed);
+}
+HEAPPROF_ALWAYS_INLINE bool CacheHolds(std::size_t slot, std::uintptr_t ra, std::uint64_t tag,
+                                       std::uint64_t word) noexcept {
+  return g_rule_cache.e[slot].key.load(std::memory_order_relaxed) == CacheKey(ra, word, tag);
+}
+
 HEAPPROF_ALWAYS_INLINE CachedRule Unpack(std::uint64_t word) noexcept {
   return CachedRule{static_cast<std::uintptr_t>(static_cast<std::int64_t>(word) >> 32),
                     static_cast<std::uint32_t>(word)};
@@ -5918,8 +5928,8 @@ HEAPPROF_ALWAYS_INLINE CachedRule Unpack(std::uint64_t word) noexcept {
 __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
   const std::size_t j = i ^ 1;
   {
-    const std::uint64_t word = g_rule_cache.e[j].word.load(std::memory_order_relaxed);
-    if (g_rule_cache.e[j].key.load(std::memory_order_relaxed) == CacheKey(ra, word, c.tag)) return Unpack(word);
+    const std::uint64_t word = CacheWord(j);
+    if (CacheHolds(j, ra, c.tag, word)) return Unpack(word);
   }
   const eh::Rule rule = CacheableRule(eh::Rule{TableRuleAt(c, ra - 1)});
   const auto off = static_cast<std::int32_t>(rule.cfa_offset());
@@ -5936,10 +5946,8 @@ __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t r
 // looked up is ra - 1, inside the call): the cache, else the tables.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE CachedRule RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
   const std::size_t i = CacheSlot(ra);
-  const std::uint64_t word = g_rule_cache.e[i].word.load(std::memory_order_relaxed);
-  if (HEAPPROF_LIKELY(g_rule_cache.e[i].key.load(std::memory_order_relaxed) == CacheKey(ra, word, c.tag))) {
-    return Unpack(word);
-  }
+  const std::uint64_t word = CacheWord(i);
+  if (HEAPPROF_LIKELY(CacheHolds(i, ra, c.tag, word))) return Unpack(word);
   return RuleMiss(c, ra, i);
 }
 
@@ -6910,7 +6918,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
 // and released.
 HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
   LiveMapThreadState& t = tls_live_map;
-  if (__atomic_load_n(&t.queued, __ATOMIC_RELAXED) == 0 || t.draining || t.held_shard != nullptr) return;
+  if (t.draining || t.held_shard != nullptr) return;  // (queued: DrainDeferredFrees checked it)
   t.draining = true;
   DeferredFree f;
   while (PopDeferredFree(f)) {

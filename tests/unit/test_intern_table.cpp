@@ -79,6 +79,17 @@ TEST_CASE("intern table: records that share a slot, a tag, or both are each foun
 // differ in one PC at any depth and position; a PC moved to another position
 // (another lane, or the same lane further on) must change the hash, and so
 // must the depth.
+namespace {
+// Chi-squared per degree of freedom of `total` samples over `bins`: 1 for
+// uniform bins, with sigma sqrt(2 / (bins - 1)).
+double Chi2PerDof(const std::vector<int>& bins, std::size_t total) {
+  const double mean = static_cast<double>(total) / static_cast<double>(bins.size());
+  double chi = 0;
+  for (int c : bins) chi += (c - mean) * (c - mean) / mean;
+  return chi / static_cast<double>(bins.size() - 1);
+}
+}  // namespace
+
 TEST_CASE("stack hash: one PC changed at any position spreads the slot and tag bits; moved PCs and depth count") {
   using heapprof::detail::HashWords;
   std::uintptr_t w[40];
@@ -103,14 +114,8 @@ TEST_CASE("stack hash: one PC changed at any position spreads the slot and tag b
   // Chi-squared over the slots: for uniform bits chi2/dof is 1 with sigma
   // sqrt(2/4095) = 0.022; 1.15 is ~7 sigma (the inputs are fixed: this is
   // deterministic, not flaky). Tags: 16 bins, sigma sqrt(2/15) = 0.37.
-  auto chi2_per_dof = [total](const std::vector<int>& bins) {
-    const double mean = static_cast<double>(total) / static_cast<double>(bins.size());
-    double chi = 0;
-    for (int c : bins) chi += (c - mean) * (c - mean) / mean;
-    return chi / static_cast<double>(bins.size() - 1);
-  };
-  CHECK(chi2_per_dof(slots) < 1.15);
-  CHECK(chi2_per_dof(tags) < 3.0);
+  CHECK(Chi2PerDof(slots, static_cast<std::size_t>(total)) < 1.15);
+  CHECK(Chi2PerDof(tags, static_cast<std::size_t>(total)) < 3.0);
   // Any two PCs swapped in a 32-deep stack: a different hash.
   int equal = 0;
   for (int i = 0; i < 32; ++i) {
@@ -155,14 +160,8 @@ TEST_CASE("bucket hash: size, rate, labels and stack each spread the slot and ta
   for (std::uint64_t s = 1; s <= 32768; ++s) add(s, 64, 524288, 0);  // stack hashes alone
   // As in the stack hash test: chi2/dof 1 +- 0.022 for uniform slot bits
   // (1.15 is ~7 sigma, deterministic inputs), tags 1 +- 0.37.
-  auto chi2_per_dof = [&all](const std::vector<int>& bins) {
-    const double mean = static_cast<double>(all.size()) / static_cast<double>(bins.size());
-    double chi = 0;
-    for (int c : bins) chi += (c - mean) * (c - mean) / mean;
-    return chi / static_cast<double>(bins.size() - 1);
-  };
-  CHECK(chi2_per_dof(slots) < 1.15);
-  CHECK(chi2_per_dof(tags) < 3.0);
+  CHECK(Chi2PerDof(slots, all.size()) < 1.15);
+  CHECK(Chi2PerDof(tags, all.size()) < 3.0);
   std::sort(all.begin(), all.end());
   CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
 }

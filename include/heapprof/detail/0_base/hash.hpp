@@ -31,6 +31,14 @@ inline std::uint64_t FoldMultiply(std::uint64_t x, std::uint64_t y) noexcept {
   return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
 }
 
+// Xored into a word before it is folded (HashWords, the bucket hash of
+// 2_sampling/buckets.hpp): non-canonical on x86-64 and AArch64 (bits 48-63
+// neither all 0 nor all 1), so no address xored with one gives a zero factor.
+constexpr std::uint64_t kFoldS0 = 0xA0761D6478BD642Full;
+constexpr std::uint64_t kFoldS1 = 0xE7037ED1A0B428DBull;
+constexpr std::uint64_t kFoldS2 = 0x8EBC6AF09C88C6E3ull;
+constexpr std::uint64_t kFoldS3 = 0x589965CC75374CC3ull;
+
 // A sampled stack's PCs, on every sample: two lanes, each folding two words
 // into its state with one multiply (a PC xored with a constant that no
 // canonical address equals, times the other PC xored with the lane's state),
@@ -42,24 +50,19 @@ inline std::uint64_t FoldMultiply(std::uint64_t x, std::uint64_t y) noexcept {
 inline std::uint64_t HashWords(const std::uintptr_t* words, std::size_t n, std::uint64_t seed) noexcept {
   constexpr std::uint64_t kMulA = 0x9E3779B97F4A7C15ull;
   constexpr std::uint64_t kMulB = 0xC2B2AE3D27D4EB4Full;
-  // Non-canonical on x86-64 and AArch64 (bits 48-63 neither all 0 nor all 1).
-  constexpr std::uint64_t kS0 = 0xA0761D6478BD642Full;
-  constexpr std::uint64_t kS1 = 0xE7037ED1A0B428DBull;
-  constexpr std::uint64_t kS2 = 0x8EBC6AF09C88C6E3ull;
-  constexpr std::uint64_t kS3 = 0x589965CC75374CC3ull;
   std::uint64_t a = (seed ^ n) * kMulA;
   std::uint64_t b = seed * kMulB + n;
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    a = FoldMultiply(words[i] ^ kS0, words[i + 1] ^ a);
-    b = FoldMultiply(words[i + 2] ^ kS1, words[i + 3] ^ b);
+    a = FoldMultiply(words[i] ^ kFoldS0, words[i + 1] ^ a);
+    b = FoldMultiply(words[i + 2] ^ kFoldS1, words[i + 3] ^ b);
   }
   // The last 0-3 words.
   if (i + 2 <= n) {
-    a = FoldMultiply(words[i] ^ kS2, words[i + 1] ^ a);
+    a = FoldMultiply(words[i] ^ kFoldS2, words[i + 1] ^ a);
     i += 2;
   }
-  if (i < n) b = FoldMultiply(words[i] ^ kS3, b ^ kS2);
+  if (i < n) b = FoldMultiply(words[i] ^ kFoldS3, b ^ kFoldS2);
   return Mix64(a ^ Mix64(b));
 }
 

@@ -151,14 +151,11 @@ class BucketTable {
   // Two folded multiplies (hash.hpp: FoldMultiply), then one full mix: three
   // HashCombine calls were ~90 instructions a sample in one serial chain,
   // which the bucket table's prefetch waits for (callgrind, random stacks).
-  // The constants are those of HashWords: non-canonical, so no pointer or
-  // stack hash xored with one is likely to give a zero factor.
   // (Public for tests.)
   static std::uint64_t BucketHash(std::uint64_t stack_hash, std::uint64_t size, std::uint64_t rate,
                                   const LabelSetData* labels) noexcept {
-    const std::uint64_t h = FoldMultiply(stack_hash ^ 0xA0761D6478BD642Full, size ^ 0xE7037ED1A0B428DBull);
-    return Mix64(FoldMultiply(h ^ rate ^ 0x8EBC6AF09C88C6E3ull,
-                              reinterpret_cast<std::uintptr_t>(labels) ^ 0x589965CC75374CC3ull));
+    const std::uint64_t h = FoldMultiply(stack_hash ^ kFoldS0, size ^ kFoldS1);
+    return Mix64(FoldMultiply(h ^ rate ^ kFoldS2, reinterpret_cast<std::uintptr_t>(labels) ^ kFoldS3));
   }
 
  private:

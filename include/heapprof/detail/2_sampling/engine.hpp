@@ -424,7 +424,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
 // and released.
 HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
   LiveMapThreadState& t = tls_live_map;
-  if (__atomic_load_n(&t.queued, __ATOMIC_RELAXED) == 0 || t.draining || t.held_shard != nullptr) return;
+  if (t.draining || t.held_shard != nullptr) return;  // (queued: DrainDeferredFrees checked it)
   t.draining = true;
   DeferredFree f;
   while (PopDeferredFree(f)) {

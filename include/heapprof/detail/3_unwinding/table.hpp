@@ -886,6 +886,16 @@ constexpr eh::Rule CacheableRule(eh::Rule rule) noexcept {
   return rule;
 }
 
+// Slot `slot`'s word, and whether the slot holds `ra`'s rule (that word) for
+// the snapshot tagged `tag`.
+HEAPPROF_ALWAYS_INLINE std::uint64_t CacheWord(std::size_t slot) noexcept {
+  return g_rule_cache.e[slot].word.load(std::memory_order_relaxed);
+}
+HEAPPROF_ALWAYS_INLINE bool CacheHolds(std::size_t slot, std::uintptr_t ra, std::uint64_t tag,
+                                       std::uint64_t word) noexcept {
+  return g_rule_cache.e[slot].key.load(std::memory_order_relaxed) == CacheKey(ra, word, tag);
+}
+
 HEAPPROF_ALWAYS_INLINE CachedRule Unpack(std::uint64_t word) noexcept {
   return CachedRule{static_cast<std::uintptr_t>(static_cast<std::int64_t>(word) >> 32),
                     static_cast<std::uint32_t>(word)};
@@ -903,8 +913,8 @@ HEAPPROF_ALWAYS_INLINE CachedRule Unpack(std::uint64_t word) noexcept {
 __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
   const std::size_t j = i ^ 1;
   {
-    const std::uint64_t word = g_rule_cache.e[j].word.load(std::memory_order_relaxed);
-    if (g_rule_cache.e[j].key.load(std::memory_order_relaxed) == CacheKey(ra, word, c.tag)) return Unpack(word);
+    const std::uint64_t word = CacheWord(j);
+    if (CacheHolds(j, ra, c.tag, word)) return Unpack(word);
   }
   const eh::Rule rule = CacheableRule(eh::Rule{TableRuleAt(c, ra - 1)});
   const auto off = static_cast<std::int32_t>(rule.cfa_offset());
@@ -921,10 +931,8 @@ __attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t r
 // looked up is ra - 1, inside the call): the cache, else the tables.
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE CachedRule RuleAt(Cursor& c, std::uintptr_t ra) noexcept {
   const std::size_t i = CacheSlot(ra);
-  const std::uint64_t word = g_rule_cache.e[i].word.load(std::memory_order_relaxed);
-  if (HEAPPROF_LIKELY(g_rule_cache.e[i].key.load(std::memory_order_relaxed) == CacheKey(ra, word, c.tag))) {
-    return Unpack(word);
-  }
+  const std::uint64_t word = CacheWord(i);
+  if (HEAPPROF_LIKELY(CacheHolds(i, ra, c.tag, word))) return Unpack(word);
   return RuleMiss(c, ra, i);
 }
 
