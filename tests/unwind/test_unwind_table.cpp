@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -930,6 +931,85 @@ TEST_CASE("replay: a thread whose walks meet only by chance steps every frame fo
   ut::g_replay_walks.store(true);
   CHECK(w->stepped_walks == 0);
   CHECK(w->poor_walks == 0);
+}
+
+TEST_CASE("guesses: a thread whose walks make all their wrong guesses stops guessing for a run; a recursion never") {
+  // Every walk steps every frame here (replay off), so every frame with an
+  // sp-relative CFA is guessed until the walk has made kWrongGuesses wrong
+  // guesses (table.hpp: kWastedGuessWalks).
+  ResetThreadWalks();
+  ut::g_replay_walks.store(false);
+  ut::WalkRecords* w = nullptr;
+  // A recursion and the same frames around it: once its slots have learned
+  // their words, a walk makes fewer wrong guesses than it may (the way out
+  // overwrites what the way in needs, and back: two), so the thread keeps
+  // guessing however many walks it makes.
+  for (int i = 0; i < 2; ++i) Run([] { unwind_test::Recurse(40); });
+  int most_wrong = 0;
+  for (int i = 0; i < 4 * ut::kWastedGuessWalks; ++i) {
+    auto c = Run([] { unwind_test::Recurse(40); });
+    REQUIRE(c->taken);
+    CHECK(MatchesLibgcc(*c));
+    w = ut::tls_reader_slot != nullptr ? ut::tls_reader_slot->walks : nullptr;
+    REQUIRE(w != nullptr);
+    most_wrong = std::max(most_wrong, w->last_wrong_guesses);
+    CHECK(w->unguessed_walks == 0);
+  }
+  MESSAGE("recursion: at most " << most_wrong << " wrong guesses a walk");
+  CHECK(most_wrong < ut::kWrongGuesses);
+  CHECK(w->wasted_guess_walks == 0);
+  // Random stacks of two functions: a slot's word is right about half the
+  // time, so walks make all their wrong guesses; kWastedGuessWalks of them
+  // in a row start a run of walks that make none.
+  std::mt19937_64 rng(29);
+  int walks_until_run = 0, wasted = 0;
+  for (int i = 0; i < 200 && w->unguessed_walks == 0; ++i) {
+    const std::uint64_t shape = rng();
+    auto c = Run([&] { unwind_test::Zigzag(40, shape); });
+    REQUIRE(c->taken);
+    CHECK(MatchesLibgcc(*c));
+    ++walks_until_run;
+    wasted += w->last_wrong_guesses == ut::kWrongGuesses;
+  }
+  MESSAGE("random walks before the unguessed run: " << walks_until_run << " (" << wasted << " made all their wrong guesses)");
+  REQUIRE(w->unguessed_walks == ut::kUnguessedWalks);
+  CHECK(walks_until_run >= ut::kWastedGuessWalks);
+  CHECK(wasted >= ut::kWastedGuessWalks);
+  // The run: no walk guesses, every walk still equals libgcc's.
+  int unguessed = 0;
+  for (int i = 0; i < ut::kUnguessedWalks; ++i) {
+    const std::uint64_t shape = rng();
+    auto c = Run([&] { unwind_test::Zigzag(40, shape); });
+    REQUIRE(c->taken);
+    CHECK(MatchesLibgcc(*c));
+    unguessed += w->guess_budget == 0;
+  }
+  CHECK(unguessed == ut::kUnguessedWalks);
+  CHECK(w->unguessed_walks == 0);
+  // The walk after the run guesses again, and decides alone: on a random
+  // stack it makes all its wrong guesses and a new run starts at once; a
+  // recursion's walk ends the streak.
+  {
+    auto c = Run([&] { unwind_test::Zigzag(40, rng()); });
+    CHECK(MatchesLibgcc(*c));
+    CHECK(w->guess_budget == ut::kWrongGuesses);
+    if (w->last_wrong_guesses == ut::kWrongGuesses) {
+      CHECK(w->unguessed_walks == ut::kUnguessedWalks);
+      for (int i = 0; i < ut::kUnguessedWalks; ++i) Run([] { unwind_test::Recurse(40); });
+    }
+  }
+  for (int i = 0; i < 2; ++i) Run([] { unwind_test::Recurse(40); });
+  CHECK(w->guess_budget == ut::kWrongGuesses);
+  CHECK(w->wasted_guess_walks == 0);
+  CHECK(w->unguessed_walks == 0);
+  // Guesses off (the benchmark's comparison): no walk counts for or against.
+  ut::g_guess_walks.store(false);
+  for (int i = 0; i < 2 * ut::kWastedGuessWalks; ++i) Run([&] { unwind_test::Zigzag(40, rng()); });
+  ut::g_guess_walks.store(true);
+  CHECK(w->wasted_guess_walks == 0);
+  CHECK(w->unguessed_walks == 0);
+  ut::g_replay_walks.store(true);
+  ResetThreadWalks();
 }
 
 TEST_CASE("replay: a stack equal to the last one, frame for frame, hands on what was interned for it") {
