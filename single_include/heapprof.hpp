@@ -2033,9 +2033,17 @@ HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkWord(const void* p) noexcept {
   // result): the empty asm hides where the pointer came from, or GCC rejects
   // the read (-Warray-bounds) and may assume it cannot happen. (On the
   // pointer itself, not on the header's address: the load keeps its -8.)
+#if defined(__x86_64__)
+  // The load itself in the asm: an empty asm on the pointer made GCC copy
+  // it first (the copy is the asm's output; the block is returned or freed).
+  std::size_t head;
+  asm volatile("movq -8(%1), %0" : "=r"(head) : "r"(p));
+  return head;
+#else
   const std::size_t* block = static_cast<const std::size_t*>(p);
   asm("" : "+r"(block));
   return block[-1];
+#endif
 }
 HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
   const std::size_t head = GlibcChunkWord(p);
@@ -2244,7 +2252,12 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
 // which is the complete old hook: `cold(n, ret)` for an allocation (`ret`: the
 // hook's return address, the sample's leaf), `cold(p)` for a free. An
 // allocation hook reads: `if (void* p = HotAlloc(n, alloc)) return p; return
-// cold(n, ret);`.
+// cold(n, ret);`. The hook copies `n` to a volatile local `kept` first, and
+// both HotAlloc (after the call) and the cold function read that copy: `n`
+// waits in the frame the hook builds anyway (one store), not in a
+// callee-saved register pushed, copied and restored on every call (GCC: 3
+// instructions; clang kept the register while any path used `n` after the
+// call). A signal handler's allocation in between has a frame of its own.
 //
 // When the compiler does make that call a tail call (GCC and clang at -O1 and
 // above), the cold function's frame is the hook's, as the unwinders expect;
@@ -2261,7 +2274,7 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
 // `kExact`: the allocator is asked for exactly `n` bytes (malloc, new), so the
 // class table applies; false for aligned allocations (glibc's chunk word only).
 template <bool kExact = true, class Alloc>
-HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
+HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, const volatile std::size_t& kept, Alloc alloc) noexcept {
   ThreadState* ts = tls_thread_state;
   // Compared unsigned (a countdown is never negative): a request above
   // INT64_MAX (one that will fail) goes cold instead of raising the countdown.
@@ -2292,7 +2305,7 @@ HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
   if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
   ts = tls_thread_state;
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, LoadRelaxed(g_class_of[n]));
+  BumpCounter(ts->alloc_bytes, LoadRelaxed(g_class_of[kept]));  // kept: `n` is not live across the call
   return p;
 }
 
@@ -16707,10 +16720,11 @@ extern "C" void free_sized(void* p, std::size_t n) noexcept;
 extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
-  if (void* p = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotAlloc(n, keep, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
     return p;
   }
-  return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
+  return heapprof::detail::real::MallocCold(keep, HEAPPROF_DETAIL_RET);
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
@@ -16729,20 +16743,22 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) no
   if (HEAPPROF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) {
     return heapprof::detail::real::CallocCold(count, size, HEAPPROF_DETAIL_RET);
   }
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
   if (void* p =
-          heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.calloc(1, m); })) {
+          heapprof::detail::HotAlloc(n, keep, [](std::size_t m) { return heapprof::detail::real::g_fn.calloc(1, m); })) {
     return p;
   }
-  return heapprof::detail::real::CallocCold(1, n, HEAPPROF_DETAIL_RET);
+  return heapprof::detail::real::CallocCold(1, keep, HEAPPROF_DETAIL_RET);
 }
 
 // realloc(nullptr, n) is malloc's hot path; realloc(p, n) has its own.
 HEAPPROF_DETAIL_MALLOC_HOOK void* realloc(void* p, std::size_t n) noexcept {
   if (p == nullptr) {
-    if (void* q = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+    const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+    if (void* q = heapprof::detail::HotAlloc(n, keep, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
       return q;
     }
-    return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
+    return heapprof::detail::real::MallocCold(keep, HEAPPROF_DETAIL_RET);
   }
   void* q;
   if (heapprof::detail::real::HotRealloc(p, n, q)) return q;
@@ -17024,8 +17040,8 @@ HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) no
   return p;
 }
 
-HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n) noexcept {
-  return HotAlloc(n, [](std::size_t m) { return NewMalloc(m); });
+HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n, const volatile std::size_t& kept) noexcept {
+  return HotAlloc(n, kept, [](std::size_t m) { return NewMalloc(m); });
 }
 HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
   if (p == nullptr) return;
@@ -17071,8 +17087,8 @@ HEAPPROF_NOINLINE inline void* NewAlignedNoThrowCold(std::size_t n, std::align_v
   if (p != nullptr) OnAllocBlock(p, n, ret);
   return p;
 }
-HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, std::align_val_t al) noexcept {
-  return HotAlloc<false>(n, [al](std::size_t m) { return AlignedMalloc(m, MemalignAlignment(al)); });
+HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, const volatile std::size_t& kept, std::align_val_t al) noexcept {
+  return HotAlloc<false>(n, kept, [al](std::size_t m) { return AlignedMalloc(m, MemalignAlignment(al)); });
 }
 
 }  // namespace detail
@@ -17095,36 +17111,48 @@ HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, std::align_val_t al) n
 #endif
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewNoThrowCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewNoThrowCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewNoThrowCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewNoThrowCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al) {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedNoThrowCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedNoThrowCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedNoThrowCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedNoThrowCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS

@@ -125,4 +125,51 @@ TEST_CASE("malloc family: a realloc that fails on its hot path keeps the block, 
   CHECK(g_failures[0] == kGrow);
 }
 
+// The hooks' hot paths call the allocator once the countdown allows it; when
+// that call fails, the cold function gets the request back from the hook's
+// frame (block_hooks: HotAlloc's `kept`), retries, and reports it. Only the
+// allocator failing gets there (a request above the countdown goes cold
+// before the call): under an address-space limit, with the largest rate.
+TEST_CASE("malloc family: malloc, calloc and realloc(nullptr) that fail after the hot path's call report their size") {
+  if (!malloc_test::RealMallocIsGlibc()) return;
+  constexpr std::size_t kBig = std::size_t{256} << 20;
+  malloc_test::RateScope rate(std::size_t{1} << 40);
+  FailureHook hook;
+  std::size_t pages = 0;
+  {
+    std::ifstream statm("/proc/self/statm");
+    statm >> pages;
+  }
+  REQUIRE(pages > 0);
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
+  malloc_test::Delta d;
+  rlimit tight = saved;
+  tight.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + (std::size_t{64} << 20);
+  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
+  errno = 0;
+  void* a = std::malloc(kBig);
+  const int err_a = errno;
+  errno = 0;
+  void* b = std::calloc(1, kBig + 16);
+  const int err_b = errno;
+  errno = 0;
+  void* c = std::realloc(nullptr, kBig + 32);
+  const int err_c = errno;
+  REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
+  d.Stop();
+  CHECK(a == nullptr);
+  CHECK(b == nullptr);
+  CHECK(c == nullptr);
+  CHECK(err_a == ENOMEM);
+  CHECK(err_b == ENOMEM);
+  CHECK(err_c == ENOMEM);
+  CHECK(d.live_bytes() == 0);
+  CHECK(d.live_objects() == 0);
+  REQUIRE(g_failures.size() == 3);
+  CHECK(g_failures[0] == kBig);
+  CHECK(g_failures[1] == kBig + 16);
+  CHECK(g_failures[2] == kBig + 32);
+}
+
 #endif  // HEAPPROF_MALLOC_HOOKS

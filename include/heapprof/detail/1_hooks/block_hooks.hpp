@@ -86,9 +86,17 @@ HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkWord(const void* p) noexcept {
   // result): the empty asm hides where the pointer came from, or GCC rejects
   // the read (-Warray-bounds) and may assume it cannot happen. (On the
   // pointer itself, not on the header's address: the load keeps its -8.)
+#if defined(__x86_64__)
+  // The load itself in the asm: an empty asm on the pointer made GCC copy
+  // it first (the copy is the asm's output; the block is returned or freed).
+  std::size_t head;
+  asm volatile("movq -8(%1), %0" : "=r"(head) : "r"(p));
+  return head;
+#else
   const std::size_t* block = static_cast<const std::size_t*>(p);
   asm("" : "+r"(block));
   return block[-1];
+#endif
 }
 HEAPPROF_ALWAYS_INLINE std::size_t GlibcChunkUsable(const void* p) noexcept {
   const std::size_t head = GlibcChunkWord(p);
@@ -297,7 +305,12 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
 // which is the complete old hook: `cold(n, ret)` for an allocation (`ret`: the
 // hook's return address, the sample's leaf), `cold(p)` for a free. An
 // allocation hook reads: `if (void* p = HotAlloc(n, alloc)) return p; return
-// cold(n, ret);`.
+// cold(n, ret);`. The hook copies `n` to a volatile local `kept` first, and
+// both HotAlloc (after the call) and the cold function read that copy: `n`
+// waits in the frame the hook builds anyway (one store), not in a
+// callee-saved register pushed, copied and restored on every call (GCC: 3
+// instructions; clang kept the register while any path used `n` after the
+// call). A signal handler's allocation in between has a frame of its own.
 //
 // When the compiler does make that call a tail call (GCC and clang at -O1 and
 // above), the cold function's frame is the hook's, as the unwinders expect;
@@ -314,7 +327,7 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
 // `kExact`: the allocator is asked for exactly `n` bytes (malloc, new), so the
 // class table applies; false for aligned allocations (glibc's chunk word only).
 template <bool kExact = true, class Alloc>
-HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
+HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, const volatile std::size_t& kept, Alloc alloc) noexcept {
   ThreadState* ts = tls_thread_state;
   // Compared unsigned (a countdown is never negative): a request above
   // INT64_MAX (one that will fail) goes cold instead of raising the countdown.
@@ -345,7 +358,7 @@ HEAPPROF_ALWAYS_INLINE void* HotAlloc(std::size_t n, Alloc alloc) noexcept {
   if (HEAPPROF_UNLIKELY(p == nullptr)) return nullptr;
   ts = tls_thread_state;
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, LoadRelaxed(g_class_of[n]));
+  BumpCounter(ts->alloc_bytes, LoadRelaxed(g_class_of[kept]));  // kept: `n` is not live across the call
   return p;
 }
 

@@ -472,10 +472,11 @@ extern "C" void free_sized(void* p, std::size_t n) noexcept;
 extern "C" void free_aligned_sized(void* p, std::size_t alignment, std::size_t n) noexcept;
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
-  if (void* p = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotAlloc(n, keep, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
     return p;
   }
-  return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
+  return heapprof::detail::real::MallocCold(keep, HEAPPROF_DETAIL_RET);
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
@@ -494,20 +495,22 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* calloc(std::size_t count, std::size_t size) no
   if (HEAPPROF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) {
     return heapprof::detail::real::CallocCold(count, size, HEAPPROF_DETAIL_RET);
   }
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
   if (void* p =
-          heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.calloc(1, m); })) {
+          heapprof::detail::HotAlloc(n, keep, [](std::size_t m) { return heapprof::detail::real::g_fn.calloc(1, m); })) {
     return p;
   }
-  return heapprof::detail::real::CallocCold(1, n, HEAPPROF_DETAIL_RET);
+  return heapprof::detail::real::CallocCold(1, keep, HEAPPROF_DETAIL_RET);
 }
 
 // realloc(nullptr, n) is malloc's hot path; realloc(p, n) has its own.
 HEAPPROF_DETAIL_MALLOC_HOOK void* realloc(void* p, std::size_t n) noexcept {
   if (p == nullptr) {
-    if (void* q = heapprof::detail::HotAlloc(n, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
+    const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+    if (void* q = heapprof::detail::HotAlloc(n, keep, [](std::size_t m) { return heapprof::detail::real::g_fn.malloc(m); })) {
       return q;
     }
-    return heapprof::detail::real::MallocCold(n, HEAPPROF_DETAIL_RET);
+    return heapprof::detail::real::MallocCold(keep, HEAPPROF_DETAIL_RET);
   }
   void* q;
   if (heapprof::detail::real::HotRealloc(p, n, q)) return q;

@@ -121,8 +121,8 @@ HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) no
   return p;
 }
 
-HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n) noexcept {
-  return HotAlloc(n, [](std::size_t m) { return NewMalloc(m); });
+HEAPPROF_ALWAYS_INLINE void* HotNew(std::size_t n, const volatile std::size_t& kept) noexcept {
+  return HotAlloc(n, kept, [](std::size_t m) { return NewMalloc(m); });
 }
 HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
   if (p == nullptr) return;
@@ -168,8 +168,8 @@ HEAPPROF_NOINLINE inline void* NewAlignedNoThrowCold(std::size_t n, std::align_v
   if (p != nullptr) OnAllocBlock(p, n, ret);
   return p;
 }
-HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, std::align_val_t al) noexcept {
-  return HotAlloc<false>(n, [al](std::size_t m) { return AlignedMalloc(m, MemalignAlignment(al)); });
+HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, const volatile std::size_t& kept, std::align_val_t al) noexcept {
+  return HotAlloc<false>(n, kept, [al](std::size_t m) { return AlignedMalloc(m, MemalignAlignment(al)); });
 }
 
 }  // namespace detail
@@ -192,36 +192,48 @@ HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, std::align_val_t al) n
 #endif
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n) {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewNoThrowCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewNoThrowCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNew(n)) return p;
-  return heapprof::detail::NewNoThrowCold(n, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  if (void* p = heapprof::detail::HotNew(n, keep)) return p;
+  return heapprof::detail::NewNoThrowCold(keep, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al) {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al) {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedNoThrowCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedNoThrowCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 HEAPPROF_DETAIL_HOOK void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  if (void* p = heapprof::detail::HotNewAligned(n, al)) return p;
-  return heapprof::detail::NewAlignedNoThrowCold(n, al, HEAPPROF_DETAIL_RETURN_ADDRESS);
+  const volatile std::size_t keep = n;  // in the frame, not a saved register (HotAlloc)
+  const volatile std::align_val_t keep_al = al;
+  if (void* p = heapprof::detail::HotNewAligned(n, keep, al)) return p;
+  return heapprof::detail::NewAlignedNoThrowCold(keep, keep_al, HEAPPROF_DETAIL_RETURN_ADDRESS);
 }
 
 #undef HEAPPROF_DETAIL_RETURN_ADDRESS
