@@ -42,6 +42,35 @@ struct FailureHook {
 // through a volatile: the compiler must not see (and warn about) the size.
 volatile std::size_t g_huge = std::size_t{1} << 60;
 
+// An address-space limit `headroom` bytes above what the process maps now,
+// read before the test's Delta starts (the read allocates); Apply and Restore
+// around the calls that must fail.
+struct AddressSpaceLimit {
+  rlimit saved{};
+  rlimit tight{};
+  explicit AddressSpaceLimit(std::size_t headroom) {
+    std::size_t pages = 0;
+    {
+      std::ifstream statm("/proc/self/statm");
+      statm >> pages;
+    }
+    REQUIRE(pages > 0);
+    REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
+    tight = saved;
+    tight.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + headroom;
+  }
+  void Apply() { REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0); }
+  void Restore() { REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0); }
+};
+
+// errno just after a call, read after a compiler barrier: clang takes malloc
+// and calloc not to write errno, and would otherwise give back a value
+// stored before the call.
+inline int ErrnoAfterCall() {
+  asm volatile("" ::: "memory");
+  return errno;
+}
+
 }  // namespace
 
 TEST_CASE("malloc family: a failed allocation calls the failure hook once, then fails as before") {
@@ -97,22 +126,13 @@ TEST_CASE("malloc family: a realloc that fails on its hot path keeps the block, 
   REQUIRE(p != nullptr);
   std::memset(p, 0x33, 64);
   const std::size_t usable = malloc_usable_size(p);
-  std::size_t pages = 0;
-  {
-    std::ifstream statm("/proc/self/statm");
-    statm >> pages;
-  }
-  REQUIRE(pages > 0);
-  rlimit saved{};
-  REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
+  AddressSpaceLimit limit(std::size_t{64} << 20);
   malloc_test::Delta d;
-  rlimit tight = saved;
-  tight.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + (std::size_t{64} << 20);
-  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
+  limit.Apply();
   errno = 0;
   void* q = std::realloc(p, kGrow);
   const int err = errno;
-  REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
+  limit.Restore();
   CHECK(q == nullptr);
   CHECK(err == ENOMEM);
   CHECK(static_cast<unsigned char*>(p)[0] == 0x33);
@@ -135,33 +155,19 @@ TEST_CASE("malloc family: malloc, calloc and realloc(nullptr) that fail after th
   constexpr std::size_t kBig = std::size_t{256} << 20;
   malloc_test::RateScope rate(std::size_t{1} << 40);
   FailureHook hook;
-  std::size_t pages = 0;
-  {
-    std::ifstream statm("/proc/self/statm");
-    statm >> pages;
-  }
-  REQUIRE(pages > 0);
-  rlimit saved{};
-  REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);
+  AddressSpaceLimit limit(std::size_t{64} << 20);
   malloc_test::Delta d;
-  rlimit tight = saved;
-  tight.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + (std::size_t{64} << 20);
-  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
-  // errno read after a compiler barrier: clang takes malloc and calloc not to
-  // write errno, and would otherwise give back the 0 stored before the call.
+  limit.Apply();
   errno = 0;
   void* a = std::malloc(kBig);
-  asm volatile("" ::: "memory");
-  const int err_a = errno;
+  const int err_a = ErrnoAfterCall();
   errno = 0;
   void* b = std::calloc(1, kBig + 16);
-  asm volatile("" ::: "memory");
-  const int err_b = errno;
+  const int err_b = ErrnoAfterCall();
   errno = 0;
   void* c = std::realloc(nullptr, kBig + 32);
-  asm volatile("" ::: "memory");
-  const int err_c = errno;
-  REQUIRE(setrlimit(RLIMIT_AS, &saved) == 0);
+  const int err_c = ErrnoAfterCall();
+  limit.Restore();
   d.Stop();
   CHECK(a == nullptr);
   CHECK(b == nullptr);

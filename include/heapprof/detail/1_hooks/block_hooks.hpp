@@ -304,9 +304,9 @@ HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept
 // sampled object's) is a call, in tail position, to the hook's cold function,
 // which is the complete old hook: `cold(n, ret)` for an allocation (`ret`: the
 // hook's return address, the sample's leaf), `cold(p)` for a free. An
-// allocation hook reads: `if (void* p = HotAlloc(n, alloc)) return p; return
-// cold(n, ret);`. The hook copies `n` to a volatile local `kept` first, and
-// both HotAlloc (after the call) and the cold function read that copy: `n`
+// allocation hook reads: `const volatile std::size_t keep = n; if (void* p =
+// HotAlloc(n, keep, alloc)) return p; return cold(keep, ret);`. Both
+// HotAlloc (after the call) and the cold function read the volatile copy: `n`
 // waits in the frame the hook builds anyway (one store), not in a
 // callee-saved register pushed, copied and restored on every call (GCC: 3
 // instructions; clang kept the register while any path used `n` after the
