@@ -3,8 +3,7 @@
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
 
-#define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include <doctest/doctest.h>  // its implementation: tests/support/doctest_impl.cpp
 
 #include <cstdlib>
 #include <cstring>

@@ -29,7 +29,7 @@ using heapprof_test::ListDir;
 using heapprof_test::Matching;
 using heapprof_test::RemoveDir;
 
-std::string MakeTempDir() {
+std::string DumpsTempDir() {
   const std::string dir = heapprof_test::MakeTempDir("dumps");
   REQUIRE(!dir.empty());
   return dir;
@@ -74,7 +74,7 @@ __attribute__((noinline)) char* DeltaDuring(std::size_t n) {
 }  // namespace
 
 TEST_CASE("dump_interval: one dump per SIZE allocated, each a complete profile") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,dump_interval=1m HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_bytes",
@@ -96,7 +96,7 @@ TEST_CASE("dump_interval: one dump per SIZE allocated, each a complete profile")
 }
 
 TEST_CASE("inuse_interval: a dump each time the in-use high-water mark grows by SIZE") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,inuse_interval=1m HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_bytes",
@@ -109,7 +109,7 @@ TEST_CASE("inuse_interval: a dump each time the in-use high-water mark grows by 
 }
 
 TEST_CASE("dump_time: dumps every SECONDS without any allocation") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_time=1 HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_time",
@@ -122,7 +122,7 @@ TEST_CASE("dump_time: dumps every SECONDS without any allocation") {
 }
 
 TEST_CASE("dump_signal: each signal gives one dump and the program carries on") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=SIGUSR1 HEAPPROF_TEST_DIR=" + dir +
                               " HEAPPROF_TEST_CHILD=dump_signal",
@@ -135,7 +135,7 @@ TEST_CASE("dump_signal: each signal gives one dump and the program carries on") 
 }
 
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1 HEAPPROF_TEST_DIR=" +
                               dir + " HEAPPROF_TEST_CHILD=dump_exit",
@@ -164,7 +164,7 @@ TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the
 }
 
 TEST_CASE("leak_report without dump_prefix writes heapprof.<pid>.leaks.pb.gz in the working directory") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = heapprof_test::RunCommand("cd " + dir + " && HEAPPROF=rate=1,leak_report=1 HEAPPROF_TEST_DIR=" + dir +
                                                " HEAPPROF_TEST_CHILD=dump_exit " + heapprof_test::SelfExe(),
@@ -235,7 +235,7 @@ TEST_CASE("HEAPPROF=http with a bad address: one line, no server, the program ru
 }
 
 TEST_CASE("WriteHeapProfile(path): atomic replace; a reader never sees a partial file") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = DumpsTempDir();
   const std::string path = dir + "/heap.pb.gz";
   REQUIRE(heapprof::WriteHeapProfile(path));
   Profile first;

@@ -22,7 +22,7 @@ namespace {
 // This test binary as a child running `scenario`, killed after `seconds`.
 // Under TSan: the handlers here allocate on purpose (not async-signal-safe,
 // but common in real programs), which TSan would report instead of running.
-int RunScenario(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
+int RunHostileChild(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
 #if defined(HEAPPROF_TSAN)
   const std::string tsan = " TSAN_OPTIONS=\"${TSAN_OPTIONS:+$TSAN_OPTIONS:}report_signal_unsafe=0\"";
 #else
@@ -31,10 +31,10 @@ int RunScenario(const std::string& env, const char* scenario, std::string& outpu
   return heapprof_test::RunChildScenario(env + tsan, scenario, output, seconds);
 }
 
-std::string MakeTempDir() { return heapprof_test::MakeTempDir("hostile"); }
+std::string HostileTempDir() { return heapprof_test::MakeTempDir("hostile"); }
 
 // Names in `dir`, for messages and substring checks.
-std::string ListDir(const std::string& dir) {
+std::string DirNames(const std::string& dir) {
   std::string names;
   for (const std::string& name : heapprof_test::ListDir(dir)) names += name + " ";
   return names;
@@ -75,7 +75,7 @@ TEST_CASE("hostile: a signal handler allocates and frees sampled objects while i
   // Deadlocked before (the handler spun on its own thread's lock), and the
   // per-thread counters lost the handler's increments.
   std::string output;
-  const int rc = RunScenario("HEAPPROF=rate=1", "signal_alloc_in_free", output);
+  const int rc = RunHostileChild("HEAPPROF=rate=1", "signal_alloc_in_free", output);
   INFO(output);
   CHECK(rc == 0);
   CHECK(output.find("signal_alloc_in_free: ok") != std::string::npos);
@@ -84,7 +84,7 @@ TEST_CASE("hostile: a signal handler allocates and frees sampled objects while i
 TEST_CASE("hostile: a handler allocating 1 MiB interrupts GetStats in a loop") {
   HEAPPROF_SKIP_UNDER_ASAN();
   std::string output;
-  const int rc = RunScenario("", "signal_getstats", output);
+  const int rc = RunHostileChild("", "signal_getstats", output);
   INFO(output);
   CHECK(rc == 0);
   CHECK(output.find("signal_getstats: ok") != std::string::npos);
@@ -92,11 +92,11 @@ TEST_CASE("hostile: a handler allocating 1 MiB interrupts GetStats in a loop") {
 
 TEST_CASE("hostile: exit() from a SIGTERM handler that interrupted the profiler, leak report on") {
   HEAPPROF_SKIP_UNDER_ASAN();
-  const std::string dir = MakeTempDir();
+  const std::string dir = HostileTempDir();
   REQUIRE(!dir.empty());
   for (int run = 0; run < 5; ++run) {
     std::string output;
-    const int rc = RunScenario("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/p", "signal_exit", output, 60);
+    const int rc = RunHostileChild("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/p", "signal_exit", output, 60);
     INFO("run " << run << ": " << output);
     CHECK(rc == 0);
     CHECK(output.find("exit dumps and the leak report are skipped") != std::string::npos);
@@ -109,14 +109,14 @@ TEST_CASE("hostile: pthread_cancel of a thread inside WriteHeapProfile(path)") {
   // Aborted before ("FATAL: exception not rethrown": a catch (...) swallowed
   // the forced unwind). Now the cancellation passes through, and the
   // temporary file of a cancelled write is removed.
-  const std::string dir = MakeTempDir();
+  const std::string dir = HostileTempDir();
   REQUIRE(!dir.empty());
   std::string output;
-  const int rc = RunScenario("HEAPPROF_TEST_DIR=" + dir, "cancel_write", output);
+  const int rc = RunHostileChild("HEAPPROF_TEST_DIR=" + dir, "cancel_write", output);
   INFO(output);
   CHECK(rc == 0);
   CHECK(output.find("cancel_write: ok") != std::string::npos);
-  const std::string left = ListDir(dir);
+  const std::string left = DirNames(dir);
   INFO("files left: " << left);
   CHECK(left.find(".tmp.") == std::string::npos);
   RemoveDir(dir);
@@ -126,7 +126,7 @@ TEST_CASE("hostile: WriteHeapProfile(path) on a FIFO, a directory or a symlink")
   // It used to rename a regular file over whatever was there (as root,
   // /dev/null became a file). Now: special files are refused and kept, a
   // symlink is followed and stays a symlink.
-  const std::string dir = MakeTempDir();
+  const std::string dir = HostileTempDir();
   REQUIRE(!dir.empty());
   const std::string fifo = dir + "/fifo";
   REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
@@ -161,14 +161,14 @@ TEST_CASE("hostile: WriteHeapProfile(path) on a FIFO, a directory or a symlink")
 
 TEST_CASE("hostile: dump_signal=TERM dumps, then SIGTERM ends the process as before") {
   // It used to turn SIGTERM into a dump and the process ran on.
-  const std::string dir = MakeTempDir();
+  const std::string dir = HostileTempDir();
   REQUIRE(!dir.empty());
   std::string output;
-  const int rc = RunScenario("HEAPPROF=dump_signal=TERM,dump_prefix=" + dir + "/p", "dump_signal_term", output, 60);
+  const int rc = RunHostileChild("HEAPPROF=dump_signal=TERM,dump_prefix=" + dir + "/p", "dump_signal_term", output, 60);
   INFO(output);
   CHECK(rc == 128 + SIGTERM);  // killed by SIGTERM (timeout passes it on as 128 + signal)
   CHECK(output.find("(dump_signal)") != std::string::npos);
-  const std::string files = ListDir(dir);
+  const std::string files = DirNames(dir);
   INFO("files: " << files);
   CHECK(files.find(".heap.pb.gz") != std::string::npos);
   RemoveDir(dir);
@@ -192,7 +192,7 @@ TEST_CASE("hostile: a sample takes a small, bounded amount of its caller's stack
 #endif
   for (const Case& c : cases) {
     std::string out;
-    const int rc = RunScenario(std::string("HEAPPROF=rate=0 HEAPPROF_TEST_STACK_KIB=") + c.kib +
+    const int rc = RunHostileChild(std::string("HEAPPROF=rate=0 HEAPPROF_TEST_STACK_KIB=") + c.kib +
                                    " HEAPPROF_TEST_STACK_BOUND=" + c.bound,
                                "sample_stack_use", out);
     MESSAGE(out);
@@ -205,10 +205,10 @@ TEST_CASE("hostile: dlopen/dlclose churn leaves the profiler's memory level") {
   // 500 cycles of load, allocate (rate 1), write a profile, unload, with two
   // threads sampling throughout. Before: one more unwind table per cycle,
   // never freed (unwind_objects 52 -> 502 over cycles 50 -> 500).
-  const std::string dir = MakeTempDir();
+  const std::string dir = HostileTempDir();
   REQUIRE(!dir.empty());
   std::string out;
-  const int rc = RunScenario("HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CYCLES=500", "dlopen_churn", out);
+  const int rc = RunHostileChild("HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CYCLES=500", "dlopen_churn", out);
   MESSAGE(out);
   CHECK(rc == 0);
   CHECK(out.find("dlopen_churn: ok") != std::string::npos);
@@ -227,10 +227,10 @@ TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, u
 #endif
   // Before: the dump thread stayed in the parent, and exit actions ran only
   // in the process that started the profiler: no file at all.
-  const std::string dir = MakeTempDir();
+  const std::string dir = HostileTempDir();
   REQUIRE(!dir.empty());
   std::string out;
-  const int rc = RunScenario("HEAPPROF=dump_prefix=" + dir + "/d,dump_signal=USR2,dump_at_exit=1,leak_report=1 "
+  const int rc = RunHostileChild("HEAPPROF=dump_prefix=" + dir + "/d,dump_signal=USR2,dump_at_exit=1,leak_report=1 "
                              "HEAPPROF_TEST_DIR=" + dir,
                              "daemon_dumps", out, 60);
   MESSAGE(out);

@@ -20,20 +20,20 @@
 #include "support/http_client.hpp"
 #include "support/child_files.hpp"
 #include "support/profile_io.hpp"
+#include "memory_scenarios.hpp"
 
 namespace {
 
 using namespace heapprof_test;
 
-constexpr std::size_t kSmallCount = 4096, kSmallBytes = 4000;  // memory_scenarios.hpp
-constexpr std::int64_t kBigBytes = std::int64_t{64} << 20;
-constexpr std::size_t kSettleCount = 2048, kSettleBytes = 4000;
+// The workloads' sizes are memory_scenarios.hpp's, which the children run.
+constexpr std::int64_t kBigBytes = static_cast<std::int64_t>(kPeakBigBytes);
 
-int RunScenario(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
+int RunMemoryEventsChild(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
   return RunChildScenario(env, scenario, output, seconds);
 }
 
-std::string MakeTempDir() {
+std::string MemoryEventsTempDir() {
   const std::string dir = heapprof_test::MakeTempDir("memev");
   REQUIRE(!dir.empty());
   return dir;
@@ -108,9 +108,9 @@ std::size_t StepAboveTenPercent() { return heapprof::detail::g_peak.InuseEstimat
 }  // namespace
 
 TEST_CASE("peak profile: a workload that peaks in one function and settles elsewhere, exact at rate 1") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunScenario("HEAPPROF=rate=1,peak_at_exit=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+  const int rc = RunMemoryEventsChild("HEAPPROF=rate=1,peak_at_exit=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
                              "peak_workload", out);
   INFO(out);
   REQUIRE(rc == 0);
@@ -118,8 +118,8 @@ TEST_CASE("peak profile: a workload that peaks in one function and settles elsew
   REQUIRE(ReadProfileFile(dir + "/peak.pb.gz", peak));
   REQUIRE(ReadProfileFile(dir + "/heap.pb.gz", heap));
   // At the peak: all of PeakWorkload*, nothing of SettleWorkload; to the byte.
-  CHECK(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_space") == std::int64_t{kSmallCount * kSmallBytes});
-  CHECK(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_objects") == std::int64_t{kSmallCount});
+  CHECK(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_space") == std::int64_t{kPeakSmallCount * kPeakSmallBytes});
+  CHECK(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_objects") == std::int64_t{kPeakSmallCount});
   CHECK(SumForLeaf(peak, "PeakWorkloadBig", "inuse_space") == kBigBytes);
   CHECK(SumForLeaf(peak, "SettleWorkload", "inuse_space") == 0);
   // Now: the other way round.
@@ -155,19 +155,19 @@ TEST_CASE("peak profile: a workload that peaks in one function and settles elsew
 }
 
 TEST_CASE("peak profile: at the default rate, within 4.5 sigma of the workload") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunScenario("HEAPPROF=dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "peak_workload", out);
+  const int rc = RunMemoryEventsChild("HEAPPROF=dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "peak_workload", out);
   INFO(out);
   REQUIRE(rc == 0);
   Profile peak;
   REQUIRE(ReadProfileFile(dir + "/peak.pb.gz", peak));
   // The 64 MiB block is sampled with probability 1 - e^-128 and weighs its size.
   CHECK(SumForLeaf(peak, "PeakWorkloadBig", "inuse_space") == kBigBytes);
-  const double sigma = SampledSigma(kSmallCount, kSmallBytes, 524288.0);  // ~2.9 MB, 18% of 16.4 MB
+  const double sigma = SampledSigma(kPeakSmallCount, kPeakSmallBytes, 524288.0);  // ~2.9 MB, 18% of 16.4 MB
   const double small = static_cast<double>(SumForLeaf(peak, "PeakWorkloadSmall", "inuse_space"));
   INFO("PeakWorkloadSmall " << small << ", sigma " << sigma);
-  CHECK(std::fabs(small - static_cast<double>(kSmallCount * kSmallBytes)) <= 4.5 * sigma);
+  CHECK(std::fabs(small - static_cast<double>(kPeakSmallCount * kPeakSmallBytes)) <= 4.5 * sigma);
   CHECK(SumForLeaf(peak, "SettleWorkload", "inuse_space") == 0);
   const std::vector<std::string> comments = Comments(peak);
   REQUIRE(!comments.empty());
@@ -263,9 +263,9 @@ TEST_CASE("http: /debug/pprof/peak is listed, read by go tool pprof, and takes /
 
 TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at each halving of the headroom") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
-  const std::string dir = MakeTempDir();
+  const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunScenario("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+  const int rc = RunMemoryEventsChild("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
                              "near_oom", out);
   INFO(out);
   CHECK(rc == 0);
@@ -284,9 +284,9 @@ TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at
 }
 
 TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunScenario("HEAPPROF=rss_interval=16m,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+  const int rc = RunMemoryEventsChild("HEAPPROF=rss_interval=16m,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
                              "rss_interval", out);
   INFO(out);
   CHECK(rc == 0);
@@ -297,9 +297,9 @@ TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
 
 TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one profile, then fails as before") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
-  const std::string dir = MakeTempDir();
+  const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunScenario("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "oom_dump", out);
+  const int rc = RunMemoryEventsChild("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "oom_dump", out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(out.find("handler_calls=1 dump_before_handler=1") != std::string::npos);

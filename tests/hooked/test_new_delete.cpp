@@ -35,11 +35,12 @@ void CheckPair(std::size_t n, Alloc&& alloc, Free&& free_it, std::size_t align =
   Delta d;
   void* p = alloc(n);
   g_sink = p;
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(p);
   const std::size_t usable = malloc_usable_size(p);
   free_it(p, n);
   d.Stop();
-  REQUIRE(p != nullptr);
-  CHECK(reinterpret_cast<std::uintptr_t>(p) % align == 0);
+  REQUIRE(address != 0);
+  CHECK(address % align == 0);
   CHECK(usable >= n);
   CHECK(d.allocs() == 1);
   // Stats count the block's usable size at both ends, sized delete or not.
@@ -115,10 +116,10 @@ TEST_CASE("unsized delete of an unsampled object counts malloc's usable size, as
 }
 
 namespace {
-int g_handler_calls = 0;
+int g_new_handler_calls = 0;
 void CountingHandler() {
   // Second call: give up the way the standard allows, by removing ourselves.
-  if (++g_handler_calls >= 2) std::set_new_handler(nullptr);
+  if (++g_new_handler_calls >= 2) std::set_new_handler(nullptr);
 }
 volatile std::size_t g_absurd = ~std::size_t{0} / 4;
 }  // namespace
@@ -143,7 +144,7 @@ bool Throws(F&& f) {
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    std::set_terminate([] { ::_exit(100 + g_handler_calls); });
+    std::set_terminate([] { ::_exit(100 + g_new_handler_calls); });
     f();
     ::_exit(0);  // returned: nothing was thrown
   }
@@ -151,7 +152,7 @@ bool Throws(F&& f) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) < 100) return false;
-  g_handler_calls = WEXITSTATUS(status) - 100;
+  g_new_handler_calls = WEXITSTATUS(status) - 100;
   return true;
 }
 #endif
@@ -160,20 +161,20 @@ TEST_CASE("new_handler loop, bad_alloc and nothrow null are unchanged") {
   // Results are gathered first and checked after, so the only allocations
   // inside the measured window are the ones under test.
   Delta d;
-  g_handler_calls = 0;
+  g_new_handler_calls = 0;
   std::set_new_handler(&CountingHandler);
   const bool plain_throws = Throws([] { g_sink = ::operator new(g_absurd); });
-  const int plain_calls = g_handler_calls;
+  const int plain_calls = g_new_handler_calls;
 
-  g_handler_calls = 0;
+  g_new_handler_calls = 0;
   std::set_new_handler(&CountingHandler);
   void* const nothrow_result = ::operator new(g_absurd, std::nothrow);
-  const int nothrow_calls = g_handler_calls;
+  const int nothrow_calls = g_new_handler_calls;
 
-  g_handler_calls = 0;
+  g_new_handler_calls = 0;
   std::set_new_handler(&CountingHandler);
   const bool aligned_throws = Throws([] { g_sink = ::operator new[](g_absurd, std::align_val_t{64}); });
-  const int aligned_calls = g_handler_calls;
+  const int aligned_calls = g_new_handler_calls;
 
   std::set_new_handler(nullptr);
   void* const aligned_nothrow_result = ::operator new[](g_absurd, std::align_val_t{64}, std::nothrow);

@@ -10,10 +10,10 @@
 
 namespace {
 
-void* g_keep[64];
+void* g_pprof_keep[64];
 
 __attribute__((noinline)) void GoPprofVisibleLeaf() {
-  for (int i = 0; i < 64; ++i) g_keep[i] = new char[1000];
+  for (int i = 0; i < 64; ++i) g_pprof_keep[i] = new char[1000];
   asm volatile("" ::: "memory");
 }
 
@@ -152,7 +152,7 @@ TEST_CASE("go tool pprof reads our profiles (-raw, -top, -traces)") {
   REQUIRE(rc == 0);
   CHECK(out.find("Type: alloc_space") != std::string::npos);
 
-  for (void* q : g_keep) delete[] static_cast<char*>(q);
+  for (void* q : g_pprof_keep) delete[] static_cast<char*>(q);
   std::remove(path.c_str());
   std::remove(allocs_path.c_str());
   heapprof::SetSampleRate(saved);

@@ -12,26 +12,26 @@
 
 namespace {
 
-void* volatile g_sink;
+void* volatile g_sampling_sink;
 
 __attribute__((noinline)) void ChurnSmall(std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     char* p = new char[64];
-    g_sink = p;
+    g_sampling_sink = p;
     delete[] p;
   }
 }
 __attribute__((noinline)) void ChurnMedium(std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     char* p = new char[4096];
-    g_sink = p;
+    g_sampling_sink = p;
     delete[] p;
   }
 }
 __attribute__((noinline)) void ChurnLarge(std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     char* p = new char[262144];
-    g_sink = p;
+    g_sampling_sink = p;
     delete[] p;
   }
 }

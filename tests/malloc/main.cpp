@@ -6,8 +6,7 @@
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
 
-#define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include <doctest/doctest.h>  // its implementation: tests/support/doctest_impl.cpp
 
 #if defined(HEAPPROF_ASAN)
 extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }

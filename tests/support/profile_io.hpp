@@ -94,6 +94,12 @@ inline int RunCommand(const std::string& cmd, std::string& output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Whether `name` is a command on PATH (tests that need a tool skip without it).
+inline bool HaveTool(const char* name) {
+  std::string out;
+  return RunCommand(std::string("command -v ") + name, out) == 0;
+}
+
 // This test binary's own path (to re-run it as a child process).
 inline std::string SelfExe() {
   char exe[4096];

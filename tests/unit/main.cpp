@@ -4,5 +4,6 @@
 #define HEAPPROF_IMPLEMENTATION
 #include <heapprof.hpp>
 
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
-#include <doctest/doctest.h>
+#include <doctest/doctest.h>  // its implementation: tests/support/doctest_impl.cpp
+
+int main(int argc, char** argv) { return doctest::Context(argc, argv).run(); }

@@ -32,10 +32,7 @@ using heapprof::detail::SymbolizedQuality;
 using heapprof::detail::Symbolizer;
 using heapprof_test::RunCommand;
 
-bool HaveTool(const char* name) {
-  std::string out;
-  return RunCommand(std::string("command -v ") + name, out) == 0;
-}
+using heapprof_test::HaveTool;
 
 // tests/support/dwarf_fixture.cc, found from this file's own path.
 std::string FixturePath() {

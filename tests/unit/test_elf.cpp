@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
+#include "support/profile_io.hpp"
 
 // Hand-written functions with and without .size, to pin down the rules for
 // size-0 symbols: one is trusted up to the next symbol, a sized function is
@@ -151,10 +152,7 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-bool HaveTool(const char* tool) {
-  const std::string command = std::string("command -v ") + tool + " >/dev/null 2>&1";
-  return std::system(command.c_str()) == 0;
-}
+using heapprof_test::HaveTool;
 
 std::string RunCommand(const std::string& command) {
   std::string out;
@@ -191,13 +189,13 @@ std::string ReadFile(const std::string& path) {
 }
 
 // A file in a private temporary directory, removed with it.
-class TempDir {
+class ElfTempDir {
  public:
-  TempDir() {
+  ElfTempDir() {
     char tmpl[] = "/tmp/heapprof_elf_XXXXXX";
     if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
   }
-  ~TempDir() {
+  ~ElfTempDir() {
     if (!path_.empty()) RunCommand("rm -rf '" + path_ + "'");
   }
   const std::string& path() const { return path_; }
@@ -511,7 +509,7 @@ TEST_CASE("Symbolizer: several segments of one object share its table") {
 }
 
 TEST_CASE("Symbolizer: unreadable, truncated and corrupt files give no symbols and no crash") {
-  TempDir dir;
+  ElfTempDir dir;
   REQUIRE(!dir.path().empty());
   const std::string self = RealPath("/proc/self/exe");
   const std::string image = ReadFile(self);
@@ -566,7 +564,7 @@ TEST_CASE("Symbolizer: a file replaced on disk (other build id) is not trusted")
 }
 
 TEST_CASE("Symbolizer: random corruption of headers and symbol tables never crashes") {
-  TempDir dir;
+  ElfTempDir dir;
   REQUIRE(!dir.path().empty());
   const std::string image = ReadFile(RealPath("/proc/self/exe"));
   REQUIRE(image.size() > sizeof(Elf64_Ehdr));
@@ -650,7 +648,7 @@ TEST_CASE("SymbolTable: a stripped file finds its .symtab in a build-id debug fi
     MESSAGE("test binary has no build id: skipped");
     return;
   }
-  TempDir dir;
+  ElfTempDir dir;
   REQUIRE(!dir.path().empty());
   const std::string stripped = dir.path() + "/stripped";
   const std::string debug_dir = dir.path() + "/debug";
