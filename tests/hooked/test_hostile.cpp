@@ -96,7 +96,8 @@ TEST_CASE("hostile: exit() from a SIGTERM handler that interrupted the profiler,
   REQUIRE(!dir.empty());
   for (int run = 0; run < 5; ++run) {
     std::string output;
-    const int rc = RunHostileChild("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/p", "signal_exit", output, 60);
+    const int rc = RunHostileChild("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/p", "signal_exit",
+                                   output, 60);
     INFO("run " << run << ": " << output);
     CHECK(rc == 0);
     CHECK(output.find("exit dumps and the leak report are skipped") != std::string::npos);
@@ -194,7 +195,7 @@ TEST_CASE("hostile: a sample takes a small, bounded amount of its caller's stack
     std::string out;
     const int rc = RunHostileChild(std::string("HEAPPROF=rate=0 HEAPPROF_TEST_STACK_KIB=") + c.kib +
                                    " HEAPPROF_TEST_STACK_BOUND=" + c.bound,
-                               "sample_stack_use", out);
+                                   "sample_stack_use", out);
     MESSAGE(out);
     CHECK(rc == 0);
     CHECK(out.find("sample_stack_use: ok") != std::string::npos);
@@ -231,8 +232,8 @@ TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, u
   REQUIRE(!dir.empty());
   std::string out;
   const int rc = RunHostileChild("HEAPPROF=dump_prefix=" + dir + "/d,dump_signal=USR2,dump_at_exit=1,leak_report=1 "
-                             "HEAPPROF_TEST_DIR=" + dir,
-                             "daemon_dumps", out, 60);
+                                 "HEAPPROF_TEST_DIR=" + dir,
+                                 "daemon_dumps", out, 60);
   MESSAGE(out);
   CHECK(rc == 0);
   CHECK(out.find("daemon_dumps: ok") != std::string::npos);

@@ -29,10 +29,6 @@ using namespace heapprof_test;
 // The workloads' sizes are memory_scenarios.hpp's, which the children run.
 constexpr std::int64_t kBigBytes = static_cast<std::int64_t>(kPeakBigBytes);
 
-int RunMemoryEventsChild(const std::string& env, const char* scenario, std::string& output, int seconds = 120) {
-  return RunChildScenario(env, scenario, output, seconds);
-}
-
 std::string MemoryEventsTempDir() {
   const std::string dir = heapprof_test::MakeTempDir("memev");
   REQUIRE(!dir.empty());
@@ -110,8 +106,8 @@ std::size_t StepAboveTenPercent() { return heapprof::detail::g_peak.InuseEstimat
 TEST_CASE("peak profile: a workload that peaks in one function and settles elsewhere, exact at rate 1") {
   const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunMemoryEventsChild("HEAPPROF=rate=1,peak_at_exit=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
-                             "peak_workload", out);
+  const int rc = RunChildScenario("HEAPPROF=rate=1,peak_at_exit=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "peak_workload", out);
   INFO(out);
   REQUIRE(rc == 0);
   Profile peak, heap;
@@ -157,7 +153,7 @@ TEST_CASE("peak profile: a workload that peaks in one function and settles elsew
 TEST_CASE("peak profile: at the default rate, within 4.5 sigma of the workload") {
   const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunMemoryEventsChild("HEAPPROF=dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "peak_workload", out);
+  const int rc = RunChildScenario("HEAPPROF=dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "peak_workload", out);
   INFO(out);
   REQUIRE(rc == 0);
   Profile peak;
@@ -265,8 +261,8 @@ TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunMemoryEventsChild("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
-                             "near_oom", out);
+  const int rc = RunChildScenario("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "near_oom", out);
   INFO(out);
   CHECK(rc == 0);
   const std::vector<std::string> dumps = Matching(dir, R"(p\.[0-9]+\.[0-9]{4}\.heap\.pb\.gz)");
@@ -286,8 +282,8 @@ TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at
 TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
   const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunMemoryEventsChild("HEAPPROF=rss_interval=16m,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
-                             "rss_interval", out);
+  const int rc = RunChildScenario("HEAPPROF=rss_interval=16m,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "rss_interval", out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(Matching(dir, R"(p\.[0-9]+\.[0-9]{4}\.heap\.pb\.gz)").size() >= 3);
@@ -299,7 +295,8 @@ TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one prof
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   const std::string dir = MemoryEventsTempDir();
   std::string out;
-  const int rc = RunMemoryEventsChild("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "oom_dump", out);
+  const int rc = RunChildScenario("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "oom_dump", out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(out.find("handler_calls=1 dump_before_handler=1") != std::string::npos);

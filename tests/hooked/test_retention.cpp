@@ -25,10 +25,6 @@ namespace {
 
 using namespace heapprof_test;
 
-int RunRetentionChild(const std::string& env, const char* scenario, std::string& output) {
-  return RunChildScenario(env, scenario, output);
-}
-
 std::string MakeRetentionDir() {
   const std::string dir = MakeTempDir("retention");
   REQUIRE(!dir.empty());
@@ -86,7 +82,7 @@ TEST_CASE("retention profile at rate 1: global container, another thread's stack
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();
   std::string out;
-  const int rc = RunRetentionChild("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_paths", out);
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_paths", out);
   INFO(out);
   REQUIRE(rc == 0);
   const std::size_t at = out.find("holder_tid=");
@@ -162,8 +158,8 @@ TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();
   std::string out;
-  int rc = RunRetentionChild("HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/a",
-                             "retention_leaks", out);
+  int rc = RunChildScenario("HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/a",
+                            "retention_leaks", out);
   INFO(out);
   CHECK(rc == 42);  // unreachable objects remain
   const std::size_t unreachable = out.find("unreachable (leaked):");
@@ -181,13 +177,13 @@ TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak
   CHECK(out.find("retention profile: " + dir + "/a.") != std::string::npos);
 
   // Without the key: the exit status is the program's own.
-  rc = RunRetentionChild("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/b", "retention_leaks", out);
+  rc = RunChildScenario("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/b", "retention_leaks", out);
   CHECK(rc == 0);
 
   // Suppressed: LSan's format; the leak and the cycle no longer fail the exit.
   const std::string supp = dir + "/lsan.supp";
   REQUIRE(WriteFile(supp, "# LeakSanitizer's format\nleak:MakeLeakedBuffer\n\nleak:heapprof_test::MakeCycle*\n"));
-  rc = RunRetentionChild(
+  rc = RunChildScenario(
       "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_suppressions=" + supp + ",dump_prefix=" + dir + "/c",
       "retention_leaks", out);
   CHECK(rc == 0);
@@ -197,7 +193,7 @@ TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak
 
   // A suppression that matches nothing changes nothing.
   REQUIRE(WriteFile(supp, "leak:NoSuchFunction\n"));
-  rc = RunRetentionChild(
+  rc = RunChildScenario(
       "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_suppressions=" + supp + ",dump_prefix=" + dir + "/d",
       "retention_leaks", out);
   CHECK(rc == 42);
@@ -208,7 +204,7 @@ TEST_CASE("retention profile at the default rate: a chain through unsampled obje
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();
   std::string out;
-  const int rc = RunRetentionChild("HEAPPROF_TEST_DIR=" + dir, "retention_sampled", out);
+  const int rc = RunChildScenario("HEAPPROF_TEST_DIR=" + dir, "retention_sampled", out);
   INFO(out);
   REQUIRE(rc == 0);
   Profile p;
