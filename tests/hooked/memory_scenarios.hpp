@@ -47,8 +47,8 @@ __attribute__((noinline)) inline void SettleWorkload() {
 }
 
 // The dump thread's writer warm-up (dumps.hpp) allocates: it must be done
-// before the test limits memory. (A build without exceptions cannot survive
-// a profile write that runs out of memory: README "Memory events".)
+// before the test limits memory, so that the dumps under the limit need only
+// what a warm write needs.
 inline bool WaitForWarmDumper(int seconds = 60) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (!heapprof::detail::g_dumper.Warm()) {
@@ -98,8 +98,8 @@ inline bool SetAddressSpaceLimit(std::uint64_t bytes) {
 inline int RunNearOom() {
   // A first profile maps the ELF and debug files (tens of MiB of address
   // space, kept): the dump thread does it at start, concurrently; done here
-  // too, so the limit is set above it. A build without exceptions cannot
-  // survive a dump that runs out of memory (README "Memory events").
+  // too, so the limit is set above it and the dumps need only a warm write's
+  // memory (a write short of memory fails: RunTightWrite).
   if (!WaitForWarmDumper()) return 8;
   if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 9;
   // 2 GiB of headroom (untouched mallocs: address space, not memory): a
@@ -196,12 +196,41 @@ inline int RunOomDump() {
   return 0;
 }
 
+// A profile write under an address-space limit too tight for it fails and
+// the program goes on; once the limit is lifted the next write succeeds.
+// Built without exceptions, the write used to end the process (std::bad_alloc
+// from the writer's containers, with nothing to catch it); it now maps its
+// headroom first and fails at once (0_base/arena.hpp: WriteHeadroom).
+constexpr std::size_t kTightCount = 1000, kTightBytes = 200;
+inline char* g_tight[kTightCount];
+
+__attribute__((noinline)) inline void TightHolder() {
+  HEAPPROF_TEST_NO_UNROLL
+  for (std::size_t i = 0; i < kTightCount; ++i) g_tight[i] = new char[kTightBytes];
+  asm volatile("# TightHolder" ::: "memory");
+}
+
+inline int RunTightWrite() {
+  TightHolder();
+  if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::uint64_t{1} << 20))) return 10;
+  // 1 MiB of room: less than the snapshot's first chunk and the ELF file's
+  // mapping need, so the write cannot succeed; it must fail, not abort.
+  const bool tight_ok = heapprof::WriteHeapProfile(TestFile("tight.pb.gz"));
+  if (!SetAddressSpaceLimit(RLIM_INFINITY)) return 11;
+  std::printf("tight_write=%d\n", tight_ok ? 1 : 0);
+  if (tight_ok) return 12;
+  if (!heapprof::WriteHeapProfile(TestFile("tight.pb.gz"))) return 13;
+  std::printf("wrote after the limit was lifted\n");
+  return 0;
+}
+
 inline int RunMemoryScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
   if (std::strcmp(name, "near_oom") == 0) return RunNearOom();
   if (std::strcmp(name, "rss_interval") == 0) return RunRssInterval();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
+  if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
   known = false;
   return 2;
 }

@@ -291,6 +291,23 @@ TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
   RemoveDir(dir);
 }
 
+TEST_CASE("a write without the memory it needs fails and the program goes on, with or without exceptions") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "tight_write", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("tight_write=0") != std::string::npos);
+  CHECK(out.find("terminate") == std::string::npos);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/tight.pb.gz", p));
+  // Rate 1: every byte of the holder, exactly, in the write that had room.
+  CHECK(SumForLeaf(p, "TightHolder", "inuse_space") == static_cast<std::int64_t>(kTightCount * kTightBytes));
+  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  RemoveDir(dir);
+}
+
 TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one profile, then fails as before") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   const std::string dir = MemoryEventsTempDir();

@@ -229,6 +229,8 @@ inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos =
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
+  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY {
     ProfileData data = PeakProfileData(CopyPeak());
     data.duration_nanos = duration_nanos;
@@ -250,6 +252,8 @@ inline bool BuildProfileBytes(bool allocs_default, ArenaString& gz,
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
+  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY {
     const ProfileData data = SnapshotProfile(allocs_default, since);
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();

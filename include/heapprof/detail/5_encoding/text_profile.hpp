@@ -79,6 +79,8 @@ class TextProfileStream {
     ReentrancyGuard guard;
     EnsureInit();
     WarnIfNoAllocationSeen();
+    WriteHeadroom headroom;  // built without exceptions: the memory first, or no profile
+    if (!headroom.ok()) return false;
     HEAPPROF_TRY {
       extra_comments_ = extra_comments;
       more_comments_.assign(more_comments.data(), more_comments.size());
@@ -130,6 +132,8 @@ class TextProfileStream {
   bool Next(ArenaString& out, std::size_t budget) noexcept {
     if (done_ || symbolizer_ == nullptr) return false;
     ReentrancyGuard guard;
+    WriteHeadroom headroom;  // built without exceptions: the memory first, or the stream ends
+    if (!headroom.ok()) return false;
     HEAPPROF_TRY {
       const std::size_t start = out.size();
       while (next_ < records_.size() && out.size() - start < budget) AppendRecord(out, records_[next_++]);

@@ -104,9 +104,20 @@ class Dumper {
     pthread_join(thread_, nullptr);
   }
 
+  // A dump refused for want of memory (WriteHeadroom), said without allocating.
+  static bool NoRoom(const char* kind, std::string_view why) noexcept {
+    char line[256];
+    std::snprintf(line, sizeof line, "cannot write %s profile (%.*s): out of memory building the profile", kind,
+                  static_cast<int>(why.size() < 160 ? why.size() : 160), why.data());
+    ReportLine(line);
+    return false;
+  }
+
   // Writes the next <prefix>.<pid>.<seq>.heap.pb.gz; `why` goes in the log line.
   bool Dump(const char* why) noexcept {
     ReentrancyGuard guard;
+    WriteHeadroom headroom;  // built without exceptions: the memory first, or no dump
+    if (!headroom.ok()) return NoRoom("heap", why);
     pthread_mutex_lock(&write_mutex_);
     bool ok = false;
     HEAPPROF_TRY {
@@ -130,6 +141,8 @@ class Dumper {
   // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`).
   bool DumpNamed(const char* kind, bool peak, std::string_view why) noexcept {
     ReentrancyGuard guard;
+    WriteHeadroom headroom;  // built without exceptions: the memory first, or no dump
+    if (!headroom.ok()) return NoRoom(kind, why);
     pthread_mutex_lock(&write_mutex_);
     bool ok = false;
     HEAPPROF_TRY {
@@ -301,6 +314,8 @@ class Dumper {
   // that those dumps need only what a warm write needs. Under RLIMIT_AS that
   // decides whether the dump fits.
   static void WarmUpWriter() noexcept {
+    WriteHeadroom headroom;  // built without exceptions: the memory first, or no warm-up
+    if (!headroom.ok()) return;
     HEAPPROF_TRY {  // BuildProfileBytes, less its no-allocation-seen warning: it may be too early for one
       const ProfileData data = SnapshotProfile(false);
       const ArenaVector<LoadedObject> objects = CollectLoadedObjects();

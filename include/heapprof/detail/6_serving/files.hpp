@@ -124,6 +124,11 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
 // The profile, gzip'ed, written atomically to `path`.
 inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
+  WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
+  if (!headroom.ok()) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
   ArenaString gz;
   if (!BuildProfileBytes(allocs_default, gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
@@ -135,6 +140,11 @@ inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, Arena
 // The peak profile (2_sampling/peak.hpp), to a file.
 inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
+  WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
+  if (!headroom.ok()) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
   ArenaString gz;
   if (!BuildPeakProfileBytes(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
@@ -146,6 +156,11 @@ inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = n
 // The retention profile (retention.hpp), to a file.
 inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
+  WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
+  if (!headroom.ok()) {
+    if (error != nullptr) *error = "out of memory building the profile";
+    return false;
+  }
   ArenaString gz;
   if (!BuildRetentionProfileBytes(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
@@ -156,6 +171,8 @@ inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* erro
 
 inline bool WriteRetentionProfile(std::ostream& out) {
   ReentrancyGuard guard;
+  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
+  if (!headroom.ok()) return false;
   ArenaString gz;
   if (!BuildRetentionProfileBytes(gz)) return false;
   HEAPPROF_TRY {
@@ -168,6 +185,8 @@ inline bool WriteRetentionProfile(std::ostream& out) {
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
   ReentrancyGuard guard;
+  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
+  if (!headroom.ok()) return false;
   ArenaString gz;
   if (!(peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz))) return false;
   HEAPPROF_TRY {

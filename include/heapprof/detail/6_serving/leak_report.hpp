@@ -288,6 +288,11 @@ struct LeakSuppressions {
 inline bool LeakReport(const ArenaString& prefix) noexcept {
   ReentrancyGuard guard;
   bool leaked = false;
+  WriteHeadroom headroom;  // built without exceptions: the memory first, or no report
+  if (!headroom.ok()) {
+    ReportRaw("heapprof: leak report skipped: not enough memory to write it safely\n");
+    return false;
+  }
   HEAPPROF_TRY {
     char name[64];
     std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));

@@ -911,6 +911,8 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
+  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY {
     retention::ScanResult scan;
     retention::ScanWithRegisters(scan);
