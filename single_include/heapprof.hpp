@@ -1015,10 +1015,10 @@ class Arena {
 
   // Headroom: memory mapped ahead of a piece of work that cannot recover from
   // running out of memory half way (a profile write built without exceptions:
-  // see WriteHeadroom below). While a region is held, new chunks and large
-  // blocks are carved from it before the OS is asked. Returns the region's
-  // slot, or -1 when the OS refused the mapping (or every slot is taken).
-  static constexpr int kMaxHeadroom = 8;
+  // 5_encoding/write_headroom.hpp). While a region is held, new chunks and
+  // large blocks are carved from it before the OS is asked. Returns the
+  // region's slot (of kMaxHeadroom), or -1 when the OS refused the mapping or
+  // every slot is taken.
   int AddHeadroom(std::size_t bytes) noexcept {
     const std::size_t len = RoundToPage(bytes);
     void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1046,18 +1046,21 @@ class Arena {
     }
     if (r.next < r.end) munmap(reinterpret_cast<void*>(r.next), r.end - r.next);
   }
+  // In a forked child: the regions of the parent's writes, whose threads are
+  // not in the child, are given back and their slots freed.
+  void DropHeadroomInChild() noexcept {
+    for (int i = 0; i < kMaxHeadroom; ++i) DropHeadroom(i);
+  }
+  // Slots in use (for tests and the fork child).
+  int HeadroomHeld() noexcept {
+    LockGuard hold(lock_);
+    int n = 0;
+    for (const Region& r : headroom_) n += r.end != 0 ? 1 : 0;
+    return n;
+  }
   // Bytes ever taken for chunks and large blocks (from the OS or headroom):
   // the growth of a piece of work is the difference across it.
   std::size_t DrawnBytes() const noexcept { return drawn_.load(std::memory_order_relaxed); }
-  // How much the last write grew the arena (NoteWriteGrowth): what the next
-  // one should expect to need. A cold first write (tables, debug info) grows
-  // it most; a warm one reuses what is on the free lists.
-  void NoteWriteGrowth(std::size_t bytes) noexcept {
-    last_growth_.store(bytes, std::memory_order_relaxed);
-    wrote_once_.store(true, std::memory_order_relaxed);
-  }
-  bool WroteOnce() const noexcept { return wrote_once_.load(std::memory_order_relaxed); }
-  std::size_t LastWriteGrowth() const noexcept { return last_growth_.load(std::memory_order_relaxed); }
 
   // The arena's mappings, so that the retention scan (6_serving/retention.hpp)
   // can leave the profiler's own memory out of "heap memory": it holds the
@@ -1065,14 +1068,29 @@ class Arena {
   // [start, end) pairs; returns how many there are, or -1 when some mapping
   // was not recorded (more than kMaxRanges at once).
   static constexpr std::size_t kMaxRanges = 4096;
+  static constexpr int kMaxHeadroom = 8;
+  static constexpr std::size_t kMaxCopiedRanges = kMaxRanges + kMaxHeadroom;
+  // The headroom regions held at the time (their uncarved parts) come after
+  // them: they are the profiler's too. At most kMaxCopiedRanges in all.
   long CopyRanges(std::uintptr_t (*out)[2], std::size_t max) noexcept {
     LockGuard hold(lock_);
     if (ranges_overflow_) return -1;
-    for (std::size_t i = 0; i < ranges_count_ && i < max; ++i) {
-      out[i][0] = ranges_[i][0];
-      out[i][1] = ranges_[i][1];
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < ranges_count_; ++i, ++n) {
+      if (n < max) {
+        out[n][0] = ranges_[i][0];
+        out[n][1] = ranges_[i][1];
+      }
     }
-    return static_cast<long>(ranges_count_);
+    for (const Region& r : headroom_) {
+      if (r.next >= r.end) continue;
+      if (n < max) {
+        out[n][0] = r.next;
+        out[n][1] = r.end;
+      }
+      ++n;
+    }
+    return static_cast<long>(n);
   }
 
  private:
@@ -1194,8 +1212,6 @@ class Arena {
   SpinLock lock_;
   Region headroom_[kMaxHeadroom] = {};
   std::atomic<std::size_t> drawn_{0};
-  std::atomic<std::size_t> last_growth_{0};
-  std::atomic<bool> wrote_once_{false};
   std::uintptr_t bump_ = 0;
   std::uintptr_t bump_end_ = 0;
   FreeBlock* free_[kClasses] = {};
@@ -1207,88 +1223,6 @@ class Arena {
 
 // Constant-initialised (invariant 2): usable from the first operator new.
 inline Arena g_arena;
-
-// Writing a profile allocates through containers (ArenaString, ArenaVector),
-// which report running out of memory with std::bad_alloc; the writers catch
-// it and fail the write. Built without exceptions, nothing can catch it, and
-// the process would end (std::terminate) for want of a profile. So there, a
-// write first maps the memory it expects to need (twice what the last write
-// grew the arena by, at least kMinWriteHeadroom; kFirstWriteHeadroom for the
-// first) and fails at once, cleanly, when the OS refuses; the arena then
-// carves the write's memory from that headroom, and what is left is unmapped
-// at the end. A write that needs more than that still asks the OS for the
-// rest. With exceptions this is a no-op: a failure half way is caught.
-constexpr std::size_t kFirstWriteHeadroom = std::size_t{64} << 20;
-constexpr std::size_t kMinWriteHeadroom = std::size_t{8} << 20;
-constexpr std::size_t kMaxWriteHeadroom = std::size_t{1} << 30;
-
-inline std::size_t WriteHeadroomBytes(const Arena& arena = g_arena) noexcept {
-  if (!arena.WroteOnce()) return kFirstWriteHeadroom;
-  const std::size_t seen = arena.LastWriteGrowth();
-  const std::size_t want = seen > kMaxWriteHeadroom / 2 ? kMaxWriteHeadroom : 2 * seen;
-  return want < kMinWriteHeadroom ? kMinWriteHeadroom : want;
-}
-
-// Holds a headroom region for a piece of work and records how much the arena
-// grew across it. `bytes` 0: WriteHeadroomBytes().
-class ArenaHeadroom {
- public:
-  explicit ArenaHeadroom(Arena& arena = g_arena, std::size_t bytes = 0) noexcept
-      : arena_(arena),
-        drawn_at_(arena.DrawnBytes()),
-        slot_(arena.AddHeadroom(bytes != 0 ? bytes : WriteHeadroomBytes(arena))) {}
-  ~ArenaHeadroom() {
-    arena_.DropHeadroom(slot_);
-    if (slot_ >= 0) arena_.NoteWriteGrowth(arena_.DrawnBytes() - drawn_at_);
-  }
-  ArenaHeadroom(const ArenaHeadroom&) = delete;
-  ArenaHeadroom& operator=(const ArenaHeadroom&) = delete;
-  bool ok() const noexcept { return slot_ >= 0; }
-
- private:
-  Arena& arena_;
-  std::size_t drawn_at_;
-  int slot_;
-};
-
-#if HEAPPROF_EXCEPTIONS
-// With exceptions a write that runs out of memory half way is caught and fails.
-struct WriteHeadroom {
-  constexpr bool ok() const noexcept { return true; }
-};
-#else
-// Set while this thread's outermost write holds its headroom: a write inside
-// it (a dump's file, then the profile it builds) shares it.
-inline thread_local bool tls_write_headroom HEAPPROF_TLS_MODEL = false;
-
-class WriteHeadroom {
- public:
-  WriteHeadroom() noexcept {
-    if (tls_write_headroom) return;
-    drawn_at_ = g_arena.DrawnBytes();
-    slot_ = g_arena.AddHeadroom(WriteHeadroomBytes());
-    if (slot_ < 0) {
-      refused_ = true;
-      return;
-    }
-    tls_write_headroom = true;
-  }
-  ~WriteHeadroom() {
-    if (slot_ < 0) return;
-    g_arena.DropHeadroom(slot_);
-    g_arena.NoteWriteGrowth(g_arena.DrawnBytes() - drawn_at_);
-    tls_write_headroom = false;
-  }
-  WriteHeadroom(const WriteHeadroom&) = delete;
-  WriteHeadroom& operator=(const WriteHeadroom&) = delete;
-  bool ok() const noexcept { return !refused_; }
-
- private:
-  std::size_t drawn_at_ = 0;
-  int slot_ = -1;
-  bool refused_ = false;
-};
-#endif
 
 }  // namespace detail
 }  // namespace heapprof
@@ -6946,6 +6880,7 @@ inline std::atomic<void (*)()> g_fork_child_symbolizer{nullptr};
 inline void ForkChild() noexcept {
   unwind_table::ResetReadersInChild();
   ForkParent();
+  g_arena.DropHeadroomInChild();  // held by the parent's writes, whose threads the child lacks
   if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
 }
 
@@ -7267,9 +7202,32 @@ class MappedFile {
     size_ = 0;
   }
 
+  // Unmaps every page but those holding the file's bytes [offset, offset +
+  // length): a symbol table keeps only its string table, not the whole file
+  // (39 MB of address space for a test binary with debug info, .strtab 236 KB;
+  // a write under RLIMIT_AS or in oom_dump's reserve may not have the rest).
+  // Pointers into the kept bytes stay valid; view() then covers the kept pages.
+  void KeepOnly(std::size_t offset, std::size_t length) {
+    if (addr_ == nullptr || offset > size_ || length > size_ - offset) return;
+    long page_size = ::sysconf(_SC_PAGESIZE);
+    const std::size_t page = page_size > 0 ? static_cast<std::size_t>(page_size) : 4096;
+    const std::size_t mapped = RoundUp(size_, page);
+    const std::size_t lo = offset & ~(page - 1);
+    const std::size_t hi = RoundUp(offset + length, page);
+    if (hi <= lo) return;
+    char* base = static_cast<char*>(addr_);
+    if (lo > 0) ::munmap(base, lo);
+    if (hi < mapped) ::munmap(base + hi, mapped - hi);
+    addr_ = base + lo;
+    size_ = hi - lo;
+  }
+
   ByteView view() const { return ByteView{static_cast<const unsigned char*>(addr_), size_}; }
+  std::size_t mapped_bytes() const { return size_; }
 
  private:
+  static std::size_t RoundUp(std::size_t n, std::size_t page) { return (n + page - 1) & ~(page - 1); }
+
   void* addr_ = nullptr;
   std::size_t size_ = 0;
 };
@@ -9928,6 +9886,8 @@ class SymbolTable {
 
   bool empty() const { return symbols_.empty(); }
   std::size_t size() const { return symbols_.size(); }
+  // Address space the table keeps of its file: the string table's pages.
+  std::size_t mapped_bytes() const { return file_.mapped_bytes(); }
   std::uint64_t Value(std::size_t index) const { return symbols_[index].value; }
 
   // The symbol whose range holds file address `addr`. A size-0 symbol (hand
@@ -10096,6 +10056,7 @@ class SymbolTable {
     max_end_ = std::move(max_end);
     names_.clear();
     strtab_ = strtab;
+    file.KeepOnly(strings.sh_offset, strings.sh_size);  // the names; the rest of the file goes
     file_ = std::move(file);  // the string table lives in this mapping
     return true;
   }
@@ -11776,6 +11737,137 @@ inline void GzipCompress(std::string_view in, ArenaString& out) {
 #include <string>
 #include <vector>
 
+// ---- begin heapprof/detail/5_encoding/write_headroom.hpp ----
+// heapprof: the memory a profile write maps before it starts, in builds
+// without exceptions.
+//
+// A write allocates through containers (ArenaString, ArenaVector) on the
+// profiler's arena, which report running out of memory with std::bad_alloc.
+// With exceptions the writers catch it and the write fails. Built without
+// exceptions nothing can catch it, and the process would end (std::terminate)
+// for want of a profile. So there, the outermost write on a thread first maps
+// the memory it expects to need and fails at once, cleanly, when the OS
+// refuses; the arena carves the write's chunks and large blocks from that
+// headroom before it asks the OS (0_base/arena.hpp), and what is left is
+// unmapped at the end. How much: twice what the last write drew from the
+// arena, less what it added to the debug-info cache (kept for later writes,
+// so not needed again), between kMinWriteHeadroom and kMaxWriteHeadroom;
+// kFirstWriteHeadroom before any write. A write that needs more than that
+// still asks the OS for the rest, and a refusal there still ends the process.
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+
+
+namespace heapprof {
+namespace detail {
+
+constexpr std::size_t kFirstWriteHeadroom = std::size_t{64} << 20;
+constexpr std::size_t kMinWriteHeadroom = std::size_t{8} << 20;
+constexpr std::size_t kMaxWriteHeadroom = std::size_t{1} << 30;
+
+// What the last recorded write needed, for the next one to map.
+struct WriteNeeds {
+  std::atomic<std::size_t> last{0};
+  std::atomic<bool> seen{false};
+  void Note(std::size_t bytes) noexcept {
+    last.store(bytes, std::memory_order_relaxed);
+    seen.store(true, std::memory_order_relaxed);
+  }
+};
+inline WriteNeeds g_write_needs;
+
+inline std::size_t WriteHeadroomBytes(const WriteNeeds& needs = g_write_needs) noexcept {
+  if (!needs.seen.load(std::memory_order_relaxed)) return kFirstWriteHeadroom;
+  const std::size_t last = needs.last.load(std::memory_order_relaxed);
+  const std::size_t want = last > kMaxWriteHeadroom / 2 ? kMaxWriteHeadroom : 2 * last;
+  return want < kMinWriteHeadroom ? kMinWriteHeadroom : want;
+}
+
+// This thread's outermost scope holds the headroom; `record` says whether a
+// scope inside it wants the write's growth recorded.
+struct HeadroomThreadState {
+  bool held = false;
+  bool record = false;
+};
+inline thread_local HeadroomThreadState tls_headroom HEAPPROF_TLS_MODEL;
+
+// Holds the headroom for a write (WriteHeadroom below: only without
+// exceptions; the unit tests use it directly in every build). Scopes nest: an
+// inner one (a dump's file, then the profile it builds) shares the outer
+// one's region. `record` false: this scope alone would not size the next
+// write (a piece of a streamed text profile, a trigger check); the outermost
+// scope records when any scope inside it asked to. Cancellation is held off
+// while the region is held (unwound without exceptions, no destructor would
+// give it back: a thread cancelled inside a write leaked its slot, and after
+// 8 every write was refused) and acts when the outermost scope ends.
+class HeadroomScope {
+ public:
+  explicit HeadroomScope(bool record = true, Arena& arena = g_arena, WriteNeeds& needs = g_write_needs) noexcept
+      : arena_(arena), needs_(needs) {
+    if (tls_headroom.held) {
+      tls_headroom.record |= record;
+      return;
+    }
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state_);
+    drawn_at_ = arena.DrawnBytes();
+    debug_at_ = g_debug_info_bytes.load(std::memory_order_relaxed);
+    slot_ = arena.AddHeadroom(WriteHeadroomBytes(needs));
+    if (slot_ < 0) {
+      refused_ = true;
+      pthread_setcancelstate(cancel_state_, nullptr);
+      return;
+    }
+    tls_headroom.held = true;
+    tls_headroom.record = record;
+  }
+  ~HeadroomScope() {
+    if (slot_ < 0) return;
+    arena_.DropHeadroom(slot_);
+    if (tls_headroom.record) {
+      const std::size_t drawn = arena_.DrawnBytes() - drawn_at_;
+      const std::size_t debug_now = g_debug_info_bytes.load(std::memory_order_relaxed);
+      const std::size_t kept = debug_now > debug_at_ ? debug_now - debug_at_ : 0;
+      needs_.Note(drawn > kept ? drawn - kept : 0);
+    }
+    tls_headroom = HeadroomThreadState{};
+    pthread_setcancelstate(cancel_state_, nullptr);
+#if !HEAPPROF_EXCEPTIONS
+    // A cancellation that came during the write acts here, the region given
+    // back (as in WriteFileAtomic). With exceptions (the unit tests) it acts
+    // at the thread's next cancellation point: a destructor must not unwind.
+    if (cancel_state_ == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
+#endif
+  }
+  HeadroomScope(const HeadroomScope&) = delete;
+  HeadroomScope& operator=(const HeadroomScope&) = delete;
+  bool ok() const noexcept { return !refused_; }
+
+ private:
+  Arena& arena_;
+  WriteNeeds& needs_;
+  std::size_t drawn_at_ = 0;
+  std::size_t debug_at_ = 0;
+  int slot_ = -1;
+  int cancel_state_ = PTHREAD_CANCEL_ENABLE;
+  bool refused_ = false;
+};
+
+#if HEAPPROF_EXCEPTIONS
+// With exceptions a write that runs out of memory half way is caught and fails.
+struct WriteHeadroom {
+  constexpr explicit WriteHeadroom(bool record = true) noexcept { (void)record; }
+  constexpr bool ok() const noexcept { return true; }
+};
+#else
+using WriteHeadroom = HeadroomScope;
+#endif
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/5_encoding/write_headroom.hpp ----
 
 namespace heapprof {
 namespace detail {
@@ -12147,7 +12239,7 @@ class TextProfileStream {
   bool Next(ArenaString& out, std::size_t budget) noexcept {
     if (done_ || symbolizer_ == nullptr) return false;
     ReentrancyGuard guard;
-    WriteHeadroom headroom;  // built without exceptions: the memory first, or the stream ends
+    WriteHeadroom headroom(false);  // built without exceptions: the memory first, or the stream ends
     if (!headroom.ok()) return false;
     HEAPPROF_TRY {
       const std::size_t start = out.size();
@@ -12792,11 +12884,11 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     for (const Object& o : r.objects) skip.emplace_back(o.start, o.start + o.size);
     for (const RootRegion& root : r.roots) skip.emplace_back(root.lo, root.hi);
     {
-      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxRanges);
+      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxCopiedRanges);
       auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
-      const long count = g_arena.CopyRanges(ranges, Arena::kMaxRanges);
+      const long count = g_arena.CopyRanges(ranges, Arena::kMaxCopiedRanges);
       if (count >= 0) {
-        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxRanges); ++i) {
+        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxCopiedRanges); ++i) {
           skip.emplace_back(ranges[i][0], ranges[i][1]);
         }
       } else {
@@ -14024,9 +14116,14 @@ class Dumper {
         }
       }
       if (memory_triggers) {
-        ArenaString why;
-        if (watch.NearOom(cfg, why)) Dump(why.c_str());
-        if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+        // Built without exceptions, the checks' messages need memory too:
+        // refused, they run at the next poll.
+        WriteHeadroom headroom(false);
+        if (headroom.ok()) {
+          ArenaString why;
+          if (watch.NearOom(cfg, why)) Dump(why.c_str());
+          if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+        }
       }
     }
   }
@@ -15487,15 +15584,23 @@ class Server {
       if (stop) return;
       BuildResult r;
       r.serial = job.serial;
-      HEAPPROF_TRY { Build(job, r); }
-      HEAPPROF_CATCH_ALL_NOEXCEPT {
-        r.bytes = ArenaString();
-        r.stream.reset();
+      {
+        // Built without exceptions: the memory for the response first (the
+        // profile's build records its size for the next); refused, the empty
+        // result ends the connection, as a failed build does.
+        WriteHeadroom headroom(false);
+        if (headroom.ok()) {
+          HEAPPROF_TRY { Build(job, r); }
+          HEAPPROF_CATCH_ALL_NOEXCEPT {
+            r.bytes = ArenaString();
+            r.stream.reset();
+          }
+        }
+        pthread_mutex_lock(&jobs_mutex_);
+        HEAPPROF_TRY { results_.push_back(std::move(r)); }
+        HEAPPROF_CATCH_ALL_NOEXCEPT {}
+        pthread_mutex_unlock(&jobs_mutex_);
       }
-      pthread_mutex_lock(&jobs_mutex_);
-      HEAPPROF_TRY { results_.push_back(std::move(r)); }
-      HEAPPROF_CATCH_ALL_NOEXCEPT {}
-      pthread_mutex_unlock(&jobs_mutex_);
       const std::uint64_t one = 1;
       while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
       }
@@ -16180,12 +16285,16 @@ bool WriteAllocsProfile(std::ostream& out) {
 bool WriteHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
   HEAPPROF_CATCH_ALL { return false; }
 }
 bool WriteAllocsProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
 }
@@ -16206,6 +16315,8 @@ bool WritePeakHeapProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_peak_path) && e->write_peak_path(path);
   }
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
   HEAPPROF_CATCH_ALL { return false; }
 }
@@ -16234,6 +16345,8 @@ bool WriteRetentionProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_retention_path) && e->write_retention_path(path);
   }
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
   HEAPPROF_CATCH_ALL { return false; }
 }

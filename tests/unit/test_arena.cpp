@@ -1,11 +1,14 @@
 // The arena's headroom (0_base/arena.hpp): memory mapped ahead of a profile
-// write, carved before the OS is asked again, and the unused rest unmapped.
-// A separate Arena object, so the profiler's own g_arena is not involved.
+// write, carved before the OS is asked again, and the unused rest unmapped;
+// and the writers' policy (5_encoding/write_headroom.hpp). Separate Arena
+// objects, so the profiler's own g_arena is not involved.
 #include <heapprof.hpp>
 #include "heapprof/detail/0_base/arena.hpp"
+#include "heapprof/detail/5_encoding/write_headroom.hpp"
 
 #include <doctest/doctest.h>
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -72,31 +75,74 @@ TEST_CASE("arena headroom: refused when the OS refuses the mapping, and every sl
   a.DropHeadroom(again);
 }
 
-TEST_CASE("write headroom: 64 MiB before the first write, then twice the last write's growth, 8 MiB to 1 GiB") {
-  hd::Arena a;  // a fresh one: no write seen yet
-  CHECK(hd::WriteHeadroomBytes(a) == hd::kFirstWriteHeadroom);
+TEST_CASE("write headroom: 64 MiB before the first write, then twice the last write's needs, 8 MiB to 1 GiB") {
+  hd::WriteNeeds needs;  // a fresh one: no write seen yet
+  CHECK(hd::WriteHeadroomBytes(needs) == hd::kFirstWriteHeadroom);
   CHECK(hd::kFirstWriteHeadroom == std::size_t{64} << 20);
-  a.NoteWriteGrowth(std::size_t{40} << 20);
-  CHECK(hd::WriteHeadroomBytes(a) == std::size_t{80} << 20);
-  a.NoteWriteGrowth(0);  // a warm write
-  CHECK(hd::WriteHeadroomBytes(a) == std::size_t{8} << 20);
-  a.NoteWriteGrowth(std::size_t{3} << 20);
-  CHECK(hd::WriteHeadroomBytes(a) == std::size_t{8} << 20);
-  a.NoteWriteGrowth(std::size_t{900} << 20);
-  CHECK(hd::WriteHeadroomBytes(a) == std::size_t{1} << 30);
+  needs.Note(std::size_t{40} << 20);
+  CHECK(hd::WriteHeadroomBytes(needs) == std::size_t{80} << 20);
+  needs.Note(0);  // a warm write
+  CHECK(hd::WriteHeadroomBytes(needs) == std::size_t{8} << 20);
+  needs.Note(std::size_t{3} << 20);
+  CHECK(hd::WriteHeadroomBytes(needs) == std::size_t{8} << 20);
+  needs.Note(std::size_t{900} << 20);
+  CHECK(hd::WriteHeadroomBytes(needs) == std::size_t{1} << 30);
+}
+
+namespace {
+int CancelState() {
+  int state = 0;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+  pthread_setcancelstate(state, nullptr);
+  return state;
+}
+}  // namespace
+
+TEST_CASE("write headroom: scopes nest on one region, hold off cancellation, and record the write's needs") {
+  static hd::Arena a;
+  hd::WriteNeeds needs;
+  needs.Note(0);  // the next write maps the minimum, 8 MiB
+  REQUIRE(CancelState() == PTHREAD_CANCEL_ENABLE);
   {
-    // An ArenaHeadroom records what the arena grew by across it.
-    a.NoteWriteGrowth(0);
-    hd::ArenaHeadroom h(a);
-    REQUIRE(h.ok());
-    void* p = a.AllocateUninitialized(100);
-    REQUIRE(p != nullptr);
-    a.Free(p, 100);
+    hd::HeadroomScope outer(false, a, needs);  // a trigger check: would not record alone
+    REQUIRE(outer.ok());
+    CHECK(a.HeadroomHeld() == 1);
+    CHECK(CancelState() == PTHREAD_CANCEL_DISABLE);
+    {
+      hd::HeadroomScope file(true, a, needs);  // a dump's file, then its profile
+      hd::HeadroomScope build(true, a, needs);
+      CHECK(file.ok());
+      CHECK(build.ok());
+      CHECK(a.HeadroomHeld() == 1);  // shared, not mapped again
+      void* p = a.AllocateUninitialized(100);  // the arena's first chunk: 1 MiB drawn
+      REQUIRE(p != nullptr);
+      a.Free(p, 100);
+    }
+    CHECK(a.HeadroomHeld() == 1);  // the outermost gives it back
   }
-  CHECK(a.LastWriteGrowth() == hd::Arena::kChunk);
+  CHECK(a.HeadroomHeld() == 0);
+  CHECK(CancelState() == PTHREAD_CANCEL_ENABLE);
+  // Recorded by the outermost scope, since the inner ones asked.
+  CHECK(needs.last.load() == hd::Arena::kChunk);
   {
-    hd::ArenaHeadroom h(a, std::size_t{1} << 50);  // refused: nothing recorded
-    CHECK_FALSE(h.ok());
+    // Alone, a scope that does not record leaves the last needs as they were.
+    hd::HeadroomScope piece(false, a, needs);
+    REQUIRE(piece.ok());
+    void* big = a.AllocateUninitialized(std::size_t{512} << 10);
+    REQUIRE(big != nullptr);
+    a.Free(big, std::size_t{512} << 10);
   }
-  CHECK(a.LastWriteGrowth() == hd::Arena::kChunk);
+  CHECK(needs.last.load() == hd::Arena::kChunk);
+  {
+    // What the write added to the debug-info cache is kept for later writes:
+    // not counted in what the next needs.
+    hd::HeadroomScope write(true, a, needs);
+    REQUIRE(write.ok());
+    void* big = a.AllocateUninitialized(std::size_t{512} << 10);
+    REQUIRE(big != nullptr);
+    hd::g_debug_info_bytes.fetch_add(std::size_t{128} << 10);  // as if 128 KiB of it were the cache's
+    a.Free(big, std::size_t{512} << 10);
+  }
+  hd::g_debug_info_bytes.fetch_sub(std::size_t{128} << 10);
+  CHECK(needs.last.load() == (std::size_t{384} << 10));
 }

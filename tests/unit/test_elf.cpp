@@ -448,6 +448,42 @@ TEST_CASE("SymbolTable: .dynsym alone names exported functions") {
   CHECK(table.Name(index) == "malloc");
 }
 
+TEST_CASE("SymbolTable: keeps only its file's string table mapped, and names still resolve") {
+  namespace elf = heapprof::detail::elf;
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  REQUIRE_FALSE(objects.empty());
+  const LoadedObject& self = objects.front();  // this test program, unstripped: it has a .symtab
+  // Its .strtab's size, from the section headers.
+  elf::MappedFile whole;
+  REQUIRE(whole.Open(self.path.c_str()));
+  elf::SectionTable sections;
+  REQUIRE(sections.Init(whole.view()));
+  std::uint64_t strtab_size = 0;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    Elf64_Shdr sh{};
+    if (!sections.Get(i, &sh) || sh.sh_type != SHT_SYMTAB) continue;
+    Elf64_Shdr names{};
+    REQUIRE(sections.Get(sh.sh_link, &names));
+    strtab_size = names.sh_size;
+  }
+  REQUIRE(strtab_size != 0);
+  const std::size_t file_size = whole.view().size;
+  whole.Reset();
+
+  elf::SymbolTable table;
+  REQUIRE(table.Load(self.path, self.build_id, nullptr));
+  INFO("file " << file_size << " B, .strtab " << strtab_size << " B, kept " << table.mapped_bytes() << " B");
+  // The string table's pages (one more where it straddles a page boundary), not the file.
+  CHECK(table.mapped_bytes() >= strtab_size);
+  CHECK(table.mapped_bytes() <= ((strtab_size + 4095) & ~std::uint64_t{4095}) + 4096);
+  // Every name is read from those pages after the rest was unmapped.
+  const auto here = reinterpret_cast<std::uintptr_t>(&CollectLoadedObjects);
+  std::size_t index = 0;
+  REQUIRE(table.Find(here - self.bias, &index));
+  CHECK(table.Name(index).find("CollectLoadedObjects") != std::string::npos);
+  CHECK(table.RawName(index).find("CollectLoadedObjects") != std::string_view::npos);
+}
+
 TEST_CASE("Demangle: C++ names demangled, C names and junk unchanged, versions dropped") {
   using heapprof::detail::elf::Demangle;
   const auto d = [](const std::string& raw) { return Demangle(raw.c_str(), raw.size()); };

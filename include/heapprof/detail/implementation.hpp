@@ -134,12 +134,16 @@ bool WriteAllocsProfile(std::ostream& out) {
 bool WriteHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
   HEAPPROF_CATCH_ALL { return false; }
 }
 bool WriteAllocsProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
   HEAPPROF_CATCH_ALL { return false; }
 }
@@ -160,6 +164,8 @@ bool WritePeakHeapProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_peak_path) && e->write_peak_path(path);
   }
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
   HEAPPROF_CATCH_ALL { return false; }
 }
@@ -188,6 +194,8 @@ bool WriteRetentionProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_retention_path) && e->write_retention_path(path);
   }
   detail::ReentrancyGuard guard;
+  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
   HEAPPROF_CATCH_ALL { return false; }
 }

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <sys/mman.h>
 
-#include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/spinlock.hpp"
 
 namespace heapprof {
@@ -72,10 +71,10 @@ class Arena {
 
   // Headroom: memory mapped ahead of a piece of work that cannot recover from
   // running out of memory half way (a profile write built without exceptions:
-  // see WriteHeadroom below). While a region is held, new chunks and large
-  // blocks are carved from it before the OS is asked. Returns the region's
-  // slot, or -1 when the OS refused the mapping (or every slot is taken).
-  static constexpr int kMaxHeadroom = 8;
+  // 5_encoding/write_headroom.hpp). While a region is held, new chunks and
+  // large blocks are carved from it before the OS is asked. Returns the
+  // region's slot (of kMaxHeadroom), or -1 when the OS refused the mapping or
+  // every slot is taken.
   int AddHeadroom(std::size_t bytes) noexcept {
     const std::size_t len = RoundToPage(bytes);
     void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -103,18 +102,21 @@ class Arena {
     }
     if (r.next < r.end) munmap(reinterpret_cast<void*>(r.next), r.end - r.next);
   }
+  // In a forked child: the regions of the parent's writes, whose threads are
+  // not in the child, are given back and their slots freed.
+  void DropHeadroomInChild() noexcept {
+    for (int i = 0; i < kMaxHeadroom; ++i) DropHeadroom(i);
+  }
+  // Slots in use (for tests and the fork child).
+  int HeadroomHeld() noexcept {
+    LockGuard hold(lock_);
+    int n = 0;
+    for (const Region& r : headroom_) n += r.end != 0 ? 1 : 0;
+    return n;
+  }
   // Bytes ever taken for chunks and large blocks (from the OS or headroom):
   // the growth of a piece of work is the difference across it.
   std::size_t DrawnBytes() const noexcept { return drawn_.load(std::memory_order_relaxed); }
-  // How much the last write grew the arena (NoteWriteGrowth): what the next
-  // one should expect to need. A cold first write (tables, debug info) grows
-  // it most; a warm one reuses what is on the free lists.
-  void NoteWriteGrowth(std::size_t bytes) noexcept {
-    last_growth_.store(bytes, std::memory_order_relaxed);
-    wrote_once_.store(true, std::memory_order_relaxed);
-  }
-  bool WroteOnce() const noexcept { return wrote_once_.load(std::memory_order_relaxed); }
-  std::size_t LastWriteGrowth() const noexcept { return last_growth_.load(std::memory_order_relaxed); }
 
   // The arena's mappings, so that the retention scan (6_serving/retention.hpp)
   // can leave the profiler's own memory out of "heap memory": it holds the
@@ -122,14 +124,29 @@ class Arena {
   // [start, end) pairs; returns how many there are, or -1 when some mapping
   // was not recorded (more than kMaxRanges at once).
   static constexpr std::size_t kMaxRanges = 4096;
+  static constexpr int kMaxHeadroom = 8;
+  static constexpr std::size_t kMaxCopiedRanges = kMaxRanges + kMaxHeadroom;
+  // The headroom regions held at the time (their uncarved parts) come after
+  // them: they are the profiler's too. At most kMaxCopiedRanges in all.
   long CopyRanges(std::uintptr_t (*out)[2], std::size_t max) noexcept {
     LockGuard hold(lock_);
     if (ranges_overflow_) return -1;
-    for (std::size_t i = 0; i < ranges_count_ && i < max; ++i) {
-      out[i][0] = ranges_[i][0];
-      out[i][1] = ranges_[i][1];
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < ranges_count_; ++i, ++n) {
+      if (n < max) {
+        out[n][0] = ranges_[i][0];
+        out[n][1] = ranges_[i][1];
+      }
     }
-    return static_cast<long>(ranges_count_);
+    for (const Region& r : headroom_) {
+      if (r.next >= r.end) continue;
+      if (n < max) {
+        out[n][0] = r.next;
+        out[n][1] = r.end;
+      }
+      ++n;
+    }
+    return static_cast<long>(n);
   }
 
  private:
@@ -251,8 +268,6 @@ class Arena {
   SpinLock lock_;
   Region headroom_[kMaxHeadroom] = {};
   std::atomic<std::size_t> drawn_{0};
-  std::atomic<std::size_t> last_growth_{0};
-  std::atomic<bool> wrote_once_{false};
   std::uintptr_t bump_ = 0;
   std::uintptr_t bump_end_ = 0;
   FreeBlock* free_[kClasses] = {};
@@ -264,88 +279,6 @@ class Arena {
 
 // Constant-initialised (invariant 2): usable from the first operator new.
 inline Arena g_arena;
-
-// Writing a profile allocates through containers (ArenaString, ArenaVector),
-// which report running out of memory with std::bad_alloc; the writers catch
-// it and fail the write. Built without exceptions, nothing can catch it, and
-// the process would end (std::terminate) for want of a profile. So there, a
-// write first maps the memory it expects to need (twice what the last write
-// grew the arena by, at least kMinWriteHeadroom; kFirstWriteHeadroom for the
-// first) and fails at once, cleanly, when the OS refuses; the arena then
-// carves the write's memory from that headroom, and what is left is unmapped
-// at the end. A write that needs more than that still asks the OS for the
-// rest. With exceptions this is a no-op: a failure half way is caught.
-constexpr std::size_t kFirstWriteHeadroom = std::size_t{64} << 20;
-constexpr std::size_t kMinWriteHeadroom = std::size_t{8} << 20;
-constexpr std::size_t kMaxWriteHeadroom = std::size_t{1} << 30;
-
-inline std::size_t WriteHeadroomBytes(const Arena& arena = g_arena) noexcept {
-  if (!arena.WroteOnce()) return kFirstWriteHeadroom;
-  const std::size_t seen = arena.LastWriteGrowth();
-  const std::size_t want = seen > kMaxWriteHeadroom / 2 ? kMaxWriteHeadroom : 2 * seen;
-  return want < kMinWriteHeadroom ? kMinWriteHeadroom : want;
-}
-
-// Holds a headroom region for a piece of work and records how much the arena
-// grew across it. `bytes` 0: WriteHeadroomBytes().
-class ArenaHeadroom {
- public:
-  explicit ArenaHeadroom(Arena& arena = g_arena, std::size_t bytes = 0) noexcept
-      : arena_(arena),
-        drawn_at_(arena.DrawnBytes()),
-        slot_(arena.AddHeadroom(bytes != 0 ? bytes : WriteHeadroomBytes(arena))) {}
-  ~ArenaHeadroom() {
-    arena_.DropHeadroom(slot_);
-    if (slot_ >= 0) arena_.NoteWriteGrowth(arena_.DrawnBytes() - drawn_at_);
-  }
-  ArenaHeadroom(const ArenaHeadroom&) = delete;
-  ArenaHeadroom& operator=(const ArenaHeadroom&) = delete;
-  bool ok() const noexcept { return slot_ >= 0; }
-
- private:
-  Arena& arena_;
-  std::size_t drawn_at_;
-  int slot_;
-};
-
-#if HEAPPROF_EXCEPTIONS
-// With exceptions a write that runs out of memory half way is caught and fails.
-struct WriteHeadroom {
-  constexpr bool ok() const noexcept { return true; }
-};
-#else
-// Set while this thread's outermost write holds its headroom: a write inside
-// it (a dump's file, then the profile it builds) shares it.
-inline thread_local bool tls_write_headroom HEAPPROF_TLS_MODEL = false;
-
-class WriteHeadroom {
- public:
-  WriteHeadroom() noexcept {
-    if (tls_write_headroom) return;
-    drawn_at_ = g_arena.DrawnBytes();
-    slot_ = g_arena.AddHeadroom(WriteHeadroomBytes());
-    if (slot_ < 0) {
-      refused_ = true;
-      return;
-    }
-    tls_write_headroom = true;
-  }
-  ~WriteHeadroom() {
-    if (slot_ < 0) return;
-    g_arena.DropHeadroom(slot_);
-    g_arena.NoteWriteGrowth(g_arena.DrawnBytes() - drawn_at_);
-    tls_write_headroom = false;
-  }
-  WriteHeadroom(const WriteHeadroom&) = delete;
-  WriteHeadroom& operator=(const WriteHeadroom&) = delete;
-  bool ok() const noexcept { return !refused_; }
-
- private:
-  std::size_t drawn_at_ = 0;
-  int slot_ = -1;
-  bool refused_ = false;
-};
-#endif
 
 }  // namespace detail
 }  // namespace heapprof

@@ -226,6 +226,7 @@ inline std::atomic<void (*)()> g_fork_child_symbolizer{nullptr};
 inline void ForkChild() noexcept {
   unwind_table::ResetReadersInChild();
   ForkParent();
+  g_arena.DropHeadroomInChild();  // held by the parent's writes, whose threads the child lacks
   if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
 }
 

@@ -109,9 +109,32 @@ class MappedFile {
     size_ = 0;
   }
 
+  // Unmaps every page but those holding the file's bytes [offset, offset +
+  // length): a symbol table keeps only its string table, not the whole file
+  // (39 MB of address space for a test binary with debug info, .strtab 236 KB;
+  // a write under RLIMIT_AS or in oom_dump's reserve may not have the rest).
+  // Pointers into the kept bytes stay valid; view() then covers the kept pages.
+  void KeepOnly(std::size_t offset, std::size_t length) {
+    if (addr_ == nullptr || offset > size_ || length > size_ - offset) return;
+    long page_size = ::sysconf(_SC_PAGESIZE);
+    const std::size_t page = page_size > 0 ? static_cast<std::size_t>(page_size) : 4096;
+    const std::size_t mapped = RoundUp(size_, page);
+    const std::size_t lo = offset & ~(page - 1);
+    const std::size_t hi = RoundUp(offset + length, page);
+    if (hi <= lo) return;
+    char* base = static_cast<char*>(addr_);
+    if (lo > 0) ::munmap(base, lo);
+    if (hi < mapped) ::munmap(base + hi, mapped - hi);
+    addr_ = base + lo;
+    size_ = hi - lo;
+  }
+
   ByteView view() const { return ByteView{static_cast<const unsigned char*>(addr_), size_}; }
+  std::size_t mapped_bytes() const { return size_; }
 
  private:
+  static std::size_t RoundUp(std::size_t n, std::size_t page) { return (n + page - 1) & ~(page - 1); }
+
   void* addr_ = nullptr;
   std::size_t size_ = 0;
 };

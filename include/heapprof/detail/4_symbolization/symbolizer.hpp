@@ -239,6 +239,8 @@ class SymbolTable {
 
   bool empty() const { return symbols_.empty(); }
   std::size_t size() const { return symbols_.size(); }
+  // Address space the table keeps of its file: the string table's pages.
+  std::size_t mapped_bytes() const { return file_.mapped_bytes(); }
   std::uint64_t Value(std::size_t index) const { return symbols_[index].value; }
 
   // The symbol whose range holds file address `addr`. A size-0 symbol (hand
@@ -407,6 +409,7 @@ class SymbolTable {
     max_end_ = std::move(max_end);
     names_.clear();
     strtab_ = strtab;
+    file.KeepOnly(strings.sh_offset, strings.sh_size);  // the names; the rest of the file goes
     file_ = std::move(file);  // the string table lives in this mapping
     return true;
   }

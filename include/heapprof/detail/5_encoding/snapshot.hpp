@@ -27,6 +27,7 @@
 #include "heapprof/detail/2_sampling/peak.hpp"
 #include "heapprof/detail/5_encoding/gzip.hpp"
 #include "heapprof/detail/5_encoding/profile_builder.hpp"
+#include "heapprof/detail/5_encoding/write_headroom.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 
 namespace heapprof {

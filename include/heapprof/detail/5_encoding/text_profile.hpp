@@ -132,7 +132,7 @@ class TextProfileStream {
   bool Next(ArenaString& out, std::size_t budget) noexcept {
     if (done_ || symbolizer_ == nullptr) return false;
     ReentrancyGuard guard;
-    WriteHeadroom headroom;  // built without exceptions: the memory first, or the stream ends
+    WriteHeadroom headroom(false);  // built without exceptions: the memory first, or the stream ends
     if (!headroom.ok()) return false;
     HEAPPROF_TRY {
       const std::size_t start = out.size();

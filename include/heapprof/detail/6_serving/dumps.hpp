@@ -382,9 +382,14 @@ class Dumper {
         }
       }
       if (memory_triggers) {
-        ArenaString why;
-        if (watch.NearOom(cfg, why)) Dump(why.c_str());
-        if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+        // Built without exceptions, the checks' messages need memory too:
+        // refused, they run at the next poll.
+        WriteHeadroom headroom(false);
+        if (headroom.ok()) {
+          ArenaString why;
+          if (watch.NearOom(cfg, why)) Dump(why.c_str());
+          if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+        }
       }
     }
   }

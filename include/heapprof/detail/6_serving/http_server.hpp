@@ -561,15 +561,23 @@ class Server {
       if (stop) return;
       BuildResult r;
       r.serial = job.serial;
-      HEAPPROF_TRY { Build(job, r); }
-      HEAPPROF_CATCH_ALL_NOEXCEPT {
-        r.bytes = ArenaString();
-        r.stream.reset();
+      {
+        // Built without exceptions: the memory for the response first (the
+        // profile's build records its size for the next); refused, the empty
+        // result ends the connection, as a failed build does.
+        WriteHeadroom headroom(false);
+        if (headroom.ok()) {
+          HEAPPROF_TRY { Build(job, r); }
+          HEAPPROF_CATCH_ALL_NOEXCEPT {
+            r.bytes = ArenaString();
+            r.stream.reset();
+          }
+        }
+        pthread_mutex_lock(&jobs_mutex_);
+        HEAPPROF_TRY { results_.push_back(std::move(r)); }
+        HEAPPROF_CATCH_ALL_NOEXCEPT {}
+        pthread_mutex_unlock(&jobs_mutex_);
       }
-      pthread_mutex_lock(&jobs_mutex_);
-      HEAPPROF_TRY { results_.push_back(std::move(r)); }
-      HEAPPROF_CATCH_ALL_NOEXCEPT {}
-      pthread_mutex_unlock(&jobs_mutex_);
       const std::uint64_t one = 1;
       while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
       }

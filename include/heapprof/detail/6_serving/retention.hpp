@@ -59,6 +59,7 @@
 #include "heapprof/detail/4_symbolization/elf_file.hpp"
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
 #include "heapprof/detail/5_encoding/snapshot.hpp"
+#include "heapprof/detail/5_encoding/write_headroom.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -540,11 +541,11 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     for (const Object& o : r.objects) skip.emplace_back(o.start, o.start + o.size);
     for (const RootRegion& root : r.roots) skip.emplace_back(root.lo, root.hi);
     {
-      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxRanges);
+      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxCopiedRanges);
       auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
-      const long count = g_arena.CopyRanges(ranges, Arena::kMaxRanges);
+      const long count = g_arena.CopyRanges(ranges, Arena::kMaxCopiedRanges);
       if (count >= 0) {
-        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxRanges); ++i) {
+        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxCopiedRanges); ++i) {
           skip.emplace_back(ranges[i][0], ranges[i][1]);
         }
       } else {
