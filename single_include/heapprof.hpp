@@ -1051,7 +1051,7 @@ class Arena {
   void DropHeadroomInChild() noexcept {
     for (int i = 0; i < kMaxHeadroom; ++i) DropHeadroom(i);
   }
-  // Slots in use (for tests and the fork child).
+  // Slots in use (for the tests).
   int HeadroomHeld() noexcept {
     LockGuard hold(lock_);
     int n = 0;
@@ -1175,17 +1175,18 @@ class Arena {
     }
   }
   void* MapLarge(std::size_t size) noexcept {
+    const std::size_t len = RoundToPage(size);
     {
       LockGuard hold(lock_);
-      if (void* p = TakeHeadroomLocked(RoundToPage(size))) {
-        RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), RoundToPage(size));
+      if (void* p = TakeHeadroomLocked(len)) {
+        RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), len);
         return p;
       }
     }
-    void* p = MapPages(RoundToPage(size));
+    void* p = MapPages(len);
     if (p != nullptr) {
       LockGuard hold(lock_);
-      RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), RoundToPage(size));
+      RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), len);
     }
     return p;
   }
@@ -13398,12 +13399,8 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
 inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  if (!headroom.ok()) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
   ArenaString gz;
-  if (!BuildProfileBytes(allocs_default, gz)) {
+  if (!headroom.ok() || !BuildProfileBytes(allocs_default, gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
@@ -13414,12 +13411,8 @@ inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, Arena
 inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  if (!headroom.ok()) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
   ArenaString gz;
-  if (!BuildPeakProfileBytes(gz)) {
+  if (!headroom.ok() || !BuildPeakProfileBytes(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
@@ -13430,12 +13423,8 @@ inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = n
 inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  if (!headroom.ok()) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
   ArenaString gz;
-  if (!BuildRetentionProfileBytes(gz)) {
+  if (!headroom.ok() || !BuildRetentionProfileBytes(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
@@ -13444,9 +13433,7 @@ inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* erro
 
 inline bool WriteRetentionProfile(std::ostream& out) {
   ReentrancyGuard guard;
-  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
-  if (!headroom.ok()) return false;
-  ArenaString gz;
+  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
   if (!BuildRetentionProfileBytes(gz)) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
@@ -13458,9 +13445,7 @@ inline bool WriteRetentionProfile(std::ostream& out) {
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
   ReentrancyGuard guard;
-  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
-  if (!headroom.ok()) return false;
-  ArenaString gz;
+  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
   if (!(peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz))) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));

@@ -107,7 +107,7 @@ class Arena {
   void DropHeadroomInChild() noexcept {
     for (int i = 0; i < kMaxHeadroom; ++i) DropHeadroom(i);
   }
-  // Slots in use (for tests and the fork child).
+  // Slots in use (for the tests).
   int HeadroomHeld() noexcept {
     LockGuard hold(lock_);
     int n = 0;
@@ -231,17 +231,18 @@ class Arena {
     }
   }
   void* MapLarge(std::size_t size) noexcept {
+    const std::size_t len = RoundToPage(size);
     {
       LockGuard hold(lock_);
-      if (void* p = TakeHeadroomLocked(RoundToPage(size))) {
-        RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), RoundToPage(size));
+      if (void* p = TakeHeadroomLocked(len)) {
+        RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), len);
         return p;
       }
     }
-    void* p = MapPages(RoundToPage(size));
+    void* p = MapPages(len);
     if (p != nullptr) {
       LockGuard hold(lock_);
-      RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), RoundToPage(size));
+      RememberRangeLocked(reinterpret_cast<std::uintptr_t>(p), len);
     }
     return p;
   }

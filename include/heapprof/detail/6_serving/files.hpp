@@ -125,12 +125,8 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
 inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  if (!headroom.ok()) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
   ArenaString gz;
-  if (!BuildProfileBytes(allocs_default, gz)) {
+  if (!headroom.ok() || !BuildProfileBytes(allocs_default, gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
@@ -141,12 +137,8 @@ inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, Arena
 inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  if (!headroom.ok()) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
   ArenaString gz;
-  if (!BuildPeakProfileBytes(gz)) {
+  if (!headroom.ok() || !BuildPeakProfileBytes(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
@@ -157,12 +149,8 @@ inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = n
 inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  if (!headroom.ok()) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
   ArenaString gz;
-  if (!BuildRetentionProfileBytes(gz)) {
+  if (!headroom.ok() || !BuildRetentionProfileBytes(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
@@ -171,9 +159,7 @@ inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* erro
 
 inline bool WriteRetentionProfile(std::ostream& out) {
   ReentrancyGuard guard;
-  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
-  if (!headroom.ok()) return false;
-  ArenaString gz;
+  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
   if (!BuildRetentionProfileBytes(gz)) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
@@ -185,9 +171,7 @@ inline bool WriteRetentionProfile(std::ostream& out) {
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
   ReentrancyGuard guard;
-  WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
-  if (!headroom.ok()) return false;
-  ArenaString gz;
+  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
   if (!(peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz))) return false;
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
