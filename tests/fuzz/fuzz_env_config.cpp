@@ -3,6 +3,7 @@
 // environment holds): ParseEnvConfig and ParseByteSize on arbitrary bytes.
 // Checks: no crash, no UB, and the results are what the grammar says,
 // against a straightforward reference parser.
+// HEAPPROF_FUZZ_CI_RUNS=300000 (4 s in CI's fuzz stage)
 //
 // The parser reports each bad pair on stderr, so run libFuzzer with
 // -close_fd_mask=2 (.ci/run does); the smoke runner (no libFuzzer) sends its

@@ -19,7 +19,37 @@ namespace heapprof_test {
 
 // A connected socket to 127.0.0.1:port, or -1. `rcvbuf` > 0 shrinks the
 // receive buffer first (a client that reads slowly).
-inline int ConnectLoopback(std::uint16_t port, int rcvbuf = 0) {
+int ConnectLoopback(std::uint16_t port, int rcvbuf = 0);
+
+bool SendAll(int fd, const std::string& bytes);
+
+// Everything until EOF, or until `timeout_ms` passes without the peer closing.
+// `timed_out` (optional) says which.
+std::string ReadAll(int fd, int timeout_ms = 30000, bool* timed_out = nullptr);
+
+struct HttpResponse {
+  int status = 0;                             // 0: no parseable response
+  std::map<std::string, std::string> headers;  // names lowercased
+  std::string head, body;
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+HttpResponse ParseHttpResponse(const std::string& raw);
+
+// Sends `request` as is on a new connection, ends the sending side, and reads
+// the whole response.
+HttpResponse RawRequest(std::uint16_t port, const std::string& request, int timeout_ms = 30000);
+
+std::string RequestHead(const std::string& method, const std::string& target);
+
+HttpResponse HttpGet(std::uint16_t port, const std::string& target, const std::string& method = "GET");
+
+#ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
+
+int ConnectLoopback(std::uint16_t port, int rcvbuf) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
@@ -34,7 +64,7 @@ inline int ConnectLoopback(std::uint16_t port, int rcvbuf = 0) {
   return fd;
 }
 
-inline bool SendAll(int fd, const std::string& bytes) {
+bool SendAll(int fd, const std::string& bytes) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
@@ -44,9 +74,7 @@ inline bool SendAll(int fd, const std::string& bytes) {
   return true;
 }
 
-// Everything until EOF, or until `timeout_ms` passes without the peer closing.
-// `timed_out` (optional) says which.
-inline std::string ReadAll(int fd, int timeout_ms = 30000, bool* timed_out = nullptr) {
+std::string ReadAll(int fd, int timeout_ms, bool* timed_out) {
   std::string out;
   char buf[16384];
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -65,17 +93,7 @@ inline std::string ReadAll(int fd, int timeout_ms = 30000, bool* timed_out = nul
   }
 }
 
-struct HttpResponse {
-  int status = 0;                             // 0: no parseable response
-  std::map<std::string, std::string> headers;  // names lowercased
-  std::string head, body;
-  std::string Header(const std::string& name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? std::string() : it->second;
-  }
-};
-
-inline HttpResponse ParseHttpResponse(const std::string& raw) {
+HttpResponse ParseHttpResponse(const std::string& raw) {
   HttpResponse r;
   const std::size_t end = raw.find("\r\n\r\n");
   if (end == std::string::npos || raw.compare(0, 9, "HTTP/1.1 ") != 0) return r;
@@ -99,9 +117,7 @@ inline HttpResponse ParseHttpResponse(const std::string& raw) {
   return r;
 }
 
-// Sends `request` as is on a new connection, ends the sending side, and reads
-// the whole response.
-inline HttpResponse RawRequest(std::uint16_t port, const std::string& request, int timeout_ms = 30000) {
+HttpResponse RawRequest(std::uint16_t port, const std::string& request, int timeout_ms) {
   const int fd = ConnectLoopback(port);
   if (fd < 0) return HttpResponse{};
   SendAll(fd, request);
@@ -111,12 +127,14 @@ inline HttpResponse RawRequest(std::uint16_t port, const std::string& request, i
   return ParseHttpResponse(raw);
 }
 
-inline std::string RequestHead(const std::string& method, const std::string& target) {
+std::string RequestHead(const std::string& method, const std::string& target) {
   return method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: heapprof-test\r\n\r\n";
 }
 
-inline HttpResponse HttpGet(std::uint16_t port, const std::string& target, const std::string& method = "GET") {
+HttpResponse HttpGet(std::uint16_t port, const std::string& target, const std::string& method) {
   return RawRequest(port, RequestHead(method, target));
 }
+
+#endif  // HEAPPROF_TEST_SUPPORT_IMPLEMENTATION
 
 }  // namespace heapprof_test

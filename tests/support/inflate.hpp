@@ -24,7 +24,7 @@ namespace heapprof_test {
 // `gzip -dc` does) into `out`, replacing its contents. Returns false, with `out`
 // cleared, on any malformed input: bad header, bad deflate data, CRC-32 or
 // ISIZE mismatch, truncation or trailing bytes.
-inline bool Gunzip(std::string_view gz, std::string& out);
+bool Gunzip(std::string_view gz, std::string& out);
 
 namespace inflate_detail {
 
@@ -48,6 +48,7 @@ inline std::uint32_t Crc32(const unsigned char* data, std::size_t size) {
 }
 
 // Reads bits least significant first from a byte range.
+#ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
 class BitReader {
  public:
   BitReader(const unsigned char* data, std::size_t size) : data_(data), size_(size) {}
@@ -372,9 +373,14 @@ inline bool GunzipMember(const unsigned char* data, std::size_t size, std::size_
          Load32(trailer + 4) == static_cast<std::uint32_t>(member_size);
 }
 
+#endif  // HEAPPROF_TEST_SUPPORT_IMPLEMENTATION
 }  // namespace inflate_detail
 
-inline bool Gunzip(std::string_view gz, std::string& out) {
+bool Gunzip(std::string_view gz, std::string& out);
+
+#ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
+
+bool Gunzip(std::string_view gz, std::string& out) {
   const auto* data = reinterpret_cast<const unsigned char*>(gz.data());
   out.clear();
   // A first guess at the output size; Output::Reserve doubles from there.
@@ -390,5 +396,7 @@ inline bool Gunzip(std::string_view gz, std::string& out) {
   out.resize(output.size);
   return true;
 }
+
+#endif  // HEAPPROF_TEST_SUPPORT_IMPLEMENTATION
 
 }  // namespace heapprof_test

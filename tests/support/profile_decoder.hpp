@@ -78,6 +78,7 @@ struct Profile {
   std::string default_sample_type;  // "" when unset
 };
 
+#ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
 namespace decoder_detail {
 
 class Reader {
@@ -290,10 +291,35 @@ inline bool Fail(std::string* why, const std::string& message) {
 }
 
 }  // namespace decoder_detail
+#endif  // HEAPPROF_TEST_SUPPORT_IMPLEMENTATION
 
 // Parses `bytes` into `out` (overwritten). False on malformed wire data; the
 // profile's own consistency is Validate's job.
-inline bool DecodeProfile(std::string_view bytes, Profile& out, std::string* why = nullptr) {
+bool DecodeProfile(std::string_view bytes, Profile& out, std::string* why = nullptr);
+
+// Ids are usually 1..N in order (ours are): try that slot first, then search.
+template <class T>
+const T* FindById(const std::vector<T>& items, std::uint64_t id) {
+  if (id >= 1 && id <= items.size() && items[id - 1].id == id) return &items[id - 1];
+  for (const T& item : items)
+    if (item.id == id) return &item;
+  return nullptr;
+}
+inline const Location* FindLocation(const Profile& p, std::uint64_t id) { return FindById(p.locations, id); }
+inline const Function* FindFunction(const Profile& p, std::uint64_t id) { return FindById(p.functions, id); }
+inline const Mapping* FindMapping(const Profile& p, std::uint64_t id) { return FindById(p.mappings, id); }
+
+// Function names of a sample's stack, leaf first; inlined frames of one
+// location expand innermost first. A location without lines shows as its
+// address in hex, a missing id as "?".
+std::vector<std::string> FunctionNames(const Profile& p, const Sample& s);
+
+// pprof's structural invariants (what its CheckValid and every viewer rely on).
+bool Validate(const Profile& p, std::string* why = nullptr);
+
+#ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
+
+bool DecodeProfile(std::string_view bytes, Profile& out, std::string* why) {
   using namespace decoder_detail;
   out = Profile();
   std::uint32_t bad_field = 0;
@@ -362,22 +388,7 @@ inline bool DecodeProfile(std::string_view bytes, Profile& out, std::string* why
   return true;
 }
 
-// Ids are usually 1..N in order (ours are): try that slot first, then search.
-template <class T>
-const T* FindById(const std::vector<T>& items, std::uint64_t id) {
-  if (id >= 1 && id <= items.size() && items[id - 1].id == id) return &items[id - 1];
-  for (const T& item : items)
-    if (item.id == id) return &item;
-  return nullptr;
-}
-inline const Location* FindLocation(const Profile& p, std::uint64_t id) { return FindById(p.locations, id); }
-inline const Function* FindFunction(const Profile& p, std::uint64_t id) { return FindById(p.functions, id); }
-inline const Mapping* FindMapping(const Profile& p, std::uint64_t id) { return FindById(p.mappings, id); }
-
-// Function names of a sample's stack, leaf first; inlined frames of one
-// location expand innermost first. A location without lines shows as its
-// address in hex, a missing id as "?".
-inline std::vector<std::string> FunctionNames(const Profile& p, const Sample& s) {
+std::vector<std::string> FunctionNames(const Profile& p, const Sample& s) {
   std::vector<std::string> names;
   for (const std::uint64_t id : s.location_ids) {
     const Location* loc = FindLocation(p, id);
@@ -398,8 +409,7 @@ inline std::vector<std::string> FunctionNames(const Profile& p, const Sample& s)
   return names;
 }
 
-// pprof's structural invariants (what its CheckValid and every viewer rely on).
-inline bool Validate(const Profile& p, std::string* why = nullptr) {
+bool Validate(const Profile& p, std::string* why) {
   using decoder_detail::Fail;
   const std::size_t strings = p.string_table.size();
   if (strings == 0 || !p.string_table[0].empty())
@@ -484,5 +494,7 @@ inline bool Validate(const Profile& p, std::string* why = nullptr) {
   }
   return true;
 }
+
+#endif  // HEAPPROF_TEST_SUPPORT_IMPLEMENTATION
 
 }  // namespace heapprof_test
