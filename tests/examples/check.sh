@@ -24,6 +24,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+unset HEAPPROF  # the examples as README runs them: no settings from outside
 export GOCACHE="${GOCACHE:-/tmp/heapprof-gocache}" PPROF_TMPDIR="$tmp/pprof" HOME="${HOME:-/tmp}"
 
 go=

@@ -12,7 +12,7 @@
 // Each input compresses up to three buffers (each GzipCompress sets up its
 // 64K-entry hash tables): ~160 inputs/s under libFuzzer+ASan, so the smoke
 // test (every build, sanitizers included) and CI's libFuzzer run use fewer:
-// HEAPPROF_FUZZ_SMOKE_RUNS=5000 HEAPPROF_FUZZ_CI_RUNS=1200 (6 s)
+// HEAPPROF_FUZZ_SMOKE_RUNS=5000 HEAPPROF_FUZZ_CI_RUNS=1200 (5-6 s)
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -47,8 +47,8 @@ inline std::uint32_t Crc32(const unsigned char* data, std::size_t size) {
   return c ^ 0xFFFFFFFFu;
 }
 
-// Reads bits least significant first from a byte range.
 #ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
+// Reads bits least significant first from a byte range.
 class BitReader {
  public:
   BitReader(const unsigned char* data, std::size_t size) : data_(data), size_(size) {}
@@ -375,8 +375,6 @@ inline bool GunzipMember(const unsigned char* data, std::size_t size, std::size_
 
 #endif  // HEAPPROF_TEST_SUPPORT_IMPLEMENTATION
 }  // namespace inflate_detail
-
-bool Gunzip(std::string_view gz, std::string& out);
 
 #ifdef HEAPPROF_TEST_SUPPORT_IMPLEMENTATION  // compiled once: tests/support/support_impl.cpp
 
