@@ -13395,58 +13395,38 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
   return ok;
 }
 
-// The profile, gzip'ed, written atomically to `path`.
-inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
+// A profile that `build` (one of the Build*ProfileBytes) serialises, gzip'ed,
+// written atomically to `path`.
+template <class Build>
+inline bool WriteBuiltProfileFile(const ArenaString& path, ArenaString* error, Build build) {
   ReentrancyGuard guard;
   WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
   ArenaString gz;
-  if (!headroom.ok() || !BuildProfileBytes(allocs_default, gz)) {
+  if (!headroom.ok() || !build(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
     return false;
   }
   return WriteFileAtomic(path, gz, error);
+}
+
+// The profile, gzip'ed, written atomically to `path`.
+inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
+  return WriteBuiltProfileFile(path, error,
+                               [allocs_default](ArenaString& gz) { return BuildProfileBytes(allocs_default, gz); });
 }
 
 // The peak profile (2_sampling/peak.hpp), to a file.
 inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
-  ReentrancyGuard guard;
-  WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  ArenaString gz;
-  if (!headroom.ok() || !BuildPeakProfileBytes(gz)) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
-  return WriteFileAtomic(path, gz, error);
+  return WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildPeakProfileBytes(gz); });
 }
 
 // The retention profile (retention.hpp), to a file.
 inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
-  ReentrancyGuard guard;
-  WriteHeadroom headroom;  // built without exceptions: the memory first (the file's name too), or no write
-  ArenaString gz;
-  if (!headroom.ok() || !BuildRetentionProfileBytes(gz)) {
-    if (error != nullptr) *error = "out of memory building the profile";
-    return false;
-  }
-  return WriteFileAtomic(path, gz, error);
+  return WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildRetentionProfileBytes(gz); });
 }
 
-inline bool WriteRetentionProfile(std::ostream& out) {
-  ReentrancyGuard guard;
-  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
-  if (!BuildRetentionProfileBytes(gz)) return false;
-  HEAPPROF_TRY {
-    out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
-    out.flush();
-    return !out.fail();
-  }
-  HEAPPROF_CATCH_ALL { return false; }
-}
-
-inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
-  ReentrancyGuard guard;
-  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
-  if (!(peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz))) return false;
+// `gz` (a built profile) to `out`; false if the stream fails.
+inline bool WriteProfileBytes(std::ostream& out, const ArenaString& gz) {
   HEAPPROF_TRY {
     out.write(gz.data(), static_cast<std::streamsize>(gz.size()));
     out.flush();
@@ -13455,6 +13435,18 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
   HEAPPROF_CATCH_ALL {  // a stream with exceptions() enabled
     return false;
   }
+}
+
+inline bool WriteRetentionProfile(std::ostream& out) {
+  ReentrancyGuard guard;
+  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
+  return BuildRetentionProfileBytes(gz) && WriteProfileBytes(out, gz);
+}
+
+inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
+  ReentrancyGuard guard;
+  ArenaString gz;  // the build holds the write's headroom (built without exceptions)
+  return (peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz)) && WriteProfileBytes(out, gz);
 }
 
 }  // namespace detail
