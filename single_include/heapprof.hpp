@@ -13908,6 +13908,13 @@ class Dumper {
   // of dump_near_oom / oom_dump); tests wait for it before limiting memory.
   bool Warm() const noexcept { return writer_warm_.load(std::memory_order_acquire); }
 
+  // The dump thread's polls that checked dump_near_oom / rss_interval, and
+  // those of them that allocated (tests: only a few should).
+  std::uint64_t MemoryPolls() const noexcept { return memory_polls_.load(std::memory_order_relaxed); }
+  std::uint64_t MemoryPollsAllocating() const noexcept {
+    return memory_polls_allocating_.load(std::memory_order_relaxed);
+  }
+
   ArenaString Prefix() const {
     return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
@@ -14093,13 +14100,21 @@ class Dumper {
         }
       }
       if (memory_triggers) {
-        // Built without exceptions, the checks' messages need memory too:
-        // refused, they run at the next poll.
-        WriteHeadroom headroom(false);
-        if (headroom.ok()) {
-          ArenaString why;
-          if (watch.NearOom(cfg, why)) Dump(why.c_str());
-          if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+        memory_polls_.fetch_add(1, std::memory_order_relaxed);
+        // Most polls only read a number and compare it: no memory. A poll
+        // that reads the limit again or builds a message allocates, and
+        // built without exceptions it maps a write's headroom first (refused:
+        // the checks run at the next poll). Mapping it at every poll cost an
+        // mmap and an munmap (of up to 1 GiB, each taking the host's mmap
+        // lock) 100 times a second.
+        if (watch.MayAllocate(cfg)) {
+          memory_polls_allocating_.fetch_add(1, std::memory_order_relaxed);
+          WriteHeadroom headroom(false);
+          if (headroom.ok()) {
+            ArenaString why;
+            if (watch.NearOom(cfg, why)) Dump(why.c_str());
+            if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+          }
         }
       }
     }
@@ -14119,6 +14134,34 @@ class Dumper {
       if (cfg.rss_interval != 0) rss_mark = ResidentBytes() + cfg.rss_interval;
     }
 
+    // The headroom F leaves under the limit last read: limit * (1 - F)
+    // without overflow (and without __int128, which -Wpedantic rejects):
+    // split limit at 10^6; exact, floor included.
+    std::uint64_t Headroom(const EnvConfig& cfg) const noexcept {
+      const std::uint64_t f = 1000000 - cfg.dump_near_oom;
+      return limit.limit / 1000000 * f + limit.limit % 1000000 * f / 1000000;
+    }
+    // The usage at which the dump for `k` halvings is due.
+    std::uint64_t Threshold(const EnvConfig& cfg, unsigned k) const noexcept {
+      return limit.limit - (k < 64 ? Headroom(cfg) >> k : 0);
+    }
+    // Whether `usage` reaches the next threshold under the limit last read.
+    bool NearOomDue(const EnvConfig& cfg, std::uint64_t usage) const noexcept {
+      if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done || usage == 0) return false;
+      return usage >= Threshold(cfg, halvings);
+    }
+
+    // Whether this poll's checks may allocate: the limit is due to be read
+    // again (a cgroup's counter is a path, a string), or a check is about to
+    // fire (its message). Reads what the checks read; allocates nothing.
+    bool MayAllocate(const EnvConfig& cfg) const noexcept {
+      if (cfg.dump_near_oom != 0 &&
+          (MonotonicMillis() >= next_limit_read || NearOomDue(cfg, limit.Usage()))) {
+        return true;
+      }
+      return cfg.rss_interval != 0 && ResidentBytes() >= rss_mark;
+    }
+
     // The first time usage reaches F of the limit, and again each time it
     // passes the next halving of the headroom that F left.
     bool NearOom(const EnvConfig& cfg, ArenaString& why) {
@@ -14133,14 +14176,10 @@ class Dumper {
           near_oom_done = false;
         }
       }
-      if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done) return false;
       const std::uint64_t usage = limit.Usage();
-      // limit * f / 10^6 without overflow (and without __int128, which
-      // -Wpedantic rejects): split limit at 10^6; exact, floor included.
-      const std::uint64_t f = 1000000 - cfg.dump_near_oom;
-      const std::uint64_t headroom = limit.limit / 1000000 * f + limit.limit % 1000000 * f / 1000000;
-      auto threshold = [&](unsigned k) { return limit.limit - (k < 64 ? headroom >> k : 0); };
-      if (usage == 0 || usage < threshold(halvings)) return false;
+      if (!NearOomDue(cfg, usage)) return false;
+      const std::uint64_t headroom = Headroom(cfg);
+      auto threshold = [&](unsigned k) { return Threshold(cfg, k); };
       const unsigned first = halvings;
       while (halvings < 64 && usage >= threshold(halvings)) ++halvings;
       if (halvings >= 64 || (headroom >> halvings) < kNearOomMinHeadroom) near_oom_done = true;
@@ -14181,6 +14220,8 @@ class Dumper {
   std::uint64_t oom_reserve_bytes_released_ = 0;
   std::atomic<bool> oom_dumped_{false};
   std::atomic<bool> writer_warm_{false};
+  std::atomic<std::uint64_t> memory_polls_{0};
+  std::atomic<std::uint64_t> memory_polls_allocating_{0};
 };
 
 inline Dumper g_dumper;

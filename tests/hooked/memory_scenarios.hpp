@@ -156,6 +156,32 @@ inline int RunRssInterval() {
   return rc;
 }
 
+// dump_near_oom=0.99 and rss_interval=1g on a process whose memory stays
+// flat: the dump thread checks both every 10 ms, and the only checks that
+// may allocate (and so, built without exceptions, map a write's headroom)
+// are the limit's reading, once a second, and a check that fires (none
+// here). Before: every check mapped and unmapped the headroom.
+inline int RunQuietWatch() {
+  if (!WaitForWarmDumper()) return 8;
+  const heapprof::detail::Dumper& d = heapprof::detail::g_dumper;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t polls0 = d.MemoryPolls(), allocating0 = d.MemoryPollsAllocating();
+  constexpr std::uint64_t kPolls = 100;  // ~1 s at 10 ms a poll
+  while (d.MemoryPolls() < polls0 + kPolls) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) return 9;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const std::uint64_t allocating = d.MemoryPollsAllocating() - allocating0;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("polls=%llu allocating=%llu seconds=%.2f\n",
+              static_cast<unsigned long long>(d.MemoryPolls() - polls0), static_cast<unsigned long long>(allocating),
+              seconds);
+  // One reading of the limit per second begun, and one more for the poll
+  // that was under way when the count was first read.
+  if (static_cast<double>(allocating) > seconds + 2) return 10;
+  return 0;
+}
+
 // oom_dump=1 under RLIMIT_AS = address space now + 256 MiB. OomHolder keeps
 // 32 MiB (sampled at any rate); nothrow news of 16 MiB fail once the limit
 // is reached. The dump must be written before the new_handler is called,
@@ -242,6 +268,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
   if (std::strcmp(name, "near_oom") == 0) return RunNearOom();
   if (std::strcmp(name, "rss_interval") == 0) return RunRssInterval();
+  if (std::strcmp(name, "quiet_watch") == 0) return RunQuietWatch();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
   if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
   known = false;

@@ -291,6 +291,18 @@ TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
   RemoveDir(dir);
 }
 
+TEST_CASE("dump_near_oom and rss_interval: a check that finds nothing allocates nothing") {
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario(
+      "HEAPPROF=dump_near_oom=0.99,rss_interval=1g,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "quiet_watch",
+      out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("polls=") != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("a write without the memory it needs fails and the program goes on, with or without exceptions") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   const std::string dir = MemoryEventsTempDir();
