@@ -7,8 +7,64 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "child_scenarios.hpp"
+#include "internals.hpp"
+
+// ---------------------------------------------------------------- internals.hpp
+namespace heapprof_test {
+namespace hd = heapprof::detail;
+
+ServerLimits DefaultServerLimits() {
+  const hd::http::Limits d;
+  return ServerLimits{d.max_connections, d.head_timeout_ms, d.write_timeout_ms, d.max_delta_windows};
+}
+
+static_assert(sizeof(hd::http::Server) <= 1024 && alignof(hd::http::Server) <= 64, "LimitedServer: storage_ too small");
+LimitedServer::LimitedServer(const char* listen, const ServerLimits& limits) {
+  hd::http::Limits l;
+  l.max_connections = limits.max_connections;
+  l.head_timeout_ms = limits.head_timeout_ms;
+  l.write_timeout_ms = limits.write_timeout_ms;
+  l.max_delta_windows = limits.max_delta_windows;
+  new (storage_) hd::http::Server(listen, l);
+}
+LimitedServer::~LimitedServer() { reinterpret_cast<hd::http::Server*>(storage_)->~Server(); }
+std::uint16_t LimitedServer::port() const { return reinterpret_cast<const hd::http::Server*>(storage_)->port(); }
+
+std::size_t HttpMaxConnections() { return hd::http::kMaxConnections; }
+std::size_t HttpMaxDeltaWindows() { return hd::http::kMaxDeltaWindows; }
+std::size_t HttpStreamPieceBytes() { return hd::http::kStreamPieceBytes; }
+std::uint64_t HttpDeltaWindowsStarted() { return hd::http::g_delta_windows_started.load(); }
+
+namespace {
+const char* g_extra_comment = nullptr;
+void AppendExtraComment(hd::ArenaString& s) { s += g_extra_comment; }
+}  // namespace
+
+bool BuildTextProfile(std::string& out, const char* extra_comment) {
+  hd::ArenaString built;
+  g_extra_comment = extra_comment;
+  const bool ok = hd::BuildTextHeapProfile(built, extra_comment != nullptr ? &AppendExtraComment : nullptr);
+  if (ok) out.assign(built.data(), built.size());
+  return ok;
+}
+
+static_assert(sizeof(hd::ProfileBaseline) <= 128 && alignof(hd::ProfileBaseline) <= 64, "Baseline: storage_ too small");
+Baseline::Baseline() { new (storage_) hd::ProfileBaseline(hd::TakeBaseline()); }
+Baseline::~Baseline() { reinterpret_cast<hd::ProfileBaseline*>(storage_)->~ProfileBaseline(); }
+std::int64_t Baseline::time_nanos() const { return reinterpret_cast<const hd::ProfileBaseline*>(storage_)->time_nanos; }
+bool Baseline::BuildDeltaProfile(std::string& gz) const {
+  hd::ArenaString built;
+  const bool ok = hd::BuildProfileBytes(true, built, reinterpret_cast<const hd::ProfileBaseline*>(storage_));
+  if (ok) gz.assign(built.data(), built.size());
+  return ok;
+}
+
+std::uint64_t MonotonicNanos() { return hd::MonotonicNanos(); }
+
+}  // namespace heapprof_test
 
 // The new_handler tests ask malloc for absurd sizes and expect it to say no,
 // as glibc does; the sanitizers' allocators must say no too, not abort.

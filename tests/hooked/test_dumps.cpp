@@ -1,8 +1,6 @@
 // Automatic dumps, the leak report, profile files, the legacy text format and
 // delta profiles (issue 4, without the HTTP server).
 #include <heapprof.hpp>
-#include "heapprof/detail/5_encoding/snapshot.hpp"
-#include "heapprof/detail/5_encoding/text_profile.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,6 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "internals.hpp"
 #include "support/child_files.hpp"
 #include "support/profile_io.hpp"
 
@@ -285,9 +284,8 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
     delete[] keep.back();
     keep.pop_back();
   }
-  heapprof::detail::ArenaString built;
-  REQUIRE(heapprof::detail::BuildTextHeapProfile(built, [](heapprof::detail::ArenaString& s) { s += "# extra = 1\n"; }));
-  const std::string text(built.data(), built.size());
+  std::string text;
+  REQUIRE(heapprof_test::BuildTextProfile(text, "# extra = 1\n"));
   CHECK(text.rfind("heap profile: ", 0) == 0);
   CHECK(text.find(" @ heap/2\n") != std::string::npos);  // Go writes 2*rate
   // The record for TextLeaf: 7 live of 10 allocated, 4000 B each.
@@ -323,9 +321,8 @@ TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the count
   std::vector<char*> keep;
   // 32 MiB of 64 KiB objects: about 320 samples.
   for (int i = 0; i < 512; ++i) keep.push_back(TextLeaf(65536));
-  heapprof::detail::ArenaString built;
-  REQUIRE(heapprof::detail::BuildTextHeapProfile(built));
-  const std::string text(built.data(), built.size());
+  std::string text;
+  REQUIRE(heapprof_test::BuildTextProfile(text));
   CHECK(text.find(" @ heap/131072\n") != std::string::npos);
   const std::string file = heapprof_test::TempPath(".txt");
   REQUIRE(heapprof_test::WriteFile(file, text));
@@ -358,18 +355,17 @@ TEST_CASE("delta profile: only what happened after the baseline, with duration_n
   heapprof_test::RateScope rate(1);
   std::vector<char*> before;
   for (int i = 0; i < 4; ++i) before.push_back(DeltaBefore(2000));
-  const std::uint64_t t0 = heapprof::detail::MonotonicNanos();
-  const heapprof::detail::ProfileBaseline base = heapprof::detail::TakeBaseline();
-  const std::uint64_t t1 = heapprof::detail::MonotonicNanos();
+  const std::uint64_t t0 = heapprof_test::MonotonicNanos();
+  const heapprof_test::Baseline base;
+  const std::uint64_t t1 = heapprof_test::MonotonicNanos();
   std::vector<char*> during;
   for (int i = 0; i < 6; ++i) during.push_back(DeltaDuring(3000));
   delete[] before.back();  // freed in the window: -1 in use, no alloc
   before.pop_back();
-  heapprof::detail::ArenaString built;
-  const std::uint64_t t2 = heapprof::detail::MonotonicNanos();
-  REQUIRE(heapprof::detail::BuildProfileBytes(true, built, &base));
-  const std::uint64_t t3 = heapprof::detail::MonotonicNanos();
-  const std::string gz(built.data(), built.size());
+  std::string gz;  // filled after the build, as before
+  const std::uint64_t t2 = heapprof_test::MonotonicNanos();
+  REQUIRE(base.BuildDeltaProfile(gz));
+  const std::uint64_t t3 = heapprof_test::MonotonicNanos();
   std::string raw;
   REQUIRE(heapprof_test::Gunzip(gz, raw));
   Profile p;
@@ -379,7 +375,7 @@ TEST_CASE("delta profile: only what happened after the baseline, with duration_n
   // BuildProfileBytes.
   CHECK(static_cast<std::uint64_t>(p.duration_nanos) >= t2 - t1);
   CHECK(static_cast<std::uint64_t>(p.duration_nanos) <= t3 - t0);
-  CHECK(p.time_nanos > base.time_nanos);
+  CHECK(p.time_nanos > base.time_nanos());
   CHECK(p.default_sample_type == "alloc_space");
   CHECK(heapprof_test::SumForLeaf(p, "DeltaDuring", "alloc_objects") == 6);
   CHECK(heapprof_test::SumForLeaf(p, "DeltaDuring", "alloc_space") == 18000);

@@ -2,7 +2,6 @@
 // headers and messages; `go tool pprof` fetching over HTTP; delta profiles;
 // hostile clients (junk, oversized, slow, many, not reading).
 #include <heapprof.hpp>
-#include "heapprof/detail/6_serving/http_server.hpp"
 
 #include <doctest/doctest.h>
 
@@ -19,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "internals.hpp"
 #include "support/http_client.hpp"
 #include "support/profile_io.hpp"
 
@@ -253,9 +253,9 @@ TEST_CASE("http: oversized heads get 431 and the server serves the next request"
 }
 
 TEST_CASE("http: a slow client does not block others, and times out with 408") {
-  heapprof::detail::http::Limits limits;
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
   limits.head_timeout_ms = 2000;
-  heapprof::detail::http::Server server("127.0.0.1:0", limits);
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
   const int slow = ConnectLoopback(server.port());
   REQUIRE(slow >= 0);
   REQUIRE(SendAll(slow, "GET /debug/pp"));  // and then nothing
@@ -288,7 +288,7 @@ TEST_CASE("http: many connections at once: the excess gets 503, the server lives
   CHECK(fds.size() == 200);
   // The connections beyond the cap are answered 503 and closed; the first
   // kMaxConnections wait for a request head.
-  const std::size_t expect_busy = fds.size() - heapprof::detail::http::kMaxConnections;
+  const std::size_t expect_busy = fds.size() - heapprof_test::HttpMaxConnections();
   std::vector<pollfd> polls;
   for (int fd : fds) polls.push_back(pollfd{fd, POLLIN, 0});
   std::size_t readable = 0;
@@ -340,8 +340,8 @@ TEST_CASE("http: a client that never reads does not block another") {
 TEST_CASE("http: ?seconds= windows beyond the cap get a 503 at once; other requests are served") {
   // Before: 64 requests of ?seconds=3600 took every connection slot for an hour.
   heapprof::HttpServer server("127.0.0.1:0");
-  const std::size_t cap = heapprof::detail::http::kMaxDeltaWindows;
-  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  const std::size_t cap = heapprof_test::HttpMaxDeltaWindows();
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
   std::vector<int> windows;
   for (std::size_t i = 0; i < cap; ++i) {
     const int fd = ConnectLoopback(server.port());
@@ -351,11 +351,11 @@ TEST_CASE("http: ?seconds= windows beyond the cap get a 503 at once; other reque
   }
   // The server has taken every window's baseline (no sleep: it counts them).
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (heapprof::detail::http::g_delta_windows_started.load() < started + cap &&
+  while (heapprof_test::HttpDeltaWindowsStarted() < started + cap &&
          std::chrono::steady_clock::now() < limit) {
     std::this_thread::yield();
   }
-  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() == started + cap);
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + cap);
   for (int i = 0; i < 3; ++i) {
     const HttpResponse extra = HttpGet(server.port(), "/debug/pprof/heap?seconds=3600");
     CHECK(extra.status == 503);
@@ -413,7 +413,7 @@ TEST_CASE("http: ?debug=1 streams: clients that never read hold one piece each, 
   REQUIRE(whole.body.find("MAPPED_LIBRARIES:") != std::string::npos);  // complete, to its trailer
   const std::size_t text_bytes = whole.body.size();
   MESSAGE("the text profile: " << text_bytes << " bytes");
-  REQUIRE(text_bytes > 8 * heapprof::detail::http::kStreamPieceBytes);  // > 2 MiB
+  REQUIRE(text_bytes > 8 * heapprof_test::HttpStreamPieceBytes());  // > 2 MiB
   const heapprof::Stats before = heapprof::GetStats();
   std::vector<int> stuck;
   for (int i = 0; i < 5; ++i) {
@@ -448,15 +448,15 @@ TEST_CASE("http: ?seconds=N serves the allocations of the window only") {
 
   const int fd = ConnectLoopback(server.port());
   REQUIRE(fd >= 0);
-  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=2")));
   // Allocate only once the server holds its baseline; the window is 2 s.
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+  while (heapprof_test::HttpDeltaWindowsStarted() == started &&
          std::chrono::steady_clock::now() < limit) {
     std::this_thread::yield();
   }
-  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() > started);
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
   HttpAllocInsideWindow();
   // Meanwhile the server answers others.
   const auto t0 = std::chrono::steady_clock::now();
@@ -540,13 +540,13 @@ TEST_CASE("http: the destructor returns at once with a pending delta and idle co
   {
     std::optional<heapprof::HttpServer> server;
     server.emplace("127.0.0.1:0");
-    const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+    const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
     const int pending = ConnectLoopback(server->port());
     REQUIRE(SendAll(pending, RequestHead("GET", "/debug/pprof/allocs?seconds=3600")));
     fds.push_back(pending);
     for (int i = 0; i < 5; ++i) fds.push_back(ConnectLoopback(server->port()));
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+    while (heapprof_test::HttpDeltaWindowsStarted() == started &&
            std::chrono::steady_clock::now() < limit) {
       std::this_thread::yield();
     }
@@ -643,18 +643,18 @@ TEST_CASE("http: a forked child can destroy its copy of the server") {
 }
 
 TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
-  heapprof::detail::http::Limits limits;
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
   limits.max_connections = 1;  // the window's slot must come back
-  heapprof::detail::http::Server server("127.0.0.1:0", limits);
-  const std::uint64_t started = heapprof::detail::http::g_delta_windows_started.load();
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
   const int fd = ConnectLoopback(server.port());
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof::detail::http::g_delta_windows_started.load() == started &&
+  while (heapprof_test::HttpDeltaWindowsStarted() == started &&
          std::chrono::steady_clock::now() < limit) {
     std::this_thread::yield();
   }
-  REQUIRE(heapprof::detail::http::g_delta_windows_started.load() > started);
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
   ::close(fd);
   // The only slot is free again once the server has seen the hang-up.
   HttpResponse r;
