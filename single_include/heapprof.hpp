@@ -12065,6 +12065,45 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   return gz;
 }
 
+// Tests: the next this many symbolized encodings run out of memory while
+// symbolizing (builds with exceptions; see EncodeGzippedSymbolized).
+inline std::atomic<int> g_symbolize_oom_for_tests{0};
+
+// `data` symbolized, as a gzip'ed profile.proto message. Symbolizing is what
+// may need much memory at once: reading a large binary's symbol table or
+// indexing its DWARF for the first time (a library dlopen'ed since the last
+// write, or the first write). When that runs out of memory, the profile is
+// encoded again without names rather than lost: its locations keep their
+// addresses and mappings (has_functions false), which go tool pprof
+// symbolizes from the binaries, and a comment says why. Only with
+// exceptions: without, the write's headroom decides beforehand
+// (write_headroom.hpp). Throws bad_alloc when even that fails.
+inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
+#if HEAPPROF_EXCEPTIONS
+  try {
+    Symbolizer symbolizer(objects);
+    if (HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
+        g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
+      throw std::bad_alloc();
+    }
+    return EncodeGzipped(data, objects, symbolizer);
+  } catch (const std::bad_alloc&) {
+    // The symbolizer's memory is back in the arena (what the debug-info
+    // cache kept stays for later writes).
+  }
+  ReportRaw("heapprof: out of memory symbolizing a profile: written without function names "
+            "(go tool pprof symbolizes it from the binaries)\n");
+  data.comments.emplace_back("heapprof: out of memory symbolizing: no function names; go tool pprof symbolizes "
+                             "the addresses from the binaries");
+  const ArenaVector<LoadedObject> none;
+  Symbolizer bare(none);
+  return EncodeGzipped(data, objects, bare);
+#else
+  Symbolizer symbolizer(objects);
+  return EncodeGzipped(data, objects, symbolizer);
+#endif
+}
+
 // The peak profile, serialised and compressed; false on failure.
 inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos = 0) {
   ReentrancyGuard guard;
@@ -12076,8 +12115,7 @@ inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos =
     ProfileData data = PeakProfileData(CopyPeak());
     data.duration_nanos = duration_nanos;
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
-    Symbolizer symbolizer(objects);
-    gz = EncodeGzipped(data, objects, symbolizer);
+    gz = EncodeGzippedSymbolized(data, objects);
     return true;
   }
   HEAPPROF_CATCH_ALL {
@@ -12096,10 +12134,9 @@ inline bool BuildProfileBytes(bool allocs_default, ArenaString& gz,
   WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
   if (!headroom.ok()) return false;
   HEAPPROF_TRY {
-    const ProfileData data = SnapshotProfile(allocs_default, since);
+    ProfileData data = SnapshotProfile(allocs_default, since);
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
-    Symbolizer symbolizer(objects);
-    gz = EncodeGzipped(data, objects, symbolizer);
+    gz = EncodeGzippedSymbolized(data, objects);
     return true;
   }
   HEAPPROF_CATCH_ALL {  // bad_alloc: a profile is never worth the process

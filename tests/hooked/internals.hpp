@@ -65,4 +65,8 @@ class Baseline {
 
 std::uint64_t MonotonicNanos();  // the engine's clock (0_base/report.hpp)
 
+// The next profile encoding runs out of memory while symbolizing (builds with
+// exceptions; 5_encoding/snapshot.hpp: EncodeGzippedSymbolized).
+void FailNextSymbolization();
+
 }  // namespace heapprof_test

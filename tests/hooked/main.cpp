@@ -63,6 +63,7 @@ bool Baseline::BuildDeltaProfile(std::string& gz) const {
 }
 
 std::uint64_t MonotonicNanos() { return hd::MonotonicNanos(); }
+void FailNextSymbolization() { hd::g_symbolize_oom_for_tests.store(1); }
 
 }  // namespace heapprof_test
 

@@ -351,6 +351,85 @@ TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the count
   std::remove(file.c_str());
 }
 
+__attribute__((noinline)) char* UnsymbolizedLeaf(std::size_t n) {
+  char* p = new char[n];
+  asm volatile("" ::: "memory");  // no tail call: this frame is the leaf
+  return p;
+}
+
+TEST_CASE("a profile whose symbolization runs out of memory is written without names, not lost") {
+#if !HEAPPROF_EXCEPTIONS
+  MESSAGE("built without exceptions: the write's headroom decides before it symbolizes (test_memory_events.cpp)");
+#else
+  heapprof_test::RateScope rate(1);
+  std::vector<char*> keep;
+  keep.reserve(5);
+  HEAPPROF_TEST_NO_UNROLL
+  for (int i = 0; i < 5; ++i) keep.push_back(UnsymbolizedLeaf(3000));  // one call site: one stack
+  const std::string bare_file = heapprof_test::TempPath(".pb.gz");
+  const std::string named_file = heapprof_test::TempPath(".pb.gz");
+  heapprof_test::FailNextSymbolization();
+  REQUIRE(heapprof::WriteHeapProfile(bare_file));  // without the fallback: false, no file
+  REQUIRE(heapprof::WriteHeapProfile(named_file));  // the next write symbolizes again
+  for (char* q : keep) delete[] q;
+  Profile bare, named;
+  REQUIRE(heapprof_test::ReadProfileFile(bare_file, bare));
+  REQUIRE(heapprof_test::ReadProfileFile(named_file, named));
+  CHECK(heapprof_test::Validate(bare));
+  // No names, and it says so: in a comment, and in every mapping.
+  CHECK(bare.functions.empty());
+  bool commented = false;
+  for (std::int64_t i : bare.comment_indices) {
+    commented |= bare.string_table.at(static_cast<std::size_t>(i)).find("out of memory symbolizing") != std::string::npos;
+  }
+  CHECK(commented);
+  REQUIRE_FALSE(bare.mappings.empty());
+  for (const heapprof_test::Mapping& m : bare.mappings) CHECK_FALSE(m.has_functions);
+  // Nothing else is lost: the sample of UnsymbolizedLeaf (found by name in
+  // the second profile) is in the first, with the same addresses and values
+  // (rate 1 counts exactly: 5 objects of 3000 bytes).
+  auto addresses = [](const Profile& p, const heapprof_test::Sample& s) {
+    std::vector<std::uint64_t> out;
+    for (std::uint64_t id : s.location_ids) {
+      for (const heapprof_test::Location& l : p.locations) {
+        if (l.id == id) out.push_back(l.address);
+      }
+    }
+    return out;
+  };
+  const int inuse = heapprof_test::SampleTypeIndex(named, "inuse_space");
+  REQUIRE(inuse >= 0);
+  const heapprof_test::Sample* leaf = nullptr;
+  for (const heapprof_test::Sample& s : named.samples) {
+    const std::vector<std::string> names = heapprof_test::FunctionNames(named, s);
+    if (!names.empty() && names[0].find("UnsymbolizedLeaf") != std::string::npos) leaf = &s;
+  }
+  REQUIRE(leaf != nullptr);
+  CHECK(leaf->values.at(static_cast<std::size_t>(inuse)) == 15000);
+  const std::vector<std::uint64_t> want = addresses(named, *leaf);
+  bool found = false;
+  for (const heapprof_test::Sample& s : bare.samples) {
+    if (addresses(bare, s) == want) {
+      found = true;
+      CHECK(s.values == leaf->values);
+    }
+  }
+  CHECK(found);
+  // go tool pprof reads it.
+  std::string out;
+  const int rc = heapprof_test::GoPprof("-symbolize=none -raw", bare_file, out);
+  if (rc == -2) {
+    MESSAGE("go not installed: skipping the go tool pprof part");
+  } else {
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.find("inuse_space/bytes") != std::string::npos);
+  }
+  std::remove(bare_file.c_str());
+  std::remove(named_file.c_str());
+#endif
+}
+
 TEST_CASE("delta profile: only what happened after the baseline, with duration_nanos") {
   heapprof_test::RateScope rate(1);
   std::vector<char*> before;
