@@ -12065,19 +12065,20 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   return gz;
 }
 
-// Tests: the next this many symbolized encodings run out of memory while
-// symbolizing (builds with exceptions; see EncodeGzippedSymbolized).
+// Tests: the next this many encodings with names run out of memory (builds
+// with exceptions; see EncodeGzippedSymbolized).
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
 
-// `data` symbolized, as a gzip'ed profile.proto message. Symbolizing is what
+// `data` symbolized, as a gzip'ed profile.proto message. A write with names
 // may need much memory at once: reading a large binary's symbol table or
 // indexing its DWARF for the first time (a library dlopen'ed since the last
-// write, or the first write). When that runs out of memory, the profile is
+// write, or the first write). When it runs out of memory, the profile is
 // encoded again without names rather than lost: its locations keep their
 // addresses and mappings (has_functions false), which go tool pprof
-// symbolizes from the binaries, and a comment says why. Only with
-// exceptions: without, the write's headroom decides beforehand
-// (write_headroom.hpp). Throws bad_alloc when even that fails.
+// symbolizes from the binaries, and a comment says why. (Any bad_alloc of
+// the first encoding gets that second chance, which needs less memory.)
+// Only with exceptions: without, the write's headroom decides beforehand
+// (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
 #if HEAPPROF_EXCEPTIONS
   try {
@@ -12091,13 +12092,14 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
     // The symbolizer's memory is back in the arena (what the debug-info
     // cache kept stays for later writes).
   }
-  ReportRaw("heapprof: out of memory symbolizing a profile: written without function names "
-            "(go tool pprof symbolizes it from the binaries)\n");
-  data.comments.emplace_back("heapprof: out of memory symbolizing: no function names; go tool pprof symbolizes "
-                             "the addresses from the binaries");
+  data.comments.emplace_back("heapprof: out of memory encoding with function names: written without them; "
+                             "go tool pprof symbolizes the addresses from the binaries");
   const ArenaVector<LoadedObject> none;
   Symbolizer bare(none);
-  return EncodeGzipped(data, objects, bare);
+  ArenaString gz = EncodeGzipped(data, objects, bare);
+  ReportRaw("heapprof: out of memory encoding a profile with function names: written without them "
+            "(go tool pprof symbolizes it from the binaries)\n");
+  return gz;
 #else
   Symbolizer symbolizer(objects);
   return EncodeGzipped(data, objects, symbolizer);
@@ -14148,9 +14150,15 @@ class Dumper {
           memory_polls_allocating_.fetch_add(1, std::memory_order_relaxed);
           WriteHeadroom headroom(false);
           if (headroom.ok()) {
-            ArenaString why;
-            if (watch.NearOom(cfg, why)) Dump(why.c_str());
-            if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+            // With exceptions, a bad_alloc (the limit's path, a message)
+            // skips this poll's checks: this function is noexcept, and near
+            // the limit is where memory runs out.
+            HEAPPROF_TRY {
+              ArenaString why;
+              if (watch.NearOom(cfg, why)) Dump(why.c_str());
+              if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+            }
+            HEAPPROF_CATCH_ALL_NOEXCEPT {}
           }
         }
       }
@@ -14182,18 +14190,21 @@ class Dumper {
     std::uint64_t Threshold(const EnvConfig& cfg, unsigned k) const noexcept {
       return limit.limit - (k < 64 ? Headroom(cfg) >> k : 0);
     }
+    // Whether a threshold is left to reach under the limit last read.
+    bool NearOomArmed() const noexcept {
+      return limit.source != MemoryLimit::kNone && limit.limit != 0 && !near_oom_done;
+    }
     // Whether `usage` reaches the next threshold under the limit last read.
     bool NearOomDue(const EnvConfig& cfg, std::uint64_t usage) const noexcept {
-      if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done || usage == 0) return false;
-      return usage >= Threshold(cfg, halvings);
+      return NearOomArmed() && usage != 0 && usage >= Threshold(cfg, halvings);
     }
 
     // Whether this poll's checks may allocate: the limit is due to be read
     // again (a cgroup's counter is a path, a string), or a check is about to
     // fire (its message). Reads what the checks read; allocates nothing.
     bool MayAllocate(const EnvConfig& cfg) const noexcept {
-      if (cfg.dump_near_oom != 0 &&
-          (MonotonicMillis() >= next_limit_read || NearOomDue(cfg, limit.Usage()))) {
+      if (cfg.dump_near_oom != 0 && (MonotonicMillis() >= next_limit_read ||
+                                     (NearOomArmed() && NearOomDue(cfg, limit.Usage())))) {
         return true;
       }
       return cfg.rss_interval != 0 && ResidentBytes() >= rss_mark;
@@ -14213,6 +14224,7 @@ class Dumper {
           near_oom_done = false;
         }
       }
+      if (!NearOomArmed()) return false;  // (no usage to read)
       const std::uint64_t usage = limit.Usage();
       if (!NearOomDue(cfg, usage)) return false;
       const std::uint64_t headroom = Headroom(cfg);

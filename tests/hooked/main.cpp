@@ -30,8 +30,8 @@ LimitedServer::LimitedServer(const char* listen, const ServerLimits& limits) {
   l.max_delta_windows = limits.max_delta_windows;
   new (storage_) hd::http::Server(listen, l);
 }
-LimitedServer::~LimitedServer() { reinterpret_cast<hd::http::Server*>(storage_)->~Server(); }
-std::uint16_t LimitedServer::port() const { return reinterpret_cast<const hd::http::Server*>(storage_)->port(); }
+LimitedServer::~LimitedServer() { std::launder(reinterpret_cast<hd::http::Server*>(storage_))->~Server(); }
+std::uint16_t LimitedServer::port() const { return std::launder(reinterpret_cast<const hd::http::Server*>(storage_))->port(); }
 
 std::size_t HttpMaxConnections() { return hd::http::kMaxConnections; }
 std::size_t HttpMaxDeltaWindows() { return hd::http::kMaxDeltaWindows; }
@@ -53,11 +53,11 @@ bool BuildTextProfile(std::string& out, const char* extra_comment) {
 
 static_assert(sizeof(hd::ProfileBaseline) <= 128 && alignof(hd::ProfileBaseline) <= 64, "Baseline: storage_ too small");
 Baseline::Baseline() { new (storage_) hd::ProfileBaseline(hd::TakeBaseline()); }
-Baseline::~Baseline() { reinterpret_cast<hd::ProfileBaseline*>(storage_)->~ProfileBaseline(); }
-std::int64_t Baseline::time_nanos() const { return reinterpret_cast<const hd::ProfileBaseline*>(storage_)->time_nanos; }
+Baseline::~Baseline() { std::launder(reinterpret_cast<hd::ProfileBaseline*>(storage_))->~ProfileBaseline(); }
+std::int64_t Baseline::time_nanos() const { return std::launder(reinterpret_cast<const hd::ProfileBaseline*>(storage_))->time_nanos; }
 bool Baseline::BuildDeltaProfile(std::string& gz) const {
   hd::ArenaString built;
-  const bool ok = hd::BuildProfileBytes(true, built, reinterpret_cast<const hd::ProfileBaseline*>(storage_));
+  const bool ok = hd::BuildProfileBytes(true, built, std::launder(reinterpret_cast<const hd::ProfileBaseline*>(storage_)));
   if (ok) gz.assign(built.data(), built.size());
   return ok;
 }

@@ -225,19 +225,20 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   return gz;
 }
 
-// Tests: the next this many symbolized encodings run out of memory while
-// symbolizing (builds with exceptions; see EncodeGzippedSymbolized).
+// Tests: the next this many encodings with names run out of memory (builds
+// with exceptions; see EncodeGzippedSymbolized).
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
 
-// `data` symbolized, as a gzip'ed profile.proto message. Symbolizing is what
+// `data` symbolized, as a gzip'ed profile.proto message. A write with names
 // may need much memory at once: reading a large binary's symbol table or
 // indexing its DWARF for the first time (a library dlopen'ed since the last
-// write, or the first write). When that runs out of memory, the profile is
+// write, or the first write). When it runs out of memory, the profile is
 // encoded again without names rather than lost: its locations keep their
 // addresses and mappings (has_functions false), which go tool pprof
-// symbolizes from the binaries, and a comment says why. Only with
-// exceptions: without, the write's headroom decides beforehand
-// (write_headroom.hpp). Throws bad_alloc when even that fails.
+// symbolizes from the binaries, and a comment says why. (Any bad_alloc of
+// the first encoding gets that second chance, which needs less memory.)
+// Only with exceptions: without, the write's headroom decides beforehand
+// (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
 #if HEAPPROF_EXCEPTIONS
   try {
@@ -251,13 +252,14 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
     // The symbolizer's memory is back in the arena (what the debug-info
     // cache kept stays for later writes).
   }
-  ReportRaw("heapprof: out of memory symbolizing a profile: written without function names "
-            "(go tool pprof symbolizes it from the binaries)\n");
-  data.comments.emplace_back("heapprof: out of memory symbolizing: no function names; go tool pprof symbolizes "
-                             "the addresses from the binaries");
+  data.comments.emplace_back("heapprof: out of memory encoding with function names: written without them; "
+                             "go tool pprof symbolizes the addresses from the binaries");
   const ArenaVector<LoadedObject> none;
   Symbolizer bare(none);
-  return EncodeGzipped(data, objects, bare);
+  ArenaString gz = EncodeGzipped(data, objects, bare);
+  ReportRaw("heapprof: out of memory encoding a profile with function names: written without them "
+            "(go tool pprof symbolizes it from the binaries)\n");
+  return gz;
 #else
   Symbolizer symbolizer(objects);
   return EncodeGzipped(data, objects, symbolizer);

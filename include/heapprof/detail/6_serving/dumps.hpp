@@ -400,9 +400,15 @@ class Dumper {
           memory_polls_allocating_.fetch_add(1, std::memory_order_relaxed);
           WriteHeadroom headroom(false);
           if (headroom.ok()) {
-            ArenaString why;
-            if (watch.NearOom(cfg, why)) Dump(why.c_str());
-            if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+            // With exceptions, a bad_alloc (the limit's path, a message)
+            // skips this poll's checks: this function is noexcept, and near
+            // the limit is where memory runs out.
+            HEAPPROF_TRY {
+              ArenaString why;
+              if (watch.NearOom(cfg, why)) Dump(why.c_str());
+              if (watch.RssHigh(cfg, why)) Dump(why.c_str());
+            }
+            HEAPPROF_CATCH_ALL_NOEXCEPT {}
           }
         }
       }
@@ -434,18 +440,21 @@ class Dumper {
     std::uint64_t Threshold(const EnvConfig& cfg, unsigned k) const noexcept {
       return limit.limit - (k < 64 ? Headroom(cfg) >> k : 0);
     }
+    // Whether a threshold is left to reach under the limit last read.
+    bool NearOomArmed() const noexcept {
+      return limit.source != MemoryLimit::kNone && limit.limit != 0 && !near_oom_done;
+    }
     // Whether `usage` reaches the next threshold under the limit last read.
     bool NearOomDue(const EnvConfig& cfg, std::uint64_t usage) const noexcept {
-      if (limit.source == MemoryLimit::kNone || limit.limit == 0 || near_oom_done || usage == 0) return false;
-      return usage >= Threshold(cfg, halvings);
+      return NearOomArmed() && usage != 0 && usage >= Threshold(cfg, halvings);
     }
 
     // Whether this poll's checks may allocate: the limit is due to be read
     // again (a cgroup's counter is a path, a string), or a check is about to
     // fire (its message). Reads what the checks read; allocates nothing.
     bool MayAllocate(const EnvConfig& cfg) const noexcept {
-      if (cfg.dump_near_oom != 0 &&
-          (MonotonicMillis() >= next_limit_read || NearOomDue(cfg, limit.Usage()))) {
+      if (cfg.dump_near_oom != 0 && (MonotonicMillis() >= next_limit_read ||
+                                     (NearOomArmed() && NearOomDue(cfg, limit.Usage())))) {
         return true;
       }
       return cfg.rss_interval != 0 && ResidentBytes() >= rss_mark;
@@ -465,6 +474,7 @@ class Dumper {
           near_oom_done = false;
         }
       }
+      if (!NearOomArmed()) return false;  // (no usage to read)
       const std::uint64_t usage = limit.Usage();
       if (!NearOomDue(cfg, usage)) return false;
       const std::uint64_t headroom = Headroom(cfg);
