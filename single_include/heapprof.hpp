@@ -3375,6 +3375,7 @@ inline void CountSampledFree(Bucket* b) noexcept {
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 
 namespace heapprof {
@@ -3411,6 +3412,11 @@ struct LiveMapThreadState {
   // rate 1). Same-thread only (a handler and the code it interrupted): an
   // atomic add, never a lock-prefixed shared line.
   std::uint32_t queued = 0;
+  // Frees beyond the slots (a signal storm: handler after handler while the
+  // thread stays inside one operation; 32 slots overflowed in the hostile
+  // test): a list threaded through the blocks themselves, which are ours
+  // until drained (PushOverflowFree). Counted in `queued` too.
+  void* overflow = nullptr;
   bool draining = false;
 };
 inline thread_local LiveMapThreadState tls_live_map HEAPPROF_TLS_MODEL;
@@ -3431,6 +3437,23 @@ inline bool PushDeferredFree(void* p, std::size_t n, unsigned how) noexcept {
   }
   return false;
 }
+
+// Queues a deferred free of a global hook's block when every slot is taken:
+// its first word links it to the list (the block is not released until the
+// drain, and nothing else reads it; its size is asked again then). For
+// blocks of at least a pointer's size.
+inline void PushOverflowFree(void* p) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  void* head = __atomic_load_n(&t.overflow, __ATOMIC_RELAXED);
+  std::memcpy(p, &head, sizeof head);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&t.overflow, p, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
+}
+
+// Takes the whole overflow list (one exchange: a handler pushing meanwhile
+// starts a new list); the caller counts `queued` down per block.
+inline void* TakeOverflowFrees() noexcept { return __atomic_exchange_n(&tls_live_map.overflow, nullptr, __ATOMIC_RELAXED); }
 
 // Takes one queued free; false when none is queued.
 inline bool PopDeferredFree(DeferredFree& out) noexcept {
@@ -3652,6 +3675,7 @@ inline LiveMap g_live_map;
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <malloc.h>
 #include <pthread.h>
@@ -7057,11 +7081,18 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
   if (MaybeSampled(p)) {
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
       // A signal handler freeing while its thread holds p's shard lock.
-      if ((how & kFreeCanDefer) != 0 && PushDeferredFree(p, n, how)) return true;
+      if ((how & kFreeCanDefer) != 0) {
+        if (PushDeferredFree(p, n, how)) return true;
+        // Every slot taken: a global hook's block (its size is read again at
+        // the drain) goes on the list through the blocks.
+        if ((how & kFreeSized) == 0 && n >= sizeof(void*)) {
+          PushOverflowFree(p);
+          return true;
+        }
+      }
       // Cannot wait and cannot queue (heapprof::allocator releases through
-      // its upstream, or the queue is full): count the free now; the map entry
-      // stays until the address is sampled again, when Insert retires it as
-      // freed.
+      // its upstream): count the free now; the map entry stays until the
+      // address is sampled again, when Insert retires it as freed.
     } else {
       Bucket* b;
       {
@@ -7083,8 +7114,19 @@ HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
   if (t.draining || t.held_shard != nullptr) return;  // (queued: DrainDeferredFrees checked it)
   t.draining = true;
   DeferredFree f;
-  while (PopDeferredFree(f)) {
-    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
+  for (;;) {
+    while (PopDeferredFree(f)) {
+      if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
+    }
+    void* list = TakeOverflowFrees();
+    if (list == nullptr) break;
+    while (list != nullptr) {
+      void* next;
+      std::memcpy(&next, list, sizeof next);
+      __atomic_fetch_sub(&t.queued, 1u, __ATOMIC_RELAXED);
+      if (!FreeSlowPath(list, 0, 0)) g_release_block(list);  // (how 0: its size is read again)
+      list = next;
+    }
   }
   t.draining = false;
 }

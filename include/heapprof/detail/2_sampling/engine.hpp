@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <malloc.h>
 #include <pthread.h>
@@ -402,11 +403,18 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
   if (MaybeSampled(p)) {
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
       // A signal handler freeing while its thread holds p's shard lock.
-      if ((how & kFreeCanDefer) != 0 && PushDeferredFree(p, n, how)) return true;
+      if ((how & kFreeCanDefer) != 0) {
+        if (PushDeferredFree(p, n, how)) return true;
+        // Every slot taken: a global hook's block (its size is read again at
+        // the drain) goes on the list through the blocks.
+        if ((how & kFreeSized) == 0 && n >= sizeof(void*)) {
+          PushOverflowFree(p);
+          return true;
+        }
+      }
       // Cannot wait and cannot queue (heapprof::allocator releases through
-      // its upstream, or the queue is full): count the free now; the map entry
-      // stays until the address is sampled again, when Insert retires it as
-      // freed.
+      // its upstream): count the free now; the map entry stays until the
+      // address is sampled again, when Insert retires it as freed.
     } else {
       Bucket* b;
       {
@@ -428,8 +436,19 @@ HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
   if (t.draining || t.held_shard != nullptr) return;  // (queued: DrainDeferredFrees checked it)
   t.draining = true;
   DeferredFree f;
-  while (PopDeferredFree(f)) {
-    if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
+  for (;;) {
+    while (PopDeferredFree(f)) {
+      if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
+    }
+    void* list = TakeOverflowFrees();
+    if (list == nullptr) break;
+    while (list != nullptr) {
+      void* next;
+      std::memcpy(&next, list, sizeof next);
+      __atomic_fetch_sub(&t.queued, 1u, __ATOMIC_RELAXED);
+      if (!FreeSlowPath(list, 0, 0)) g_release_block(list);  // (how 0: its size is read again)
+      list = next;
+    }
   }
   t.draining = false;
 }

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena.hpp"
@@ -61,6 +62,11 @@ struct LiveMapThreadState {
   // rate 1). Same-thread only (a handler and the code it interrupted): an
   // atomic add, never a lock-prefixed shared line.
   std::uint32_t queued = 0;
+  // Frees beyond the slots (a signal storm: handler after handler while the
+  // thread stays inside one operation; 32 slots overflowed in the hostile
+  // test): a list threaded through the blocks themselves, which are ours
+  // until drained (PushOverflowFree). Counted in `queued` too.
+  void* overflow = nullptr;
   bool draining = false;
 };
 inline thread_local LiveMapThreadState tls_live_map HEAPPROF_TLS_MODEL;
@@ -81,6 +87,23 @@ inline bool PushDeferredFree(void* p, std::size_t n, unsigned how) noexcept {
   }
   return false;
 }
+
+// Queues a deferred free of a global hook's block when every slot is taken:
+// its first word links it to the list (the block is not released until the
+// drain, and nothing else reads it; its size is asked again then). For
+// blocks of at least a pointer's size.
+inline void PushOverflowFree(void* p) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  void* head = __atomic_load_n(&t.overflow, __ATOMIC_RELAXED);
+  std::memcpy(p, &head, sizeof head);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&t.overflow, p, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
+}
+
+// Takes the whole overflow list (one exchange: a handler pushing meanwhile
+// starts a new list); the caller counts `queued` down per block.
+inline void* TakeOverflowFrees() noexcept { return __atomic_exchange_n(&tls_live_map.overflow, nullptr, __ATOMIC_RELAXED); }
 
 // Takes one queued free; false when none is queued.
 inline bool PopDeferredFree(DeferredFree& out) noexcept {
