@@ -2824,6 +2824,12 @@ class LabelRegistry {
     return made != nullptr ? made : OverflowLocked();
   }
 
+  // Whether `set` is the overflow set (read without the lock: once set, the
+  // pointer never changes, and a set made before it cannot be it).
+  bool IsOverflow(const LabelSetData* set) const noexcept {
+    return set == __atomic_load_n(&overflow_, __ATOMIC_ACQUIRE);
+  }
+
   void SetMaxSets(std::uint64_t n) noexcept { max_sets_.store(n, std::memory_order_relaxed); }
   std::uint64_t SetCount() noexcept {
     LockGuard hold(lock_);
@@ -2881,7 +2887,7 @@ class LabelRegistry {
       set->count = 1;
       set->bytes = static_cast<std::uint32_t>(bytes);
       set->entries()[0] = LabelEntry{"heapprof", "label-set-overflow"};
-      overflow_ = set;
+      __atomic_store_n(&overflow_, set, __ATOMIC_RELEASE);
     }
     return overflow_;
   }
@@ -2895,6 +2901,97 @@ class LabelRegistry {
 };
 
 inline LabelRegistry g_labels;
+
+// The sets of the calling thread's recent label scopes (InternLabels, in
+// implementation.hpp). Keyed by the scope's enclosing set and the addresses
+// of its first label's strings, a hint only: a hit is checked against the
+// labels' bytes (IsMergeOf), so a stale entry (a reused buffer), a torn one
+// (a signal handler's scope wrote it half way) or a recycled thread's costs a
+// lookup, never a wrong set. Sets are never freed, so a pointer read here
+// stays valid. The default TLS model, not HEAPPROF_TLS_MODEL: these 512
+// bytes are not on an allocation's path, and in a shared object they must
+// not take glibc's static TLS surplus, which a dlopen'ed library may need.
+struct LabelMemos {
+  struct Memo {
+    const void* base;
+    const void* key;
+    const void* value;
+    const LabelSetData* set;
+  };
+  static constexpr std::size_t kCount = 16;  // direct-mapped (Slot)
+  Memo memo[kCount];
+  static std::size_t Slot(const void* base, const void* key, const void* value) noexcept {
+    const std::uint64_t h = (reinterpret_cast<std::uintptr_t>(base) ^ reinterpret_cast<std::uintptr_t>(key) * 3 ^
+                             reinterpret_cast<std::uintptr_t>(value) * 5) *
+                            0x9e3779b97f4a7c15ull;
+    return static_cast<std::size_t>(h >> 60);
+  }
+};
+inline thread_local LabelMemos tls_label_memos;
+
+// Whether `set` is exactly `base` with labels[0, n) merged over it (what
+// InternLabels makes of them): every label's value in it, every label of
+// `base` whose key no label overrides in it too, and nothing else. False for
+// a label longer than kMaxLabelBytes (its set holds it cut) and for keys
+// given twice with different values (the earlier one is not in the set):
+// those are interned every time. Used to check a memo hit (InternLabels).
+// Labels are short (keys, endpoints, tenants): up to 16 bytes are compared
+// inline, as two words that may overlap, never reading outside either string.
+inline bool LabelBytesEqual(std::string_view a, std::string_view b) noexcept {
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
+  const char* p = a.data();
+  const char* q = b.data();
+  if (n >= 8 && n <= 16) {
+    std::uint64_t p0, q0, p1, q1;
+    std::memcpy(&p0, p, 8), std::memcpy(&q0, q, 8), std::memcpy(&p1, p + n - 8, 8), std::memcpy(&q1, q + n - 8, 8);
+    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+  }
+  if (n >= 4 && n < 8) {
+    std::uint32_t p0, q0, p1, q1;
+    std::memcpy(&p0, p, 4), std::memcpy(&q0, q, 4), std::memcpy(&p1, p + n - 4, 4), std::memcpy(&q1, q + n - 4, 4);
+    return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+  }
+  if (n < 4) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (p[i] != q[i]) return false;
+    }
+    return true;
+  }
+  return p == q || std::memcmp(p, q, n) == 0;
+}
+inline const LabelEntry* FindLabel(const LabelSetData& set, std::string_view key) noexcept {
+  for (std::uint32_t i = 0; i < set.count; ++i) {
+    if (LabelBytesEqual(set.entries()[i].key, key)) return &set.entries()[i];
+  }
+  return nullptr;
+}
+template <class LabelT>
+bool IsMergeOf(const LabelSetData* set, const LabelSetData* base, const LabelT* labels, std::size_t n) noexcept {
+  if (set == nullptr || n > kMaxLabels) return false;
+  std::size_t keys = 0;  // distinct keys of the result
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string_view key = labels[i].first, value = labels[i].second;
+    if (key.size() > kMaxLabelBytes || value.size() > kMaxLabelBytes) return false;
+    const LabelEntry* e = FindLabel(*set, key);
+    if (e == nullptr || !LabelBytesEqual(e->value, value)) return false;
+    bool again = false;
+    for (std::size_t j = 0; j < i && !again; ++j) again = LabelBytesEqual(labels[j].first, key);
+    keys += again ? 0 : 1;
+  }
+  if (base != nullptr) {
+    for (std::uint32_t b = 0; b < base->count; ++b) {
+      const LabelEntry& kept = base->entries()[b];
+      bool overridden = false;
+      for (std::size_t i = 0; i < n && !overridden; ++i) overridden = LabelBytesEqual(labels[i].first, kept.key);
+      if (overridden) continue;
+      const LabelEntry* e = FindLabel(*set, kept.key);
+      if (e == nullptr || !LabelBytesEqual(e->value, kept.value)) return false;
+      ++keys;
+    }
+  }
+  return keys == set->count;
+}
 
 // The set a sample taken now is attributed to: the thread's (1_hooks/fast_path.hpp),
 // with an allocator's labels merged over it.
@@ -16505,13 +16602,28 @@ HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept
 
 // ---------------------------------------------------------------- labels
 
+// A scope usually opens with the labels it had before (a handler's endpoint
+// and tenant, from a small set): the thread's memos (tls_label_memos) keep
+// its last few sets, found by the enclosing set and the addresses of the
+// first label's strings, and checked against the labels' bytes (IsMergeOf).
+// A two-label scope then costs a few compares instead of sorting, hashing and
+// a lookup under the registry's lock (bench/labels.cpp).
 const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, std::size_t count) noexcept {
+  if (count == 0) return base;  // (interned already)
+  LabelMemos::Memo& m = tls_label_memos.memo[LabelMemos::Slot(base, labels[0].first.data(), labels[0].second.data())];
+  if (m.base == base && m.key == labels[0].first.data() && m.value == labels[0].second.data()) {
+    const LabelSetData* const set = m.set;  // once: a signal handler's scope may write the memo meanwhile
+    if (IsMergeOf(set, base, labels, count)) return set;
+  }
   EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
   ReentrancyGuard guard;
   LabelBuilder b;
   b.AddAll(base);
   for (std::size_t i = 0; i < count; ++i) b.Put(labels[i].first, labels[i].second);
-  return g_labels.Intern(b);
+  const LabelSetData* set = g_labels.Intern(b);
+  // Not the overflow set: each of its uses is counted (Stats::label_set_overflows).
+  if (set != nullptr && !g_labels.IsOverflow(set)) m = LabelMemos::Memo{base, labels[0].first.data(), labels[0].second.data(), set};
+  return set;
 }
 
 const LabelSetData* MergeLabels(const LabelSetData* base, const LabelSetData* over) noexcept {

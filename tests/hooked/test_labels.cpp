@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -120,6 +122,89 @@ TEST_CASE("labels: a captured set carried to a worker thread") {
   CHECK(Sum(p, 2002, {{"request", "r-42"}, {"pool", "io"}}, "inuse_objects") == 4);
   FreeKept(10, 4);
   heapprof::SetSampleRate(saved);
+}
+
+// A scope's set comes from the thread's memo when its enclosing set and its
+// first label's string addresses match an earlier scope's; the memo's set must
+// still be checked against the labels' bytes. Each case below passes the same
+// addresses with other contents (or other labels after the first), so a memo
+// that trusted the addresses returns the earlier set.
+TEST_CASE("labels: a scope entered again gets its own labels, whatever the memo of earlier scopes holds") {
+  using heapprof::Label;
+  using heapprof::LabelSet;
+  using heapprof::ScopedLabels;
+  auto fresh = [](std::initializer_list<Label> labels) { return LabelSet(labels); };  // interned without a base
+  char key[16] = "endpoint";
+  char value[16] = "/search";
+  const std::string_view k(key, 8);
+  const std::string_view v(value, 7);
+  LabelSet first;
+  {
+    ScopedLabels s{{k, v}, {"tenant", "acme"}};
+    first = heapprof::CurrentLabels();
+  }
+  {
+    ScopedLabels s{{k, v}, {"tenant", "acme"}};  // the same: the same set
+    CHECK(heapprof::CurrentLabels() == first);
+  }
+  std::memcpy(value, "/orders", 7);  // same addresses, same length, other bytes
+  {
+    ScopedLabels s{{k, v}, {"tenant", "acme"}};
+    CHECK(heapprof::CurrentLabels().Get("endpoint") == "/orders");
+    CHECK(heapprof::CurrentLabels() == fresh({{"endpoint", "/orders"}, {"tenant", "acme"}}));
+  }
+  std::memcpy(key, "handler", 8);  // the key's bytes change (and "handler\0" is 8 bytes)
+  {
+    ScopedLabels s{{std::string_view(key, 7), v}, {"tenant", "acme"}};
+    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tenant", "acme"}}));
+  }
+  {
+    ScopedLabels s{{std::string_view(key, 7), v}, {"tenant", "beta"}};  // the second label differs
+    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tenant", "beta"}}));
+  }
+  {
+    ScopedLabels s{{std::string_view(key, 7), v}};  // one label fewer
+    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}}));
+  }
+  {
+    // A key given twice: the later value wins, every time.
+    ScopedLabels s{{std::string_view(key, 7), v}, {"handler", "/late"}};
+    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/late"}}));
+  }
+  {
+    ScopedLabels s{{std::string_view(key, 7), v}, {"handler", "/late"}};
+    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/late"}}));
+  }
+  {
+    // Inside a scope: the enclosing set's labels stay unless overridden. The
+    // first inner scope overrides "tier"; the second, with the same first
+    // label, does not, and must see the enclosing value (the memo's set has
+    // the same count of labels and the second's one label in it).
+    ScopedLabels outer{{"tier", "gold"}};
+    {
+      ScopedLabels inner{{std::string_view(key, 7), v}, {"tier", "silver"}};
+      CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tier", "silver"}}));
+    }
+    {
+      ScopedLabels inner{{std::string_view(key, 7), v}};
+      CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tier", "gold"}}));
+    }
+  }
+  // Labels of every length up to 40 bytes, differing in one byte at each
+  // position (the short ones are compared a word at a time).
+  for (std::size_t n = 1; n <= 40; ++n) {
+    std::string a(n, 'x');
+    ScopedLabels s1{{"len", a}};
+    const LabelSet before = heapprof::CurrentLabels();
+    for (std::size_t at = 0; at < n; ++at) {
+      std::string b = a;
+      b[at] = 'y';
+      ScopedLabels s2{{"len", b}};
+      CHECK(heapprof::CurrentLabels().Get("len") == b);
+    }
+    ScopedLabels again{{"len", a}};
+    CHECK(heapprof::CurrentLabels() == before);
+  }
 }
 
 TEST_CASE("labels: heapprof::allocator carries a LabelSet merged over the thread's") {

@@ -245,13 +245,28 @@ HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept
 
 // ---------------------------------------------------------------- labels
 
+// A scope usually opens with the labels it had before (a handler's endpoint
+// and tenant, from a small set): the thread's memos (tls_label_memos) keep
+// its last few sets, found by the enclosing set and the addresses of the
+// first label's strings, and checked against the labels' bytes (IsMergeOf).
+// A two-label scope then costs a few compares instead of sorting, hashing and
+// a lookup under the registry's lock (bench/labels.cpp).
 const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, std::size_t count) noexcept {
+  if (count == 0) return base;  // (interned already)
+  LabelMemos::Memo& m = tls_label_memos.memo[LabelMemos::Slot(base, labels[0].first.data(), labels[0].second.data())];
+  if (m.base == base && m.key == labels[0].first.data() && m.value == labels[0].second.data()) {
+    const LabelSetData* const set = m.set;  // once: a signal handler's scope may write the memo meanwhile
+    if (IsMergeOf(set, base, labels, count)) return set;
+  }
   EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
   ReentrancyGuard guard;
   LabelBuilder b;
   b.AddAll(base);
   for (std::size_t i = 0; i < count; ++i) b.Put(labels[i].first, labels[i].second);
-  return g_labels.Intern(b);
+  const LabelSetData* set = g_labels.Intern(b);
+  // Not the overflow set: each of its uses is counted (Stats::label_set_overflows).
+  if (set != nullptr && !g_labels.IsOverflow(set)) m = LabelMemos::Memo{base, labels[0].first.data(), labels[0].second.data(), set};
+  return set;
 }
 
 const LabelSetData* MergeLabels(const LabelSetData* base, const LabelSetData* over) noexcept {
