@@ -7523,10 +7523,12 @@ inline ArenaString FileBuildId(const SectionTable& sections) {
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 
 // ---- begin heapprof/detail/4_symbolization/debug_memory.hpp ----
@@ -9494,6 +9496,10 @@ inline bool ZlibInflate(const unsigned char* in, std::size_t in_size, unsigned c
 namespace heapprof {
 namespace detail {
 
+// Tests: while set, every DWARF load runs out of memory (builds with
+// exceptions; DebugObject::EnsureLoaded).
+inline std::atomic<bool> g_fail_debug_loads_for_tests{false};
+
 // The DWARF of one loaded object.
 class DebugObject {
  public:
@@ -9514,10 +9520,26 @@ class DebugObject {
     build_id_ = build_id;
     debug_directory_ = debug_directory;
   }
+  // A load that runs out of memory (bad_alloc, builds with exceptions) is
+  // undone and rethrown: the write that asked fails over to a profile
+  // without names (snapshot.hpp), and the next write loads this object
+  // again. It used to stay marked loaded, without its DWARF: every later
+  // profile had names but no lines for it.
   void EnsureLoaded() {
     if (loaded_) return;
     loaded_ = true;
-    if (path_ != nullptr) Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+    if (path_ == nullptr) return;
+#if HEAPPROF_EXCEPTIONS
+    try {
+      if (HEAPPROF_UNLIKELY(g_fail_debug_loads_for_tests.load(std::memory_order_relaxed))) throw std::bad_alloc();
+      Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+    } catch (...) {  // (a forced unwind too: rethrown)
+      Unload();
+      throw;
+    }
+#else
+    Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+#endif
   }
 
   int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {
@@ -9535,6 +9557,17 @@ class DebugObject {
   };
 
   bool UseFile(elf::MappedFile& file, const char* build_id);
+  // Back to the state before EnsureLoaded: nothing read, everything given back.
+  void Unload() noexcept {
+    DebugDelete(info_);
+    info_ = nullptr;
+    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
+    inflated_count_ = 0;
+    sections_ = dwarf::Sections{};
+    file_ = elf::MappedFile{};
+    debug_file_ = nullptr;
+    loaded_ = false;
+  }
 
   elf::MappedFile file_;
   dwarf::Sections sections_{};

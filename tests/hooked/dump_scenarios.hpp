@@ -18,6 +18,7 @@
 #include "support/http_client.hpp"
 #include "support/inflate.hpp"
 #include "support/profile_decoder.hpp"
+#include "internals.hpp"
 
 namespace heapprof_test {
 
@@ -105,6 +106,30 @@ inline int RunHttpEnv() {
   return 0;
 }
 
+// debug_retry: 16 profile writes run out of memory loading DWARF (every load
+// fails while FailDebugLoads is on; a write stops at the first object it
+// loads, so were a failed object left marked loaded, each write would leave
+// one more object so, the executable among them); then one write without the
+// failures must load them all again. Writes HEAPPROF_TEST_DIR/first.pb.gz
+// (the last failing write) and second.pb.gz.
+__attribute__((noinline)) inline char* DebugRetryLeaf(std::size_t n) {
+  char* p = new char[n];
+  g_dump_sink = p;
+  return p;
+}
+inline int RunDebugRetry() {
+  const std::string dir = std::getenv("HEAPPROF_TEST_DIR");
+  std::vector<char*> keep;
+  for (int i = 0; i < 3; ++i) keep.push_back(DebugRetryLeaf(4000));
+  FailDebugLoads(true);
+  bool first = true;
+  for (int i = 0; i < 16; ++i) first &= heapprof::WriteHeapProfile(dir + "/first.pb.gz");
+  FailDebugLoads(false);
+  const bool second = heapprof::WriteHeapProfile(dir + "/second.pb.gz");
+  for (char* p : keep) delete[] p;
+  return first && second ? 0 : 3;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
@@ -112,6 +137,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal") == 0) return RunDumpSignal();
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
+  if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();
   known = false;
   return 2;
 }

@@ -69,4 +69,8 @@ std::uint64_t MonotonicNanos();  // the engine's clock (0_base/report.hpp)
 // exceptions; 5_encoding/snapshot.hpp: EncodeGzippedSymbolized).
 void FailNextSymbolization();
 
+// While `on`, every DWARF load runs out of memory (builds with exceptions;
+// 4_symbolization/debug_info.hpp: DebugObject::EnsureLoaded).
+void FailDebugLoads(bool on);
+
 }  // namespace heapprof_test

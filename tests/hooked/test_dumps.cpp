@@ -434,6 +434,47 @@ TEST_CASE("a profile whose symbolization runs out of memory is written without n
 #endif
 }
 
+TEST_CASE("a DWARF load that ran out of memory is tried again by the next write") {
+#if !HEAPPROF_EXCEPTIONS
+  MESSAGE("built without exceptions: the write's headroom decides before it loads DWARF");
+#else
+  // In a child: this process has loaded its DWARF long ago. Its first 16
+  // writes fail every DWARF load (and so fall back to profiles without
+  // names); the next must find file and line of the leaf. Before, an object
+  // whose load failed stayed marked loaded without its DWARF: names from the
+  // symbol table, line 0, in every later profile.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CHILD=debug_retry", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile first, second;
+  REQUIRE(ReadProfileFile(dir + "/first.pb.gz", first));
+  REQUIRE(ReadProfileFile(dir + "/second.pb.gz", second));
+  CHECK(first.functions.empty());  // the injected failure still fired at the 16th write
+  const heapprof_test::Sample* leaf = nullptr;
+  for (const heapprof_test::Sample& s : second.samples) {
+    const std::vector<std::string> names = heapprof_test::FunctionNames(second, s);
+    if (!names.empty() && names[0].find("DebugRetryLeaf") != std::string::npos) leaf = &s;
+  }
+  REQUIRE(leaf != nullptr);
+  REQUIRE_FALSE(leaf->location_ids.empty());
+  const heapprof_test::Location* loc = nullptr;
+  for (const heapprof_test::Location& l : second.locations) {
+    if (l.id == leaf->location_ids[0]) loc = &l;
+  }
+  REQUIRE(loc != nullptr);
+  REQUIRE_FALSE(loc->lines.empty());
+  CHECK(loc->lines[0].line > 0);
+  std::string file;
+  for (const heapprof_test::Function& f : second.functions) {
+    if (f.id == loc->lines[0].function_id) file = second.string_table.at(static_cast<std::size_t>(f.filename_index));
+  }
+  CHECK(file.find("dump_scenarios.hpp") != std::string::npos);
+  RemoveDir(dir);
+#endif
+}
+
 TEST_CASE("delta profile: only what happened after the baseline, with duration_nanos") {
   heapprof_test::RateScope rate(1);
   std::vector<char*> before;
