@@ -9496,8 +9496,8 @@ inline bool ZlibInflate(const unsigned char* in, std::size_t in_size, unsigned c
 namespace heapprof {
 namespace detail {
 
-// Tests: while set, every DWARF load runs out of memory (builds with
-// exceptions; DebugObject::EnsureLoaded).
+// Tests: while set, every load that found DWARF runs out of memory at its
+// end (builds with exceptions; DebugObject::EnsureLoaded).
 inline std::atomic<bool> g_fail_debug_loads_for_tests{false};
 
 // The DWARF of one loaded object.
@@ -9531,8 +9531,11 @@ class DebugObject {
     if (path_ == nullptr) return;
 #if HEAPPROF_EXCEPTIONS
     try {
-      if (HEAPPROF_UNLIKELY(g_fail_debug_loads_for_tests.load(std::memory_order_relaxed))) throw std::bad_alloc();
       Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+      // (After the load: what it took must be given back.)
+      if (HEAPPROF_UNLIKELY(g_fail_debug_loads_for_tests.load(std::memory_order_relaxed)) && info_ != nullptr) {
+        throw std::bad_alloc();
+      }
     } catch (...) {  // (a forced unwind too: rethrown)
       Unload();
       throw;
@@ -16645,7 +16648,8 @@ const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, 
   if (count == 0) return base;  // (interned already)
   LabelMemos::Memo& m = tls_label_memos.memo[LabelMemos::Slot(base, labels[0].first.data(), labels[0].second.data())];
   if (m.base == base && m.key == labels[0].first.data() && m.value == labels[0].second.data()) {
-    const LabelSetData* const set = m.set;  // once: a signal handler's scope may write the memo meanwhile
+    // Read once: a signal handler's scope may write the memo meanwhile.
+    const LabelSetData* const set = __atomic_load_n(&m.set, __ATOMIC_RELAXED);
     if (IsMergeOf(set, base, labels, count)) return set;
   }
   EnsureInit();  // HEAPPROF=max_label_sets applies before the first set

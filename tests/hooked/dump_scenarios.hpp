@@ -106,12 +106,14 @@ inline int RunHttpEnv() {
   return 0;
 }
 
-// debug_retry: 16 profile writes run out of memory loading DWARF (every load
-// fails while FailDebugLoads is on; a write stops at the first object it
-// loads, so were a failed object left marked loaded, each write would leave
-// one more object so, the executable among them); then one write without the
-// failures must load them all again. Writes HEAPPROF_TEST_DIR/first.pb.gz
-// (the last failing write) and second.pb.gz.
+// debug_retry: 16 profile writes in which every load that finds DWARF runs
+// out of memory at its end (FailDebugLoads). A write stops at the first such
+// object, so were a failed object left marked loaded, each write would leave
+// one more so, and the later ones would have names. Each failed load must
+// give back all it took: the debug-info cache holds as much after the 16th
+// failing write as after the first. Then one write without the failures
+// must load the DWARF again. Writes HEAPPROF_TEST_DIR/first.pb.gz (the last
+// failing write) and second.pb.gz.
 __attribute__((noinline)) inline char* DebugRetryLeaf(std::size_t n) {
   char* p = new char[n];
   g_dump_sink = p;
@@ -122,9 +124,12 @@ inline int RunDebugRetry() {
   std::vector<char*> keep;
   for (int i = 0; i < 3; ++i) keep.push_back(DebugRetryLeaf(4000));
   FailDebugLoads(true);
-  bool first = true;
-  for (int i = 0; i < 16; ++i) first &= heapprof::WriteHeapProfile(dir + "/first.pb.gz");
+  bool first = heapprof::WriteHeapProfile(dir + "/first.pb.gz");
+  const std::size_t after_one = DebugInfoBytes();  // the cache's own tables, the objects' records
+  for (int i = 1; i < 16; ++i) first &= heapprof::WriteHeapProfile(dir + "/first.pb.gz");
+  const std::size_t after_all = DebugInfoBytes();  // the same: each failed load gave back what it took
   FailDebugLoads(false);
+  std::printf("debug_bytes after_one=%zu after_all=%zu\n", after_one, after_all);
   const bool second = heapprof::WriteHeapProfile(dir + "/second.pb.gz");
   for (char* p : keep) delete[] p;
   return first && second ? 0 : 3;

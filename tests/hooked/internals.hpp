@@ -69,8 +69,9 @@ std::uint64_t MonotonicNanos();  // the engine's clock (0_base/report.hpp)
 // exceptions; 5_encoding/snapshot.hpp: EncodeGzippedSymbolized).
 void FailNextSymbolization();
 
-// While `on`, every DWARF load runs out of memory (builds with exceptions;
+// While `on`, every load that finds DWARF runs out of memory at its end (builds with exceptions;
 // 4_symbolization/debug_info.hpp: DebugObject::EnsureLoaded).
 void FailDebugLoads(bool on);
+std::size_t DebugInfoBytes();  // what the debug-info cache holds (4_symbolization/debug_memory.hpp)
 
 }  // namespace heapprof_test

@@ -65,6 +65,7 @@ bool Baseline::BuildDeltaProfile(std::string& gz) const {
 std::uint64_t MonotonicNanos() { return hd::MonotonicNanos(); }
 void FailNextSymbolization() { hd::g_symbolize_oom_for_tests.store(1); }
 void FailDebugLoads(bool on) { hd::g_fail_debug_loads_for_tests.store(on); }
+std::size_t DebugInfoBytes() { return hd::g_debug_info_bytes.load(); }
 
 }  // namespace heapprof_test
 

@@ -438,11 +438,12 @@ TEST_CASE("a DWARF load that ran out of memory is tried again by the next write"
 #if !HEAPPROF_EXCEPTIONS
   MESSAGE("built without exceptions: the write's headroom decides before it loads DWARF");
 #else
-  // In a child: this process has loaded its DWARF long ago. Its first 16
-  // writes fail every DWARF load (and so fall back to profiles without
-  // names); the next must find file and line of the leaf. Before, an object
-  // whose load failed stayed marked loaded without its DWARF: names from the
-  // symbol table, line 0, in every later profile.
+  // In a child: this process has loaded its DWARF long ago. In its first 16
+  // writes every load that finds DWARF fails at its end (so they fall back
+  // to profiles without names); the next must find file and line of the
+  // leaf. Before, an object whose load failed stayed marked loaded, as far
+  // as its load had got (without its DWARF when that was not read yet:
+  // names from the symbol table, line 0, in every later profile).
   const std::string dir = DumpsTempDir();
   std::string out;
   const int rc = RunSelf("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CHILD=debug_retry", out);
@@ -452,6 +453,13 @@ TEST_CASE("a DWARF load that ran out of memory is tried again by the next write"
   REQUIRE(ReadProfileFile(dir + "/first.pb.gz", first));
   REQUIRE(ReadProfileFile(dir + "/second.pb.gz", second));
   CHECK(first.functions.empty());  // the injected failure still fired at the 16th write
+  // Each failed load gave back all it had taken (its DWARF, inflated sections, the mapping).
+  std::size_t after_one = 0, after_all = 0;
+  REQUIRE(out.find("debug_bytes") != std::string::npos);
+  REQUIRE(std::sscanf(out.c_str() + out.find("debug_bytes"), "debug_bytes after_one=%zu after_all=%zu", &after_one,
+                      &after_all) == 2);
+  CHECK(after_one > 0);
+  CHECK(after_all == after_one);
   const heapprof_test::Sample* leaf = nullptr;
   for (const heapprof_test::Sample& s : second.samples) {
     const std::vector<std::string> names = heapprof_test::FunctionNames(second, s);

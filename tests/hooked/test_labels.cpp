@@ -128,12 +128,19 @@ TEST_CASE("labels: a captured set carried to a worker thread") {
 // first label's string addresses match an earlier scope's; the memo's set must
 // still be checked against the labels' bytes. Each case below passes the same
 // addresses with other contents (or other labels after the first), so a memo
-// that trusted the addresses returns the earlier set.
+// that trusted the addresses returns the earlier set. The expected sets are
+// read label by label (Holds), not built through the code under test.
+bool Holds(const heapprof::LabelSet& set, std::initializer_list<std::pair<const char*, const char*>> want) {
+  if (set.size() != want.size()) return false;
+  for (const auto& kv : want) {
+    if (set.Get(kv.first) != kv.second) return false;
+  }
+  return true;
+}
+
 TEST_CASE("labels: a scope entered again gets its own labels, whatever the memo of earlier scopes holds") {
-  using heapprof::Label;
   using heapprof::LabelSet;
   using heapprof::ScopedLabels;
-  auto fresh = [](std::initializer_list<Label> labels) { return LabelSet(labels); };  // interned without a base
   char key[16] = "endpoint";
   char value[16] = "/search";
   const std::string_view k(key, 8);
@@ -142,6 +149,7 @@ TEST_CASE("labels: a scope entered again gets its own labels, whatever the memo 
   {
     ScopedLabels s{{k, v}, {"tenant", "acme"}};
     first = heapprof::CurrentLabels();
+    CHECK(Holds(first, {{"endpoint", "/search"}, {"tenant", "acme"}}));
   }
   {
     ScopedLabels s{{k, v}, {"tenant", "acme"}};  // the same: the same set
@@ -150,30 +158,30 @@ TEST_CASE("labels: a scope entered again gets its own labels, whatever the memo 
   std::memcpy(value, "/orders", 7);  // same addresses, same length, other bytes
   {
     ScopedLabels s{{k, v}, {"tenant", "acme"}};
-    CHECK(heapprof::CurrentLabels().Get("endpoint") == "/orders");
-    CHECK(heapprof::CurrentLabels() == fresh({{"endpoint", "/orders"}, {"tenant", "acme"}}));
+    CHECK(Holds(heapprof::CurrentLabels(), {{"endpoint", "/orders"}, {"tenant", "acme"}}));
   }
   std::memcpy(key, "handler", 8);  // the key's bytes change (and "handler\0" is 8 bytes)
+  const std::string_view h(key, 7);
   {
-    ScopedLabels s{{std::string_view(key, 7), v}, {"tenant", "acme"}};
-    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tenant", "acme"}}));
+    ScopedLabels s{{h, v}, {"tenant", "acme"}};
+    CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/orders"}, {"tenant", "acme"}}));
   }
   {
-    ScopedLabels s{{std::string_view(key, 7), v}, {"tenant", "beta"}};  // the second label differs
-    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tenant", "beta"}}));
+    ScopedLabels s{{h, v}, {"tenant", "beta"}};  // the second label differs
+    CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/orders"}, {"tenant", "beta"}}));
   }
   {
-    ScopedLabels s{{std::string_view(key, 7), v}};  // one label fewer
-    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}}));
+    ScopedLabels s{{h, v}};  // one label fewer
+    CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/orders"}}));
   }
   {
     // A key given twice: the later value wins, every time.
-    ScopedLabels s{{std::string_view(key, 7), v}, {"handler", "/late"}};
-    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/late"}}));
+    ScopedLabels s{{h, v}, {"handler", "/late"}};
+    CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/late"}}));
   }
   {
-    ScopedLabels s{{std::string_view(key, 7), v}, {"handler", "/late"}};
-    CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/late"}}));
+    ScopedLabels s{{h, v}, {"handler", "/late"}};
+    CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/late"}}));
   }
   {
     // Inside a scope: the enclosing set's labels stay unless overridden. The
@@ -182,28 +190,39 @@ TEST_CASE("labels: a scope entered again gets its own labels, whatever the memo 
     // the same count of labels and the second's one label in it).
     ScopedLabels outer{{"tier", "gold"}};
     {
-      ScopedLabels inner{{std::string_view(key, 7), v}, {"tier", "silver"}};
-      CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tier", "silver"}}));
+      ScopedLabels inner{{h, v}, {"tier", "silver"}};
+      CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/orders"}, {"tier", "silver"}}));
     }
     {
-      ScopedLabels inner{{std::string_view(key, 7), v}};
-      CHECK(heapprof::CurrentLabels() == fresh({{"handler", "/orders"}, {"tier", "gold"}}));
+      ScopedLabels inner{{h, v}};
+      CHECK(Holds(heapprof::CurrentLabels(), {{"handler", "/orders"}, {"tier", "gold"}}));
     }
   }
-  // Labels of every length up to 40 bytes, differing in one byte at each
-  // position (the short ones are compared a word at a time).
+  // Every length up to 40 bytes (the short ones are compared a word at a
+  // time): one buffer, so every scope has the same addresses; before each
+  // change the memo holds the all-'x' set, and the scope after it differs
+  // from that set in that one byte only.
   for (std::size_t n = 1; n <= 40; ++n) {
-    std::string a(n, 'x');
-    ScopedLabels s1{{"len", a}};
-    const LabelSet before = heapprof::CurrentLabels();
-    for (std::size_t at = 0; at < n; ++at) {
-      std::string b = a;
-      b[at] = 'y';
-      ScopedLabels s2{{"len", b}};
-      CHECK(heapprof::CurrentLabels().Get("len") == b);
+    std::string buf(n, 'x');
+    const std::string_view label(buf.data(), n);
+    LabelSet all_x;
+    {
+      ScopedLabels s{{"len", label}};
+      all_x = heapprof::CurrentLabels();
+      CHECK(all_x.Get("len") == std::string(n, 'x'));
     }
-    ScopedLabels again{{"len", a}};
-    CHECK(heapprof::CurrentLabels() == before);
+    for (std::size_t at = 0; at < n; ++at) {
+      {
+        ScopedLabels s{{"len", label}};  // the memo now holds the all-'x' set
+        CHECK(heapprof::CurrentLabels() == all_x);
+      }
+      buf[at] = 'y';
+      {
+        ScopedLabels s{{"len", label}};
+        CHECK(heapprof::CurrentLabels().Get("len") == buf);
+      }
+      buf[at] = 'x';
+    }
   }
 }
 

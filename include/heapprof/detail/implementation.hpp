@@ -255,7 +255,8 @@ const LabelSetData* InternLabels(const LabelSetData* base, const Label* labels, 
   if (count == 0) return base;  // (interned already)
   LabelMemos::Memo& m = tls_label_memos.memo[LabelMemos::Slot(base, labels[0].first.data(), labels[0].second.data())];
   if (m.base == base && m.key == labels[0].first.data() && m.value == labels[0].second.data()) {
-    const LabelSetData* const set = m.set;  // once: a signal handler's scope may write the memo meanwhile
+    // Read once: a signal handler's scope may write the memo meanwhile.
+    const LabelSetData* const set = __atomic_load_n(&m.set, __ATOMIC_RELAXED);
     if (IsMergeOf(set, base, labels, count)) return set;
   }
   EnsureInit();  // HEAPPROF=max_label_sets applies before the first set
