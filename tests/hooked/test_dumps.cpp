@@ -467,18 +467,13 @@ TEST_CASE("a DWARF load that ran out of memory is tried again by the next write"
   }
   REQUIRE(leaf != nullptr);
   REQUIRE_FALSE(leaf->location_ids.empty());
-  const heapprof_test::Location* loc = nullptr;
-  for (const heapprof_test::Location& l : second.locations) {
-    if (l.id == leaf->location_ids[0]) loc = &l;
-  }
+  const heapprof_test::Location* loc = heapprof_test::FindLocation(second, leaf->location_ids[0]);
   REQUIRE(loc != nullptr);
   REQUIRE_FALSE(loc->lines.empty());
   CHECK(loc->lines[0].line > 0);
-  std::string file;
-  for (const heapprof_test::Function& f : second.functions) {
-    if (f.id == loc->lines[0].function_id) file = second.string_table.at(static_cast<std::size_t>(f.filename_index));
-  }
-  CHECK(file.find("dump_scenarios.hpp") != std::string::npos);
+  const heapprof_test::Function* fn = heapprof_test::FindFunction(second, loc->lines[0].function_id);
+  REQUIRE(fn != nullptr);
+  CHECK(fn->filename.find("dump_scenarios.hpp") != std::string::npos);
   RemoveDir(dir);
 #endif
 }

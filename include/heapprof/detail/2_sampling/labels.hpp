@@ -221,12 +221,6 @@ struct LabelMemos {
 };
 inline thread_local LabelMemos tls_label_memos;
 
-// Whether `set` is exactly `base` with labels[0, n) merged over it (what
-// InternLabels makes of them): every label's value in it, every label of
-// `base` whose key no label overrides in it too, and nothing else. False for
-// a label longer than kMaxLabelBytes (its set holds it cut) and for keys
-// given twice with different values (the earlier one is not in the set):
-// those are interned every time. Used to check a memo hit (InternLabels).
 // Labels are short (keys, endpoints, tenants): up to 16 bytes are compared
 // inline, as two words that may overlap, never reading outside either string.
 inline bool LabelBytesEqual(std::string_view a, std::string_view b) noexcept {
@@ -258,6 +252,20 @@ inline const LabelEntry* FindLabel(const LabelSetData& set, std::string_view key
   }
   return nullptr;
 }
+// Whether labels[0, n) has a label with key `key`.
+template <class LabelT>
+bool HasKey(const LabelT* labels, std::size_t n, std::string_view key) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (LabelBytesEqual(labels[i].first, key)) return true;
+  }
+  return false;
+}
+// Whether `set` is exactly `base` with labels[0, n) merged over it (what
+// InternLabels makes of them): every label's value in it, every label of
+// `base` whose key no label overrides in it too, and nothing else. False for
+// a label longer than kMaxLabelBytes (its set holds it cut) and for keys
+// given twice with different values (the earlier one is not in the set):
+// those are interned every time. Used to check a memo hit (InternLabels).
 template <class LabelT>
 bool IsMergeOf(const LabelSetData* set, const LabelSetData* base, const LabelT* labels, std::size_t n) noexcept {
   if (set == nullptr || n > kMaxLabels) return false;
@@ -267,16 +275,12 @@ bool IsMergeOf(const LabelSetData* set, const LabelSetData* base, const LabelT* 
     if (key.size() > kMaxLabelBytes || value.size() > kMaxLabelBytes) return false;
     const LabelEntry* e = FindLabel(*set, key);
     if (e == nullptr || !LabelBytesEqual(e->value, value)) return false;
-    bool again = false;
-    for (std::size_t j = 0; j < i && !again; ++j) again = LabelBytesEqual(labels[j].first, key);
-    keys += again ? 0 : 1;
+    if (!HasKey(labels, i, key)) ++keys;  // (a key given again counts once)
   }
   if (base != nullptr) {
     for (std::uint32_t b = 0; b < base->count; ++b) {
       const LabelEntry& kept = base->entries()[b];
-      bool overridden = false;
-      for (std::size_t i = 0; i < n && !overridden; ++i) overridden = LabelBytesEqual(labels[i].first, kept.key);
-      if (overridden) continue;
+      if (HasKey(labels, n, kept.key)) continue;  // overridden
       const LabelEntry* e = FindLabel(*set, kept.key);
       if (e == nullptr || !LabelBytesEqual(e->value, kept.value)) return false;
       ++keys;

@@ -34,10 +34,7 @@ inline std::atomic<bool> g_fail_debug_loads_for_tests{false};
 class DebugObject {
  public:
   DebugObject() = default;
-  ~DebugObject() {
-    DebugDelete(info_);
-    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
-  }
+  ~DebugObject() { Unload(); }
   DebugObject(const DebugObject&) = delete;
   DebugObject& operator=(const DebugObject&) = delete;
 
