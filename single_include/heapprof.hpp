@@ -336,6 +336,8 @@ namespace heapprof {
 namespace detail {
 
 struct LabelSetData;  // an interned label set (2_sampling/labels.hpp)
+// Releases a block of `n` bytes the way its owner would (a heapprof::allocator's upstream).
+using ReleaseFn = void (*)(void* p, std::size_t n) noexcept;
 
 #if HEAPPROF_ENABLED
 
@@ -456,8 +458,9 @@ void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) 
 // (the caller releases the block itself and skips that when told to). True: the profiler keeps
 // the block and releases it itself later (a signal handler freed a sampled
 // object while its thread was inside the profiler, holding the lock the free
-// needs: 2_sampling/live_map.hpp).
-bool OnFreeSlow(void* p, std::size_t n, unsigned flags) noexcept;
+// needs: 2_sampling/live_map.hpp), with `release(p, n)` when given (a
+// heapprof::allocator's upstream), else with the global hooks' real free.
+bool OnFreeSlow(void* p, std::size_t n, unsigned flags, ReleaseFn release = nullptr) noexcept;
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
@@ -488,20 +491,21 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
 
 // Before `p` (of `n` bytes) goes back to the allocator. Must run before the
 // memory is released: afterwards malloc may hand the address to another thread.
-// `can_defer`: the caller releases `p` with std::free, and does not when this
-// returns true (the profiler then owns the block; see OnFreeSlow). Always
-// false on the fast path.
-HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, bool can_defer = true) noexcept {
+// `release`, when not null, releases `p` as the caller would: the caller
+// skips its release when this returns true (the profiler then owns the block
+// and releases it with `release(p, n)`; see OnFreeSlow). Always false on the
+// fast path.
+HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) noexcept {
 #if HEAPPROF_ENABLED
   ThreadState* ts = tls_thread_state;
   if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    return OnFreeSlow(p, n, kFreeSized | (can_defer ? kFreeCanDefer : 0u));
+    return OnFreeSlow(p, n, kFreeSized | (release != nullptr ? kFreeCanDefer : 0u), release);
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, n);
   return false;
 #else
-  (void)p, (void)n, (void)can_defer;
+  (void)p, (void)n, (void)release;
   return false;
 #endif
 }
@@ -749,8 +753,12 @@ class allocator {
 
   void deallocate(T* p, size_type n) noexcept {
     if (p == nullptr) return;
-    // Before the memory is reused; the upstream releases it, so never deferred.
-    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), false);
+    // Before the memory is reused. True: a signal handler freed a sampled
+    // object while its thread held the lock its removal needs; the profiler
+    // then releases it once that lock is let go, through ReleaseLater. Only
+    // an upstream without state can be made again there; a free through one
+    // with state is counted now and its sampled entry retired later.
+    if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(upstream_, p, n);
   }
@@ -777,6 +785,16 @@ class allocator {
   }
 
  private:
+  // std::allocator and its kind: any instance frees what another allocated.
+  static constexpr bool kStateless = std::is_empty<Upstream>::value &&
+                                     std::is_nothrow_default_constructible<Upstream>::value &&
+                                     upstream_traits::is_always_equal::value;
+  static void ReleaseLater(void* p, std::size_t bytes) noexcept {
+    Upstream upstream;
+    detail::SuppressHooks quiet;
+    upstream_traits::deallocate(upstream, static_cast<T*>(p), static_cast<size_type>(bytes / sizeof(T)));
+  }
+
   Upstream upstream_;
   LabelSet labels_;
 };
@@ -2318,15 +2336,15 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
   BumpCounter(ts->alloc_bytes, exact ? RequestedBlockSize(p, n) : BlockSize(p));
 }
 
-// Before `p` goes back to the allocator, sized or not: the same cost either
-// way. True: the profiler keeps the block and releases it later (see
-// OnFreeSlow); only when `can_defer`.
 // Whether the free of `p`, whose usable size is `size`, may be a sampled
 // object's (or the thread has no slot yet): then only the slow path counts it.
 // A block below the thread's sampled_min is known unsampled without the filter.
 HEAPPROF_ALWAYS_INLINE bool FreeMayBeSampled(const void* p, std::size_t size, const ThreadState* ts) noexcept {
   return HEAPPROF_UNLIKELY(size >= LoadRelaxed(ts->sampled_min)) && (MaybeSampled(p) | (ts == &g_empty_thread_state));
 }
+// Before `p` goes back to the allocator, sized or not: the same cost either
+// way. True: the profiler keeps the block and releases it later (see
+// OnFreeSlow); only when `can_defer`.
 HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::size_t size = BlockSize(p);
@@ -3490,14 +3508,16 @@ constexpr int kLiveShardBits = 6;
 // would be waiting on itself, forever. So each thread marks the shard it is
 // about to lock (before taking the lock, cleared after releasing it), and a
 // free that finds its shard marked by its own thread is deferred: the block
-// is not released to malloc (the hook skips its free) and is queued here; the
-// interrupted operation, once out of the lock, removes it from the map,
-// counts it and releases it (engine.hpp: DrainDeferredFrees). Nothing is lost
-// and no address can be reused while its entry is still in the map.
+// is not released (the hook, or heapprof::allocator, skips its release) and
+// is queued here; the interrupted operation, once out of the lock, removes it
+// from the map, counts it and releases it (engine.hpp: DrainDeferredFrees).
+// Nothing is lost and no address can be reused while its entry is still in
+// the map.
 struct DeferredFree {
   void* p;
   std::size_t n;
-  unsigned how;  // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
+  ReleaseFn release;  // heapprof::allocator's upstream; null: the global hooks' real free
+  unsigned how;       // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
 };
 constexpr int kMaxDeferredFrees = 32;  // nested frees of sampled objects per interrupted operation
 
@@ -3515,21 +3535,23 @@ struct LiveMapThreadState {
   std::uint32_t queued = 0;
   // Frees beyond the slots (a signal storm: handler after handler while the
   // thread stays inside one operation; 32 slots overflowed in the hostile
-  // test): a list threaded through the blocks themselves, which are ours
-  // until drained (PushOverflowFree). Counted in `queued` too.
-  void* overflow = nullptr;
+  // test): lists threaded through the blocks themselves, which are ours
+  // until drained (PushOverflowFree, PushSizedOverflowFree). Counted in
+  // `queued` too.
+  void* overflow = nullptr;        // the global hooks' blocks
+  void* overflow_sized = nullptr;  // heapprof::allocator's (SizedOverflowNode)
   bool draining = false;
 };
 inline thread_local LiveMapThreadState tls_live_map HEAPPROF_TLS_MODEL;
 
 // Queues a deferred free; false when every slot is taken.
-inline bool PushDeferredFree(void* p, std::size_t n, unsigned how) noexcept {
+inline bool PushDeferredFree(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   LiveMapThreadState& t = tls_live_map;
   for (int i = 0; i < kMaxDeferredFrees; ++i) {
     std::uint8_t expected = 0;
     if (__atomic_compare_exchange_n(&t.state[i], &expected, std::uint8_t{2}, false, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED)) {
-      t.frees[i] = DeferredFree{p, n, how};
+      t.frees[i] = DeferredFree{p, n, release, how};
       __atomic_signal_fence(__ATOMIC_SEQ_CST);
       __atomic_store_n(&t.state[i], std::uint8_t{1}, __ATOMIC_RELAXED);
       __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
@@ -3552,9 +3574,27 @@ inline void PushOverflowFree(void* p) noexcept {
   __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
 }
 
-// Takes the whole overflow list (one exchange: a handler pushing meanwhile
+// The same for a heapprof::allocator block (at least a node's size), which
+// its upstream releases: the node, at the block's start, keeps what the slot
+// would (the requested size, the release). Read back with memcpy: such a
+// block need not be aligned for pointers.
+struct SizedOverflowNode {
+  void* next;
+  std::size_t n;
+  ReleaseFn release;
+};
+inline void PushSizedOverflowFree(void* p, std::size_t n, ReleaseFn release) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  const SizedOverflowNode node{__atomic_load_n(&t.overflow_sized, __ATOMIC_RELAXED), n, release};
+  std::memcpy(p, &node, sizeof node);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&t.overflow_sized, p, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
+}
+
+// Takes a whole overflow list (one exchange: a handler pushing meanwhile
 // starts a new list); the caller counts `queued` down per block.
-inline void* TakeOverflowFrees() noexcept { return __atomic_exchange_n(&tls_live_map.overflow, nullptr, __ATOMIC_RELAXED); }
+inline void* TakeOverflowFrees(void*& list) noexcept { return __atomic_exchange_n(&list, nullptr, __ATOMIC_RELAXED); }
 
 // Takes one queued free; false when none is queued.
 inline bool PopDeferredFree(DeferredFree& out) noexcept {
@@ -3773,6 +3813,7 @@ inline LiveMap g_live_map;
 // unit (detail/implementation.hpp) around AllocSlowPath and FreeSlowPath.
 
 #include <atomic>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -7170,7 +7211,7 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 
 // The body of OnFreeSlow. True: the block was queued (see live_map.hpp) and
 // the caller must not release it.
-HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
+HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return false;
   // What Stats count: the caller's size (heapprof::allocator), or the block's
@@ -7183,17 +7224,23 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
       // A signal handler freeing while its thread holds p's shard lock.
       if ((how & kFreeCanDefer) != 0) {
-        if (PushDeferredFree(p, n, how)) return true;
-        // Every slot taken: a global hook's block (its size is read again at
-        // the drain) goes on the list through the blocks.
+        if (PushDeferredFree(p, n, how, release)) return true;
+        // Every slot taken: the block goes on a list through the blocks. A
+        // global hook's (its size is read again at the drain), or a
+        // heapprof::allocator one with room for its size and release.
         if ((how & kFreeSized) == 0 && n >= sizeof(void*)) {
           PushOverflowFree(p);
           return true;
         }
+        if ((how & kFreeSized) != 0 && release != nullptr && n >= sizeof(SizedOverflowNode)) {
+          PushSizedOverflowFree(p, n, release);
+          return true;
+        }
       }
-      // Cannot wait and cannot queue (heapprof::allocator releases through
-      // its upstream): count the free now; the map entry stays until the
-      // address is sampled again, when Insert retires it as freed.
+      // Cannot wait and cannot queue (a heapprof::allocator whose upstream
+      // has state, or a block too small for the list): count the free now;
+      // the map entry stays until the address is sampled again, when Insert
+      // retires it as freed.
     } else {
       Bucket* b;
       {
@@ -7208,6 +7255,19 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
   return false;
 }
 
+// A heapprof::allocator block goes back through its upstream inside
+// SuppressHooks (so that the upstream's operator delete is not counted
+// again). A signal handler's allocation or free in that window would be
+// suppressed with it: not counted, and a sampled object's entry left in the
+// map. So the window runs with signals blocked; only deferred frees get here.
+inline void ReleaseWithSignalsBlocked(ReleaseFn release, void* p, std::size_t n) noexcept {
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved);
+  release(p, n);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
 // Out of every lock now, each queued free is removed from the map, counted
 // and released.
 HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
@@ -7217,16 +7277,29 @@ HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
   DeferredFree f;
   for (;;) {
     while (PopDeferredFree(f)) {
-      if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
+      if (FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer, nullptr)) continue;
+      if (f.release != nullptr) {
+        ReleaseWithSignalsBlocked(f.release, f.p, f.n);
+      } else {
+        g_release_block(f.p);
+      }
     }
-    void* list = TakeOverflowFrees();
-    if (list == nullptr) break;
+    void* list = TakeOverflowFrees(t.overflow);
+    void* sized = TakeOverflowFrees(t.overflow_sized);
+    if (list == nullptr && sized == nullptr) break;
     while (list != nullptr) {
       void* next;
       std::memcpy(&next, list, sizeof next);
       __atomic_fetch_sub(&t.queued, 1u, __ATOMIC_RELAXED);
-      if (!FreeSlowPath(list, 0, 0)) g_release_block(list);  // (how 0: its size is read again)
+      if (!FreeSlowPath(list, 0, 0, nullptr)) g_release_block(list);  // (how 0: its size is read again)
       list = next;
+    }
+    while (sized != nullptr) {
+      SizedOverflowNode node;
+      std::memcpy(&node, sized, sizeof node);
+      __atomic_fetch_sub(&t.queued, 1u, __ATOMIC_RELAXED);
+      if (!FreeSlowPath(sized, node.n, kFreeSized, nullptr)) ReleaseWithSignalsBlocked(node.release, sized, node.n);
+      sized = node.next;
     }
   }
   t.draining = false;
@@ -16630,9 +16703,9 @@ HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept {
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   const int saved_errno = errno;
-  const bool kept = FreeSlowPath(p, n, how);
+  const bool kept = FreeSlowPath(p, n, how, release);
   errno = saved_errno;
   return kept;
 }
@@ -16810,7 +16883,7 @@ namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
 void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
-bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
+bool OnFreeSlow(void*, std::size_t, unsigned, ReleaseFn) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
 std::size_t LabelCount(const LabelSetData*) noexcept { return 0; }

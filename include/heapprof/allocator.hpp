@@ -89,8 +89,12 @@ class allocator {
 
   void deallocate(T* p, size_type n) noexcept {
     if (p == nullptr) return;
-    // Before the memory is reused; the upstream releases it, so never deferred.
-    detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), false);
+    // Before the memory is reused. True: a signal handler freed a sampled
+    // object while its thread held the lock its removal needs; the profiler
+    // then releases it once that lock is let go, through ReleaseLater. Only
+    // an upstream without state can be made again there; a free through one
+    // with state is counted now and its sampled entry retired later.
+    if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(upstream_, p, n);
   }
@@ -117,6 +121,16 @@ class allocator {
   }
 
  private:
+  // std::allocator and its kind: any instance frees what another allocated.
+  static constexpr bool kStateless = std::is_empty<Upstream>::value &&
+                                     std::is_nothrow_default_constructible<Upstream>::value &&
+                                     upstream_traits::is_always_equal::value;
+  static void ReleaseLater(void* p, std::size_t bytes) noexcept {
+    Upstream upstream;
+    detail::SuppressHooks quiet;
+    upstream_traits::deallocate(upstream, static_cast<T*>(p), static_cast<size_type>(bytes / sizeof(T)));
+  }
+
   Upstream upstream_;
   LabelSet labels_;
 };

@@ -121,6 +121,64 @@ inline int RunSignalAllocInFree() {
   return 0;
 }
 
+// The same with the handler's frees through heapprof::allocator, whose
+// upstream (std::allocator) releases the block: a free the profiler must hold
+// back and release through that upstream. Before, such a free was counted at
+// once and its sampled object stayed in the live map (sampled_live_objects
+// above its baseline at the end).
+using PoolAllocator = heapprof::allocator<std::uint64_t>;
+constexpr std::size_t kPoolWords = 8;  // 64 bytes: Stats count what the allocator was asked for
+inline std::uint64_t* g_apool[kPoolSize];
+
+inline void AllocatorFreeingHandler(int) {
+  const int saved_errno = errno;
+  if (g_pool_next < kPoolSize) {
+    PoolAllocator().deallocate(g_apool[g_pool_next], kPoolWords);
+    g_pool_next = g_pool_next + 1;
+  }
+  g_handler_runs = g_handler_runs + 1;
+  errno = saved_errno;
+}
+
+inline int RunSignalAllocatorFreeInFree() {
+  heapprof::SetSampleRate(1);
+  const std::uint64_t u32 = heapprof_test::UsableFor(32);
+  const heapprof::Stats s_pool = heapprof::GetStats();
+  for (std::uint64_t*& p : g_apool) p = PoolAllocator().allocate(kPoolWords);
+  struct sigaction sa {};
+  sa.sa_handler = &AllocatorFreeingHandler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+  const heapprof::Stats s0 = heapprof::GetStats();
+  SignalSender sender{pthread_self(), SIGUSR1};
+  sender.Start();
+  std::uint64_t kLoops = 0;
+  while (kLoops < 300000 || g_handler_runs < 1000) {
+    void* p = ::operator new(32);
+    asm volatile("" ::"r"(p) : "memory");
+    ::operator delete(p, 32);
+    ++kLoops;
+  }
+  sender.Stop();
+  signal(SIGUSR1, SIG_IGN);
+  const heapprof::Stats s1 = heapprof::GetStats();
+  const std::uint64_t pool_freed = static_cast<std::uint64_t>(g_pool_next);
+  std::printf("signals sent %llu, handler runs %llu, pool objects freed by the handler %llu\n",
+              static_cast<unsigned long long>(sender.sent.load()),
+              static_cast<unsigned long long>(g_handler_runs), static_cast<unsigned long long>(pool_freed));
+  HEAPPROF_HOSTILE_CHECK(s1.alloc_objects - s0.alloc_objects == kLoops);
+  HEAPPROF_HOSTILE_CHECK(s1.free_objects - s0.free_objects == kLoops + pool_freed);
+  HEAPPROF_HOSTILE_CHECK(s1.free_bytes - s0.free_bytes == u32 * kLoops + 8 * kPoolWords * pool_freed);
+  // Every object the handler freed left the live map (the rest are live).
+  HEAPPROF_HOSTILE_CHECK(s1.sampled_live_objects == s_pool.sampled_live_objects + (kPoolSize - pool_freed));
+  for (int i = static_cast<int>(pool_freed); i < kPoolSize; ++i) PoolAllocator().deallocate(g_apool[i], kPoolWords);
+  const heapprof::Stats s2 = heapprof::GetStats();
+  HEAPPROF_HOSTILE_CHECK(s2.sampled_live_objects == s_pool.sampled_live_objects);
+  HEAPPROF_HOSTILE_CHECK(s2.live_bytes == s_pool.live_bytes);
+  std::printf("signal_allocator_free_in_free: ok\n");
+  return 0;
+}
+
 // ---- item 2: GetStats in a loop, a handler allocating 1 MiB ---------------
 inline void BigAllocHandler(int) {
   const int saved_errno = errno;
@@ -448,6 +506,7 @@ inline int RunDaemonDumps() {
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
+  if (std::strcmp(name, "signal_allocator_free_in_free") == 0) return RunSignalAllocatorFreeInFree();
   if (std::strcmp(name, "signal_getstats") == 0) return RunSignalDuringGetStats();
   if (std::strcmp(name, "signal_exit") == 0) return RunSignalExit();
   if (std::strcmp(name, "cancel_write") == 0) return RunCancelWrite();

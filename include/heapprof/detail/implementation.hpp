@@ -236,9 +236,9 @@ HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how) noexcept {
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   const int saved_errno = errno;
-  const bool kept = FreeSlowPath(p, n, how);
+  const bool kept = FreeSlowPath(p, n, how, release);
   errno = saved_errno;
   return kept;
 }
@@ -416,7 +416,7 @@ namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
 void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
-bool OnFreeSlow(void*, std::size_t, unsigned) noexcept { return false; }
+bool OnFreeSlow(void*, std::size_t, unsigned, ReleaseFn) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
 std::size_t LabelCount(const LabelSetData*) noexcept { return 0; }

@@ -276,15 +276,15 @@ HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hoo
   BumpCounter(ts->alloc_bytes, exact ? RequestedBlockSize(p, n) : BlockSize(p));
 }
 
-// Before `p` goes back to the allocator, sized or not: the same cost either
-// way. True: the profiler keeps the block and releases it later (see
-// OnFreeSlow); only when `can_defer`.
 // Whether the free of `p`, whose usable size is `size`, may be a sampled
 // object's (or the thread has no slot yet): then only the slow path counts it.
 // A block below the thread's sampled_min is known unsampled without the filter.
 HEAPPROF_ALWAYS_INLINE bool FreeMayBeSampled(const void* p, std::size_t size, const ThreadState* ts) noexcept {
   return HEAPPROF_UNLIKELY(size >= LoadRelaxed(ts->sampled_min)) && (MaybeSampled(p) | (ts == &g_empty_thread_state));
 }
+// Before `p` goes back to the allocator, sized or not: the same cost either
+// way. True: the profiler keeps the block and releases it later (see
+// OnFreeSlow); only when `can_defer`.
 HEAPPROF_ALWAYS_INLINE bool OnFreeBlock(void* p, bool can_defer = true) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::size_t size = BlockSize(p);

@@ -30,6 +30,8 @@ namespace heapprof {
 namespace detail {
 
 struct LabelSetData;  // an interned label set (2_sampling/labels.hpp)
+// Releases a block of `n` bytes the way its owner would (a heapprof::allocator's upstream).
+using ReleaseFn = void (*)(void* p, std::size_t n) noexcept;
 
 #if HEAPPROF_ENABLED
 
@@ -150,8 +152,9 @@ void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) 
 // (the caller releases the block itself and skips that when told to). True: the profiler keeps
 // the block and releases it itself later (a signal handler freed a sampled
 // object while its thread was inside the profiler, holding the lock the free
-// needs: 2_sampling/live_map.hpp).
-bool OnFreeSlow(void* p, std::size_t n, unsigned flags) noexcept;
+// needs: 2_sampling/live_map.hpp), with `release(p, n)` when given (a
+// heapprof::allocator's upstream), else with the global hooks' real free.
+bool OnFreeSlow(void* p, std::size_t n, unsigned flags, ReleaseFn release = nullptr) noexcept;
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
@@ -182,20 +185,21 @@ HEAPPROF_ALWAYS_INLINE void OnAlloc(void* p, std::size_t n, const void* hook_ret
 
 // Before `p` (of `n` bytes) goes back to the allocator. Must run before the
 // memory is released: afterwards malloc may hand the address to another thread.
-// `can_defer`: the caller releases `p` with std::free, and does not when this
-// returns true (the profiler then owns the block; see OnFreeSlow). Always
-// false on the fast path.
-HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, bool can_defer = true) noexcept {
+// `release`, when not null, releases `p` as the caller would: the caller
+// skips its release when this returns true (the profiler then owns the block
+// and releases it with `release(p, n)`; see OnFreeSlow). Always false on the
+// fast path.
+HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) noexcept {
 #if HEAPPROF_ENABLED
   ThreadState* ts = tls_thread_state;
   if (HEAPPROF_UNLIKELY(MaybeSampled(p) | (ts == &g_empty_thread_state))) {
-    return OnFreeSlow(p, n, kFreeSized | (can_defer ? kFreeCanDefer : 0u));
+    return OnFreeSlow(p, n, kFreeSized | (release != nullptr ? kFreeCanDefer : 0u), release);
   }
   BumpCounter(ts->free_objects, 1);
   BumpCounter(ts->free_bytes, n);
   return false;
 #else
-  (void)p, (void)n, (void)can_defer;
+  (void)p, (void)n, (void)release;
   return false;
 #endif
 }

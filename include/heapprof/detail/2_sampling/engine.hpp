@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -391,7 +392,7 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 
 // The body of OnFreeSlow. True: the block was queued (see live_map.hpp) and
 // the caller must not release it.
-HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) noexcept {
+HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   if (flags.suppress) return false;
   // What Stats count: the caller's size (heapprof::allocator), or the block's
@@ -404,17 +405,23 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
     if (HEAPPROF_UNLIKELY(g_live_map.HeldByThisThread(p))) {
       // A signal handler freeing while its thread holds p's shard lock.
       if ((how & kFreeCanDefer) != 0) {
-        if (PushDeferredFree(p, n, how)) return true;
-        // Every slot taken: a global hook's block (its size is read again at
-        // the drain) goes on the list through the blocks.
+        if (PushDeferredFree(p, n, how, release)) return true;
+        // Every slot taken: the block goes on a list through the blocks. A
+        // global hook's (its size is read again at the drain), or a
+        // heapprof::allocator one with room for its size and release.
         if ((how & kFreeSized) == 0 && n >= sizeof(void*)) {
           PushOverflowFree(p);
           return true;
         }
+        if ((how & kFreeSized) != 0 && release != nullptr && n >= sizeof(SizedOverflowNode)) {
+          PushSizedOverflowFree(p, n, release);
+          return true;
+        }
       }
-      // Cannot wait and cannot queue (heapprof::allocator releases through
-      // its upstream): count the free now; the map entry stays until the
-      // address is sampled again, when Insert retires it as freed.
+      // Cannot wait and cannot queue (a heapprof::allocator whose upstream
+      // has state, or a block too small for the list): count the free now;
+      // the map entry stays until the address is sampled again, when Insert
+      // retires it as freed.
     } else {
       Bucket* b;
       {
@@ -429,6 +436,19 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how) n
   return false;
 }
 
+// A heapprof::allocator block goes back through its upstream inside
+// SuppressHooks (so that the upstream's operator delete is not counted
+// again). A signal handler's allocation or free in that window would be
+// suppressed with it: not counted, and a sampled object's entry left in the
+// map. So the window runs with signals blocked; only deferred frees get here.
+inline void ReleaseWithSignalsBlocked(ReleaseFn release, void* p, std::size_t n) noexcept {
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved);
+  release(p, n);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
 // Out of every lock now, each queued free is removed from the map, counted
 // and released.
 HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
@@ -438,16 +458,29 @@ HEAPPROF_NOINLINE inline void DrainDeferredFreesNow() noexcept {
   DeferredFree f;
   for (;;) {
     while (PopDeferredFree(f)) {
-      if (!FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer)) g_release_block(f.p);
+      if (FreeSlowPath(f.p, f.n, f.how & ~kFreeCanDefer, nullptr)) continue;
+      if (f.release != nullptr) {
+        ReleaseWithSignalsBlocked(f.release, f.p, f.n);
+      } else {
+        g_release_block(f.p);
+      }
     }
-    void* list = TakeOverflowFrees();
-    if (list == nullptr) break;
+    void* list = TakeOverflowFrees(t.overflow);
+    void* sized = TakeOverflowFrees(t.overflow_sized);
+    if (list == nullptr && sized == nullptr) break;
     while (list != nullptr) {
       void* next;
       std::memcpy(&next, list, sizeof next);
       __atomic_fetch_sub(&t.queued, 1u, __ATOMIC_RELAXED);
-      if (!FreeSlowPath(list, 0, 0)) g_release_block(list);  // (how 0: its size is read again)
+      if (!FreeSlowPath(list, 0, 0, nullptr)) g_release_block(list);  // (how 0: its size is read again)
       list = next;
+    }
+    while (sized != nullptr) {
+      SizedOverflowNode node;
+      std::memcpy(&node, sized, sizeof node);
+      __atomic_fetch_sub(&t.queued, 1u, __ATOMIC_RELAXED);
+      if (!FreeSlowPath(sized, node.n, kFreeSized, nullptr)) ReleaseWithSignalsBlocked(node.release, sized, node.n);
+      sized = node.next;
     }
   }
   t.draining = false;

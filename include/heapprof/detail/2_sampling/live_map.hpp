@@ -39,14 +39,16 @@ constexpr int kLiveShardBits = 6;
 // would be waiting on itself, forever. So each thread marks the shard it is
 // about to lock (before taking the lock, cleared after releasing it), and a
 // free that finds its shard marked by its own thread is deferred: the block
-// is not released to malloc (the hook skips its free) and is queued here; the
-// interrupted operation, once out of the lock, removes it from the map,
-// counts it and releases it (engine.hpp: DrainDeferredFrees). Nothing is lost
-// and no address can be reused while its entry is still in the map.
+// is not released (the hook, or heapprof::allocator, skips its release) and
+// is queued here; the interrupted operation, once out of the lock, removes it
+// from the map, counts it and releases it (engine.hpp: DrainDeferredFrees).
+// Nothing is lost and no address can be reused while its entry is still in
+// the map.
 struct DeferredFree {
   void* p;
   std::size_t n;
-  unsigned how;  // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
+  ReleaseFn release;  // heapprof::allocator's upstream; null: the global hooks' real free
+  unsigned how;       // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
 };
 constexpr int kMaxDeferredFrees = 32;  // nested frees of sampled objects per interrupted operation
 
@@ -64,21 +66,23 @@ struct LiveMapThreadState {
   std::uint32_t queued = 0;
   // Frees beyond the slots (a signal storm: handler after handler while the
   // thread stays inside one operation; 32 slots overflowed in the hostile
-  // test): a list threaded through the blocks themselves, which are ours
-  // until drained (PushOverflowFree). Counted in `queued` too.
-  void* overflow = nullptr;
+  // test): lists threaded through the blocks themselves, which are ours
+  // until drained (PushOverflowFree, PushSizedOverflowFree). Counted in
+  // `queued` too.
+  void* overflow = nullptr;        // the global hooks' blocks
+  void* overflow_sized = nullptr;  // heapprof::allocator's (SizedOverflowNode)
   bool draining = false;
 };
 inline thread_local LiveMapThreadState tls_live_map HEAPPROF_TLS_MODEL;
 
 // Queues a deferred free; false when every slot is taken.
-inline bool PushDeferredFree(void* p, std::size_t n, unsigned how) noexcept {
+inline bool PushDeferredFree(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   LiveMapThreadState& t = tls_live_map;
   for (int i = 0; i < kMaxDeferredFrees; ++i) {
     std::uint8_t expected = 0;
     if (__atomic_compare_exchange_n(&t.state[i], &expected, std::uint8_t{2}, false, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED)) {
-      t.frees[i] = DeferredFree{p, n, how};
+      t.frees[i] = DeferredFree{p, n, release, how};
       __atomic_signal_fence(__ATOMIC_SEQ_CST);
       __atomic_store_n(&t.state[i], std::uint8_t{1}, __ATOMIC_RELAXED);
       __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
@@ -101,9 +105,27 @@ inline void PushOverflowFree(void* p) noexcept {
   __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
 }
 
-// Takes the whole overflow list (one exchange: a handler pushing meanwhile
+// The same for a heapprof::allocator block (at least a node's size), which
+// its upstream releases: the node, at the block's start, keeps what the slot
+// would (the requested size, the release). Read back with memcpy: such a
+// block need not be aligned for pointers.
+struct SizedOverflowNode {
+  void* next;
+  std::size_t n;
+  ReleaseFn release;
+};
+inline void PushSizedOverflowFree(void* p, std::size_t n, ReleaseFn release) noexcept {
+  LiveMapThreadState& t = tls_live_map;
+  const SizedOverflowNode node{__atomic_load_n(&t.overflow_sized, __ATOMIC_RELAXED), n, release};
+  std::memcpy(p, &node, sizeof node);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&t.overflow_sized, p, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&t.queued, 1u, __ATOMIC_RELAXED);
+}
+
+// Takes a whole overflow list (one exchange: a handler pushing meanwhile
 // starts a new list); the caller counts `queued` down per block.
-inline void* TakeOverflowFrees() noexcept { return __atomic_exchange_n(&tls_live_map.overflow, nullptr, __ATOMIC_RELAXED); }
+inline void* TakeOverflowFrees(void*& list) noexcept { return __atomic_exchange_n(&list, nullptr, __ATOMIC_RELAXED); }
 
 // Takes one queued free; false when none is queued.
 inline bool PopDeferredFree(DeferredFree& out) noexcept {
