@@ -4141,9 +4141,11 @@ inline void UnwindFramePointers(const void* frame, const void* hook_return, std:
 // unused.
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
@@ -5406,15 +5408,17 @@ struct Table {
 // every lookup misses. Constant-initialised, never written.
 inline constexpr Table kNoTable{};
 
-// One loaded object. Identity is (bias, lo, hi, hdr, fingerprint): a dlopen
-// that lands where a dlclose'd object was gets a new Object unless it is
-// byte-for-byte the same .eh_frame_hdr (then the old table is still right).
+// One loaded object. Identity is (bias, lo, hi, hdr, eh_frame, fingerprint):
+// a dlopen that lands where a dlclose'd object was gets a new Object unless it
+// is byte-for-byte the same .eh_frame_hdr (then the old table is still right).
 struct Object {
   std::uintptr_t lo = 0;  // executable PT_LOAD segments, [lo, hi)
   std::uintptr_t hi = 0;
   std::uintptr_t bias = 0;  // dlpi_addr
   std::uintptr_t hdr = 0;   // .eh_frame_hdr in memory; 0 if none
   std::size_t hdr_size = 0;
+  std::uintptr_t eh_frame = 0;  // without .eh_frame_hdr: .eh_frame in memory, if found (a static executable)
+  std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
   Object* next_retired = nullptr;              // reclamation (under g_lock)
@@ -5761,8 +5765,69 @@ inline std::size_t MappedBytesFrom(const dl_phdr_info& info, std::uintptr_t vadd
 struct ObjectInfo {
   std::uintptr_t lo = 0, hi = 0, bias = 0, hdr = 0;
   std::size_t hdr_size = 0;
+  std::uintptr_t eh_frame = 0;
+  std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
 };
+
+// A static executable has no .eh_frame_hdr (GCC links -static without
+// --eh-frame-hdr; libgcc then finds .eh_frame through crtbeginT's frame
+// registration, which is not ours to read). Its .eh_frame is found once from
+// the section headers of /proc/self/exe, and used only where the mapped
+// bytes at that address start as the file's section does.
+struct ExeEhFrame {
+  std::uintptr_t vaddr = 0;  // file address; 0: none
+  std::size_t size = 0;
+  unsigned char head[32] = {};  // the section's first bytes in the file
+  std::size_t head_size = 0;
+};
+inline ExeEhFrame g_exe_eh_frame;
+inline std::atomic<int> g_exe_eh_frame_state{0};  // 0 not looked for, 1 being looked for, 2 done
+
+inline bool ReadAt(int fd, void* buf, std::size_t n, std::uint64_t offset) noexcept {
+  return pread(fd, buf, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n);
+}
+
+inline void FindExeEhFrame(ExeEhFrame& out) noexcept {
+  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ElfW(Ehdr) eh;
+  ElfW(Shdr) names;
+  if (ReadAt(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+      eh.e_shentsize == sizeof(ElfW(Shdr)) && eh.e_shstrndx < eh.e_shnum &&
+      ReadAt(fd, &names, sizeof names, eh.e_shoff + std::uint64_t{eh.e_shstrndx} * sizeof(ElfW(Shdr)))) {
+    static constexpr char kName[] = ".eh_frame";  // with its NUL: not .eh_frame_hdr
+    for (unsigned i = 0; i < eh.e_shnum; ++i) {
+      ElfW(Shdr) sh;
+      char name[sizeof kName];
+      if (!ReadAt(fd, &sh, sizeof sh, eh.e_shoff + std::uint64_t{i} * sizeof(ElfW(Shdr)))) break;
+      if (sh.sh_type != SHT_PROGBITS || sh.sh_addr == 0 || sh.sh_size == 0 ||
+          sh.sh_name + sizeof kName > names.sh_size ||
+          !ReadAt(fd, name, sizeof name, names.sh_offset + sh.sh_name) || std::memcmp(name, kName, sizeof kName) != 0)
+        continue;
+      const std::size_t head = sh.sh_size < sizeof out.head ? sh.sh_size : sizeof out.head;
+      if (!ReadAt(fd, out.head, head, sh.sh_offset)) break;
+      out.head_size = head;
+      out.size = sh.sh_size;
+      out.vaddr = sh.sh_addr;
+      break;
+    }
+  }
+  close(fd);
+}
+
+// The executable's .eh_frame as found in its file (vaddr 0: none, or another
+// thread is still looking: this object then has no table in this snapshot,
+// and a later one, seeing .eh_frame, is a new object with a table).
+inline const ExeEhFrame* ExecutableEhFrame() noexcept {
+  int state = g_exe_eh_frame_state.load(std::memory_order_acquire);
+  if (state == 0 && g_exe_eh_frame_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+    FindExeEhFrame(g_exe_eh_frame);
+    g_exe_eh_frame_state.store(2, std::memory_order_release);
+    return &g_exe_eh_frame;
+  }
+  return state == 2 ? &g_exe_eh_frame : nullptr;
+}
 
 // False for objects with nothing executable (nothing to unwind through).
 inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
@@ -5783,12 +5848,23 @@ inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
     }
   }
   if (!exec) return false;
-  if (out.hdr != 0) {
-    // FNV-1a over the start of .eh_frame_hdr: its table holds PC and FDE
-    // offsets, so different code at the same address differs here.
-    std::uint64_t h = 1469598103934665603ull ^ out.hdr_size;
-    const auto* p = reinterpret_cast<const unsigned char*>(out.hdr);
-    const std::size_t n = out.hdr_size < 512 ? out.hdr_size : 512;
+  if (out.hdr == 0 && (info.dlpi_name == nullptr || info.dlpi_name[0] == '\0')) {
+    // The executable (the first object, unnamed) without .eh_frame_hdr.
+    const ExeEhFrame* e = ExecutableEhFrame();
+    if (e != nullptr && e->vaddr != 0 && MappedReadable(info, e->vaddr, e->size) &&
+        std::memcmp(reinterpret_cast<const void*>(info.dlpi_addr + e->vaddr), e->head, e->head_size) == 0) {
+      out.eh_frame = info.dlpi_addr + e->vaddr;
+      out.eh_frame_size = e->size;
+    }
+  }
+  const std::uintptr_t print = out.hdr != 0 ? out.hdr : out.eh_frame;
+  const std::size_t print_size = out.hdr != 0 ? out.hdr_size : out.eh_frame_size;
+  if (print != 0) {
+    // FNV-1a over the start of .eh_frame_hdr (or .eh_frame): its table holds
+    // PC and FDE offsets, so different code at the same address differs here.
+    std::uint64_t h = 1469598103934665603ull ^ print_size;
+    const auto* p = reinterpret_cast<const unsigned char*>(print);
+    const std::size_t n = print_size < 512 ? print_size : 512;
     for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
     out.fingerprint = h;
   }
@@ -5797,7 +5873,7 @@ inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
 
 inline bool SameObject(const Object& o, const ObjectInfo& i) noexcept {
   return o.lo == i.lo && o.hi == i.hi && o.bias == i.bias && o.hdr == i.hdr && o.hdr_size == i.hdr_size &&
-         o.fingerprint == i.fingerprint;
+         o.eh_frame == i.eh_frame && o.eh_frame_size == i.eh_frame_size && o.fingerprint == i.fingerprint;
 }
 
 // Compacts finished parser rows into a Table in one arena block:
@@ -5847,21 +5923,29 @@ inline Table* CompactTable(const eh::RowBuffer& rows) noexcept {
 // Parses one object's .eh_frame (it is mapped: we are inside dl_iterate_phdr's
 // callback for it, under the loader's lock). Null if it has none we can use.
 inline Table* BuildTable(const dl_phdr_info& info, const Object& o) noexcept {
-  if (o.hdr == 0) return nullptr;
+  if (o.hdr == 0 && o.eh_frame == 0) return nullptr;
   const std::uint64_t t0 = NowNs();
   eh::Source src;
-  src.hdr.data = reinterpret_cast<const std::uint8_t*>(o.hdr);
-  src.hdr.size = o.hdr_size;
-  src.hdr.address = o.hdr;
-  eh::Hdr hdr;
-  if (!eh::ParseHdr(src.hdr, hdr)) return nullptr;
-  const std::uintptr_t eh_frame = hdr.eh_frame;
-  if (eh_frame < info.dlpi_addr) return nullptr;
-  const std::size_t avail = MappedBytesFrom(info, eh_frame - info.dlpi_addr);
-  if (avail == 0) return nullptr;
-  src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(eh_frame);
-  src.eh_frame.size = avail;
-  src.eh_frame.address = eh_frame;
+  if (o.hdr != 0) {
+    src.hdr.data = reinterpret_cast<const std::uint8_t*>(o.hdr);
+    src.hdr.size = o.hdr_size;
+    src.hdr.address = o.hdr;
+    eh::Hdr hdr;
+    if (!eh::ParseHdr(src.hdr, hdr)) return nullptr;
+    const std::uintptr_t eh_frame = hdr.eh_frame;
+    if (eh_frame < info.dlpi_addr) return nullptr;
+    const std::size_t avail = MappedBytesFrom(info, eh_frame - info.dlpi_addr);
+    if (avail == 0) return nullptr;
+    src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(eh_frame);
+    src.eh_frame.size = avail;
+    src.eh_frame.address = eh_frame;
+  } else {
+    // No index: the parser walks the section's records (DescribeObject
+    // checked that it is mapped).
+    src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(o.eh_frame);
+    src.eh_frame.size = o.eh_frame_size;
+    src.eh_frame.address = o.eh_frame;
+  }
   src.pc_lo = o.lo;
   src.pc_hi = o.hi;
   eh::RowBuffer rows;
@@ -6000,7 +6084,7 @@ inline const ObjectSet* Refresh() noexcept {
             // with .eh_frame_hdr: it may have failed because the library was
             // unloaded under a stale snapshot, and this one is loaded again.
             if (old != nullptr && SameObject(*old, oi) &&
-                (old->hdr == 0 || old->table.load(std::memory_order_acquire) != &kNoTable))
+                ((old->hdr == 0 && old->eh_frame == 0) || old->table.load(std::memory_order_acquire) != &kNoTable))
               o = old;
           }
           if (o == nullptr) {
@@ -6012,6 +6096,8 @@ inline const ObjectSet* Refresh() noexcept {
             o->bias = oi.bias;
             o->hdr = oi.hdr;
             o->hdr_size = oi.hdr_size;
+            o->eh_frame = oi.eh_frame;
+            o->eh_frame_size = oi.eh_frame_size;
             o->fingerprint = oi.fingerprint;
             set->bytes += sizeof(Object);
           }

@@ -428,6 +428,73 @@ TEST_CASE("stats: objects, rows and memory of the built tables") {
 
 namespace {
 
+// The executable's tables built twice: as loaded (through .eh_frame_hdr), and
+// as a static link would be (its PT_GNU_EH_FRAME hidden: GCC links -static
+// without --eh-frame-hdr, and every stack of such a program had one frame).
+struct NoHdrResult {
+  bool seen = false;
+  ut::ObjectInfo with_hdr, without_hdr;
+  std::uintptr_t eh_frame_from_hdr = 0;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> rows_with_hdr, rows_without_hdr;
+};
+
+std::vector<std::pair<std::uint32_t, std::uint64_t>> BuiltRows(const dl_phdr_info& info, const ut::ObjectInfo& oi) {
+  ut::Object o;
+  o.lo = oi.lo;
+  o.hi = oi.hi;
+  o.bias = oi.bias;
+  o.hdr = oi.hdr;
+  o.hdr_size = oi.hdr_size;
+  o.eh_frame = oi.eh_frame;
+  o.eh_frame_size = oi.eh_frame_size;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> rows;
+  ut::Table* t = ut::BuildTable(info, o);
+  if (t == nullptr) return rows;
+  for (std::uint32_t i = 0; i < t->count; ++i) rows.emplace_back(t->rows[i].pc, t->rows[i].rule);
+  hd::g_arena.Free(t, t->bytes);
+  return rows;
+}
+
+int DescribeExecutableWithoutHdr(dl_phdr_info* info, std::size_t, void* data) {
+  auto& r = *static_cast<NoHdrResult*>(data);
+  if (r.seen || (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0')) return 0;
+  r.seen = true;
+  std::vector<ElfW(Phdr)> phdrs(info->dlpi_phdr, info->dlpi_phdr + info->dlpi_phnum);
+  for (ElfW(Phdr)& ph : phdrs) {
+    if (ph.p_type != PT_GNU_EH_FRAME) continue;
+    hd::eh::Region region;
+    region.data = reinterpret_cast<const std::uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+    region.size = ph.p_memsz;
+    region.address = info->dlpi_addr + ph.p_vaddr;
+    hd::eh::Hdr hdr;
+    if (hd::eh::ParseHdr(region, hdr)) r.eh_frame_from_hdr = hdr.eh_frame;
+    ph.p_type = PT_NULL;
+  }
+  dl_phdr_info hidden = *info;
+  hidden.dlpi_phdr = phdrs.data();
+  if (ut::DescribeObject(*info, r.with_hdr)) r.rows_with_hdr = BuiltRows(*info, r.with_hdr);
+  if (ut::DescribeObject(hidden, r.without_hdr)) r.rows_without_hdr = BuiltRows(hidden, r.without_hdr);
+  return 1;
+}
+
+}  // namespace
+
+TEST_CASE("an executable without .eh_frame_hdr (a static link) finds .eh_frame from its file: the same rows") {
+  NoHdrResult r;
+  dl_iterate_phdr(&DescribeExecutableWithoutHdr, &r);
+  REQUIRE(r.seen);
+  REQUIRE(r.eh_frame_from_hdr != 0);
+  CHECK(r.with_hdr.hdr != 0);
+  CHECK(r.with_hdr.eh_frame == 0);
+  CHECK(r.without_hdr.hdr == 0);
+  CHECK(r.without_hdr.eh_frame == r.eh_frame_from_hdr);
+  CHECK(r.without_hdr.fingerprint != 0);
+  CHECK(r.rows_with_hdr.size() > 100);
+  CHECK(r.rows_without_hdr == r.rows_with_hdr);
+}
+
+namespace {
+
 std::size_t CountReaderSlots() {
   std::size_t n = 0;
   for (ut::ReaderSlot* s = ut::g_reader_slots.load(); s != nullptr; s = s->next) ++n;
