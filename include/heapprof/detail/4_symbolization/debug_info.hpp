@@ -39,11 +39,14 @@ class DebugObject {
   DebugObject& operator=(const DebugObject&) = delete;
 
   // `build_id`: the id of the object as loaded (lowercase hex, may be empty).
-  void Load(const char* path, const char* build_id, const char* debug_directory);
+  // `file`: what to open for the object's bytes when `path` no longer names
+  // them (LoadedObject::file); "" = `path`. `path` still places .gnu_debuglink.
+  void Load(const char* path, const char* file, const char* build_id, const char* debug_directory);
 
   // Loads on first use: a write touches the DWARF only of objects its PCs are in.
-  void Remember(const char* path, const char* build_id, const char* debug_directory) {
+  void Remember(const char* path, const char* file, const char* build_id, const char* debug_directory) {
     path_ = path;
+    file_name_ = file;
     build_id_ = build_id;
     debug_directory_ = debug_directory;
   }
@@ -58,7 +61,7 @@ class DebugObject {
     if (path_ == nullptr) return;
 #if HEAPPROF_EXCEPTIONS
     try {
-      Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+      Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
       // (After the load: what it took must be given back.)
       if (HEAPPROF_UNLIKELY(g_fail_debug_loads_for_tests.load(std::memory_order_relaxed)) && info_ != nullptr) {
         throw std::bad_alloc();
@@ -68,7 +71,7 @@ class DebugObject {
       throw;
     }
 #else
-    Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+    Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
 #endif
   }
 
@@ -106,6 +109,7 @@ class DebugObject {
   dwarf::DwarfInfo* info_ = nullptr;
   bool loaded_ = false;
   const char* path_ = nullptr;             // in the cache's key pool
+  const char* file_name_ = nullptr;
   const char* build_id_ = nullptr;
   const char* debug_directory_ = nullptr;
   const char* debug_file_ = nullptr;  // the file the DWARF came from
@@ -231,13 +235,15 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
   return info_ != nullptr;
 }
 
-inline void DebugObject::Load(const char* path, const char* build_id, const char* debug_directory) {
+inline void DebugObject::Load(const char* path, const char* file, const char* build_id,
+                              const char* debug_directory) {
   auto remember = [&](const char* name) {
     std::snprintf(debug_file_buf_, sizeof debug_file_buf_, "%s", name);
     debug_file_ = debug_file_buf_;
   };
+  const char* own_file = file != nullptr && file[0] != '\0' ? file : path;
   elf::MappedFile own;
-  if (own.Open(path)) {
+  if (own.Open(own_file)) {
     // The own file, if it still has its DWARF.
     if (UseFile(own, build_id)) {
       remember(path);
@@ -259,7 +265,7 @@ inline void DebugObject::Load(const char* path, const char* build_id, const char
   }
   // 2. By .gnu_debuglink: a file name and the CRC-32 of that file, looked for
   // beside the object, in its .debug/, and under the debug directory.
-  if (!own.Open(path)) return;
+  if (!own.Open(own_file)) return;
   elf::SectionTable sections;
   if (!sections.Init(own.view())) return;
   Elf64_Shdr sh;
@@ -302,6 +308,7 @@ inline void DebugObject::Load(const char* path, const char* build_id, const char
 // the process (or until the budget is spent: then new lookups get names only).
 struct DebugCacheEntry {
   const char* path;
+  const char* file;
   const char* build_id;
   const char* debug_directory;
   DebugObject* object;
@@ -348,9 +355,10 @@ class DebugCacheLock {
   int old_state_ = 0;
 };
 
-// The object for (path, build_id); its DWARF is read by EnsureLoaded, on
-// first use. Null only when memory is short. Call with the DebugCacheLock held.
-inline DebugObject* FindDebugObject(const char* path, const char* build_id, const char* debug_directory) {
+// The object for (path, file, build_id); its DWARF is read by EnsureLoaded,
+// on first use. Null only when memory is short. Call with the DebugCacheLock held.
+inline DebugObject* FindDebugObject(const char* path, const char* file, const char* build_id,
+                                    const char* debug_directory) {
   if (g_debug_cache == nullptr) {
     g_debug_cache = DebugNew<DebugCache>();
     if (g_debug_cache == nullptr) return nullptr;
@@ -361,20 +369,24 @@ inline DebugObject* FindDebugObject(const char* path, const char* build_id, cons
     const bool same_directory = (e.debug_directory == nullptr && debug_directory == nullptr) ||
                                 (e.debug_directory != nullptr && debug_directory != nullptr &&
                                  std::strcmp(e.debug_directory, debug_directory) == 0);
-    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0 && same_directory) return e.object;
+    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.file, file) == 0 && std::strcmp(e.build_id, build_id) == 0 &&
+        same_directory) {
+      return e.object;
+    }
   }
   if (cache.count == DebugCache::kMaxObjects) return nullptr;
   const char* key_path = cache.keys.Add(path);
+  const char* key_file = cache.keys.Add(file);
   const char* key_id = cache.keys.Add(build_id);
   const char* key_dir = debug_directory != nullptr ? cache.keys.Add(debug_directory) : nullptr;
   DebugObject* object = DebugNew<DebugObject>();
-  if (key_path == nullptr || key_id == nullptr || object == nullptr ||
+  if (key_path == nullptr || key_file == nullptr || key_id == nullptr || object == nullptr ||
       (debug_directory != nullptr && key_dir == nullptr)) {
     DebugDelete(object);
     return nullptr;
   }
-  object->Remember(key_path, key_id, key_dir);
-  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, key_dir, object};
+  object->Remember(key_path, key_file, key_id, key_dir);
+  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_file, key_id, key_dir, object};
   return object;
 }
 

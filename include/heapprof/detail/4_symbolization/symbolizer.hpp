@@ -7,13 +7,19 @@
 
 #include <cxxabi.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <link.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -41,8 +47,12 @@ struct LoadedObject {
   std::uintptr_t limit = 0;       // one past its last byte
   std::uint64_t file_offset = 0;  // file offset that `start` maps
   std::uintptr_t bias = 0;        // dlpi_addr: memory address = file vaddr + bias
-  ArenaString path;               // absolute file name; the main program's real path
+  ArenaString path;               // absolute name of the mapped file, as the kernel has it
   ArenaString build_id;           // GNU build id, lowercase hex; empty if the file has none
+  // What to open to read the object when `path` no longer names the file that
+  // was mapped (deleted or replaced on disk since: a deploy): its
+  // /proc/self/map_files entry, which reaches the mapped inode. Empty: `path`.
+  ArenaString file;
 };
 
 // Every loaded object with an executable segment, the main program first.
@@ -60,7 +70,9 @@ struct FreeDeleter {
 };
 
 // The kernel's name for our executable: the real path, even when argv[0] was
-// relative or a symlink.
+// relative or a symlink. Only a fallback for the main program's name: it is
+// ld.so's for a program started through ld.so, and ends in " (deleted)" once
+// the file is gone (FileOfMapping finds the mapped file instead).
 inline ArenaString ReadSelfExe() {
   ArenaString buf(256, '\0');
   for (;;) {
@@ -76,8 +88,9 @@ inline ArenaString ReadSelfExe() {
   }
 }
 
-// A relative name (dlopen("./x.so"), a program started through ld.so) means
-// the working directory of now; resolve it before the process moves on.
+// A relative name (dlopen("./x.so")) means the working directory of the
+// dlopen, which may not be today's: only a fallback when /proc/self/maps
+// cannot be read (FileOfMapping).
 inline ArenaString ResolvedPath(const char* name) {
   if (name[0] == '/') return ArenaString(name);
   char real[PATH_MAX];  // realpath(name, nullptr) would malloc
@@ -182,6 +195,113 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
   return 0;
 }
 
+// One file-backed executable mapping of /proc/self/maps.
+struct FileMapping {
+  std::uintptr_t start = 0;
+  std::uintptr_t end = 0;
+  dev_t device = 0;
+  ino_t inode = 0;
+  ArenaString path;  // the kernel's name for the mapped file, without " (deleted)"
+};
+
+// Reads the whole of a /proc file (its size is unknown until read).
+inline bool ReadProcFile(const char* path, ArenaString& out) {
+  int fd;
+  do {
+    fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return false;
+  out.clear();
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return n == 0;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// The executable file mappings, in address order. What the kernel says was
+// mapped, unlike the loader's names: those are relative to the working
+// directory of the dlopen, ld.so's own for a program it started, or name a
+// file since replaced.
+inline ArenaVector<FileMapping> ReadFileMappings() {
+  ArenaVector<FileMapping> mappings;
+  ArenaString text;
+  if (!ReadProcFile("/proc/self/maps", text)) return mappings;
+  // "start-end perms offset major:minor inode   path", one mapping a line.
+  const char* p = text.c_str();
+  const char* const end = p + text.size();
+  while (p < end) {
+    const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+    if (eol == nullptr) eol = end;
+    char* q = nullptr;
+    FileMapping m;
+    m.start = static_cast<std::uintptr_t>(std::strtoull(p, &q, 16));
+    bool ok = q < eol && *q == '-';
+    if (ok) m.end = static_cast<std::uintptr_t>(std::strtoull(q + 1, &q, 16));
+    ok = ok && q + 4 < eol && q[0] == ' ' && q[3] == 'x';  // " rwxp": executable only
+    if (ok) {
+      std::strtoull(q + 5, &q, 16);  // offset
+      const unsigned int major = static_cast<unsigned int>(std::strtoul(q, &q, 16));
+      ok = q < eol && *q == ':';
+      if (ok) {
+        const unsigned int minor = static_cast<unsigned int>(std::strtoul(q + 1, &q, 16));
+        m.device = makedev(major, minor);
+        m.inode = static_cast<ino_t>(std::strtoull(q, &q, 10));
+      }
+    }
+    if (ok && q < eol) {
+      while (q < eol && *q == ' ') ++q;
+      std::size_t length = static_cast<std::size_t>(eol - q);
+      static constexpr char kDeleted[] = " (deleted)";
+      constexpr std::size_t kDeletedLength = sizeof kDeleted - 1;
+      if (length > kDeletedLength && std::memcmp(q + length - kDeletedLength, kDeleted, kDeletedLength) == 0) {
+        length -= kDeletedLength;
+      }
+      if (m.inode != 0 && length > 0 && q[0] == '/') {
+        m.path.assign(q, length);
+        mappings.push_back(std::move(m));
+      }
+    }
+    p = eol + 1;
+  }
+  return mappings;
+}
+
+inline bool IsFileOf(const char* path, const FileMapping& m) {
+  struct stat st;
+  return ::stat(path, &st) == 0 && st.st_ino == m.inode && st.st_dev == m.device;
+}
+
+// Points `object` at the file that was mapped. The loader's name is kept when
+// it still names that file (dev and inode as /proc/self/maps has them), else
+// the kernel's name is shown; when that does not either (deleted or replaced),
+// the bytes are read through /proc/self/map_files, or /proc/self/exe for the
+// main program on kernels that refuse map_files. Neither reaching it, the name
+// is read as before and the build-id checks refuse another build.
+inline void FileOfMapping(LoadedObject& object, const ArenaVector<FileMapping>& mappings) {
+  const auto above = std::upper_bound(mappings.begin(), mappings.end(), object.start,
+                                      [](std::uintptr_t a, const FileMapping& m) { return a < m.start; });
+  if (above == mappings.begin()) return;
+  const FileMapping& m = *(above - 1);
+  if (object.start >= m.end) return;
+  if (!object.path.empty() && IsFileOf(object.path.c_str(), m)) return;
+  object.path = m.path;
+  if (IsFileOf(object.path.c_str(), m)) return;
+  char file[64];
+  std::snprintf(file, sizeof file, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(m.start),
+                static_cast<unsigned long>(m.end));
+  if (IsFileOf(file, m)) {
+    object.file = file;
+  } else if (IsFileOf("/proc/self/exe", m)) {
+    object.file = "/proc/self/exe";
+  }
+}
+
 // Names of symbols that are not mangled C++ come back unchanged, except that a
 // version suffix ("memcpy@@GLIBC_2.14" in an unstripped .symtab) is dropped.
 inline ArenaString Demangle(const char* raw, std::size_t length) {
@@ -212,12 +332,15 @@ class SymbolTable {
  public:
   // `build_id` is the id of the object as loaded in memory: a file on disk with
   // a different id was replaced after loading, and its symbols would lie.
+  // `file_view`: what to open when `path` no longer names the object's file
+  // (LoadedObject::file); empty = `path`, which still places .gnu_debuglink.
   bool Load(std::string_view path_view, std::string_view build_id_view,
-            const char* debug_directory = kDebugFileDirectory) {
+            const char* debug_directory = kDebugFileDirectory, std::string_view file_view = {}) {
     const ArenaString path(path_view), build_id(build_id_view);  // NUL-terminated
+    const ArenaString file(file_view.empty() ? path_view : file_view);
     MappedFile own;
     SectionTable own_sections;
-    bool own_usable = own.Open(path.c_str()) && own_sections.Init(own.view());
+    bool own_usable = own.Open(file.c_str()) && own_sections.Init(own.view());
     if (own_usable && !build_id.empty()) {
       const ArenaString file_id = FileBuildId(own_sections);
       if (!file_id.empty() && file_id != build_id) own_usable = false;
@@ -433,6 +556,8 @@ inline ArenaVector<LoadedObject> CollectLoadedObjects() {
   state.page_mask = page - 1;
   IterateLoadedObjects(&elf::CollectObject, &state);
   if (state.out_of_memory) ThrowBadAlloc();
+  const ArenaVector<elf::FileMapping> mappings = elf::ReadFileMappings();
+  for (LoadedObject& object : objects) elf::FileOfMapping(object, mappings);
   return objects;
 }
 
@@ -507,15 +632,17 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
   for (const LoadedObject& object : objects) {
     ArenaString key = object.path;
     key.push_back('\0');
+    key += object.file;
+    key.push_back('\0');
     key += object.build_id;
     auto it = table_of_file.find(key);
     if (it == table_of_file.end()) {
       auto table = MakeArena<elf::SymbolTable>();
       DebugObject* debug = nullptr;
       if (!object.path.empty()) {
-        table->Load(object.path, object.build_id, debug_directory);
+        table->Load(object.path, object.build_id, debug_directory, object.file);
         DebugCacheLock hold;
-        debug = FindDebugObject(object.path.c_str(), object.build_id.c_str(), debug_directory);
+        debug = FindDebugObject(object.path.c_str(), object.file.c_str(), object.build_id.c_str(), debug_directory);
       }
       tables_.push_back(std::move(table));
       debug_of_table.push_back(debug);
