@@ -2,7 +2,8 @@
 // the loader's name for it does not lead there: the executable or a library
 // deleted or replaced on disk while running (a deploy), a library dlopen'ed by
 // a relative name before a chdir (with a decoy of the same name in the new
-// directory), and a program started through ld.so.
+// directory; a decoy without a build id must not stand in for the object),
+// and a program started through ld.so.
 //
 // The situations need a process of their own: a small program, compiled here
 // against include/, sets one up (renames files over itself, dlopens, changes
@@ -26,7 +27,8 @@ using heapprof_test::HaveTool;
 using heapprof_test::RunCommand;
 
 // The program: each argument pair or triple is a step ("dlopen <path>",
-// "chdir <dir>", "rename <from> <to>"), then one report for probe_main_fn and, after a dlopen, one for probe_lib_fn.
+// "chdir <dir>", "rename <from> <to>", "whole <file> <build id> <hex address>"),
+// then one report for probe_main_fn and, after a dlopen, one for probe_lib_fn.
 constexpr const char kProbeSource[] = R"(
 #include <dlfcn.h>
 #include <unistd.h>
@@ -69,6 +71,17 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(op, "rename") == 0 && i + 2 < argc) {
       if (rename(argv[i + 1], argv[i + 2]) != 0) return 4;
       i += 2;
+    } else if (std::strcmp(op, "whole") == 0 && i + 3 < argc) {
+      // A file on its own (an absolute name), file addresses as memory addresses.
+      ArenaVector<LoadedObject> objects(1);
+      objects[0].start = 1;
+      objects[0].limit = ~std::uintptr_t{0} >> 1;
+      objects[0].path = argv[i + 1];
+      objects[0].build_id = argv[i + 2];
+      Symbolizer symbolizer(objects, "/nonexistent");
+      std::printf("whole symbols=%d\n", symbolizer.HasSymbols(0) ? 1 : 0);
+      PrintFrame("whole", symbolizer, static_cast<std::uintptr_t>(std::strtoull(argv[i + 3], nullptr, 16)));
+      return 0;
     } else {
       return 5;
     }
@@ -225,4 +238,28 @@ TEST_CASE("symbol files: a program started through ld.so is named and read as it
   INFO(out);
   CHECK(out.find("main path=" + p.dir + "/probe symbols=1\n") != std::string::npos);
   CHECK(out.find("main name=probe_main_fn line=") != std::string::npos);
+}
+
+TEST_CASE("symbol files: a file without a build id does not stand in for an object that has one") {
+  HEAPPROF_SYMFILES_PROGRAMS(p);
+  if (!HaveTool("readelf") || !HaveTool("nm")) {
+    MESSAGE("readelf or nm missing: skipped");
+    return;
+  }
+  std::string id, address;
+  RunCommand("readelf -n '" + p.dir + "/libprobe.so' | sed -n 's/.*Build ID: *//p'", id);
+  RunCommand("nm '" + p.dir + "/decoy.so' | sed -n 's/ T decoy_lib_fn//p'", address);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  while (!address.empty() && address.back() == '\n') address.pop_back();
+  REQUIRE(id.size() > 2);
+  REQUIRE(!address.empty());
+  // The decoy as itself (no build id expected): its names are its own.
+  const std::string itself = Run(p.dir, "./probe whole '" + p.dir + "/decoy.so' '' " + address);
+  CHECK(itself.find("whole name=decoy_lib_fn") != std::string::npos);
+  // The decoy where the loaded object had libprobe.so's id: neither its
+  // symbols nor its DWARF.
+  const std::string out = Run(p.dir, "./probe whole '" + p.dir + "/decoy.so' " + id + " " + address);
+  INFO(out);
+  CHECK(out.find("whole symbols=0\n") != std::string::npos);
+  CHECK(out.find("whole name= line=0\n") != std::string::npos);
 }

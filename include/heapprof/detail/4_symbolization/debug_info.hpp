@@ -159,15 +159,20 @@ inline bool HasDwarf(const elf::MappedFile& file) {
   return false;
 }
 
+// Whether a file's build id matches the loaded object's. A file without one
+// is refused too when the object has one: it is some other build (a decoy
+// of the same name, an old copy), and its names and lines would lie.
+inline bool BuildIdMatches(const elf::SectionTable& sections, const char* build_id) {
+  if (build_id == nullptr || build_id[0] == '\0') return true;
+  return elf::FileBuildId(sections) == build_id;
+}
+
 }  // namespace debug_files
 
 inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
   elf::SectionTable sections;
   if (!sections.Init(file.view())) return false;
-  if (build_id != nullptr && build_id[0] != '\0') {
-    const ArenaString id = elf::FileBuildId(sections);
-    if (!id.empty() && id != build_id) return false;  // replaced on disk since it was loaded
-  }
+  if (!debug_files::BuildIdMatches(sections, build_id)) return false;  // replaced on disk since it was loaded
   if (!debug_files::HasDwarf(file)) return false;
   file_ = static_cast<elf::MappedFile&&>(file);
   const elf::ByteView view = file_.view();

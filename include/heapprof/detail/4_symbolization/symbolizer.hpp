@@ -331,7 +331,7 @@ struct Symbol {
 class SymbolTable {
  public:
   // `build_id` is the id of the object as loaded in memory: a file on disk with
-  // a different id was replaced after loading, and its symbols would lie.
+  // a different id, or none, is another build, and its symbols would lie.
   // `file_view`: what to open when `path` no longer names the object's file
   // (LoadedObject::file); empty = `path`, which still places .gnu_debuglink.
   bool Load(std::string_view path_view, std::string_view build_id_view,
@@ -340,11 +340,8 @@ class SymbolTable {
     const ArenaString file(file_view.empty() ? path_view : file_view);
     MappedFile own;
     SectionTable own_sections;
-    bool own_usable = own.Open(file.c_str()) && own_sections.Init(own.view());
-    if (own_usable && !build_id.empty()) {
-      const ArenaString file_id = FileBuildId(own_sections);
-      if (!file_id.empty() && file_id != build_id) own_usable = false;
-    }
+    const bool own_usable = own.Open(file.c_str()) && own_sections.Init(own.view()) &&
+                            debug_files::BuildIdMatches(own_sections, build_id.c_str());
     // .symtab also names static functions; .dynsym only what the object exports.
     if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
     if (debug_directory != nullptr && build_id.size() > 2) {
