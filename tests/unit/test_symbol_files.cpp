@@ -2,8 +2,8 @@
 // the loader's name for it does not lead there: the executable or a library
 // deleted or replaced on disk while running (a deploy), a library dlopen'ed by
 // a relative name before a chdir (with a decoy of the same name in the new
-// directory; a decoy without a build id must not stand in for the object),
-// and a program started through ld.so.
+// directory), a program started through ld.so, and a stripped binary whose
+// .symtab is in the file its .gnu_debuglink names.
 //
 // The situations need a process of their own: a small program, compiled here
 // against include/, sets one up (renames files over itself, dlopens, changes
@@ -262,4 +262,30 @@ TEST_CASE("symbol files: a file without a build id does not stand in for an obje
   INFO(out);
   CHECK(out.find("whole symbols=0\n") != std::string::npos);
   CHECK(out.find("whole name= line=0\n") != std::string::npos);
+}
+
+TEST_CASE("symbol files: a stripped binary reads the .symtab of its .gnu_debuglink file") {
+  HEAPPROF_SYMFILES_PROGRAMS(p);
+  if (!HaveTool("objcopy") || !HaveTool("strip") || !HaveTool("nm") || !HaveTool("readelf")) {
+    MESSAGE("objcopy, strip, nm or readelf missing: skipped");
+    return;
+  }
+  const std::string d = p.dir + "/linked";
+  std::string out, id, start;
+  REQUIRE(RunCommand("mkdir -p '" + d + "' && cd '" + d + "' && objcopy --only-keep-debug ../probe probe.debug && " +
+                         "strip --strip-all ../probe -o stripped && " +
+                         "objcopy --add-gnu-debuglink=probe.debug stripped probe",
+                     out) == 0);
+  RunCommand("readelf -n '" + d + "/probe' | sed -n 's/.*Build ID: *//p'", id);
+  RunCommand("nm '" + p.dir + "/probe' | sed -n 's/ T _start$//p'", start);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  while (!start.empty() && start.back() == '\n') start.pop_back();
+  REQUIRE(id.size() > 2);
+  REQUIRE(!start.empty());
+  // _start has no DWARF: only a symbol table names it, and the stripped
+  // file's .dynsym does not.
+  out = Run(d, "../probe whole '" + d + "/probe' " + id + " " + start);
+  INFO(out);
+  CHECK(out.find("whole symbols=1\n") != std::string::npos);
+  CHECK(out.find("whole name=_start line=0\n") != std::string::npos);
 }

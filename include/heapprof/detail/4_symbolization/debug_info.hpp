@@ -167,6 +167,48 @@ inline bool BuildIdMatches(const elf::SectionTable& sections, const char* build_
   return elf::FileBuildId(sections) == build_id;
 }
 
+// The separate debug file that the object's own file `own` names by
+// .gnu_debuglink: a file name and the CRC-32 of that file, looked for beside
+// `path` (the object's name, not the file it was read through), in its
+// .debug/, and under the debug directory. The first candidate whose CRC
+// matches is mapped into `out` and its name written to `found`.
+inline bool OpenDebugLink(const char* path, const elf::ByteView& own, const char* debug_directory,
+                          elf::MappedFile& out, char* found, std::size_t found_size) {
+  elf::SectionTable sections;
+  if (!sections.Init(own)) return false;
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh)) continue;
+    const char* name = SectionName(own, sections, sh);
+    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
+    const elf::ByteView link = sections.Contents(sh);
+    std::size_t length = 0;
+    const char* file = link.CString(0, &length);
+    std::uint32_t crc = 0;
+    if (file == nullptr || length == 0 || std::strchr(file, '/') != nullptr ||
+        !link.Read((length + 4) & ~std::uint64_t{3}, &crc)) {
+      return false;
+    }
+    const char* slash = std::strrchr(path, '/');
+    const int dir_length = slash != nullptr ? static_cast<int>(slash - path) : 0;
+    for (int where = 0; where < 3; ++where) {
+      if (where == 0) std::snprintf(found, found_size, "%.*s/%s", dir_length, path, file);
+      if (where == 1) std::snprintf(found, found_size, "%.*s/.debug/%s", dir_length, path, file);
+      if (where == 2) {
+        if (debug_directory == nullptr) break;
+        std::snprintf(found, found_size, "%s%.*s/%s", debug_directory, dir_length, path, file);
+      }
+      if (std::strcmp(found, path) == 0) continue;
+      if (!out.Open(found)) continue;
+      const elf::ByteView bytes = out.view();
+      if (Crc32(bytes.data, static_cast<std::size_t>(bytes.size)) == crc) return true;
+    }
+    out.Reset();
+    return false;
+  }
+  return false;
+}
+
 }  // namespace debug_files
 
 inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
@@ -268,42 +310,12 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
       return;
     }
   }
-  // 2. By .gnu_debuglink: a file name and the CRC-32 of that file, looked for
-  // beside the object, in its .debug/, and under the debug directory.
+  // 2. By .gnu_debuglink.
   if (!own.Open(own_file)) return;
-  elf::SectionTable sections;
-  if (!sections.Init(own.view())) return;
-  Elf64_Shdr sh;
-  for (std::uint64_t i = 1; i < sections.count(); ++i) {
-    if (!sections.Get(i, &sh)) continue;
-    const char* name = debug_files::SectionName(own.view(), sections, sh);
-    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
-    const elf::ByteView link = sections.Contents(sh);
-    std::size_t length = 0;
-    const char* file = link.CString(0, &length);
-    std::uint32_t crc = 0;
-    if (file == nullptr || length == 0 || std::strchr(file, '/') != nullptr ||
-        !link.Read((length + 4) & ~std::uint64_t{3}, &crc)) {
-      return;
-    }
-    const char* slash = std::strrchr(path, '/');
-    const int dir_length = slash != nullptr ? static_cast<int>(slash - path) : 0;
-    for (int where = 0; where < 3; ++where) {
-      if (where == 0) std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, path, file);
-      if (where == 1) std::snprintf(candidate, sizeof candidate, "%.*s/.debug/%s", dir_length, path, file);
-      if (where == 2)
-        std::snprintf(candidate, sizeof candidate, "%s%.*s/%s", debug_directory, dir_length, path, file);
-      if (std::strcmp(candidate, path) == 0) continue;
-      elf::MappedFile debug;
-      if (!debug.Open(candidate)) continue;
-      const elf::ByteView bytes = debug.view();
-      if (debug_files::Crc32(bytes.data, static_cast<std::size_t>(bytes.size)) != crc) continue;
-      if (UseFile(debug, build_id)) {
-        remember(candidate);
-        return;
-      }
-    }
-    return;
+  elf::MappedFile debug;
+  if (debug_files::OpenDebugLink(path, own.view(), debug_directory, debug, candidate, sizeof candidate) &&
+      UseFile(debug, build_id)) {
+    remember(candidate);
   }
 }
 

@@ -354,6 +354,18 @@ class SymbolTable {
         return true;
       }
     }
+    // A stripped file whose debug file is named by .gnu_debuglink: that file's
+    // .symtab names what DWARF does not describe (_start, static libstdc++).
+    if (own_usable && debug_directory != nullptr) {
+      char found[1024];
+      MappedFile debug;
+      SectionTable debug_sections;
+      if (debug_files::OpenDebugLink(path.c_str(), own.view(), debug_directory, debug, found, sizeof found) &&
+          debug_sections.Init(debug.view()) && debug_files::BuildIdMatches(debug_sections, build_id.c_str()) &&
+          ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+        return true;
+      }
+    }
     return own_usable && ReadTable(own, own_sections, SHT_DYNSYM);
   }
 
