@@ -6,17 +6,16 @@
 #pragma once
 
 #include <cxxabi.h>
-#include <limits.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <sys/auxv.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -47,7 +46,9 @@ struct LoadedObject {
   std::uintptr_t limit = 0;       // one past its last byte
   std::uint64_t file_offset = 0;  // file offset that `start` maps
   std::uintptr_t bias = 0;        // dlpi_addr: memory address = file vaddr + bias
-  ArenaString path;               // absolute name of the mapped file, as the kernel has it
+  // Absolute file name: the loader's, or the kernel's (/proc/self/maps, without
+  // " (deleted)") when the loader's does not name the file that was mapped.
+  ArenaString path;
   ArenaString build_id;           // GNU build id, lowercase hex; empty if the file has none
   // What to open to read the object when `path` no longer names the file that
   // was mapped (deleted or replaced on disk since: a deploy): its
