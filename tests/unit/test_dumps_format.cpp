@@ -83,14 +83,44 @@ TEST_CASE("HEAPPROF dump keys parse into the config without allocating") {
   CHECK(ParseEnvConfig("dump_time=0").dump_time == 0);
 }
 
-TEST_CASE("ParseByteSize takes every value up to UINT64_MAX and nothing past it (found by fuzz_env_config)") {
+TEST_CASE("ParseByteSize takes every value up to UINT64_MAX and saturates past it (found by fuzz_env_config)") {
   std::uint64_t v = 0;
   CHECK(heapprof::detail::ParseByteSize("18446744073709551615", v));
   CHECK(v == UINT64_MAX);
   CHECK(heapprof::detail::ParseByteSize("0000000000000018446744073709551615", v));
   CHECK(v == UINT64_MAX);
-  CHECK_FALSE(heapprof::detail::ParseByteSize("18446744073709551616", v));
-  CHECK_FALSE(heapprof::detail::ParseByteSize("18446744073709551620", v));
+  CHECK(heapprof::detail::ParseByteSize("18446744073709551614", v));
+  CHECK(v == UINT64_MAX - 1);
+  // Past it: UINT64_MAX, never a wrapped value (the caller clamps).
+  v = 0;
+  CHECK(heapprof::detail::ParseByteSize("18446744073709551616", v));
+  CHECK(v == UINT64_MAX);
+  v = 0;
+  CHECK(heapprof::detail::ParseByteSize("99999999999999999999999", v));
+  CHECK(v == UINT64_MAX);
   CHECK(heapprof::detail::ParseByteSize("17179869183g", v));  // (2^34 - 1) << 30 fits
-  CHECK_FALSE(heapprof::detail::ParseByteSize("17179869184g", v));
+  CHECK(v == ((std::uint64_t{1} << 34) - 1) << 30);
+  CHECK(heapprof::detail::ParseByteSize("17179869184g", v));
+  CHECK(v == UINT64_MAX);
+  CHECK_FALSE(heapprof::detail::ParseByteSize("1x", v));
+}
+
+TEST_CASE("HEAPPROF numbers of 20 digits and more are clamped like any value above the maximum") {
+  // Before: "bad value" and ignored, while the README says clamped.
+  const std::string huge = "123456789012345678901234567890";
+  auto cfg = ParseEnvConfig("rate=" + huge + ",max_stacks=" + huge + ",max_label_sets=" + huge +
+                            ",leak_exit_code=" + huge);
+  CHECK(cfg.has_rate);
+  CHECK(cfg.rate == heapprof::detail::kMaxConfigRate);
+  CHECK(cfg.has_max_stacks);
+  CHECK(cfg.max_stacks == heapprof::detail::kMaxConfigStacks);
+  CHECK(cfg.has_max_label_sets);
+  CHECK(cfg.max_label_sets == heapprof::detail::kMaxConfigLabelSets);
+  CHECK(cfg.leak_exit_code == 255);
+  cfg = ParseEnvConfig("max_stacks=00000000000000000000042");  // leading zeros: still 42
+  CHECK(cfg.max_stacks == 42);
+  // Ranges that are not clamped still refuse the value.
+  CHECK(ParseEnvConfig("dump_time=" + huge).dump_time == 0);
+  CHECK(ParseEnvConfig("dump_time=315360001").dump_time == 0);
+  CHECK(ParseEnvConfig("dump_time=315360000").dump_time == 315360000);
 }

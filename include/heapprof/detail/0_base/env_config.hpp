@@ -27,15 +27,16 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   }
   if (shift != 0) text.remove_suffix(1);
   if (text.empty()) return false;
+  // Past UINT64_MAX the value saturates there: the caller clamps it to its
+  // maximum like any other value above it (rejecting it as a bad value
+  // contradicted the README's "clamped").
   std::uint64_t value = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
     const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (value > (UINT64_MAX - digit) / 10) return false;  // exact: UINT64_MAX itself parses
-    value = value * 10 + digit;
+    value = value > (UINT64_MAX - digit) / 10 ? UINT64_MAX : value * 10 + digit;  // exact: UINT64_MAX itself parses
   }
-  if (shift != 0 && value > (UINT64_MAX >> shift)) return false;
-  out = value << shift;
+  out = shift != 0 && value > (UINT64_MAX >> shift) ? UINT64_MAX : value << shift;
   return true;
 }
 
@@ -155,13 +156,16 @@ inline bool CopyConfigString(std::string_view value, char (&out)[N]) noexcept {
   return true;
 }
 
-// A plain count: digits only.
+// A plain count: digits only. Past UINT64_MAX it saturates there, so that
+// the caller clamps or rejects it by its range (20 digits or more were a
+// "bad value" before, even where the README promises a clamp).
 inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
-  if (text.empty() || text.size() > 19) return false;
+  if (text.empty()) return false;
   std::uint64_t v = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    v = v > (UINT64_MAX - digit) / 10 ? UINT64_MAX : v * 10 + digit;
   }
   out = v;
   return true;
@@ -258,7 +262,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       if (ParseCount(value, v) && v > 0 && v <= 10u * 365 * 24 * 3600) {
         cfg.dump_time = v;
       } else {
-        ReportConfigProblem("bad value for dump_time (whole seconds > 0):", value);
+        ReportConfigProblem("bad value for dump_time (whole seconds, 1 to 315360000 = 10 years):", value);
       }
     } else if (key == "dump_signal") {
       const int sig = ParseSignalName(value);
