@@ -74,6 +74,37 @@ inline int RunDumpSignal() {
   return 0;
 }
 
+// dump_signal=TERM where TERM did not end the process before heapprof came:
+// each of three signals gives a dump, and then what the disposition before
+// heapprof's did. "dump_signal_ignored": started with TERM ignored (as under
+// nohup, for HUP): the process lives on. "dump_signal_handler": the
+// program's handler, installed before heapprof's start-up
+// (InstallEarlyTermHandler), runs once per signal.
+inline volatile std::sig_atomic_t g_term_handled = 0;
+inline void CountTerm(int) { g_term_handled = g_term_handled + 1; }
+inline void InstallEarlyTermHandler() {
+  const char* child = std::getenv("HEAPPROF_TEST_CHILD");
+  if (child == nullptr || std::strcmp(child, "dump_signal_handler") != 0) return;
+  struct sigaction sa {};
+  sa.sa_handler = &CountTerm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+inline int RunDumpSignalTerm(bool handler) {
+  for (int i = 1; i <= 3; ++i) {
+    std::raise(SIGTERM);
+    if (!WaitForFile(DumpPath(static_cast<unsigned>(i)))) return 10 + i;
+    if (handler) {  // forwarded by the dump thread after the dump: wait for it
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (g_term_handled < i) {
+        if (std::chrono::steady_clock::now() > deadline) return 20 + i;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+  }
+  return handler && g_term_handled != 3 ? 30 : 0;
+}
+
 // dump_at_exit / leak_report: leave 5 x 3000 B from LeakedByTest live. Held
 // by a global, so LeakSanitizer (ASan builds) counts them reachable.
 inline char* g_left_at_exit[5];
@@ -140,6 +171,8 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
   if (std::strcmp(name, "dump_time") == 0) return RunDumpTime();
   if (std::strcmp(name, "dump_signal") == 0) return RunDumpSignal();
+  if (std::strcmp(name, "dump_signal_ignored") == 0) return RunDumpSignalTerm(false);
+  if (std::strcmp(name, "dump_signal_handler") == 0) return RunDumpSignalTerm(true);
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();

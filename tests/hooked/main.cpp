@@ -78,6 +78,10 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
 #endif
 
+// A program's own SIGTERM handler, in place before heapprof's start-up (this
+// unit's static initialisation) installs dump_signal's (dump_signal_handler).
+__attribute__((constructor(101))) static void InstallEarlyHandlers() { heapprof_test::InstallEarlyTermHandler(); }
+
 int main(int argc, char** argv) {
   // Some scenarios (allocation in static destructors, fork) need a process of
   // their own: the tests re-run this binary with HEAPPROF_TEST_CHILD set.

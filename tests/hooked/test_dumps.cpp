@@ -133,6 +133,25 @@ TEST_CASE("dump_signal: each signal gives one dump and the program carries on") 
   RemoveDir(dir);
 }
 
+TEST_CASE("dump_signal=TERM that does not end the process dumps at every signal") {
+  // Before: the previous disposition was put back for good after the first
+  // dump, so a TERM ignored (nohup-style) or handled by the program dumped once.
+  for (const char* child : {"dump_signal_ignored", "dump_signal_handler"}) {
+    INFO(child);
+    const std::string dir = DumpsTempDir();
+    // Ignored on entry, the signal stays ignored across exec (the shell's trap).
+    const std::string ignore = std::string(child) == "dump_signal_ignored" ? "trap '' TERM; " : "";
+    std::string out;
+    const int rc = RunSelf(ignore + "HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=TERM HEAPPROF_TEST_DIR=" + dir +
+                               " HEAPPROF_TEST_CHILD=" + child,
+                           out);
+    INFO(out);
+    CHECK(rc == 0);
+    CheckDumps(dir, 3);
+    RemoveDir(dir);
+  }
+}
+
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = DumpsTempDir();
   std::string out;

@@ -223,7 +223,7 @@ class Dumper {
     errno = saved;
   }
 
-  static void SignalHandler(int) noexcept;
+  static void SignalHandler(int sig, siginfo_t* info, void* context) noexcept;
   static void ForkChild() noexcept;
   static void AllocFailed(std::size_t n) noexcept;
 
@@ -297,21 +297,53 @@ class Dumper {
 
   void InstallSignalHandler(int sig) noexcept {
     struct sigaction sa {};
-    sa.sa_handler = &Dumper::SignalHandler;
+    sa.sa_sigaction = &Dumper::SignalHandler;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     if (sigaction(sig, &sa, &previous_) != 0) {
       ReportLine(ArenaString("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
   }
 
-  // After the dump of a terminating signal: the previous disposition back,
-  // and the signal again, to the process (this thread blocks every signal).
+  // After the dump of a terminating signal, what the previous disposition
+  // did, every time: SIG_IGN nothing; SIG_DFL the default action (the
+  // previous disposition back and the signal again: the process ends); a
+  // handler: the signal again, which our handler passes to it, on one of the
+  // program's threads (this one blocks every signal). Our handler stays:
+  // putting the previous disposition back for good made only the first
+  // signal dump when it did not end the process (nohup's SIG_IGN, a
+  // program's own handler).
   void ForwardSignal() noexcept {
     const int sig = cfg_->dump_signal;
     if (!Terminating(sig)) return;
-    sigaction(sig, &previous_, nullptr);
+    const bool siginfo = (previous_.sa_flags & SA_SIGINFO) != 0;
+    if (!siginfo && previous_.sa_handler == SIG_IGN) return;
+    if (!siginfo && previous_.sa_handler == SIG_DFL) {
+      sigaction(sig, &previous_, nullptr);
+    } else {
+      forwarding_.fetch_add(1, std::memory_order_acq_rel);
+    }
     ::kill(getpid(), sig);
+  }
+
+  // The signal handler: a signal we sent to forward (ForwardSignal) goes to
+  // the previous handler, any other asks for a dump. Async-signal-safe.
+  void OnSignalInfo(int sig, siginfo_t* info, void* context) noexcept {
+    if (info != nullptr && info->si_code == SI_USER && info->si_pid == ::getpid()) {
+      unsigned pending = forwarding_.load(std::memory_order_acquire);
+      while (pending != 0 &&
+             !forwarding_.compare_exchange_weak(pending, pending - 1, std::memory_order_acq_rel)) {
+      }
+      if (pending != 0) {
+        if ((previous_.sa_flags & SA_SIGINFO) != 0) {
+          previous_.sa_sigaction(sig, info, context);
+        } else if (previous_.sa_handler != SIG_IGN && previous_.sa_handler != SIG_DFL) {
+          previous_.sa_handler(sig);
+        }
+        return;
+      }
+    }
+    OnSignal();
   }
 
   // dump_near_oom and oom_dump write when memory is short. The first profile
@@ -511,6 +543,7 @@ class Dumper {
   std::atomic<bool> signal_pending_{false};
   pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   struct sigaction previous_ {};  // dump_signal's disposition before ours
+  std::atomic<unsigned> forwarding_{0};  // signals ForwardSignal sent for the previous handler
   unsigned seq_ = 0;  // under write_mutex_
   std::uint64_t first_alloc_mark_ = 0;  // a forked child's first byte-trigger marks (0: SIZE)
   std::uint64_t first_inuse_mark_ = 0;
@@ -525,7 +558,9 @@ class Dumper {
 
 inline Dumper g_dumper;
 
-inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
+inline void Dumper::SignalHandler(int sig, siginfo_t* info, void* context) noexcept {
+  g_dumper.OnSignalInfo(sig, info, context);
+}
 inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
 inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed(n); }
 
