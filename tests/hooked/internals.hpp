@@ -43,6 +43,10 @@ std::size_t HttpMaxDeltaWindows();    // kMaxDeltaWindows
 std::size_t HttpStreamPieceBytes();   // kStreamPieceBytes
 std::uint64_t HttpDeltaWindowsStarted();  // g_delta_windows_started
 
+// ---- profile files (6_serving/files.hpp)
+// WriteFileAtomic: `bytes` to `path`; on failure `error` says why.
+bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string& error);
+
 // ---- profiles built in memory (5_encoding)
 // The legacy text heap profile (BuildTextHeapProfile); `extra_comment`, if
 // not null, is the line the extra-comments callback appends.

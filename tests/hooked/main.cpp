@@ -38,6 +38,14 @@ std::size_t HttpMaxDeltaWindows() { return hd::http::kMaxDeltaWindows; }
 std::size_t HttpStreamPieceBytes() { return hd::http::kStreamPieceBytes; }
 std::uint64_t HttpDeltaWindowsStarted() { return hd::http::g_delta_windows_started.load(); }
 
+bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string& error) {
+  hd::ArenaString e;
+  const bool ok = hd::WriteFileAtomic(hd::ArenaString(path.data(), path.size()),
+                                      hd::ArenaString(bytes.data(), bytes.size()), &e);
+  error.assign(e.data(), e.size());
+  return ok;
+}
+
 namespace {
 const char* g_extra_comment = nullptr;
 void AppendExtraComment(hd::ArenaString& s) { s += g_extra_comment; }

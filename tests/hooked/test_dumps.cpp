@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <dirent.h>
 #include <fstream>
+#include <climits>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -291,6 +292,38 @@ TEST_CASE("WriteHeapProfile(path): atomic replace; a reader never sees a partial
   CHECK_FALSE(heapprof::WriteHeapProfile(dir + "/missing/heap.pb.gz"));
   CHECK(ListDir(dir).size() == 1);
   CHECK(ReadFile(path) == before);
+  RemoveDir(dir);
+}
+
+TEST_CASE("a file name of up to NAME_MAX bytes is written; errors name the file that failed") {
+  // Before: the temporary (name + ".tmp.<pid>.<n>") went over NAME_MAX for a
+  // legal name of 240-255 bytes, and the error named the final path.
+  const std::string dir = DumpsTempDir();
+  for (std::size_t len : {std::size_t{200}, std::size_t{245}, std::size_t{NAME_MAX}}) {
+    INFO(len);
+    const std::string path = dir + "/" + std::string(len - 7, 'n') + ".pb.gz";
+    std::string error;
+    CHECK(heapprof_test::WriteFileAtomically(path, "bytes", error));
+    CHECK(error.empty());
+    CHECK(ReadFile(path) == "bytes");
+    CHECK(ListDir(dir).size() == 1);  // the final name only, no temporary left
+    CHECK(heapprof::WriteHeapProfile(path));  // the public API, over the file
+    Profile p;
+    CHECK(ReadProfileFile(path, p));
+    ::unlink(path.c_str());
+  }
+  // One byte over: refused, and the message names the rename that failed.
+  const std::string too_long = dir + "/" + std::string(NAME_MAX + 1, 'n');
+  std::string error;
+  CHECK_FALSE(heapprof_test::WriteFileAtomically(too_long, "bytes", error));
+  INFO(error);
+  CHECK(error.find("cannot rename " + dir + "/") == 0);
+  CHECK(error.find(" to " + too_long + ": ") != std::string::npos);
+  CHECK(ListDir(dir).empty());
+  // A directory that does not exist: the message names the file it could not create.
+  const std::string missing = dir + "/missing/heap.pb.gz";
+  CHECK_FALSE(heapprof_test::WriteFileAtomically(missing, "bytes", error));
+  CHECK(error.find("cannot create " + missing + ".tmp.") == 0);
   RemoveDir(dir);
 }
 

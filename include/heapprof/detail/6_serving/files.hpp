@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "heapprof/detail/6_serving/retention.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
@@ -65,6 +67,16 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
                 counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
+    // The temporary is the name plus the suffix; a name within NAME_MAX but
+    // too long for the suffix too is cut short first (still in the same
+    // directory, so the rename stays atomic). Without this a legal dump name
+    // of 240-255 bytes could not be written at all.
+    const std::size_t slash = path.rfind('/');
+    const std::size_t base = slash == ArenaString::npos ? 0 : slash + 1;
+    const std::size_t suffix_len = std::strlen(suffix);
+    ArenaString tmp_name = path;
+    if (tmp_name.size() - base + suffix_len > NAME_MAX) tmp_name.resize(base + (NAME_MAX - suffix_len));
+    tmp_name += suffix;
     struct Temporary {
       ArenaString name;
       int fd = -1;
@@ -73,27 +85,27 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
         if (fd >= 0) ::close(fd);
         if (!keep) ::unlink(name.c_str());
       }
-    } tmp{path + suffix};
-    auto fail = [&](const char* what, int err, bool on_tmp) {
-      if (error != nullptr) *error = ArenaString(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
+    } tmp{std::move(tmp_name)};
+    auto fail = [&](const char* what, int err) {  // every step before the rename is on the temporary
+      if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
     tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (tmp.fd < 0) {
       tmp.keep = true;  // not ours to remove
-      return fail("cannot create", errno, false);
+      return fail("cannot create", errno);
     }
     std::size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO, true);
+      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
       done += static_cast<std::size_t>(n);
     }
-    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno, true);
+    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno);
     const int fd = tmp.fd;
     tmp.fd = -1;
-    if (::close(fd) != 0) return fail("cannot close", errno, true);
+    if (::close(fd) != 0) return fail("cannot close", errno);
     if (::rename(tmp.name.c_str(), path.c_str()) != 0) {
       const int err = errno;
       if (error != nullptr) *error = "cannot rename " + tmp.name + " to " + path + ": " + std::strerror(err);
