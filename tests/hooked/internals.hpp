@@ -42,6 +42,8 @@ std::size_t HttpMaxConnections();     // kMaxConnections
 std::size_t HttpMaxDeltaWindows();    // kMaxDeltaWindows
 std::size_t HttpStreamPieceBytes();   // kStreamPieceBytes
 std::uint64_t HttpDeltaWindowsStarted();  // g_delta_windows_started
+std::uint64_t HttpJobsQueued();  // g_jobs_queued
+std::uint64_t HttpJobsBuilt();   // g_jobs_built
 
 // ---- profile files (6_serving/files.hpp)
 // WriteFileAtomic: `bytes` to `path`; on failure `error` says why.
