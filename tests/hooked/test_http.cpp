@@ -135,6 +135,23 @@ TEST_CASE("http: index, redirect and the profile endpoints with Go's headers") {
     CHECK(r.body.compare(0, 14, "heap profile: ") == 0);
     CHECK(r.body.find("# heapprof.Stats\n# alloc_objects = ") != std::string::npos);
     CHECK(r.body.find("\nMAPPED_LIBRARIES:\n") != std::string::npos);
+    // Streamed in chunks to an HTTP/1.1 client: the last chunk says the text is whole.
+    CHECK(r.Header("transfer-encoding") == "chunked");
+    CHECK(r.last_chunk);
+    CHECK(r.Header("content-length").empty());
+  }
+  // HTTP/1.0 has no chunks: the text ends with the connection.
+  r = RawRequest(server.port(), "GET /debug/pprof/heap?debug=1 HTTP/1.0\r\n\r\n");
+  REQUIRE(r.status == 200);
+  CHECK(r.Header("transfer-encoding").empty());
+  CHECK(r.body.compare(0, 14, "heap profile: ") == 0);
+  CHECK(r.body.find("\nMAPPED_LIBRARIES:\n") != std::string::npos);
+  if (HaveTool("curl")) {  // a client of its own reads the chunks back into the text
+    std::string out;
+    CHECK(RunCommand("curl -sS --max-time 60 -o - '" + Url(server, "/debug/pprof/heap?debug=1") + "'", out) == 0);
+    CHECK(out.compare(0, 14, "heap profile: ") == 0);
+    CHECK(out.find("\nMAPPED_LIBRARIES:\n") != std::string::npos);
+    CHECK(out.find("\r\n") == std::string::npos);  // no chunk framing left in the text
   }
 
   // HEAD: the headers GET would send, no body.
@@ -432,6 +449,51 @@ struct TextPath {
   }
 };
 }  // namespace
+
+TEST_CASE("http: a client reading slowly but steadily gets the whole ?debug=1 text") {
+  // Before: the write deadline was set once per 256 KiB piece, so a client
+  // taking longer than that over one piece was dropped mid-text while still
+  // reading.
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
+  limits.write_timeout_ms = 300;
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
+  {
+    RateScope rate(1);
+    // 256 stacks: a text of a few MiB, more than the server's socket buffer
+    // takes at once (the deadline matters only once send() has to wait).
+    constexpr int kLevels = 8;
+    g_text_objects.reserve(1u << kLevels);
+    for (unsigned path = 0; path < (1u << kLevels); ++path) TextPath::A(path, kLevels, kTextExtra);
+  }
+  const int fd = ConnectLoopback(server.port(), 4096);
+  REQUIRE(fd >= 0);
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?debug=1")));
+  // At most 8 KiB every 8 ms (the pace of a slow link, not a
+  // synchronization): never 300 ms without progress, seconds in all.
+  std::string raw;
+  char buf[8192];
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto limit = t0 + std::chrono::seconds(120);
+  for (;;) {
+    REQUIRE(std::chrono::steady_clock::now() < limit);
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<std::size_t>(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(8));
+  }
+  ::close(fd);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE(raw.size() << " bytes in " << ms << " ms");
+  const HttpResponse r = ParseHttpResponse(raw);
+  CHECK(r.status == 200);
+  CHECK(ms > 2 * limits.write_timeout_ms);  // the response took longer than the deadline
+  CHECK(r.last_chunk);  // complete, by the chunked coding
+  CHECK(r.body.find("\nMAPPED_LIBRARIES:\n") != std::string::npos);  // and to its trailer
+  for (void* p : g_text_objects) ::operator delete(p);
+  g_text_objects.clear();
+}
 
 TEST_CASE("http: ?debug=1 streams: clients that never read hold one piece each, and the index does not wait") {
   // Before: each response was built whole (659 MB for 16,384 stacks 130

@@ -30,7 +30,9 @@ std::string ReadAll(int fd, int timeout_ms = 30000, bool* timed_out = nullptr);
 struct HttpResponse {
   int status = 0;                             // 0: no parseable response
   std::map<std::string, std::string> headers;  // names lowercased
-  std::string head, body;
+  std::string head, body;  // body: chunked transfer coding undone
+  bool chunked = false;     // Transfer-Encoding: chunked
+  bool last_chunk = false;  // chunked: the zero-size last chunk arrived (the body is complete)
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? std::string() : it->second;
@@ -113,6 +115,29 @@ HttpResponse ParseHttpResponse(const std::string& raw) {
       r.headers[name] = value;
     }
     pos = eol + 2;
+  }
+  if (r.Header("transfer-encoding") == "chunked") {
+    r.chunked = true;
+    std::string coded;
+    coded.swap(r.body);
+    std::size_t at = 0;
+    for (;;) {
+      const std::size_t eol = coded.find("\r\n", at);
+      if (eol == std::string::npos) break;
+      char* end = nullptr;
+      const unsigned long size = std::strtoul(coded.c_str() + at, &end, 16);
+      if (end == coded.c_str() + at) break;  // not a chunk size
+      if (size == 0) {
+        r.last_chunk = coded.compare(eol + 2, 2, "\r\n") == 0;
+        break;
+      }
+      if (eol + 2 + size + 2 > coded.size()) {  // cut inside the chunk: what came
+        r.body.append(coded, eol + 2, std::string::npos);
+        break;
+      }
+      r.body.append(coded, eol + 2, size);
+      at = eol + 2 + size + 2;
+    }
   }
   return r;
 }

@@ -19,14 +19,16 @@
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
 // kHeadTimeoutMs to send the request head (slow clients get a 408),
-// kWriteTimeoutMs to take the response, heads of at most 8 KiB / 64 fields.
+// kWriteTimeoutMs without taking any of the response, heads of at most 8 KiB / 64 fields.
 #pragma once
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -198,10 +200,13 @@ inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::
   if (!head_only) out += body;
 }
 
-// The head of a response whose body is streamed: no Content-Length, the end
-// of the body is the end of the connection (HTTP/1.1, RFC 9112 6.3).
+// The head of a response whose body is streamed (its length is not known
+// when the head goes out). `chunked` (HTTP/1.1 clients): chunked transfer
+// coding, whose last chunk tells a complete body from one cut short (a
+// failed build, a dropped connection). Otherwise (HTTP/1.0, which has no
+// chunks) the end of the body is the end of the connection, RFC 9112 6.3.
 inline void AppendStreamHead(ArenaString& out, int status,
-                             const ArenaVector<std::pair<const char*, ArenaString>>& headers) {
+                             const ArenaVector<std::pair<const char*, ArenaString>>& headers, bool chunked) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -211,7 +216,24 @@ inline void AppendStreamHead(ArenaString& out, int status,
     out += h.second;
     out += "\r\n";
   }
+  if (chunked) out += "Transfer-Encoding: chunked\r\n";
   out += "Connection: close\r\n\r\n";
+}
+
+// A piece of a streamed body: as a chunk when `chunked` (an empty piece
+// makes none: a zero-size chunk ends the body), and the last chunk after it
+// when `last`.
+inline void AppendStreamPiece(ArenaString& out, const ArenaString& piece, bool chunked, bool last) {
+  if (!chunked) {
+    out += piece;
+    return;
+  }
+  if (!piece.empty()) {
+    AppendFormat(out, "%zx\r\n", piece.size());
+    out += piece;
+    out += "\r\n";
+  }
+  if (last) out += "0\r\n\r\n";
 }
 
 // Go's serveError / http.Error: one line of text.
@@ -388,6 +410,8 @@ struct Connection {
   ArenaPtr<ProfileBaseline> baseline;
   std::uint64_t serial = 0;                   // names the connection to the builder
   ArenaPtr<TextProfileStream> stream;  // a streamed text body with more to come
+  bool chunked = false;                // the client speaks HTTP/1.1: a streamed body goes in chunks
+  int unsent = -1;                     // kWriting: the socket's queue at the last progress (UnsentBytes)
 };
 
 // Work for the builder thread, and what it hands back.
@@ -397,6 +421,7 @@ struct BuildJob {
   ArenaPtr<ProfileBaseline> baseline;
   ArenaString symbol_request;
   ArenaPtr<TextProfileStream> stream;  // set: the stream's next piece
+  bool chunked = false;                // a streamed body in chunks (an HTTP/1.1 client)
 };
 struct BuildResult {
   std::uint64_t serial = 0;
@@ -589,17 +614,25 @@ class Server {
     }
   }
 
+  // The stream's next piece into r (after what r holds), and the stream
+  // into r if more is to come. A failed piece ends the stream without the
+  // last chunk: a chunked client sees the body cut short.
+  static void NextPiece(ArenaPtr<TextProfileStream>& stream, ArenaString piece, bool chunked, BuildResult& r) {
+    const bool ok = stream->Next(piece, kStreamPieceBytes);
+    AppendStreamPiece(r.bytes, piece, chunked, ok && stream->done());
+    if (!stream->done()) r.stream = std::move(stream);
+  }
+
   static void Build(BuildJob& job, BuildResult& r) {
     if (job.stream) {  // the next piece of a text body
-      job.stream->Next(r.bytes, kStreamPieceBytes);
-      if (!job.stream->done()) r.stream = std::move(job.stream);
+      NextPiece(job.stream, ArenaString(), job.chunked, r);
       return;
     }
     if (job.plan.action == Action::kText) {
       const ArenaVector<std::pair<const char*, ArenaString>> headers = {
           {"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}};
       if (job.plan.head_only) {
-        AppendStreamHead(r.bytes, 200, headers);
+        AppendStreamHead(r.bytes, 200, headers, job.chunked);
         return;
       }
       ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
@@ -608,10 +641,8 @@ class Server {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
       }
-      AppendStreamHead(r.bytes, 200, headers);
-      r.bytes += first;
-      stream->Next(r.bytes, kStreamPieceBytes);
-      if (!stream->done()) r.stream = std::move(stream);
+      AppendStreamHead(r.bytes, 200, headers, job.chunked);
+      NextPiece(stream, std::move(first), job.chunked, r);
       return;
     }
     r.bytes = BuildResponse(job.plan, job.baseline.get(), job.symbol_request);
@@ -624,6 +655,7 @@ class Server {
     job.plan = c.plan;
     job.baseline = std::move(baseline);
     job.symbol_request = std::move(symbol_request);
+    job.chunked = c.chunked;
     Queue(std::move(job));
     ArenaString().swap(c.in);
     c.state = Connection::State::kBuilding;
@@ -809,6 +841,7 @@ class Server {
       return true;
     }
     c.plan = PlanRequest(req);
+    c.chunked = req.minor_version >= 1;
     if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
       Dispatch(c, nullptr, ArenaString(req.raw_query));
       return true;
@@ -872,19 +905,29 @@ class Server {
   }
 
   void Flush(Connection& c) {
+    const std::size_t was_sent = c.sent;
     while (c.sent < c.out.size()) {
       const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         return Close(c);
       }
       c.sent += static_cast<std::size_t>(n);
     }
+    // The write deadline counts from the last progress: only a client that
+    // stops reading is dropped. Counted from the start of the response (or
+    // of a piece), a client reading slowly but steadily was cut off mid-text.
+    if (c.sent != was_sent) {
+      c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
+      c.unsent = UnsentBytes(c.fd);
+    }
+    if (c.sent < c.out.size()) return;
     if (c.stream) {  // the piece is out: the builder makes the next
       BuildJob job;
       job.serial = c.serial;
       job.stream = std::move(c.stream);
+      job.chunked = c.chunked;
       Queue(std::move(job));
       ArenaString().swap(c.out);
       c.sent = 0;
@@ -913,11 +956,30 @@ class Server {
         break;
       case Connection::State::kBuilding:  // no deadline: the builder answers
         break;
-      case Connection::State::kWriting:   // a client that does not read its response
-      case Connection::State::kDraining:  // or does not stop sending
+      case Connection::State::kWriting: {  // a client that does not read its response
+        // send() succeeds only once a third of the socket's buffer is free
+        // (several MiB on loopback), so a slow reader can go a long time
+        // without one: the bytes leaving the socket's queue are progress too.
+        const int unsent = UnsentBytes(c.fd);
+        if (unsent >= 0 && c.unsent >= 0 && unsent < c.unsent) {
+          c.unsent = unsent;
+          c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
+          break;
+        }
+        Close(c);
+        break;
+      }
+      case Connection::State::kDraining:  // a client that does not stop sending
         Close(c);
         break;
     }
+  }
+
+  // What the socket has yet to deliver (sent or not, unacknowledged); -1 if
+  // unknown.
+  static int UnsentBytes(int fd) noexcept {
+    int n = 0;
+    return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
   }
 
   void Close(Connection& c) noexcept {
