@@ -738,6 +738,44 @@ TEST_CASE("http: a forked child can destroy its copy of the server") {
   CHECK(HttpGet(server->port(), "/debug/pprof/").status == 200);  // the parent's still serves
 }
 
+TEST_CASE("http: stopping the server ends its connections even when a forked child holds copies") {
+  // Before: the destructor only close()d the sockets; a child forked while
+  // they were open kept them alive, and the clients hung until it exited.
+  std::optional<heapprof::HttpServer> server;
+  server.emplace("127.0.0.1:0");
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int fd = ConnectLoopback(server->port());
+  REQUIRE(fd >= 0);
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+  // Accepted and waiting (the server counts the window).
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // holds the copies until the parent is done
+    ::close(go[1]);
+    char byte;
+    while (::read(go[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  server.reset();
+  bool timed_out = false;
+  ReadAll(fd, 5000, &timed_out);
+  CHECK_FALSE(timed_out);
+  ::close(fd);
+  ::close(go[1]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+}
+
 TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
   heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
   limits.max_connections = 1;  // the window's slot must come back

@@ -536,7 +536,7 @@ class Server {
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
       StopBuilder();
-      for (Connection& c : conns_) ::close(c.fd);
+      for (Connection& c : conns_) ShutdownAndClose(c.fd);
     }
     if (listen_fd_ >= 0) ::close(listen_fd_);
     ::close(wake_fd_);
@@ -982,8 +982,17 @@ class Server {
     return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
   }
 
+  // shutdown() first: it ends the connection for the client even when a
+  // forked child holds a copy of the socket, where close() alone only drops
+  // this process's reference and the client waits for the child to exit.
+  static void ShutdownAndClose(int fd) noexcept {
+    if (fd < 0) return;
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+  }
+
   void Close(Connection& c) noexcept {
-    if (c.fd >= 0) ::close(c.fd);
+    ShutdownAndClose(c.fd);
     c.fd = -1;
     // A job the builder has not taken yet is dropped: nobody would read what
     // it builds. Clients that send a request and reset the connection at once
