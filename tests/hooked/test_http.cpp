@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <csignal>
 #include <sys/wait.h>
@@ -366,6 +367,72 @@ TEST_CASE("http: a request whose client reset the connection is not built") {
   MESSAGE(built_for_gone << " of " << kClients << " scans for reset connections were built");
   // The builder may have taken a few before the resets arrived; not all.
   CHECK(built_for_gone < kClients / 2);
+}
+
+TEST_CASE("http: the 503 for too many connections reads the request: no reset") {
+  // Before: the 503 was sent right after accept() and the socket closed with
+  // the request unread, which sends a reset: raw clients saw
+  // ECONNRESET, go tool pprof sometimes an "Unsolicited response".
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
+  limits.max_connections = 1;
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int held = ConnectLoopback(server.port());  // takes the only slot
+  REQUIRE(held >= 0);
+  REQUIRE(SendAll(held, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
+  for (int round = 0; round < 3; ++round) {
+    const int fd = ConnectLoopback(server.port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap")));
+    // The whole 503 (its Content-Length says when), then more bytes from the
+    // client (a request after it, say), then the client's end.
+    std::string raw;
+    char buf[4096];
+    int error = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      const std::size_t head_end = raw.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        const HttpResponse partial = ParseHttpResponse(raw);
+        if (raw.size() >= head_end + 4 + std::strtoul(partial.Header("content-length").c_str(), nullptr, 10)) break;
+      }
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        error = n < 0 ? errno : 0;
+        break;
+      }
+      raw.append(buf, static_cast<std::size_t>(n));
+    }
+    INFO("round " << round << ": " << std::strerror(error));
+    CHECK(error == 0);
+    const HttpResponse r = ParseHttpResponse(raw);
+    CHECK(r.status == 503);
+    CHECK(r.body == "too many connections to the profiling server\n");
+    const bool sent_more = SendAll(fd, RequestHead("GET", "/debug/pprof/"));
+    if (!sent_more) error = errno;
+    CHECK(sent_more);
+    ::shutdown(fd, SHUT_WR);
+    // Then the end of the connection: a clean one.
+    ssize_t n = 1;
+    while (n > 0 && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) continue;
+      n = ::recv(fd, buf, sizeof buf, 0);
+      if (n < 0) error = errno;
+    }
+    CHECK(n == 0);
+    CHECK(error == 0);
+    ::close(fd);
+  }
+  ::close(held);
 }
 
 TEST_CASE("http: a client that never reads does not block another") {

@@ -402,6 +402,7 @@ struct Connection {
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
+  bool busy = false;  // turned away with a 503 (the connection limit): not counted in it
   std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
   ArenaString in;
   ArenaString out;
@@ -761,10 +762,28 @@ class Server {
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
-      if (conns_.size() >= limits_.max_connections) {
-        const ArenaString busy = ErrorResponse(503, "too many connections to the profiling server");
-        (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        ::close(fd);
+      std::size_t busy = 0;
+      for (const Connection& other : conns_) busy += other.busy ? 1 : 0;
+      if (conns_.size() - busy >= limits_.max_connections) {
+        const ArenaString response = ErrorResponse(503, "too many connections to the profiling server");
+        if (busy >= limits_.max_connections) {
+          // So many turned away at once: the 503 and close() at once (the
+          // client may see a reset). Bounds the connections held to twice
+          // the limit.
+          (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          ::close(fd);
+          continue;
+        }
+        // Answered like any error: the 503, then the request read and
+        // dropped (kDrainTimeoutMs). Closed with the request unread, the
+        // socket sent a reset, which could destroy the 503 before the client
+        // read it (go tool pprof: "Unsolicited response received on idle
+        // HTTP channel").
+        Connection c;
+        c.fd = fd;
+        c.busy = true;
+        conns_.push_back(std::move(c));
+        Respond(conns_.back(), response);
         continue;
       }
       Connection c;
