@@ -604,6 +604,47 @@ TEST_CASE("http: ?debug=1 streams: clients that never read hold one piece each, 
   g_text_objects.clear();
 }
 
+TEST_CASE("http: a second peak ?seconds= window while one is open gets a 503 at once") {
+  // Before: every peak window called ResetPeak(), so a second one reset the
+  // first's peak: the first then served the peak of the second's period
+  // under its own duration.
+  heapprof::HttpServer server("127.0.0.1:0");
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int first = ConnectLoopback(server.port());
+  REQUIRE(first >= 0);
+  REQUIRE(SendAll(first, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  // Before the fix this one waited its hour: the timeout makes that a failure.
+  const HttpResponse second = RawRequest(server.port(), RequestHead("GET", "/debug/pprof/peak?seconds=3600"), 5000);
+  CHECK(second.status == 503);
+  CHECK(second.body ==
+        "a peak ?seconds= profile is already in progress (one at a time: each starts by resetting the peak)\n");
+  CHECK(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  // A window's client keeps its sending side open (a hang-up cancels it).
+  const auto window = [&](const std::string& target) {
+    const int fd = ConnectLoopback(server.port());
+    if (fd < 0 || !SendAll(fd, RequestHead("GET", target))) return HttpResponse{};
+    const HttpResponse r = ParseHttpResponse(ReadAll(fd, 30000));
+    ::close(fd);
+    return r;
+  };
+  // Other windows and the peak itself are served meanwhile.
+  CHECK(window("/debug/pprof/heap?seconds=1").status == 200);
+  CHECK(HttpGet(server.port(), "/debug/pprof/peak").status == 200);
+  // The first window closed: a new one may start.
+  ::close(first);
+  HttpResponse again;
+  for (int attempt = 0; attempt < 100 && again.status != 200; ++attempt) {
+    again = window("/debug/pprof/peak?seconds=1");
+    if (again.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(again.status == 200);
+}
+
 TEST_CASE("http: ?seconds=N serves the allocations of the window only") {
   RateScope rate(1);
   heapprof::HttpServer server("127.0.0.1:0");

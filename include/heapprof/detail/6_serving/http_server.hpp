@@ -13,7 +13,8 @@
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
 //   /debug/pprof/peak             the peak profile (?debug=1 likewise;
-//                                 ?seconds=N: ResetPeak, then the peak of the next N s)
+//                                 ?seconds=N: ResetPeak, then the peak of the next N s;
+//                                 one such window at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
@@ -883,6 +884,16 @@ class Server {
         return true;
       }
       if (c.plan.peak) {
+        // One peak window at a time: each starts with ResetPeak(), the one
+        // peak there is, so a second window reset the first's and that one
+        // served the peak of the second's period under its own duration.
+        for (const Connection& other : conns_) {
+          if (&other == &c || other.fd < 0 || !other.plan.peak || other.plan.action != Action::kDelta) continue;
+          if (other.state != Connection::State::kWaiting && other.state != Connection::State::kBuilding) continue;
+          Respond(c, ErrorResponse(503, "a peak ?seconds= profile is already in progress (one at a time: "
+                                        "each starts by resetting the peak)"));
+          return true;
+        }
         // A window of its own: the peak from now on (as ResetPeak()).
         ResetPeak();
         c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
