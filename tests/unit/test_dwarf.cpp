@@ -438,3 +438,38 @@ TEST_CASE("inflate: a zlib stream from zlib itself, and corrupt ones refused") {
     (void)ZlibInflate(noise, sizeof noise, sink, sizeof sink);
   }
 }
+
+namespace {
+
+std::string Short(const char* full) {
+  char buf[512];
+  const std::size_t n = heapprof::detail::ShortFunctionName(full, buf, sizeof buf);
+  return std::string(buf, n);
+}
+
+}  // namespace
+
+TEST_CASE("ShortFunctionName: return types, templates, and qualifiers after any parameter list") {
+  CHECK(Short("void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(int&&)") ==
+        "std::vector::_M_realloc_insert");
+  CHECK(Short("app::Cache::Fill() const") == "app::Cache::Fill");
+  CHECK(Short("int app::Cache::Get(int) const &") == "app::Cache::Get");
+  // A lambda in a qualified method: the qualifiers end no return type, and
+  // two lambdas of two methods keep two names.
+  CHECK(Short("app::Cache::Fill() const::{lambda()#1}::operator()() const") ==
+        "app::Cache::Fill::{lambda()#1}::operator()");
+  CHECK(Short("app::Cache::Drain() const::{lambda()#1}::operator()() const") ==
+        "app::Cache::Drain::{lambda()#1}::operator()");
+  CHECK(Short("app::Cache::Fill() &&::{lambda()#1}::operator()() const") ==
+        "app::Cache::Fill::{lambda()#1}::operator()");
+  CHECK(Short("app::Cache::Fill() &::{lambda()#1}::operator()() const") ==
+        "app::Cache::Fill::{lambda()#1}::operator()");
+  CHECK(Short("app::Cache::Fill() const volatile::{lambda()#1}::operator()() const") ==
+        "app::Cache::Fill::{lambda()#1}::operator()");
+  CHECK(Short("app::Cache::Fill() noexcept::{lambda()#1}::operator()() const") ==
+        "app::Cache::Fill::{lambda()#1}::operator()");
+  CHECK(Short("Encode(char const*, unsigned long)::{lambda()#4}::operator()() const::{lambda()#1}::operator()() "
+              "const") == "Encode::{lambda()#4}::operator()::{lambda()#1}::operator()");
+  CHECK(Short("operator new[](unsigned long)") == "operator new[]");
+  CHECK(Short("bool operator==<char>(S const&, S const&)") == "operator==");
+}

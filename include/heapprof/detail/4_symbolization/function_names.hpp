@@ -84,7 +84,23 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
       continue;
     }
     if (ch == ')' && paren > 0) {
-      --paren;
+      // A parameter list's qualifiers go with it, wherever it is: a lambda
+      // in a const method is "A::F() const::{lambda()#1}::operator()() const",
+      // and the space before a mid-name "const" is no return type's end.
+      if (--paren == 0) {
+        for (bool again = true; again;) {
+          again = false;
+          for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
+            const std::size_t k = std::strlen(q);
+            if (i + k < len && std::strncmp(full + i + 1, q, k) == 0 &&
+                !(i + 1 + k < len && is_ident(full[i + 1 + k]))) {
+              i += k;
+              again = true;
+              break;
+            }
+          }
+        }
+      }
       continue;
     }
     if (paren > 0) continue;
@@ -101,17 +117,6 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
     put(ch);
   }
   if (overflow) return 0;
-  // Qualifiers after the parameter list.
-  for (bool again = true; again;) {
-    again = false;
-    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
-      const std::size_t k = std::strlen(q);
-      if (n > k && std::memcmp(out + n - k, q, k) == 0) {
-        n -= k;
-        again = true;
-      }
-    }
-  }
   while (n > 0 && out[n - 1] == ' ') --n;
   // A return type before the name: cut at the last space that separates words
   // at the top level ("operator new" and lambdas never recorded theirs).
