@@ -473,3 +473,67 @@ TEST_CASE("ShortFunctionName: return types, templates, and qualifiers after any 
   CHECK(Short("operator new[](unsigned long)") == "operator new[]");
   CHECK(Short("bool operator==<char>(S const&, S const&)") == "operator==");
 }
+
+TEST_CASE("dwarf: --gc-sections leaves the discarded function's ranges under a zero base; they name no live code") {
+  // ld.bfd sets the DW_RLE_base_address of a discarded section to 0; the
+  // DW_RLE_offset_pair entries after it become small ranges over live code.
+  // Here the unused Dead inlines Helper `count` times; each inlined Helper's
+  // else branch is laid out at Dead's end, in ranges reaching past 0x1000,
+  // where main and LiveAlloc are. Where they land depends on the compiler's
+  // code size: several counts (with GCC 12, 60 to 120 overlap).
+  if (!HaveTool("g++") || !HaveTool("nm")) {
+    MESSAGE("g++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  for (int count : {60, 80, 100, 120}) {
+    CAPTURE(count);
+    std::string source =
+        "#include <cstdlib>\n"
+        "char* volatile g_sink;\n"
+        "int volatile g_n;\n"
+        "static inline __attribute__((always_inline)) void Helper(int i) {\n"
+        "  if (g_n > i) { g_sink = static_cast<char*>(std::malloc(static_cast<unsigned>(i))); }\n"
+        "  else { g_n = i; g_n = i * 3; g_n = i * 5; g_n = i * 7; g_n = i * 9; g_n = i * 11; }\n"
+        "}\n"
+        "void Dead(int i) {\n";  // line 8
+    for (int k = 0; k < count; ++k) source += "  Helper(i + " + std::to_string(k) + ");\n";
+    source +=
+        "}\n"
+        "__attribute__((noinline)) void LiveAlloc(int n) {\n"
+        "  g_sink = new char[static_cast<unsigned>(n)];\n"  // line count + 11
+        "}\n"
+        "int main(int argc, char**) {\n"
+        "  LiveAlloc(argc + 11);\n"
+        "  return 0;\n"
+        "}\n";
+    REQUIRE(heapprof_test::WriteFile(dir + "/gc.cc", source));
+    const std::string binary = dir + "/gc_" + std::to_string(count);
+    std::string out;
+    REQUIRE_MESSAGE(RunCommand("g++ -std=c++17 -O2 -gdwarf-5 -ffunction-sections -Wl,--gc-sections " + dir +
+                                   "/gc.cc -o " + binary,
+                               out) == 0,
+                    out);
+    REQUIRE(SymbolAddress(binary, "_Z4Deadi") == 0);  // really discarded
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+    Symbolizer symbolizer(objects);
+    REQUIRE(symbolizer.HasDebugInfo(0));
+    const std::vector<std::uint64_t> addresses = FunctionAddresses(binary);
+    REQUIRE(!addresses.empty());
+    const std::string alloc_line = "gc.cc:" + std::to_string(count + 11);
+    std::size_t wrong = 0, alloc = 0;
+    for (std::uint64_t a : addresses) {
+      const Frames ours = Ours(symbolizer, a);
+      bool bad = false;
+      for (const Frame& f : ours) bad = bad || f.function.find("Helper") != std::string::npos;
+      alloc += ours.size() == 1 && ours[0].function == "LiveAlloc(int)" &&
+               ours[0].location.find(alloc_line) != std::string::npos;
+      if (bad && ++wrong <= 3) MESSAGE("address 0x" << std::hex << a << std::dec << ": " << Show(ours));
+    }
+    CHECK(wrong == 0);
+    CHECK(alloc > 0);
+  }
+  std::string out;
+  RunCommand("rm -rf " + dir, out);
+}

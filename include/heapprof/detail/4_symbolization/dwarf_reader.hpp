@@ -374,6 +374,14 @@ template <class F>
 bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, const AttrValue& v,
                   std::uint64_t base, F&& f) {
   const std::uint64_t all_ones = u.address_size == 4 ? 0xffffffffull : ~std::uint64_t{0};
+  // Code the linker threw away (--gc-sections, COMDAT duplicates) keeps its
+  // DIEs, its addresses set to 0 (ld.bfd) or to the tombstones -1 and -2
+  // (lld; -2 where -1 would be a base entry). The offset pairs after such a
+  // base are small ranges over live code: kept, they would put live code
+  // inside a function that is not in the program. They are dropped. The
+  // unit's own base (its low_pc, often 0) is no base entry, and is trusted.
+  auto dead = [&](std::uint64_t a) { return a == 0 || a >= all_ones - 1; };
+  bool dead_base = false;
   if (u.version < 5) {
     Cursor c(s.ranges, v.u);
     for (int guard = 0; guard < (1 << 20); ++guard) {
@@ -383,9 +391,10 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       if (lo == 0 && hi == 0) return true;
       if (lo == all_ones) {
         base = hi;
+        dead_base = dead(hi);
         continue;
       }
-      if (lo < hi) f(base + lo, base + hi);
+      if (lo < hi && !dead_base) f(base + lo, base + hi);
     }
     return false;
   }
@@ -413,6 +422,7 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       case 0: return true;  // end_of_list
       case 1:               // base_addressx
         if (!addrx(c.Uleb(), &base)) return false;
+        dead_base = dead(base);
         continue;
       case 2:  // startx_endx
         if (!addrx(c.Uleb(), &lo) || !addrx(c.Uleb(), &hi)) return false;
@@ -424,8 +434,12 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       case 4:  // offset_pair
         lo = base + c.Uleb();
         hi = base + c.Uleb();
+        if (dead_base) continue;
         break;
-      case 5: base = c.Fixed(u.address_size); continue;  // base_address
+      case 5:  // base_address
+        base = c.Fixed(u.address_size);
+        dead_base = dead(base);
+        continue;
       case 6:                                              // start_end
         lo = c.Fixed(u.address_size);
         hi = c.Fixed(u.address_size);
@@ -437,7 +451,7 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       default: return false;
     }
     if (!c.ok()) return false;
-    if (lo < hi) f(lo, hi);
+    if (lo < hi && !dead(lo)) f(lo, hi);
   }
   return false;
 }
