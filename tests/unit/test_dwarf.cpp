@@ -537,3 +537,61 @@ TEST_CASE("dwarf: --gc-sections leaves the discarded function's ranges under a z
   std::string out;
   RunCommand("rm -rf " + dir, out);
 }
+
+TEST_CASE("dwarf: an inline chain deeper than the frames asked for keeps the real function and its call line") {
+  // F<40> inlines F<39> ... F<0>: 42 frames with Outer. The frames asked
+  // for are 32: the innermost, a marker for the middle, and the outermost
+  // ones, Outer last with the line that called F<40>.
+  if (!HaveTool("g++") || !HaveTool("nm")) {
+    MESSAGE("g++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g_sink;\n"
+      "template <int N>\n"
+      "__attribute__((always_inline)) inline void F() {\n"
+      "  if constexpr (N == 0) {\n"
+      "    g_sink = new char[16];\n"  // line 5
+      "  } else {\n"
+      "    F<N - 1>();\n"  // line 7
+      "  }\n"
+      "}\n"
+      "__attribute__((noinline)) void Outer() {\n"
+      "  F<40>();\n"  // line 11
+      "}\n"
+      "int main() {\n"
+      "  Outer();\n"
+      "  return 0;\n"
+      "}\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/deep.cc", source));
+  const std::string binary = dir + "/deep";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("g++ -std=c++17 -O2 -g " + dir + "/deep.cc -o " + binary, out) == 0, out);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  REQUIRE(symbolizer.HasDebugInfo(0));
+  const std::uint64_t outer = SymbolAddress(binary, "_Z5Outerv");
+  REQUIRE(outer != 0);
+  // The deepest chain in Outer: the call to operator new.
+  Frames deepest;
+  for (std::uint64_t a = outer; a < outer + 64; ++a) {
+    Frames f = Ours(symbolizer, a);
+    if (f.size() > deepest.size()) deepest = f;
+  }
+  INFO(Show(deepest));
+  REQUIRE(deepest.size() == 32);
+  CHECK(deepest.front().function == "void F<0>()");
+  CHECK(deepest.front().location.find("deep.cc:5") != std::string::npos);
+  CHECK(deepest[1].function == "void F<1>()");
+  CHECK(deepest[1].location.find("deep.cc:7") != std::string::npos);
+  CHECK(deepest.back().function == "Outer()");
+  CHECK(deepest.back().location.find("deep.cc:11") != std::string::npos);
+  CHECK(deepest[deepest.size() - 2].function == "void F<40>()");
+  CHECK(deepest[deepest.size() - 2].location.find("deep.cc:7") != std::string::npos);
+  std::size_t markers = 0;
+  for (const Frame& f : deepest) markers += f.function == "[heapprof: inline frames omitted]";
+  CHECK(markers == 1);
+  RunCommand("rm -rf " + dir, out);
+}

@@ -32,6 +32,12 @@ struct FunctionInfo {
   bool linkage;             // system_name is a linkage name (else a plain, unqualified one)
 };
 
+// The frame that stands for the middle of an inline chain too deep for the
+// caller's frames (its innermost and outermost frames are kept).
+inline constexpr FunctionInfo kInlineCutFunction{"[heapprof: inline frames omitted]",
+                                                 "[heapprof: inline frames omitted]",
+                                                 "[heapprof: inline frames omitted]", nullptr, 0, true};
+
 // One frame of an inline chain.
 struct SourceFrame {
   const FunctionInfo* function;  // null when only the line table knew the address
@@ -547,21 +553,46 @@ inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, b
     return 1;
   }
   // The scopes holding `address`, innermost (deepest) first, up to the
-  // subprogram that holds them.
+  // subprogram that holds them. A chain longer than kMaxChain (recursive
+  // always_inline templates) keeps its innermost kMaxChain in `chain` and its
+  // outermost kMaxChain in `tail` (a ring): the subprogram, the function the
+  // address is really in, is at the outer end and must not be the one lost.
   constexpr int kMaxChain = 64;
   const Scope* chain[kMaxChain];
-  int found = 0;
+  const Scope* tail[kMaxChain];
+  int found = 0, total = 0;
   const Scope* it = std::upper_bound(scopes->begin(), scopes->end(), address,
                                      [](std::uint64_t a, const Scope& s) { return a < s.lo; });
-  for (std::uint32_t i = static_cast<std::uint32_t>(it - scopes->begin()); i != 0 && found < kMaxChain;) {
+  for (std::uint32_t i = static_cast<std::uint32_t>(it - scopes->begin()); i != 0;) {
     const Scope& s = (*scopes)[i - 1];
-    if (address < s.hi) chain[found++] = &s;
     i = s.parent;
+    if (address >= s.hi) continue;
+    if (found < kMaxChain) {
+      chain[found++] = &s;
+    } else {
+      tail[(total - kMaxChain) % kMaxChain] = &s;
+      // Past the first kMaxChain, what lies beyond the subprogram is of no use.
+      if (!s.inlined) {
+        ++total;
+        break;
+      }
+    }
+    ++total;
   }
-  std::sort(chain, chain + found, [](const Scope* a, const Scope* b) { return a->depth > b->depth; });
+  auto deeper = [](const Scope* a, const Scope* b) { return a->depth > b->depth; };
+  std::sort(chain, chain + found, deeper);
+  // The tail in walk order, then by depth like the head.
+  const int tail_count = total - found < kMaxChain ? total - found : kMaxChain;
+  const int ring_start = total - found > kMaxChain ? (total - found) % kMaxChain : 0;
+  std::rotate(tail, tail + ring_start, tail + tail_count);
+  std::sort(tail, tail + tail_count, deeper);
+  // k-th scope of the chain as kept: the head, then the tail (the first tail
+  // entry stands for the scopes dropped between; only its call site is used).
+  const int kept = found + tail_count;
+  auto at = [&](int k) { return k < found ? chain[k] : tail[k - found]; };
   int outermost = -1;
-  for (int i = 0; i < found; ++i) {
-    if (!chain[i]->inlined) {
+  for (int i = 0; i < kept; ++i) {
+    if (!at(i)->inlined) {
       outermost = i;
       break;
     }
@@ -573,18 +604,43 @@ inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, b
     return 1;
   }
   *inline_known = true;
+  // Kept scope i is at position i of the whole chain in the head, i + dropped
+  // in the tail.
+  const int dropped = total - kept;
+  auto position = [&](int i) { return i < found ? i : i + dropped; };
+  const int frames = position(outermost) + 1;
+  // When the frames do not fit in `max`, the innermost and the outermost are
+  // kept (the allocating line, and the function the address is really in
+  // with the line it was called from) and a marker frame stands for the
+  // middle, as a cut stack ends in one. With no room for a frame each side of
+  // the marker, the innermost only. The outer part is at most 15 frames: the
+  // tail always holds them and the call site before them.
+  int inner = frames, outer = 0;
+  if (frames > max) {
+    inner = max;
+    if (max >= 3) {
+      outer = (max - 1) / 4;
+      inner = max - 1 - outer;
+    }
+  }
   LineTable* lines = Lines(*u);
   int n = 0;
   const char* file = leaf.file;
   std::uint32_t line = leaf.line;
   for (int i = 0; i <= outermost && n < max; ++i) {
-    out[n].function = Function(chain[i]->function_die);
-    out[n].file = file;
-    out[n].line = line;
-    ++n;
+    const int p = position(i);
+    // The tail's first scope follows dropped ones: its own line is unknown.
+    const bool known = !(i == found && dropped > 0);
+    if (known && (p < inner || p >= frames - outer)) {
+      out[n].function = Function(at(i)->function_die);
+      out[n].file = file;
+      out[n].line = line;
+      ++n;
+      if (outer > 0 && p == inner - 1) out[n++] = SourceFrame{&kInlineCutFunction, nullptr, 0};
+    }
     // The caller's position is where this inlined call sits.
-    file = lines != nullptr ? lines->FileName(chain[i]->call_file) : nullptr;
-    line = chain[i]->call_line;
+    file = lines != nullptr ? lines->FileName(at(i)->call_file) : nullptr;
+    line = at(i)->call_line;
   }
   return n;
 }
