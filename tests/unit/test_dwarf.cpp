@@ -595,3 +595,80 @@ TEST_CASE("dwarf: an inline chain deeper than the frames asked for keeps the rea
   CHECK(markers == 1);
   RunCommand("rm -rf " + dir, out);
 }
+
+TEST_CASE("dwarf: dwz -m's references into the shared file are not read as local ones; unnamed frames keep their lines") {
+  // dwz -m moves the DIEs two binaries share (inline functions' abstract
+  // origins among them) into one file (.gnu_debugaltlink), and refers to
+  // them with DW_FORM_GNU_ref_alt: an offset in that file, not in ours.
+  // heapprof does not read the shared file: those frames have their lines
+  // but no name, and must not take another DIE's.
+  const std::string fixture = FixturePath();
+  if (fixture.empty() || !HaveTool("g++") || !HaveTool("dwz") || !HaveTool("nm")) {
+    MESSAGE("fixture, g++, dwz or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const std::string a = dir + "/a", b = dir + "/b";
+  REQUIRE(RunCommand("g++ -std=c++17 -O2 -gdwarf-4 " + fixture + " -o " + a + " && g++ -std=c++17 -O1 -gdwarf-4 " +
+                         fixture + " -o " + b + " && cp " + a + " " + a + ".orig && cd " + dir +
+                         " && dwz -m common.debug -M common.debug a b",
+                     out) == 0);
+  RunCommand("readelf -wi " + a + " | grep -c 'DW_AT_abstract_origin: <alt'", out);
+  REQUIRE(std::atoi(out.c_str()) > 0);  // the case under test is there
+
+  heapprof::detail::ArenaVector<LoadedObject> orig_objects = WholeFile(a + ".orig");
+  Symbolizer reference(orig_objects);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(a);
+  Symbolizer symbolizer(objects);
+  REQUIRE(symbolizer.HasDebugInfo(0));
+  const std::vector<std::uint64_t> addresses = FunctionAddresses(a);
+  REQUIRE(!addresses.empty());
+  std::size_t wrong = 0, unnamed = 0;
+  std::vector<std::uint64_t> unnamed_addresses;
+  for (std::uint64_t address : addresses) {
+    const Frames ours = Ours(symbolizer, address), ref = Ours(reference, address);
+    bool same = ours.size() == ref.size();
+    bool has_unnamed = false;
+    for (std::size_t k = 0; same && k < ours.size(); ++k) {
+      // The line, and the name when it is known: never another function's.
+      const std::string& loc = ours[k].location;
+      const std::string& ref_loc = ref[k].location;
+      same = loc.substr(loc.rfind(':')) == ref_loc.substr(ref_loc.rfind(':'));
+      if (ours[k].function == "??") has_unnamed = true;
+      else same = same && ours[k].function == ref[k].function;
+    }
+    if (has_unnamed) {
+      ++unnamed;
+      if (unnamed_addresses.size() < 16) unnamed_addresses.push_back(address);
+    }
+    if (!same && ++wrong <= 5) {
+      MESSAGE("address 0x" << std::hex << address << std::dec << ": dwz " << Show(ours) << "| original "
+                           << Show(ref));
+    }
+  }
+  CHECK(wrong == 0);
+  REQUIRE(unnamed > 0);
+
+  // In a profile, an unnamed frame is a "??" Line: the location keeps every
+  // frame's line, the allocating one first.
+  heapprof::detail::ProfileData data;
+  data.period = 1;
+  heapprof::detail::ProfileSample sample;
+  for (std::uint64_t address : unnamed_addresses) sample.pcs.push_back(static_cast<std::uintptr_t>(address + 1));
+  sample.alloc_objects = sample.inuse_objects = 1;
+  sample.alloc_bytes = sample.inuse_bytes = sample.object_size = 16;
+  data.samples.push_back(sample);
+  const std::string bytes(heapprof::detail::EncodeProfile(data, objects, symbolizer));
+  heapprof_test::Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::DecodeProfile(bytes, p, &why), why);
+  REQUIRE(p.locations.size() == unnamed_addresses.size());
+  for (std::size_t i = 0; i < p.locations.size(); ++i) {
+    const Frames ref = Ours(reference, p.locations[i].address);
+    CAPTURE(Show(ref));
+    CHECK(p.locations[i].lines.size() == ref.size());
+  }
+  RunCommand("rm -rf " + dir, out);
+}

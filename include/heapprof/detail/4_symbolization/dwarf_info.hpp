@@ -63,7 +63,7 @@ class DwarfInfo {
  private:
   struct Scope {
     std::uint64_t lo, hi;
-    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined)
+    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined); 0 = unknown
     std::uint32_t depth;
     std::uint32_t call_file;
     std::uint32_t call_line;
@@ -309,7 +309,9 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
         case at::kHighPc: high = v; has_high = true; break;
         case at::kRanges: ranges = v; has_ranges = true; break;
         case at::kAbstractOrigin:
-          if (proto.inlined) proto.function_die = v.u;
+          // An origin in another file (dwz -m's shared one) is no offset in
+          // ours: the frame stays, with its lines but no function (0).
+          if (proto.inlined) proto.function_die = IsLocalReference(v.form) ? v.u : 0;
           break;
         case at::kCallFile: proto.call_file = static_cast<std::uint32_t>(v.u); break;
         case at::kCallLine: proto.call_line = static_cast<std::uint32_t>(v.u); break;
@@ -425,10 +427,7 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
           if (decl_line == 0) decl_line = static_cast<std::uint32_t>(v.u);
           break;
         case at::kAbstractOrigin: case at::kSpecification:
-          if (v.form != form::kRefSig8 && v.form != form::kGnuRefAlt && v.form != form::kRefSup4 &&
-              v.form != form::kRefSup8) {
-            next = v.u;
-          }
+          if (IsLocalReference(v.form)) next = v.u;
           break;
         default: break;
       }
@@ -632,7 +631,7 @@ inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, b
     // The tail's first scope follows dropped ones: its own line is unknown.
     const bool known = !(i == found && dropped > 0);
     if (known && (p < inner || p >= frames - outer)) {
-      out[n].function = Function(at(i)->function_die);
+      out[n].function = at(i)->function_die != 0 ? Function(at(i)->function_die) : nullptr;
       out[n].file = file;
       out[n].line = line;
       ++n;

@@ -282,6 +282,15 @@ inline bool IsConstantForm(std::uint32_t f) {
          f == form::kUdata || f == form::kSdata || f == form::kImplicitConst;
 }
 
+// A reference to a DIE of this file's .debug_info. The others point
+// elsewhere: DW_FORM_GNU_ref_alt into the file dwz -m shares between
+// binaries (.gnu_debugaltlink), ref_sup4/8 into a DWARF 5 supplementary
+// file, ref_sig8 to a type unit by its signature.
+inline bool IsLocalReference(std::uint32_t f) {
+  return f == form::kRef1 || f == form::kRef2 || f == form::kRef4 || f == form::kRef8 || f == form::kRefUdata ||
+         f == form::kRefAddr;
+}
+
 // Reads (or, with out == nullptr, skips) one value. References within the
 // unit (ref1..ref_udata) come back as .debug_info offsets.
 inline bool ReadAttr(Cursor& c, const UnitHeader& u, std::uint32_t f, std::int64_t implicit_const,

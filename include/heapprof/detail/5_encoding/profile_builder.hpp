@@ -360,8 +360,14 @@ class PprofProfileBuilder {
       SymbolizedQuality quality;
       const int n = symbolizer_.Symbolize(address, frames, kMaxInlineFrames, &quality);
       for (int i = 0; i < n; ++i) {
-        // A Line needs a Function: a frame known only by its line is left out.
-        if (frames[i].name.empty()) continue;
+        // A Line needs a Function. A frame known by its line but not by name
+        // (an inlined function whose DIE is in dwz's shared file) gets "??",
+        // as addr2line prints it: dropped, it would take its line with it
+        // and give the next frame out the allocation's line.
+        if (frames[i].name.empty()) {
+          if (frames[i].file.empty() && frames[i].line == 0) continue;
+          frames[i].name = "??";
+        }
         lines_.push_back(LineRecord{FunctionFor(frames[i]), frames[i].line});
         ++record.line_count;
       }
