@@ -672,3 +672,60 @@ TEST_CASE("dwarf: dwz -m's references into the shared file are not read as local
   }
   RunCommand("rm -rf " + dir, out);
 }
+
+TEST_CASE("dwarf: a function without a linkage name keeps its (anonymous namespace) in pprof's display") {
+  // GCC writes no linkage name for Pool::Grow (a class with internal
+  // linkage); the profile names it from its enclosing scopes. pprof takes a
+  // name equal to the system name for one still to demangle, and simplifies
+  // it, cutting "(anonymous namespace)": the system name must differ.
+  if (!HaveTool("g++")) {
+    MESSAGE("g++ missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "namespace {\n"
+      "struct Pool {\n"
+      "  __attribute__((always_inline)) inline void Grow(int n) { g = new char[n]; }\n"
+      "};\n"
+      "__attribute__((noinline)) void Caller(int n) { Pool p; p.Grow(n); }\n"
+      "}  // namespace\n"
+      "int main(int argc, char**) { Caller(argc + 5); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/anon.cc", source));
+  const std::string binary = dir + "/anon";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("g++ -std=c++17 -O2 -g " + dir + "/anon.cc -o " + binary, out) == 0, out);
+  const std::uint64_t caller = SymbolAddress(binary, "_ZN12_GLOBAL__N_16CallerEi");
+  REQUIRE(caller != 0);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  heapprof::detail::ProfileData data;
+  data.period = 1;
+  heapprof::detail::ProfileSample sample;
+  for (std::uint64_t a = caller; a < caller + 32; ++a) sample.pcs.push_back(static_cast<std::uintptr_t>(a + 1));
+  sample.alloc_objects = sample.inuse_objects = 1;
+  sample.alloc_bytes = sample.inuse_bytes = sample.object_size = 4096;
+  data.samples.push_back(sample);
+  const std::string bytes(heapprof::detail::EncodeProfile(data, objects, symbolizer));
+  heapprof_test::Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::DecodeProfile(bytes, p, &why), why);
+  bool found = false;
+  for (const auto& fn : p.functions) {
+    if (fn.name != "(anonymous namespace)::Pool::Grow") continue;
+    found = true;
+    CHECK(fn.system_name != fn.name);
+  }
+  CHECK(found);
+  if (!heapprof_test::GoBinary().empty()) {
+    const std::string path = dir + "/anon.pb";
+    REQUIRE(heapprof_test::WriteFile(path, bytes));
+    REQUIRE(heapprof_test::GoPprof("-top -lines", path, out) == 0);
+    INFO(out);
+    CHECK(out.find("(anonymous namespace)::Pool::Grow ") != std::string::npos);
+    CHECK(out.find(" ::Pool::Grow") == std::string::npos);
+  }
+  RunCommand("rm -rf " + dir, out);
+}

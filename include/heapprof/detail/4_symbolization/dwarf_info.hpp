@@ -460,13 +460,16 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     std::free(demangled);
   }
   if (linkage == nullptr && plain_die != 0) {
-    // full_name stays the DWARF name, as addr2line prints it; the names in
-    // profiles are qualified, as they would be from a linkage name.
+    // full_name stays the DWARF name, as addr2line prints it; the name in
+    // profiles is qualified, as it would be from a linkage name. system_name
+    // stays the DWARF name too: pprof takes a name equal to its system name
+    // for one not yet demangled, and its simplifier would cut the
+    // "(anonymous namespace)" of "(anonymous namespace)::Pool::Grow".
     Unit* owner = UnitOfOffset(plain_die);
     char qualified[1024];
     const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
     const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
-    if (kept != nullptr) f->name = f->system_name = kept;
+    if (kept != nullptr) f->name = kept;
     return f;
   }
   char shortened[1024];
