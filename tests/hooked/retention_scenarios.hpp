@@ -9,6 +9,10 @@
 //    code and suppressions).
 //  - retention_sampled (default rate): a global array of small (unsampled)
 //    holders, each holding a big (sampled) buffer.
+//  - retention_main_tls (rate 1): a buffer held only by a thread_local of the
+//    main thread, the profile written by another thread. Prints the pid.
+//  - retention_main_tls_exit (rate 1, leak_report=1): the same buffer, and a
+//    worker thread calls exit() while the main thread waits for it.
 #pragma once
 
 #include <heapprof.hpp>
@@ -36,6 +40,7 @@ constexpr std::size_t kLeakedCount = 3;
 constexpr std::size_t kCycleNodeBytes = 96;
 constexpr std::size_t kSampledHolders = 64;
 constexpr std::size_t kSampledBufferBytes = 256 * 1024;
+constexpr std::size_t kMainTlsBytes = 2345;
 
 struct RetentionOwner {
   char* buffer;
@@ -53,6 +58,7 @@ struct SampledHolder {
 inline std::vector<RetentionOwner*> g_retention_owners;
 inline char* g_retention_kept;  // a plain pointer: no destructor, still holds at exit
 inline SampledHolder* g_sampled_holders[kSampledHolders];
+inline thread_local char* t_retention_main_cache;  // the main thread's: static TLS
 inline char* volatile g_retention_sink;
 
 __attribute__((noinline)) inline char* MakeOwnedBuffer() {
@@ -93,6 +99,11 @@ __attribute__((noinline)) inline char* MakeSampledBuffer() {
 }
 __attribute__((noinline)) inline SampledHolder* MakeSampledHolder() {
   SampledHolder* p = new SampledHolder{};
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeMainTlsBuffer() {
+  char* p = new char[kMainTlsBytes];
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
@@ -177,11 +188,34 @@ inline int RunRetentionSampled() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+// The main thread's TLS is not in its stack mapping (see retention.hpp): a
+// scan from another thread must still find it.
+inline int RunRetentionMainTls() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  t_retention_main_cache = MakeMainTlsBuffer();
+  bool ok = false;
+  std::thread([&] { ok = heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz"); }).join();
+  std::printf("main_tid=%ld\n", static_cast<long>(getpid()));
+  return ok ? 0 : 7;
+}
+
+inline int RunRetentionMainTlsExit() {
+  t_retention_main_cache = MakeMainTlsBuffer();
+  std::printf("main_tid=%ld\n", static_cast<long>(getpid()));
+  std::fflush(stdout);
+  // The leak report runs on the worker, in exit(); this thread waits in join.
+  std::thread([] { std::exit(0); }).join();
+  return 8;
+}
+
 inline int RunRetentionScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "retention_paths") == 0) return RunRetentionPaths();
   if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
+  if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
+  if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
   known = false;
   return 2;
 }

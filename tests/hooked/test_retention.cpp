@@ -232,6 +232,39 @@ TEST_CASE("retention profile at the default rate: a chain through unsampled obje
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile written by another thread: the main thread's thread_local is a root") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_main_tls", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("main_tid=");
+  REQUIRE(at != std::string::npos);
+  const std::string root = "[tls] thread " + std::to_string(std::strtol(out.c_str() + at + 9, nullptr, 10));
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  const std::vector<Path> held = PathsOf(p, "MakeMainTlsBuffer");
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].objects == 1);
+  CHECK(held[0].frames.back() == root);
+
+  // The leak report, run by exit() on a worker thread: held, not leaked.
+  rc = RunChildScenario("HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/a",
+                        "retention_main_tls_exit", out);
+  INFO(out);
+  CHECK(rc == 0);
+  const std::size_t exit_at = out.find("main_tid=");
+  REQUIRE(exit_at != std::string::npos);
+  const std::string exit_root = "[tls] thread " + std::to_string(std::strtol(out.c_str() + exit_at + 9, nullptr, 10));
+  const std::size_t reachable = out.find("reachable (held by a root");
+  REQUIRE(reachable != std::string::npos);
+  const std::size_t row = out.find("MakeMainTlsBuffer", reachable);
+  REQUIRE(row != std::string::npos);
+  CHECK(out.substr(row, out.find('\n', row) - row).find("<== " + exit_root) != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("WriteRetentionProfile to a stream gives a valid profile") {
   std::ostringstream os;
   REQUIRE(heapprof::WriteRetentionProfile(os));

@@ -4,10 +4,11 @@
 //  roots:   the writable PT_LOAD segments of every loaded object (.data, .bss;
 //           named by their ELF symbols), the calling thread's stack (from its
 //           own frame up, callee-saved registers spilled first) and its TLS
-//           blocks, and the stack of every other thread blocked in the kernel
+//           blocks, the main thread's static TLS blocks when another thread
+//           scans, and the stack of every other thread blocked in the kernel
 //           (its stack pointer from /proc/self/task/<tid>/syscall; the scan
 //           covers the stack mapping from there up, which in glibc holds the
-//           thread's static TLS too).
+//           thread's static TLS too; the main thread's is elsewhere).
 //  objects: the live sampled objects (2_sampling/live_map.hpp); at rate 1
 //           every object the hooks see.
 //  edges:   any aligned word whose value lies inside [start, start + size) of
@@ -40,11 +41,13 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -248,11 +251,64 @@ struct ScanResult {
   std::uint64_t memory_bytes = 0;   // arena bytes the scan's own tables took
 };
 
+// The main thread's pthread_self(), noted on the main thread. glibc puts a
+// pthread thread's static TLS at the top of its stack mapping, which the scan
+// of its stack covers, but the main thread's lies in a mapping of its own that
+// ld.so allocated at start-up: a scan on another thread (the HTTP server's,
+// a worker calling exit()) finds it only from here. A module's static TLS
+// block sits at the same offset from the thread's descriptor in every thread,
+// so the calling thread's (dlpi_tls_data) gives the main thread's.
+inline std::atomic<std::uintptr_t> g_main_thread_self{0};
+
+// pthread_self() as an address (glibc's pthread_t is an integer holding one).
+inline std::uintptr_t ThreadSelf() noexcept {
+  const pthread_t self = ::pthread_self();
+  std::uintptr_t address = 0;
+  static_assert(sizeof self == sizeof address, "pthread_t holds the thread descriptor's address");
+  std::memcpy(&address, &self, sizeof address);
+  return address;
+}
+
+inline void NoteMainThread() noexcept {
+  if (::syscall(SYS_gettid) == ::getpid()) g_main_thread_self.store(ThreadSelf(), std::memory_order_relaxed);
+}
+
+// Static initialisation runs on the main thread (for the program, and for
+// the libraries loaded with it); a library dlopen'ed from another thread
+// notes it at its first scan on the main thread, if any.
+inline const bool g_main_thread_noted = (NoteMainThread(), true);
+
 struct ModulesState {
   ArenaVector<Module>* modules;
   ArenaVector<RootRegion>* roots;
   long tid;
+  const ArenaVector<Mapping>* maps;
+  long main_tid;               // 0: the main thread is this one, gone, or not known
+  std::uintptr_t main_self;    // its pthread_self()
+  std::uintptr_t own_self;     // this thread's
 };
+
+// The main thread's block of a module's TLS whose block for this thread is
+// [own, own + size): only for static TLS (this thread's block in the mapping
+// of its own descriptor: a dynamic block is malloc'ed, at no fixed offset),
+// and only where that lands inside one readable, writable mapping, the one of
+// the main thread's descriptor (never a guess read blindly).
+inline void AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t size) {
+  if (st.main_tid == 0 || size == 0) return;
+  const Mapping* mine = MappingOf(*st.maps, own);
+  if (mine == nullptr || mine != MappingOf(*st.maps, st.own_self)) return;
+  const std::uintptr_t lo = st.main_self + (own - st.own_self);  // modulo 2^64: the offset may be negative
+  const Mapping* m = MappingOf(*st.maps, lo);
+  if (m == nullptr || m != MappingOf(*st.maps, st.main_self) || !m->readable || !m->writable || size > m->hi - lo) {
+    return;
+  }
+  RootRegion r;
+  r.lo = lo;
+  r.hi = lo + size;
+  r.kind = RootKind::kTls;
+  r.tid = st.main_tid;
+  st.roots->push_back(r);
+}
 
 inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
   auto& st = *static_cast<ModulesState*>(data);
@@ -284,6 +340,7 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
       r.kind = RootKind::kTls;
       r.tid = st.tid;
       st.roots->push_back(r);
+      AddMainThreadTls(st, r.lo, ph.p_memsz);
     }
   }
   return 0;
@@ -453,8 +510,21 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
 
   const ArenaVector<Mapping> maps = ReadMappings();
 
-  // Roots: globals and this thread's TLS, then this thread's stack, then the others'.
-  ModulesState ms{&r.modules, &r.roots, self};
+  // Roots: globals, this thread's TLS and the main thread's, then this
+  // thread's stack, then the others'.
+  const long pid = ::getpid();
+  if (self == pid) NoteMainThread();
+  ModulesState ms{&r.modules, &r.roots, self, &maps, 0, g_main_thread_self.load(std::memory_order_relaxed),
+                  ThreadSelf()};
+  if (self != pid && ms.main_self != 0) {
+    // Still there, not a zombie: after the main thread's pthread_exit its
+    // TLS is stale (its destructors ran), and not a root.
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld/stat", pid);
+    ArenaString text;
+    const std::size_t paren = ReadProcFile(path, text) ? text.rfind(')') : ArenaString::npos;
+    if (paren != ArenaString::npos && paren + 2 < text.size() && text[paren + 2] != 'Z') ms.main_tid = pid;
+  }
   dl_iterate_phdr(&CollectRootSegments, &ms);
   if (const Mapping* m = MappingOf(maps, own_sp)) {
     r.roots.push_back(RootRegion{own_sp, m->hi, RootKind::kStack, self, -1});
