@@ -9,6 +9,8 @@
 //    code and suppressions).
 //  - retention_sampled (default rate): a global array of small (unsampled)
 //    holders, each holding a big (sampled) buffer.
+//  - retention_nested (rate 1): a buffer held from inside an asm-defined
+//    global that has a smaller symbol nested in it (test_retention.cpp).
 //  - retention_main_tls (rate 1): a buffer held only by a thread_local of the
 //    main thread, the profile written by another thread. Prints the pid.
 //  - retention_main_tls_exit (rate 1, leak_report=1): the same buffer, and a
@@ -58,6 +60,10 @@ struct SampledHolder {
 inline std::vector<RetentionOwner*> g_retention_owners;
 inline char* g_retention_kept;  // a plain pointer: no destructor, still holds at exit
 inline SampledHolder* g_sampled_holders[kSampledHolders];
+// Defined in test_retention.cpp's asm: 64 bytes, with the 8-byte
+// heapprof_test_retention_inner at offset 8, and symbols after them.
+extern "C" char* heapprof_test_retention_outer[8];
+constexpr std::size_t kNestedHeldBytes = 1234;
 inline thread_local char* t_retention_main_cache;  // the main thread's: static TLS
 inline char* volatile g_retention_sink;
 
@@ -104,6 +110,11 @@ __attribute__((noinline)) inline SampledHolder* MakeSampledHolder() {
 }
 __attribute__((noinline)) inline char* MakeMainTlsBuffer() {
   char* p = new char[kMainTlsBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeNestedHeldBuffer() {
+  char* p = new char[kNestedHeldBytes];
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
@@ -188,6 +199,13 @@ inline int RunRetentionSampled() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+inline int RunRetentionNested() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  heapprof_test_retention_outer[5] = MakeNestedHeldBuffer();  // past the nested symbol
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
+
 // The main thread's TLS is not in its stack mapping (see retention.hpp): a
 // scan from another thread must still find it.
 inline int RunRetentionMainTls() {
@@ -214,6 +232,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_paths") == 0) return RunRetentionPaths();
   if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
+  if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();
   if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
   known = false;

@@ -21,6 +21,31 @@
 #include "support/child_files.hpp"
 #include "support/profile_io.hpp"
 
+// heapprof_test_retention_outer (retention_scenarios.hpp): a symbol with a
+// smaller one nested in it, as a member given a name of its own; then more
+// symbols, so that the outer one is not among the module's last few.
+asm(R"(
+  .pushsection .data
+  .balign 8
+  .globl heapprof_test_retention_outer
+  .type heapprof_test_retention_outer, @object
+  .size heapprof_test_retention_outer, 64
+heapprof_test_retention_outer:
+  .zero 8
+  .globl heapprof_test_retention_inner
+  .type heapprof_test_retention_inner, @object
+  .size heapprof_test_retention_inner, 8
+heapprof_test_retention_inner:
+  .zero 56
+  .irp n, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+  .type heapprof_test_retention_after\n, @object
+  .size heapprof_test_retention_after\n, 8
+heapprof_test_retention_after\n:
+  .zero 8
+  .endr
+  .popsection
+)");
+
 namespace {
 
 using namespace heapprof_test;
@@ -229,6 +254,22 @@ TEST_CASE("retention profile at the default rate: a chain through unsampled obje
     }
   }
   CHECK(via_unsampled > 0);
+  RemoveDir(dir);
+}
+
+TEST_CASE("retention profile: a word inside a symbol that has a nested one is named after it") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_nested", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // The word at offset 40 of the 64-byte symbol, past the 8-byte one at 8.
+  const std::vector<Path> nested = PathsOf(p, "MakeNestedHeldBuffer");
+  REQUIRE(nested.size() == 1);
+  CHECK(nested[0].frames.back() == "[global] heapprof_test_retention_outer");
   RemoveDir(dir);
 }
 

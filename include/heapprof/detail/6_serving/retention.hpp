@@ -712,10 +712,14 @@ struct DataSymbols {
   const ArenaString* Find(std::uint64_t vaddr) const {
     auto it = std::upper_bound(syms.begin(), syms.end(), vaddr,
                                [](std::uint64_t a, const Sym& s) { return a < s.value; });
+    // The nearest symbol starting at or below vaddr may be one nested inside
+    // the symbol holding it (a member given a name of its own): a few steps
+    // back from there, as nesting is rare and shallow.
+    const auto from = it;
     while (it != syms.begin()) {
       --it;
       if (vaddr < it->end) return &it->name;
-      if (syms.end() - it > 8) break;  // nested symbols are rare; a few steps back
+      if (from - it >= 8) break;
     }
     return nullptr;
   }
