@@ -11,6 +11,8 @@
 //    holders, each holding a big (sampled) buffer.
 //  - retention_nested (rate 1): a buffer held from inside an asm-defined
 //    global that has a smaller symbol nested in it (test_retention.cpp).
+//  - retention_zero_size (rate 1): zero-size objects a global keeps; the
+//    retention and the heap profiles.
 //  - retention_main_tls (rate 1): a buffer held only by a thread_local of the
 //    main thread, the profile written by another thread. Prints the pid.
 //  - retention_main_tls_exit (rate 1, leak_report=1): the same buffer, and a
@@ -64,6 +66,8 @@ inline SampledHolder* g_sampled_holders[kSampledHolders];
 // heapprof_test_retention_inner at offset 8, and symbols after them.
 extern "C" char* heapprof_test_retention_outer[8];
 constexpr std::size_t kNestedHeldBytes = 1234;
+constexpr std::size_t kZeroSizeCount = 3;
+inline char* g_retention_zero[kZeroSizeCount];
 inline thread_local char* t_retention_main_cache;  // the main thread's: static TLS
 inline char* volatile g_retention_sink;
 
@@ -115,6 +119,11 @@ __attribute__((noinline)) inline char* MakeMainTlsBuffer() {
 }
 __attribute__((noinline)) inline char* MakeNestedHeldBuffer() {
   char* p = new char[kNestedHeldBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeZeroSizeBuffer() {
+  char* p = new char[0];
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
@@ -206,6 +215,15 @@ inline int RunRetentionNested() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+inline int RunRetentionZeroSize() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  HEAPPROF_TEST_NO_UNROLL
+  for (std::size_t i = 0; i < kZeroSizeCount; ++i) g_retention_zero[i] = MakeZeroSizeBuffer();
+  if (!heapprof::WriteHeapProfile(std::string(dir) + "/heap.pb.gz")) return 6;
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
+
 // The main thread's TLS is not in its stack mapping (see retention.hpp): a
 // scan from another thread must still find it.
 inline int RunRetentionMainTls() {
@@ -233,6 +251,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();
+  if (std::strcmp(name, "retention_zero_size") == 0) return RunRetentionZeroSize();
   if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
   known = false;

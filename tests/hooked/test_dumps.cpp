@@ -59,6 +59,12 @@ __attribute__((noinline)) char* TextLeaf(std::size_t n) {
   return p;
 }
 
+__attribute__((noinline)) char* ZeroSizeTextLeaf() {
+  char* p = new char[0];
+  asm volatile("# ZeroSizeTextLeaf" : : "r"(p) : "memory");  // distinct bodies: no identical-code folding
+  return p;
+}
+
 __attribute__((noinline)) char* DeltaBefore(std::size_t n) {
   char* p = new char[n];
   asm volatile("# DeltaBefore" : : "r"(p) : "memory");  // distinct bodies: no identical-code folding
@@ -366,6 +372,24 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
     CHECK(std::regex_search(out, std::regex(R"(\n\s+10\s+40000\s+7\s+28000: )")));
   }
   std::remove(file.c_str());
+}
+
+TEST_CASE("legacy text heap format (debug=1): zero-size objects counted as in the heap profile") {
+  heapprof_test::RateScope rate(1);
+  std::vector<char*> keep;
+  HEAPPROF_TEST_NO_UNROLL
+  for (int i = 0; i < 5; ++i) keep.push_back(ZeroSizeTextLeaf());  // one call site: one stack
+  delete[] keep.back();
+  keep.pop_back();
+  std::string text;
+  REQUIRE(heapprof_test::BuildTextProfile(text));
+  Profile proto;
+  REQUIRE(heapprof_test::CaptureProfile(proto));
+  CHECK(heapprof_test::SumForLeaf(proto, "ZeroSizeTextLeaf", "inuse_objects") == 4);
+  // 4 live of 5 allocated, 0 bytes.
+  const std::regex record(R"(\n4: 0 \[5: 0\] @ 0x[0-9a-f]+( 0x[0-9a-f]+)*\n#\t0x[0-9a-f]+\t[^\n]*ZeroSizeTextLeaf)");
+  CHECK(std::regex_search(text, record));
+  for (char* p : keep) delete[] p;
 }
 
 TEST_CASE("legacy text format at a sampling rate: go tool pprof scales the counts back to estimates") {

@@ -273,6 +273,28 @@ TEST_CASE("retention profile: a word inside a symbol that has a nested one is na
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile: zero-size objects, one sample each as in the heap profile") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_zero_size", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile p, heap;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  REQUIRE(ReadProfileFile(dir + "/heap.pb.gz", heap));
+  // new char[0] kept by a global array (a pointer to each one's start).
+  std::int64_t zero = 0;
+  for (const Path& path : PathsOf(p, "MakeZeroSizeBuffer")) {
+    CHECK(path.frames.back() == "[global] heapprof_test::g_retention_zero");
+    CHECK(path.bytes == 0);
+    zero += path.objects;
+  }
+  CHECK(zero == static_cast<std::int64_t>(kZeroSizeCount));
+  CHECK(SumForLeaf(heap, "MakeZeroSizeBuffer", "inuse_objects") == zero);
+  RemoveDir(dir);
+}
+
 TEST_CASE("retention profile written by another thread: the main thread's thread_local is a root") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();

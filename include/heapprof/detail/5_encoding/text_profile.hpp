@@ -94,7 +94,9 @@ class TextProfileStream {
         const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
         const std::uint64_t live = allocs > frees ? allocs - frees : 0;
-        if (allocs == 0 || b->size == 0) continue;
+        // Zero-size objects too, as the heap profile counts them (pprof's
+        // legacy parser reads their counts as 0: it scales by the size).
+        if (allocs == 0) continue;
         // What the reader will multiply by; what the bucket's counts stand for.
         const double reader_scale = rate <= 1 ? 1.0 : HeapSampleScale(b->size, rate);
         const double ratio = HeapSampleScale(b->size, b->rate) / reader_scale;

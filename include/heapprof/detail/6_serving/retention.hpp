@@ -412,7 +412,9 @@ class Scanner {
       if (o[m].start <= v) a = m;
       else b = m;
     }
-    if (v < o[a].start || v - o[a].start >= o[a].size) return -1;
+    // A zero-size object (new char[0], malloc(0)) is held by a pointer to its
+    // start, all a program keeps of it.
+    if (v < o[a].start || v - o[a].start >= std::max<std::uint64_t>(o[a].size, 1)) return -1;
     // glibc keeps the next chunk's header (prev_size, size) right after a
     // chunk's usable bytes, at offset roundup16(size + 8) - 16 from the
     // user pointer: for sizes of 16k+1 .. 16k+8 that is inside the object,
@@ -426,7 +428,9 @@ class Scanner {
   void Bounds() noexcept {
     lo_ = r_.objects.empty() ? 1 : r_.objects.front().start;
     hi_ = 0;
-    for (const Object& o : r_.objects) hi_ = std::max<std::uintptr_t>(hi_, o.start + o.size);
+    for (const Object& o : r_.objects) {
+      hi_ = std::max<std::uintptr_t>(hi_, o.start + std::max<std::uint64_t>(o.size, 1));  // see Find
+    }
   }
 
   // Every pointer-aligned word of [lo, hi): f(word value, word address).
@@ -490,7 +494,8 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
       objects.reserve(g_live_map.LiveCount() + 1024 + objects.capacity() / 4);
       bool overflow = false;
       g_live_map.ForEach([&](std::uintptr_t key, Bucket* b) {
-        if (b == nullptr || b->size == 0) return;
+        // Zero-size objects too: the heap profile counts them (see Find).
+        if (b == nullptr) return;
         if (objects.size() == objects.capacity()) {
           overflow = true;
           return;
