@@ -13,6 +13,10 @@
 //    global that has a smaller symbol nested in it (test_retention.cpp).
 //  - retention_zero_size (rate 1): zero-size objects a global keeps; the
 //    retention and the heap profiles.
+//  - retention_reservation (rate 1): an untouched MAP_NORESERVE reservation
+//    ($HEAPPROF_TEST_RESERVE_MIB, 1024 by default) whose one touched page
+//    holds the only pointer to a buffer. Prints the write's time and the
+//    page tables' growth (VmPTE).
 //  - retention_main_tls (rate 1): a buffer held only by a thread_local of the
 //    main thread, the profile written by another thread. Prints the pid.
 //  - retention_main_tls_exit (rate 1, leak_report=1): the same buffer, and a
@@ -21,10 +25,12 @@
 
 #include <heapprof.hpp>
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +51,7 @@ constexpr std::size_t kCycleNodeBytes = 96;
 constexpr std::size_t kSampledHolders = 64;
 constexpr std::size_t kSampledBufferBytes = 256 * 1024;
 constexpr std::size_t kMainTlsBytes = 2345;
+constexpr std::size_t kReservedHeldBytes = 3456;
 
 struct RetentionOwner {
   char* buffer;
@@ -119,6 +126,11 @@ __attribute__((noinline)) inline char* MakeMainTlsBuffer() {
 }
 __attribute__((noinline)) inline char* MakeNestedHeldBuffer() {
   char* p = new char[kNestedHeldBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeReservedHeldBuffer() {
+  char* p = new char[kReservedHeldBytes];
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
@@ -224,6 +236,43 @@ inline int RunRetentionZeroSize() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+// This process's page tables, in kB (VmPTE of /proc/self/status).
+inline long PageTableKb() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "VmPTE:", 6) == 0) kb = std::strtol(line + 6, nullptr, 10);
+  }
+  std::fclose(f);
+  return kb;
+}
+
+inline int RunRetentionReservation() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  const char* mib = std::getenv("HEAPPROF_TEST_RESERVE_MIB");
+  const std::size_t size = (mib != nullptr ? std::strtoul(mib, nullptr, 10) : 1024) << 20;
+  void* reserved = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) {
+    std::printf("mmap of %zu bytes failed\n", size);
+    return 9;
+  }
+  // One page touched, in the middle; the pointer put there from a thread that
+  // then exits (no copy left in this thread's registers or stack).
+  char** slot = reinterpret_cast<char**>(static_cast<char*>(reserved) + size / 2);
+  std::thread([slot] { *slot = MakeReservedHeldBuffer(); }).join();
+  const long pte0 = PageTableKb();
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool ok = heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz");
+  const auto t1 = std::chrono::steady_clock::now();
+  std::printf("write_ms=%lld pte_growth_kb=%ld\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()),
+              PageTableKb() - pte0);
+  return ok ? 0 : 7;
+}
+
 // The main thread's TLS is not in its stack mapping (see retention.hpp): a
 // scan from another thread must still find it.
 inline int RunRetentionMainTls() {
@@ -252,6 +301,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();
   if (std::strcmp(name, "retention_zero_size") == 0) return RunRetentionZeroSize();
+  if (std::strcmp(name, "retention_reservation") == 0) return RunRetentionReservation();
   if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
   known = false;

@@ -295,6 +295,37 @@ TEST_CASE("retention profile: zero-size objects, one sample each as in the heap 
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile: the unsampled-heap pass reads only the touched pages of a reservation") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_reservation", out);
+  INFO(out);
+  if (rc == 9) {  // vm.overcommit_memory=2 refuses even MAP_NORESERVE
+    MESSAGE("a 1 GiB MAP_NORESERVE mapping was refused: skipped");
+    RemoveDir(dir);
+    return;
+  }
+  REQUIRE(rc == 0);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // Found in the one touched page (only operator new is hooked here: the pass runs).
+  const std::vector<Path> held = PathsOf(p, "MakeReservedHeldBuffer");
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].frames.back() == "[unsampled heap]");
+  // "scanned X MiB": the process's heap and roots, not the 1 GiB reservation.
+  double scanned = -1;
+  for (const std::int64_t c : p.comment_indices) {
+    const std::string& text = p.string_table.at(static_cast<std::size_t>(c));
+    const std::size_t at = text.find("scanned ");
+    if (at != std::string::npos) scanned = std::strtod(text.c_str() + at + 8, nullptr);
+  }
+  INFO("scanned MiB: " << scanned);
+  CHECK(scanned >= 0);
+  CHECK(scanned < 256);
+  RemoveDir(dir);
+}
+
 TEST_CASE("retention profile written by another thread: the main thread's thread_local is a root") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();
