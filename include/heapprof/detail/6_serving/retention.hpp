@@ -734,10 +734,14 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
 // ---------------------------------------------------------------- naming roots
 
 // Data symbols of one file, sorted, loaded when a global root first needs one.
+// Names are demangled when a root first uses them, not at load: a module has
+// thousands of data symbols, a profile a few roots, and __cxa_demangle
+// allocates with malloc (through the hooks where they replace it).
 struct DataSymbols {
   struct Sym {
     std::uint64_t value, end;
-    ArenaString name;
+    ArenaString name;  // as the symbol table spells it until `demangled`
+    bool demangled;
   };
   bool loaded = false;
   ArenaVector<Sym> syms;
@@ -766,14 +770,14 @@ struct DataSymbols {
           std::size_t len = 0;
           const char* name = strings.CString(s.st_name, &len);
           if (name == nullptr || len == 0) continue;
-          syms.push_back(Sym{s.st_value, s.st_value + s.st_size, elf::Demangle(name, len)});
+          syms.push_back(Sym{s.st_value, s.st_value + s.st_size, ArenaString(name, len), false});
         }
       }
     }
     std::sort(syms.begin(), syms.end(), [](const Sym& a, const Sym& b) { return a.value < b.value; });
   }
 
-  const ArenaString* Find(std::uint64_t vaddr) const {
+  const ArenaString* Find(std::uint64_t vaddr) {
     auto it = std::upper_bound(syms.begin(), syms.end(), vaddr,
                                [](std::uint64_t a, const Sym& s) { return a < s.value; });
     // The nearest symbol starting at or below vaddr may be one nested inside
@@ -782,7 +786,13 @@ struct DataSymbols {
     const auto from = it;
     while (it != syms.begin()) {
       --it;
-      if (vaddr < it->end) return &it->name;
+      if (vaddr < it->end) {
+        if (!it->demangled) {
+          it->name = elf::Demangle(it->name.data(), it->name.size());
+          it->demangled = true;
+        }
+        return &it->name;
+      }
       if (from - it >= 8) break;
     }
     return nullptr;
