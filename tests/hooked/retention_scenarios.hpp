@@ -17,6 +17,9 @@
 //    ($HEAPPROF_TEST_RESERVE_MIB, 1024 by default) whose one touched page
 //    holds the only pointer to a buffer. Prints the write's time and the
 //    page tables' growth (VmPTE).
+//  - retention_heap_stack (rate 1, MALLOC_ARENA_MAX=1): a thread running on
+//    a 64 KiB stack allocated with new (in the brk heap), blocked in read(2),
+//    and dropped cycles allocated above that block. Prints the thread's tid.
 //  - retention_main_tls (rate 1): a buffer held only by a thread_local of the
 //    main thread, the profile written by another thread. Prints the pid.
 //  - retention_main_tls_exit (rate 1, leak_report=1): the same buffer, and a
@@ -25,6 +28,7 @@
 
 #include <heapprof.hpp>
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,6 +56,7 @@ constexpr std::size_t kSampledHolders = 64;
 constexpr std::size_t kSampledBufferBytes = 256 * 1024;
 constexpr std::size_t kMainTlsBytes = 2345;
 constexpr std::size_t kReservedHeldBytes = 3456;
+constexpr std::size_t kHeapStackBytes = 64 * 1024;  // under malloc's mmap threshold: in the brk heap
 
 struct RetentionOwner {
   char* buffer;
@@ -75,6 +80,7 @@ extern "C" char* heapprof_test_retention_outer[8];
 constexpr std::size_t kNestedHeldBytes = 1234;
 constexpr std::size_t kZeroSizeCount = 3;
 inline char* g_retention_zero[kZeroSizeCount];
+inline char* g_heap_stack;
 inline thread_local char* t_retention_main_cache;  // the main thread's: static TLS
 inline char* volatile g_retention_sink;
 
@@ -236,6 +242,59 @@ inline int RunRetentionZeroSize() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+// A stack that is a block of the brk heap: only the block is that thread's
+// stack, not the heap above it.
+struct HeapStackThread {
+  int fd;
+  std::atomic<long> tid{0};
+};
+inline void* HeapStackThreadMain(void* arg) {
+  auto* t = static_cast<HeapStackThread*>(arg);
+  t->tid.store(static_cast<long>(syscall(SYS_gettid)));
+  char c;
+  while (read(t->fd, &c, 1) < 0) {
+  }
+  return nullptr;
+}
+
+inline int RunRetentionHeapStack() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  g_heap_stack = new char[kHeapStackBytes];
+  // Dropped cycles above the block (one arena: the brk heap), made on a
+  // thread that then exits (no copies left here).
+  const auto block_end = reinterpret_cast<std::uintptr_t>(g_heap_stack) + kHeapStackBytes;
+  std::size_t above = 0;
+  std::thread([&] {
+    for (int i = 0; i < 1000 && above < 4; ++i) {
+      CycleNode* a = MakeCycleNode();
+      CycleNode* b = MakeCycleNode();
+      a->next = b;
+      b->next = a;
+      if (reinterpret_cast<std::uintptr_t>(a) > block_end && reinterpret_cast<std::uintptr_t>(b) > block_end) ++above;
+    }
+  }).join();
+  if (above == 0) return 10;
+
+  int fds[2];
+  if (pipe(fds) != 0) return 4;
+  HeapStackThread t;
+  t.fd = fds[0];
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (pthread_attr_setstack(&attr, g_heap_stack, kHeapStackBytes) != 0) return 11;
+  pthread_t thread;
+  if (pthread_create(&thread, &attr, &HeapStackThreadMain, &t) != 0) return 12;
+  pthread_attr_destroy(&attr);
+  while (t.tid.load() == 0) std::this_thread::yield();
+  if (!WaitBlocked(t.tid.load())) return 5;
+  const bool ok = heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz");
+  if (write(fds[1], "x", 1) != 1) return 6;
+  pthread_join(thread, nullptr);
+  std::printf("heap_stack_tid=%ld cycles_above=%zu\n", t.tid.load(), above);
+  return ok ? 0 : 7;
+}
+
 // This process's page tables, in kB (VmPTE of /proc/self/status).
 inline long PageTableKb() {
   FILE* f = std::fopen("/proc/self/status", "r");
@@ -302,6 +361,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();
   if (std::strcmp(name, "retention_zero_size") == 0) return RunRetentionZeroSize();
   if (std::strcmp(name, "retention_reservation") == 0) return RunRetentionReservation();
+  if (std::strcmp(name, "retention_heap_stack") == 0) return RunRetentionHeapStack();
   if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
   known = false;

@@ -326,6 +326,31 @@ TEST_CASE("retention profile: the unsampled-heap pass reads only the touched pag
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile: a thread whose stack is a heap block is scanned over that block only") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc =
+      RunChildScenario("MALLOC_ARENA_MAX=1 HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_heap_stack", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("heap_stack_tid=");
+  REQUIRE(at != std::string::npos);
+  const std::string stack = "[stack] thread " + std::to_string(std::strtol(out.c_str() + at + 15, nullptr, 10));
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // The dropped cycles, some of them in the heap above the thread's stack:
+  // unreachable, none of them that thread's stack.
+  std::int64_t cycle = 0;
+  for (const Path& path : PathsOf(p, "MakeCycleNode")) {
+    CHECK(path.frames.back() != stack);
+    CHECK(path.frames.back() == "[unreachable]");
+    cycle += path.objects;
+  }
+  CHECK(cycle >= 2);
+  RemoveDir(dir);
+}
+
 TEST_CASE("retention profile written by another thread: the main thread's thread_local is a root") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();

@@ -536,6 +536,12 @@ inline bool EveryObjectKnown() noexcept {
 #endif
 }
 
+// How far above its stack pointer a stack in heap memory is scanned when
+// heapprof does not know the block holding it (see Scan's stack_top). A
+// compromise: such a thread's frames further up are missed, and heap blocks
+// above its stack within this distance still count as its stack.
+constexpr std::uintptr_t kUnknownHeapStackBytes = std::uintptr_t{1} << 20;
+
 // The scan itself. `stack_top_sp`: the lowest address of the caller's frame
 // to scan on this thread (taken after its callee-saved registers were
 // spilled). Throws bad_alloc (arena exhausted).
@@ -590,8 +596,33 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     if (paren != ArenaString::npos && paren + 2 < text.size() && text[paren + 2] != 'Z') ms.main_tid = pid;
   }
   dl_iterate_phdr(&CollectRootSegments, &ms);
+
+  Scanner scanner(r);
+  scanner.Prepare();
+  scanner.Bounds();
+
+  // The top of the stack holding `sp`: the end of its mapping (a thread
+  // stack, [stack], a fiber's own mmap), except in a malloc heap (the brk
+  // heap, a glibc arena's heap: anonymous, on a 64 MiB boundary, not above a
+  // guard page), where a stack is one block (pthread_attr_setstack on a
+  // malloc'ed block, a fiber's) and the rest of the mapping other blocks,
+  // which would all count as that thread's stack: there the end of the known
+  // object holding sp, or at most kUnknownHeapStackBytes above sp.
+  auto stack_top = [&](const Mapping& m, std::uintptr_t sp) -> std::uintptr_t {
+    const std::size_t mi = static_cast<std::size_t>(&m - maps.data());
+    const bool guarded = mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
+                         !maps[mi - 1].writable;
+    const bool heap = m.brk_heap || (m.anonymous && !guarded && (m.lo & ((std::uintptr_t{1} << 26) - 1)) == 0);
+    if (!heap) return m.hi;
+    const long k = scanner.Find(sp);
+    if (k >= 0) {
+      const Object& o = r.objects[static_cast<std::size_t>(k)];
+      return std::min<std::uintptr_t>(m.hi, o.start + o.size);
+    }
+    return sp + std::min<std::uintptr_t>(m.hi - sp, kUnknownHeapStackBytes);
+  };
   if (const Mapping* m = MappingOf(maps, own_sp)) {
-    r.roots.push_back(RootRegion{own_sp, m->hi, RootKind::kStack, self, -1});
+    r.roots.push_back(RootRegion{own_sp, stack_top(*m, own_sp), RootKind::kStack, self, -1});
   }
   ArenaVector<ThreadSp> threads;
   OtherThreads(self, threads, r.threads_running);
@@ -599,12 +630,8 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     const Mapping* m = MappingOf(maps, t.sp);
     if (m == nullptr || !m->readable || !m->writable) continue;
     const std::uintptr_t lo = t.sp - m->lo > 128 ? t.sp - 128 : m->lo;  // the x86-64 red zone
-    r.roots.push_back(RootRegion{lo, m->hi, RootKind::kStack, t.tid, -1});
+    r.roots.push_back(RootRegion{lo, stack_top(*m, t.sp), RootKind::kStack, t.tid, -1});
   }
-
-  Scanner scanner(r);
-  scanner.Prepare();
-  scanner.Bounds();
   ArenaVector<std::uint32_t> queue;
   queue.reserve(n);
 
