@@ -1650,15 +1650,16 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   }
   if (shift != 0) text.remove_suffix(1);
   if (text.empty()) return false;
+  // Past UINT64_MAX the value saturates there: the caller clamps it to its
+  // maximum like any other value above it (rejecting it as a bad value
+  // contradicted the README's "clamped").
   std::uint64_t value = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
     const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (value > (UINT64_MAX - digit) / 10) return false;  // exact: UINT64_MAX itself parses
-    value = value * 10 + digit;
+    value = value > (UINT64_MAX - digit) / 10 ? UINT64_MAX : value * 10 + digit;  // exact: UINT64_MAX itself parses
   }
-  if (shift != 0 && value > (UINT64_MAX >> shift)) return false;
-  out = value << shift;
+  out = shift != 0 && value > (UINT64_MAX >> shift) ? UINT64_MAX : value << shift;
   return true;
 }
 
@@ -1778,13 +1779,16 @@ inline bool CopyConfigString(std::string_view value, char (&out)[N]) noexcept {
   return true;
 }
 
-// A plain count: digits only.
+// A plain count: digits only. Past UINT64_MAX it saturates there, so that
+// the caller clamps or rejects it by its range (20 digits or more were a
+// "bad value" before, even where the README promises a clamp).
 inline bool ParseCount(std::string_view text, std::uint64_t& out) noexcept {
-  if (text.empty() || text.size() > 19) return false;
+  if (text.empty()) return false;
   std::uint64_t v = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    v = v > (UINT64_MAX - digit) / 10 ? UINT64_MAX : v * 10 + digit;
   }
   out = v;
   return true;
@@ -1881,7 +1885,7 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       if (ParseCount(value, v) && v > 0 && v <= 10u * 365 * 24 * 3600) {
         cfg.dump_time = v;
       } else {
-        ReportConfigProblem("bad value for dump_time (whole seconds > 0):", value);
+        ReportConfigProblem("bad value for dump_time (whole seconds, 1 to 315360000 = 10 years):", value);
       }
     } else if (key == "dump_signal") {
       const int sig = ParseSignalName(value);
@@ -2939,10 +2943,11 @@ struct LabelMemos {
   static constexpr std::size_t kCount = 16;  // direct-mapped (Slot)
   Memo memo[kCount];
   static std::size_t Slot(const void* base, const void* key, const void* value) noexcept {
-    const std::uint64_t h = (reinterpret_cast<std::uintptr_t>(base) ^ reinterpret_cast<std::uintptr_t>(key) * 3 ^
-                             reinterpret_cast<std::uintptr_t>(value) * 5) *
-                            0x9e3779b97f4a7c15ull;
-    return static_cast<std::size_t>(h >> 60);
+    // (size_t, not uint64_t: g++'s -Wuseless-cast flags the cast from one to the other.)
+    const std::size_t h = (reinterpret_cast<std::uintptr_t>(base) ^ reinterpret_cast<std::uintptr_t>(key) * 3 ^
+                           reinterpret_cast<std::uintptr_t>(value) * 5) *
+                          std::size_t{0x9e3779b97f4a7c15ull};
+    return h >> 60;
   }
 };
 inline thread_local LabelMemos tls_label_memos;
@@ -7658,14 +7663,19 @@ inline ArenaString FileBuildId(const SectionTable& sections) {
 // tables are standard containers on the profiler's arena (arena_allocator.hpp).
 
 #include <cxxabi.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -8221,6 +8231,15 @@ inline bool IsConstantForm(std::uint32_t f) {
          f == form::kUdata || f == form::kSdata || f == form::kImplicitConst;
 }
 
+// A reference to a DIE of this file's .debug_info. The others point
+// elsewhere: DW_FORM_GNU_ref_alt into the file dwz -m shares between
+// binaries (.gnu_debugaltlink), ref_sup4/8 into a DWARF 5 supplementary
+// file, ref_sig8 to a type unit by its signature.
+inline bool IsLocalReference(std::uint32_t f) {
+  return f == form::kRef1 || f == form::kRef2 || f == form::kRef4 || f == form::kRef8 || f == form::kRefUdata ||
+         f == form::kRefAddr;
+}
+
 // Reads (or, with out == nullptr, skips) one value. References within the
 // unit (ref1..ref_udata) come back as .debug_info offsets.
 inline bool ReadAttr(Cursor& c, const UnitHeader& u, std::uint32_t f, std::int64_t implicit_const,
@@ -8313,6 +8332,14 @@ template <class F>
 bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, const AttrValue& v,
                   std::uint64_t base, F&& f) {
   const std::uint64_t all_ones = u.address_size == 4 ? 0xffffffffull : ~std::uint64_t{0};
+  // Code the linker threw away (--gc-sections, COMDAT duplicates) keeps its
+  // DIEs, its addresses set to 0 (ld.bfd) or to the tombstones -1 and -2
+  // (lld; -2 where -1 would be a base entry). The offset pairs after such a
+  // base are small ranges over live code: kept, they would put live code
+  // inside a function that is not in the program. They are dropped. The
+  // unit's own base (its low_pc, often 0) is no base entry, and is trusted.
+  auto dead = [&](std::uint64_t a) { return a == 0 || a >= all_ones - 1; };
+  bool dead_base = false;
   if (u.version < 5) {
     Cursor c(s.ranges, v.u);
     for (int guard = 0; guard < (1 << 20); ++guard) {
@@ -8322,9 +8349,10 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       if (lo == 0 && hi == 0) return true;
       if (lo == all_ones) {
         base = hi;
+        dead_base = dead(hi);
         continue;
       }
-      if (lo < hi) f(base + lo, base + hi);
+      if (lo < hi && !dead_base) f(base + lo, base + hi);
     }
     return false;
   }
@@ -8352,6 +8380,7 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       case 0: return true;  // end_of_list
       case 1:               // base_addressx
         if (!addrx(c.Uleb(), &base)) return false;
+        dead_base = dead(base);
         continue;
       case 2:  // startx_endx
         if (!addrx(c.Uleb(), &lo) || !addrx(c.Uleb(), &hi)) return false;
@@ -8363,8 +8392,12 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       case 4:  // offset_pair
         lo = base + c.Uleb();
         hi = base + c.Uleb();
+        if (dead_base) continue;
         break;
-      case 5: base = c.Fixed(u.address_size); continue;  // base_address
+      case 5:  // base_address
+        base = c.Fixed(u.address_size);
+        dead_base = dead(base);
+        continue;
       case 6:                                              // start_end
         lo = c.Fixed(u.address_size);
         hi = c.Fixed(u.address_size);
@@ -8376,7 +8409,7 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
       default: return false;
     }
     if (!c.ok()) return false;
-    if (lo < hi) f(lo, hi);
+    if (lo < hi && !dead(lo)) f(lo, hi);
   }
   return false;
 }
@@ -8726,7 +8759,23 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
       continue;
     }
     if (ch == ')' && paren > 0) {
-      --paren;
+      // A parameter list's qualifiers go with it, wherever it is: a lambda
+      // in a const method is "A::F() const::{lambda()#1}::operator()() const",
+      // and the space before a mid-name "const" is no return type's end.
+      if (--paren == 0) {
+        for (bool again = true; again;) {
+          again = false;
+          for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
+            const std::size_t k = std::strlen(q);
+            if (i + k < len && std::strncmp(full + i + 1, q, k) == 0 &&
+                !(i + 1 + k < len && is_ident(full[i + 1 + k]))) {
+              i += k;
+              again = true;
+              break;
+            }
+          }
+        }
+      }
       continue;
     }
     if (paren > 0) continue;
@@ -8743,17 +8792,6 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
     put(ch);
   }
   if (overflow) return 0;
-  // Qualifiers after the parameter list.
-  for (bool again = true; again;) {
-    again = false;
-    for (const char* q : {" const", " volatile", " &&", " &", " noexcept"}) {
-      const std::size_t k = std::strlen(q);
-      if (n > k && std::memcmp(out + n - k, q, k) == 0) {
-        n -= k;
-        again = true;
-      }
-    }
-  }
   while (n > 0 && out[n - 1] == ' ') --n;
   // A return type before the name: cut at the last space that separates words
   // at the top level ("operator new" and lambdas never recorded theirs).
@@ -8789,6 +8827,12 @@ struct FunctionInfo {
   bool linkage;             // system_name is a linkage name (else a plain, unqualified one)
 };
 
+// The frame that stands for the middle of an inline chain too deep for the
+// caller's frames (its innermost and outermost frames are kept).
+inline constexpr FunctionInfo kInlineCutFunction{"[heapprof: inline frames omitted]",
+                                                 "[heapprof: inline frames omitted]",
+                                                 "[heapprof: inline frames omitted]", nullptr, 0, true};
+
 // One frame of an inline chain.
 struct SourceFrame {
   const FunctionInfo* function;  // null when only the line table knew the address
@@ -8814,7 +8858,7 @@ class DwarfInfo {
  private:
   struct Scope {
     std::uint64_t lo, hi;
-    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined)
+    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined); 0 = unknown
     std::uint32_t depth;
     std::uint32_t call_file;
     std::uint32_t call_line;
@@ -9060,7 +9104,9 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
         case at::kHighPc: high = v; has_high = true; break;
         case at::kRanges: ranges = v; has_ranges = true; break;
         case at::kAbstractOrigin:
-          if (proto.inlined) proto.function_die = v.u;
+          // An origin in another file (dwz -m's shared one) is no offset in
+          // ours: the frame stays, with its lines but no function (0).
+          if (proto.inlined) proto.function_die = IsLocalReference(v.form) ? v.u : 0;
           break;
         case at::kCallFile: proto.call_file = static_cast<std::uint32_t>(v.u); break;
         case at::kCallLine: proto.call_line = static_cast<std::uint32_t>(v.u); break;
@@ -9176,10 +9222,7 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
           if (decl_line == 0) decl_line = static_cast<std::uint32_t>(v.u);
           break;
         case at::kAbstractOrigin: case at::kSpecification:
-          if (v.form != form::kRefSig8 && v.form != form::kGnuRefAlt && v.form != form::kRefSup4 &&
-              v.form != form::kRefSup8) {
-            next = v.u;
-          }
+          if (IsLocalReference(v.form)) next = v.u;
           break;
         default: break;
       }
@@ -9212,13 +9255,16 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     std::free(demangled);
   }
   if (linkage == nullptr && plain_die != 0) {
-    // full_name stays the DWARF name, as addr2line prints it; the names in
-    // profiles are qualified, as they would be from a linkage name.
+    // full_name stays the DWARF name, as addr2line prints it; the name in
+    // profiles is qualified, as it would be from a linkage name. system_name
+    // stays the DWARF name too: pprof takes a name equal to its system name
+    // for one not yet demangled, and its simplifier would cut the
+    // "(anonymous namespace)" of "(anonymous namespace)::Pool::Grow".
     Unit* owner = UnitOfOffset(plain_die);
     char qualified[1024];
     const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
     const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
-    if (kept != nullptr) f->name = f->system_name = kept;
+    if (kept != nullptr) f->name = kept;
     return f;
   }
   char shortened[1024];
@@ -9304,21 +9350,46 @@ inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, b
     return 1;
   }
   // The scopes holding `address`, innermost (deepest) first, up to the
-  // subprogram that holds them.
+  // subprogram that holds them. A chain longer than kMaxChain (recursive
+  // always_inline templates) keeps its innermost kMaxChain in `chain` and its
+  // outermost kMaxChain in `tail` (a ring): the subprogram, the function the
+  // address is really in, is at the outer end and must not be the one lost.
   constexpr int kMaxChain = 64;
   const Scope* chain[kMaxChain];
-  int found = 0;
+  const Scope* tail[kMaxChain];
+  int found = 0, total = 0;
   const Scope* it = std::upper_bound(scopes->begin(), scopes->end(), address,
                                      [](std::uint64_t a, const Scope& s) { return a < s.lo; });
-  for (std::uint32_t i = static_cast<std::uint32_t>(it - scopes->begin()); i != 0 && found < kMaxChain;) {
+  for (std::uint32_t i = static_cast<std::uint32_t>(it - scopes->begin()); i != 0;) {
     const Scope& s = (*scopes)[i - 1];
-    if (address < s.hi) chain[found++] = &s;
     i = s.parent;
+    if (address >= s.hi) continue;
+    if (found < kMaxChain) {
+      chain[found++] = &s;
+    } else {
+      tail[(total - kMaxChain) % kMaxChain] = &s;
+      // Past the first kMaxChain, what lies beyond the subprogram is of no use.
+      if (!s.inlined) {
+        ++total;
+        break;
+      }
+    }
+    ++total;
   }
-  std::sort(chain, chain + found, [](const Scope* a, const Scope* b) { return a->depth > b->depth; });
+  auto deeper = [](const Scope* a, const Scope* b) { return a->depth > b->depth; };
+  std::sort(chain, chain + found, deeper);
+  // The tail in walk order, then by depth like the head.
+  const int tail_count = total - found < kMaxChain ? total - found : kMaxChain;
+  const int ring_start = total - found > kMaxChain ? (total - found) % kMaxChain : 0;
+  std::rotate(tail, tail + ring_start, tail + tail_count);
+  std::sort(tail, tail + tail_count, deeper);
+  // k-th scope of the chain as kept: the head, then the tail (the first tail
+  // entry stands for the scopes dropped between; only its call site is used).
+  const int kept = found + tail_count;
+  auto at = [&](int k) { return k < found ? chain[k] : tail[k - found]; };
   int outermost = -1;
-  for (int i = 0; i < found; ++i) {
-    if (!chain[i]->inlined) {
+  for (int i = 0; i < kept; ++i) {
+    if (!at(i)->inlined) {
       outermost = i;
       break;
     }
@@ -9330,18 +9401,43 @@ inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, b
     return 1;
   }
   *inline_known = true;
+  // Kept scope i is at position i of the whole chain in the head, i + dropped
+  // in the tail.
+  const int dropped = total - kept;
+  auto position = [&](int i) { return i < found ? i : i + dropped; };
+  const int frames = position(outermost) + 1;
+  // When the frames do not fit in `max`, the innermost and the outermost are
+  // kept (the allocating line, and the function the address is really in
+  // with the line it was called from) and a marker frame stands for the
+  // middle, as a cut stack ends in one. With no room for a frame each side of
+  // the marker, the innermost only. The outer part is at most 15 frames: the
+  // tail always holds them and the call site before them.
+  int inner = frames, outer = 0;
+  if (frames > max) {
+    inner = max;
+    if (max >= 3) {
+      outer = (max - 1) / 4;
+      inner = max - 1 - outer;
+    }
+  }
   LineTable* lines = Lines(*u);
   int n = 0;
   const char* file = leaf.file;
   std::uint32_t line = leaf.line;
   for (int i = 0; i <= outermost && n < max; ++i) {
-    out[n].function = Function(chain[i]->function_die);
-    out[n].file = file;
-    out[n].line = line;
-    ++n;
+    const int p = position(i);
+    // The tail's first scope follows dropped ones: its own line is unknown.
+    const bool known = !(i == found && dropped > 0);
+    if (known && (p < inner || p >= frames - outer)) {
+      out[n].function = at(i)->function_die != 0 ? Function(at(i)->function_die) : nullptr;
+      out[n].file = file;
+      out[n].line = line;
+      ++n;
+      if (outer > 0 && p == inner - 1) out[n++] = SourceFrame{&kInlineCutFunction, nullptr, 0};
+    }
     // The caller's position is where this inlined call sits.
-    file = lines != nullptr ? lines->FileName(chain[i]->call_file) : nullptr;
-    line = chain[i]->call_line;
+    file = lines != nullptr ? lines->FileName(at(i)->call_file) : nullptr;
+    line = at(i)->call_line;
   }
   return n;
 }
@@ -9672,11 +9768,14 @@ class DebugObject {
   DebugObject& operator=(const DebugObject&) = delete;
 
   // `build_id`: the id of the object as loaded (lowercase hex, may be empty).
-  void Load(const char* path, const char* build_id, const char* debug_directory);
+  // `file`: what to open for the object's bytes when `path` no longer names
+  // them (LoadedObject::file); "" = `path`. `path` still places .gnu_debuglink.
+  void Load(const char* path, const char* file, const char* build_id, const char* debug_directory);
 
   // Loads on first use: a write touches the DWARF only of objects its PCs are in.
-  void Remember(const char* path, const char* build_id, const char* debug_directory) {
+  void Remember(const char* path, const char* file, const char* build_id, const char* debug_directory) {
     path_ = path;
+    file_name_ = file;
     build_id_ = build_id;
     debug_directory_ = debug_directory;
   }
@@ -9691,7 +9790,7 @@ class DebugObject {
     if (path_ == nullptr) return;
 #if HEAPPROF_EXCEPTIONS
     try {
-      Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+      Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
       // (After the load: what it took must be given back.)
       if (HEAPPROF_UNLIKELY(g_fail_debug_loads_for_tests.load(std::memory_order_relaxed)) && info_ != nullptr) {
         throw std::bad_alloc();
@@ -9701,7 +9800,7 @@ class DebugObject {
       throw;
     }
 #else
-    Load(path_, build_id_ != nullptr ? build_id_ : "", debug_directory_);
+    Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
 #endif
   }
 
@@ -9739,6 +9838,7 @@ class DebugObject {
   dwarf::DwarfInfo* info_ = nullptr;
   bool loaded_ = false;
   const char* path_ = nullptr;             // in the cache's key pool
+  const char* file_name_ = nullptr;
   const char* build_id_ = nullptr;
   const char* debug_directory_ = nullptr;
   const char* debug_file_ = nullptr;  // the file the DWARF came from
@@ -9788,15 +9888,62 @@ inline bool HasDwarf(const elf::MappedFile& file) {
   return false;
 }
 
+// Whether a file's build id matches the loaded object's. A file without one
+// is refused too when the object has one: it is some other build (a decoy
+// of the same name, an old copy), and its names and lines would lie.
+inline bool BuildIdMatches(const elf::SectionTable& sections, const char* build_id) {
+  if (build_id == nullptr || build_id[0] == '\0') return true;
+  return elf::FileBuildId(sections) == build_id;
+}
+
+// The separate debug file that the object's own file `own` names by
+// .gnu_debuglink: a file name and the CRC-32 of that file, looked for beside
+// `path` (the object's name, not the file it was read through), in its
+// .debug/, and under the debug directory. The first candidate whose CRC
+// matches is mapped into `out` and its name written to `found`.
+inline bool OpenDebugLink(const char* path, const elf::ByteView& own, const char* debug_directory,
+                          elf::MappedFile& out, char* found, std::size_t found_size) {
+  elf::SectionTable sections;
+  if (!sections.Init(own)) return false;
+  Elf64_Shdr sh;
+  for (std::uint64_t i = 1; i < sections.count(); ++i) {
+    if (!sections.Get(i, &sh)) continue;
+    const char* name = SectionName(own, sections, sh);
+    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
+    const elf::ByteView link = sections.Contents(sh);
+    std::size_t length = 0;
+    const char* file = link.CString(0, &length);
+    std::uint32_t crc = 0;
+    if (file == nullptr || length == 0 || std::strchr(file, '/') != nullptr ||
+        !link.Read((length + 4) & ~std::uint64_t{3}, &crc)) {
+      return false;
+    }
+    const char* slash = std::strrchr(path, '/');
+    const int dir_length = slash != nullptr ? static_cast<int>(slash - path) : 0;
+    for (int where = 0; where < 3; ++where) {
+      if (where == 0) std::snprintf(found, found_size, "%.*s/%s", dir_length, path, file);
+      if (where == 1) std::snprintf(found, found_size, "%.*s/.debug/%s", dir_length, path, file);
+      if (where == 2) {
+        if (debug_directory == nullptr) break;
+        std::snprintf(found, found_size, "%s%.*s/%s", debug_directory, dir_length, path, file);
+      }
+      if (std::strcmp(found, path) == 0) continue;
+      if (!out.Open(found)) continue;
+      const elf::ByteView bytes = out.view();
+      if (Crc32(bytes.data, static_cast<std::size_t>(bytes.size)) == crc) return true;
+    }
+    out.Reset();
+    return false;
+  }
+  return false;
+}
+
 }  // namespace debug_files
 
 inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
   elf::SectionTable sections;
   if (!sections.Init(file.view())) return false;
-  if (build_id != nullptr && build_id[0] != '\0') {
-    const ArenaString id = elf::FileBuildId(sections);
-    if (!id.empty() && id != build_id) return false;  // replaced on disk since it was loaded
-  }
+  if (!debug_files::BuildIdMatches(sections, build_id)) return false;  // replaced on disk since it was loaded
   if (!debug_files::HasDwarf(file)) return false;
   file_ = static_cast<elf::MappedFile&&>(file);
   const elf::ByteView view = file_.view();
@@ -9864,13 +10011,15 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
   return info_ != nullptr;
 }
 
-inline void DebugObject::Load(const char* path, const char* build_id, const char* debug_directory) {
+inline void DebugObject::Load(const char* path, const char* file, const char* build_id,
+                              const char* debug_directory) {
   auto remember = [&](const char* name) {
     std::snprintf(debug_file_buf_, sizeof debug_file_buf_, "%s", name);
     debug_file_ = debug_file_buf_;
   };
+  const char* own_file = file != nullptr && file[0] != '\0' ? file : path;
   elf::MappedFile own;
-  if (own.Open(path)) {
+  if (own.Open(own_file)) {
     // The own file, if it still has its DWARF.
     if (UseFile(own, build_id)) {
       remember(path);
@@ -9890,42 +10039,12 @@ inline void DebugObject::Load(const char* path, const char* build_id, const char
       return;
     }
   }
-  // 2. By .gnu_debuglink: a file name and the CRC-32 of that file, looked for
-  // beside the object, in its .debug/, and under the debug directory.
-  if (!own.Open(path)) return;
-  elf::SectionTable sections;
-  if (!sections.Init(own.view())) return;
-  Elf64_Shdr sh;
-  for (std::uint64_t i = 1; i < sections.count(); ++i) {
-    if (!sections.Get(i, &sh)) continue;
-    const char* name = debug_files::SectionName(own.view(), sections, sh);
-    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
-    const elf::ByteView link = sections.Contents(sh);
-    std::size_t length = 0;
-    const char* file = link.CString(0, &length);
-    std::uint32_t crc = 0;
-    if (file == nullptr || length == 0 || std::strchr(file, '/') != nullptr ||
-        !link.Read((length + 4) & ~std::uint64_t{3}, &crc)) {
-      return;
-    }
-    const char* slash = std::strrchr(path, '/');
-    const int dir_length = slash != nullptr ? static_cast<int>(slash - path) : 0;
-    for (int where = 0; where < 3; ++where) {
-      if (where == 0) std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, path, file);
-      if (where == 1) std::snprintf(candidate, sizeof candidate, "%.*s/.debug/%s", dir_length, path, file);
-      if (where == 2)
-        std::snprintf(candidate, sizeof candidate, "%s%.*s/%s", debug_directory, dir_length, path, file);
-      if (std::strcmp(candidate, path) == 0) continue;
-      elf::MappedFile debug;
-      if (!debug.Open(candidate)) continue;
-      const elf::ByteView bytes = debug.view();
-      if (debug_files::Crc32(bytes.data, static_cast<std::size_t>(bytes.size)) != crc) continue;
-      if (UseFile(debug, build_id)) {
-        remember(candidate);
-        return;
-      }
-    }
-    return;
+  // 2. By .gnu_debuglink.
+  if (!own.Open(own_file)) return;
+  elf::MappedFile debug;
+  if (debug_files::OpenDebugLink(path, own.view(), debug_directory, debug, candidate, sizeof candidate) &&
+      UseFile(debug, build_id)) {
+    remember(candidate);
   }
 }
 
@@ -9935,6 +10054,7 @@ inline void DebugObject::Load(const char* path, const char* build_id, const char
 // the process (or until the budget is spent: then new lookups get names only).
 struct DebugCacheEntry {
   const char* path;
+  const char* file;
   const char* build_id;
   const char* debug_directory;
   DebugObject* object;
@@ -9981,9 +10101,10 @@ class DebugCacheLock {
   int old_state_ = 0;
 };
 
-// The object for (path, build_id); its DWARF is read by EnsureLoaded, on
-// first use. Null only when memory is short. Call with the DebugCacheLock held.
-inline DebugObject* FindDebugObject(const char* path, const char* build_id, const char* debug_directory) {
+// The object for (path, file, build_id); its DWARF is read by EnsureLoaded,
+// on first use. Null only when memory is short. Call with the DebugCacheLock held.
+inline DebugObject* FindDebugObject(const char* path, const char* file, const char* build_id,
+                                    const char* debug_directory) {
   if (g_debug_cache == nullptr) {
     g_debug_cache = DebugNew<DebugCache>();
     if (g_debug_cache == nullptr) return nullptr;
@@ -9994,20 +10115,24 @@ inline DebugObject* FindDebugObject(const char* path, const char* build_id, cons
     const bool same_directory = (e.debug_directory == nullptr && debug_directory == nullptr) ||
                                 (e.debug_directory != nullptr && debug_directory != nullptr &&
                                  std::strcmp(e.debug_directory, debug_directory) == 0);
-    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.build_id, build_id) == 0 && same_directory) return e.object;
+    if (std::strcmp(e.path, path) == 0 && std::strcmp(e.file, file) == 0 && std::strcmp(e.build_id, build_id) == 0 &&
+        same_directory) {
+      return e.object;
+    }
   }
   if (cache.count == DebugCache::kMaxObjects) return nullptr;
   const char* key_path = cache.keys.Add(path);
+  const char* key_file = cache.keys.Add(file);
   const char* key_id = cache.keys.Add(build_id);
   const char* key_dir = debug_directory != nullptr ? cache.keys.Add(debug_directory) : nullptr;
   DebugObject* object = DebugNew<DebugObject>();
-  if (key_path == nullptr || key_id == nullptr || object == nullptr ||
+  if (key_path == nullptr || key_file == nullptr || key_id == nullptr || object == nullptr ||
       (debug_directory != nullptr && key_dir == nullptr)) {
     DebugDelete(object);
     return nullptr;
   }
-  object->Remember(key_path, key_id, key_dir);
-  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_id, key_dir, object};
+  object->Remember(key_path, key_file, key_id, key_dir);
+  cache.entries[cache.count++] = DebugCacheEntry{key_path, key_file, key_id, key_dir, object};
   return object;
 }
 
@@ -10024,8 +10149,14 @@ struct LoadedObject {
   std::uintptr_t limit = 0;       // one past its last byte
   std::uint64_t file_offset = 0;  // file offset that `start` maps
   std::uintptr_t bias = 0;        // dlpi_addr: memory address = file vaddr + bias
-  ArenaString path;               // absolute file name; the main program's real path
+  // Absolute file name: the loader's, or the kernel's (/proc/self/maps, without
+  // " (deleted)") when the loader's does not name the file that was mapped.
+  ArenaString path;
   ArenaString build_id;           // GNU build id, lowercase hex; empty if the file has none
+  // What to open to read the object when `path` no longer names the file that
+  // was mapped (deleted or replaced on disk since: a deploy): its
+  // /proc/self/map_files entry, which reaches the mapped inode. Empty: `path`.
+  ArenaString file;
 };
 
 // Every loaded object with an executable segment, the main program first.
@@ -10043,7 +10174,9 @@ struct FreeDeleter {
 };
 
 // The kernel's name for our executable: the real path, even when argv[0] was
-// relative or a symlink.
+// relative or a symlink. Only a fallback for the main program's name: it is
+// ld.so's for a program started through ld.so, and ends in " (deleted)" once
+// the file is gone (FileOfMapping finds the mapped file instead).
 inline ArenaString ReadSelfExe() {
   ArenaString buf(256, '\0');
   for (;;) {
@@ -10059,8 +10192,9 @@ inline ArenaString ReadSelfExe() {
   }
 }
 
-// A relative name (dlopen("./x.so"), a program started through ld.so) means
-// the working directory of now; resolve it before the process moves on.
+// A relative name (dlopen("./x.so")) means the working directory of the
+// dlopen, which may not be today's: only a fallback when /proc/self/maps
+// cannot be read (FileOfMapping).
 inline ArenaString ResolvedPath(const char* name) {
   if (name[0] == '/') return ArenaString(name);
   char real[PATH_MAX];  // realpath(name, nullptr) would malloc
@@ -10165,6 +10299,113 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
   return 0;
 }
 
+// One file-backed executable mapping of /proc/self/maps.
+struct FileMapping {
+  std::uintptr_t start = 0;
+  std::uintptr_t end = 0;
+  dev_t device = 0;
+  ino_t inode = 0;
+  ArenaString path;  // the kernel's name for the mapped file, without " (deleted)"
+};
+
+// Reads the whole of a /proc file (its size is unknown until read).
+inline bool ReadProcFile(const char* path, ArenaString& out) {
+  int fd;
+  do {
+    fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return false;
+  out.clear();
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return n == 0;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// The executable file mappings, in address order. What the kernel says was
+// mapped, unlike the loader's names: those are relative to the working
+// directory of the dlopen, ld.so's own for a program it started, or name a
+// file since replaced.
+inline ArenaVector<FileMapping> ReadFileMappings() {
+  ArenaVector<FileMapping> mappings;
+  ArenaString text;
+  if (!ReadProcFile("/proc/self/maps", text)) return mappings;
+  // "start-end perms offset major:minor inode   path", one mapping a line.
+  const char* p = text.c_str();
+  const char* const end = p + text.size();
+  while (p < end) {
+    const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+    if (eol == nullptr) eol = end;
+    char* q = nullptr;
+    FileMapping m;
+    m.start = static_cast<std::uintptr_t>(std::strtoull(p, &q, 16));
+    bool ok = q < eol && *q == '-';
+    if (ok) m.end = static_cast<std::uintptr_t>(std::strtoull(q + 1, &q, 16));
+    ok = ok && q + 4 < eol && q[0] == ' ' && q[3] == 'x';  // " rwxp": executable only
+    if (ok) {
+      std::strtoull(q + 5, &q, 16);  // offset
+      const unsigned int major = static_cast<unsigned int>(std::strtoul(q, &q, 16));
+      ok = q < eol && *q == ':';
+      if (ok) {
+        const unsigned int minor = static_cast<unsigned int>(std::strtoul(q + 1, &q, 16));
+        m.device = makedev(major, minor);
+        m.inode = static_cast<ino_t>(std::strtoull(q, &q, 10));
+      }
+    }
+    if (ok && q < eol) {
+      while (q < eol && *q == ' ') ++q;
+      std::size_t length = static_cast<std::size_t>(eol - q);
+      static constexpr char kDeleted[] = " (deleted)";
+      constexpr std::size_t kDeletedLength = sizeof kDeleted - 1;
+      if (length > kDeletedLength && std::memcmp(q + length - kDeletedLength, kDeleted, kDeletedLength) == 0) {
+        length -= kDeletedLength;
+      }
+      if (m.inode != 0 && length > 0 && q[0] == '/') {
+        m.path.assign(q, length);
+        mappings.push_back(std::move(m));
+      }
+    }
+    p = eol + 1;
+  }
+  return mappings;
+}
+
+inline bool IsFileOf(const char* path, const FileMapping& m) {
+  struct stat st;
+  return ::stat(path, &st) == 0 && st.st_ino == m.inode && st.st_dev == m.device;
+}
+
+// Points `object` at the file that was mapped. The loader's name is kept when
+// it still names that file (dev and inode as /proc/self/maps has them), else
+// the kernel's name is shown; when that does not either (deleted or replaced),
+// the bytes are read through /proc/self/map_files, or /proc/self/exe for the
+// main program on kernels that refuse map_files. Neither reaching it, the name
+// is read as before and the build-id checks refuse another build.
+inline void FileOfMapping(LoadedObject& object, const ArenaVector<FileMapping>& mappings) {
+  const auto above = std::upper_bound(mappings.begin(), mappings.end(), object.start,
+                                      [](std::uintptr_t a, const FileMapping& m) { return a < m.start; });
+  if (above == mappings.begin()) return;
+  const FileMapping& m = *(above - 1);
+  if (object.start >= m.end) return;
+  if (!object.path.empty() && IsFileOf(object.path.c_str(), m)) return;
+  object.path = m.path;
+  if (IsFileOf(object.path.c_str(), m)) return;
+  char file[64];
+  std::snprintf(file, sizeof file, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(m.start),
+                static_cast<unsigned long>(m.end));
+  if (IsFileOf(file, m)) {
+    object.file = file;
+  } else if (IsFileOf("/proc/self/exe", m)) {
+    object.file = "/proc/self/exe";
+  }
+}
+
 // Names of symbols that are not mangled C++ come back unchanged, except that a
 // version suffix ("memcpy@@GLIBC_2.14" in an unstripped .symtab) is dropped.
 inline ArenaString Demangle(const char* raw, std::size_t length) {
@@ -10194,17 +10435,17 @@ struct Symbol {
 class SymbolTable {
  public:
   // `build_id` is the id of the object as loaded in memory: a file on disk with
-  // a different id was replaced after loading, and its symbols would lie.
+  // a different id, or none, is another build, and its symbols would lie.
+  // `file_view`: what to open when `path` no longer names the object's file
+  // (LoadedObject::file); empty = `path`, which still places .gnu_debuglink.
   bool Load(std::string_view path_view, std::string_view build_id_view,
-            const char* debug_directory = kDebugFileDirectory) {
+            const char* debug_directory = kDebugFileDirectory, std::string_view file_view = {}) {
     const ArenaString path(path_view), build_id(build_id_view);  // NUL-terminated
+    const ArenaString file(file_view.empty() ? path_view : file_view);
     MappedFile own;
     SectionTable own_sections;
-    bool own_usable = own.Open(path.c_str()) && own_sections.Init(own.view());
-    if (own_usable && !build_id.empty()) {
-      const ArenaString file_id = FileBuildId(own_sections);
-      if (!file_id.empty() && file_id != build_id) own_usable = false;
-    }
+    const bool own_usable = own.Open(file.c_str()) && own_sections.Init(own.view()) &&
+                            debug_files::BuildIdMatches(own_sections, build_id.c_str());
     // .symtab also names static functions; .dynsym only what the object exports.
     if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
     if (debug_directory != nullptr && build_id.size() > 2) {
@@ -10214,6 +10455,18 @@ class SymbolTable {
       SectionTable debug_sections;
       if (debug.Open(debug_path.c_str()) && debug_sections.Init(debug.view()) &&
           FileBuildId(debug_sections) == build_id && ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+        return true;
+      }
+    }
+    // A stripped file whose debug file is named by .gnu_debuglink: that file's
+    // .symtab names what DWARF does not describe (_start, static libstdc++).
+    if (own_usable && debug_directory != nullptr) {
+      char found[1024];
+      MappedFile debug;
+      SectionTable debug_sections;
+      if (debug_files::OpenDebugLink(path.c_str(), own.view(), debug_directory, debug, found, sizeof found) &&
+          debug_sections.Init(debug.view()) && debug_files::BuildIdMatches(debug_sections, build_id.c_str()) &&
+          ReadTable(debug, debug_sections, SHT_SYMTAB)) {
         return true;
       }
     }
@@ -10416,6 +10669,8 @@ inline ArenaVector<LoadedObject> CollectLoadedObjects() {
   state.page_mask = page - 1;
   IterateLoadedObjects(&elf::CollectObject, &state);
   if (state.out_of_memory) ThrowBadAlloc();
+  const ArenaVector<elf::FileMapping> mappings = elf::ReadFileMappings();
+  for (LoadedObject& object : objects) elf::FileOfMapping(object, mappings);
   return objects;
 }
 
@@ -10490,15 +10745,17 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
   for (const LoadedObject& object : objects) {
     ArenaString key = object.path;
     key.push_back('\0');
+    key += object.file;
+    key.push_back('\0');
     key += object.build_id;
     auto it = table_of_file.find(key);
     if (it == table_of_file.end()) {
       auto table = MakeArena<elf::SymbolTable>();
       DebugObject* debug = nullptr;
       if (!object.path.empty()) {
-        table->Load(object.path, object.build_id, debug_directory);
+        table->Load(object.path, object.build_id, debug_directory, object.file);
         DebugCacheLock hold;
-        debug = FindDebugObject(object.path.c_str(), object.build_id.c_str(), debug_directory);
+        debug = FindDebugObject(object.path.c_str(), object.file.c_str(), object.build_id.c_str(), debug_directory);
       }
       tables_.push_back(std::move(table));
       debug_of_table.push_back(debug);
@@ -11129,8 +11386,14 @@ class PprofProfileBuilder {
       SymbolizedQuality quality;
       const int n = symbolizer_.Symbolize(address, frames, kMaxInlineFrames, &quality);
       for (int i = 0; i < n; ++i) {
-        // A Line needs a Function: a frame known only by its line is left out.
-        if (frames[i].name.empty()) continue;
+        // A Line needs a Function. A frame known by its line but not by name
+        // (an inlined function whose DIE is in dwz's shared file) gets "??",
+        // as addr2line prints it: dropped, it would take its line with it
+        // and give the next frame out the allocation's line.
+        if (frames[i].name.empty()) {
+          if (frames[i].file.empty() && frames[i].line == 0) continue;
+          frames[i].name = "??";
+        }
         lines_.push_back(LineRecord{FunctionFor(frames[i]), frames[i].line});
         ++record.line_count;
       }
@@ -12576,7 +12839,9 @@ class TextProfileStream {
         const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
         const std::uint64_t live = allocs > frees ? allocs - frees : 0;
-        if (allocs == 0 || b->size == 0) continue;
+        // Zero-size objects too, as the heap profile counts them (pprof's
+        // legacy parser reads their counts as 0: it scales by the size).
+        if (allocs == 0) continue;
         // What the reader will multiply by; what the bucket's counts stand for.
         const double reader_scale = rate <= 1 ? 1.0 : HeapSampleScale(b->size, rate);
         const double ratio = HeapSampleScale(b->size, b->rate) / reader_scale;
@@ -12732,10 +12997,11 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 //  roots:   the writable PT_LOAD segments of every loaded object (.data, .bss;
 //           named by their ELF symbols), the calling thread's stack (from its
 //           own frame up, callee-saved registers spilled first) and its TLS
-//           blocks, and the stack of every other thread blocked in the kernel
+//           blocks, the main thread's static TLS blocks when another thread
+//           scans, and the stack of every other thread blocked in the kernel
 //           (its stack pointer from /proc/self/task/<tid>/syscall; the scan
 //           covers the stack mapping from there up, which in glibc holds the
-//           thread's static TLS too).
+//           thread's static TLS too; the main thread's is elsewhere).
 //  objects: the live sampled objects (2_sampling/live_map.hpp); at rate 1
 //           every object the hooks see.
 //  edges:   any aligned word whose value lies inside [start, start + size) of
@@ -12767,11 +13033,13 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -12966,11 +13234,64 @@ struct ScanResult {
   std::uint64_t memory_bytes = 0;   // arena bytes the scan's own tables took
 };
 
+// The main thread's pthread_self(), noted on the main thread. glibc puts a
+// pthread thread's static TLS at the top of its stack mapping, which the scan
+// of its stack covers, but the main thread's lies in a mapping of its own that
+// ld.so allocated at start-up: a scan on another thread (the HTTP server's,
+// a worker calling exit()) finds it only from here. A module's static TLS
+// block sits at the same offset from the thread's descriptor in every thread,
+// so the calling thread's (dlpi_tls_data) gives the main thread's.
+inline std::atomic<std::uintptr_t> g_main_thread_self{0};
+
+// pthread_self() as an address (glibc's pthread_t is an integer holding one).
+inline std::uintptr_t ThreadSelf() noexcept {
+  const pthread_t self = ::pthread_self();
+  std::uintptr_t address = 0;
+  static_assert(sizeof self == sizeof address, "pthread_t holds the thread descriptor's address");
+  std::memcpy(&address, &self, sizeof address);
+  return address;
+}
+
+inline void NoteMainThread() noexcept {
+  if (::syscall(SYS_gettid) == ::getpid()) g_main_thread_self.store(ThreadSelf(), std::memory_order_relaxed);
+}
+
+// Static initialisation runs on the main thread (for the program, and for
+// the libraries loaded with it); a library dlopen'ed from another thread
+// notes it at its first scan on the main thread, if any.
+inline const bool g_main_thread_noted = (NoteMainThread(), true);
+
 struct ModulesState {
   ArenaVector<Module>* modules;
   ArenaVector<RootRegion>* roots;
   long tid;
+  const ArenaVector<Mapping>* maps;
+  long main_tid;               // 0: the main thread is this one, gone, or not known
+  std::uintptr_t main_self;    // its pthread_self()
+  std::uintptr_t own_self;     // this thread's
 };
+
+// The main thread's block of a module's TLS whose block for this thread is
+// [own, own + size): only for static TLS (this thread's block in the mapping
+// of its own descriptor: a dynamic block is malloc'ed, at no fixed offset),
+// and only where that lands inside one readable, writable mapping, the one of
+// the main thread's descriptor (never a guess read blindly).
+inline void AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t size) {
+  if (st.main_tid == 0 || size == 0) return;
+  const Mapping* mine = MappingOf(*st.maps, own);
+  if (mine == nullptr || mine != MappingOf(*st.maps, st.own_self)) return;
+  const std::uintptr_t lo = st.main_self + (own - st.own_self);  // modulo 2^64: the offset may be negative
+  const Mapping* m = MappingOf(*st.maps, lo);
+  if (m == nullptr || m != MappingOf(*st.maps, st.main_self) || !m->readable || !m->writable || size > m->hi - lo) {
+    return;
+  }
+  RootRegion r;
+  r.lo = lo;
+  r.hi = lo + size;
+  r.kind = RootKind::kTls;
+  r.tid = st.main_tid;
+  st.roots->push_back(r);
+}
 
 inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
   auto& st = *static_cast<ModulesState*>(data);
@@ -13002,6 +13323,7 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
       r.kind = RootKind::kTls;
       r.tid = st.tid;
       st.roots->push_back(r);
+      AddMainThreadTls(st, r.lo, ph.p_memsz);
     }
   }
   return 0;
@@ -13073,7 +13395,9 @@ class Scanner {
       if (o[m].start <= v) a = m;
       else b = m;
     }
-    if (v < o[a].start || v - o[a].start >= o[a].size) return -1;
+    // A zero-size object (new char[0], malloc(0)) is held by a pointer to its
+    // start, all a program keeps of it.
+    if (v < o[a].start || v - o[a].start >= std::max<std::uint64_t>(o[a].size, 1)) return -1;
     // glibc keeps the next chunk's header (prev_size, size) right after a
     // chunk's usable bytes, at offset roundup16(size + 8) - 16 from the
     // user pointer: for sizes of 16k+1 .. 16k+8 that is inside the object,
@@ -13087,7 +13411,9 @@ class Scanner {
   void Bounds() noexcept {
     lo_ = r_.objects.empty() ? 1 : r_.objects.front().start;
     hi_ = 0;
-    for (const Object& o : r_.objects) hi_ = std::max<std::uintptr_t>(hi_, o.start + o.size);
+    for (const Object& o : r_.objects) {
+      hi_ = std::max<std::uintptr_t>(hi_, o.start + std::max<std::uint64_t>(o.size, 1));  // see Find
+    }
   }
 
   // Every pointer-aligned word of [lo, hi): f(word value, word address).
@@ -13109,14 +13435,73 @@ class Scanner {
     }
   }
 
+  // Words, over only the pages of [lo, hi) ever touched: present, or swapped
+  // out (which must still be read), as /proc/self/pagemap tells (bits 63 and
+  // 62; they stay readable without privileges, which only hide the frame
+  // numbers). A page never touched holds zeros, and reading it maps the zero
+  // page in, page tables and all: an untouched MAP_NORESERVE reservation of
+  // 8 GiB took seconds and 16 MiB of page tables, one of a terabyte minutes.
+  // Without pagemap (not mounted, refused): every page, as Words.
+  template <class F>
+  void TouchedWords(std::uintptr_t lo, std::uintptr_t hi, F&& f) {
+    if (pagemap_fd_ == -2) {
+      pagemap_fd_ = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+      page_ = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+      if (pagemap_fd_ >= 0 && (page_ == 0 || (page_ & (page_ - 1)) != 0)) {
+        ::close(pagemap_fd_);
+        pagemap_fd_ = -1;
+      }
+      if (pagemap_fd_ >= 0) entries_.resize(kPagemapEntries);
+    }
+    if (pagemap_fd_ < 0) return Words(lo, hi, f);
+    constexpr std::uint64_t kTouched = std::uint64_t{3} << 62;  // present | swapped
+    std::uintptr_t run = 0;  // the start of the current run of touched pages, or 0
+    std::uintptr_t at = lo & ~(page_ - 1);
+    while (at < hi) {
+      const std::size_t want =
+          static_cast<std::size_t>(std::min<std::uintptr_t>((hi - at + page_ - 1) / page_, kPagemapEntries));
+      ssize_t got;
+      do {
+        got = ::pread(pagemap_fd_, entries_.data(), want * sizeof(std::uint64_t),
+                      static_cast<off_t>(at / page_ * sizeof(std::uint64_t)));
+      } while (got < 0 && errno == EINTR);
+      if (got < static_cast<ssize_t>(sizeof(std::uint64_t))) {
+        // Unreadable now: the rest as Words does it (it never faults).
+        Words(std::max(run != 0 ? run : at, lo), hi, f);
+        return;
+      }
+      const std::size_t n = static_cast<std::size_t>(got) / sizeof(std::uint64_t);
+      for (std::size_t i = 0; i < n; ++i, at += page_) {
+        const bool touched = (entries_[i] & kTouched) != 0;
+        if (touched && run == 0) {
+          run = at;
+        } else if (!touched && run != 0) {
+          Words(std::max(run, lo), at, f);
+          run = 0;
+        }
+      }
+    }
+    if (run != 0) Words(std::max(run, lo), hi, f);
+  }
+
   void Prepare() { buf_.resize(kChunk / sizeof(std::uintptr_t)); }
+
+  ~Scanner() {
+    if (pagemap_fd_ >= 0) ::close(pagemap_fd_);
+  }
+  Scanner(const Scanner&) = delete;
+  Scanner& operator=(const Scanner&) = delete;
 
  private:
   static constexpr std::size_t kChunk = 1 << 16;
+  static constexpr std::size_t kPagemapEntries = 1 << 13;  // 64 KiB: 32 MiB of 4 KiB pages a read
   ScanResult& r_;
   SafeReader reader_;
   ArenaVector<std::uintptr_t> buf_;
   std::uintptr_t lo_ = 1, hi_ = 0;
+  int pagemap_fd_ = -2;  // -2: not opened yet, -1: none
+  std::uintptr_t page_ = 0;
+  ArenaVector<std::uint64_t> entries_;
 };
 
 // True when heapprof sees every allocation: the malloc family replaced in
@@ -13133,6 +13518,12 @@ inline bool EveryObjectKnown() noexcept {
   return false;
 #endif
 }
+
+// How far above its stack pointer a stack in heap memory is scanned when
+// heapprof does not know the block holding it (see Scan's stack_top). A
+// compromise: such a thread's frames further up are missed, and heap blocks
+// above its stack within this distance still count as its stack.
+constexpr std::uintptr_t kUnknownHeapStackBytes = std::uintptr_t{1} << 20;
 
 // The scan itself. `stack_top_sp`: the lowest address of the caller's frame
 // to scan on this thread (taken after its callee-saved registers were
@@ -13151,7 +13542,8 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
       objects.reserve(g_live_map.LiveCount() + 1024 + objects.capacity() / 4);
       bool overflow = false;
       g_live_map.ForEach([&](std::uintptr_t key, Bucket* b) {
-        if (b == nullptr || b->size == 0) return;
+        // Zero-size objects too: the heap profile counts them (see Find).
+        if (b == nullptr) return;
         if (objects.size() == objects.capacity()) {
           overflow = true;
           return;
@@ -13171,11 +13563,49 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
 
   const ArenaVector<Mapping> maps = ReadMappings();
 
-  // Roots: globals and this thread's TLS, then this thread's stack, then the others'.
-  ModulesState ms{&r.modules, &r.roots, self};
+  // Roots: globals, this thread's TLS and the main thread's, then this
+  // thread's stack, then the others'.
+  const long pid = ::getpid();
+  if (self == pid) NoteMainThread();
+  ModulesState ms{&r.modules, &r.roots, self, &maps, 0, g_main_thread_self.load(std::memory_order_relaxed),
+                  ThreadSelf()};
+  if (self != pid && ms.main_self != 0) {
+    // Still there, not a zombie: after the main thread's pthread_exit its
+    // TLS is stale (its destructors ran), and not a root.
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld/stat", pid);
+    ArenaString text;
+    const std::size_t paren = ReadProcFile(path, text) ? text.rfind(')') : ArenaString::npos;
+    if (paren != ArenaString::npos && paren + 2 < text.size() && text[paren + 2] != 'Z') ms.main_tid = pid;
+  }
   dl_iterate_phdr(&CollectRootSegments, &ms);
+
+  Scanner scanner(r);
+  scanner.Prepare();
+  scanner.Bounds();
+
+  // The top of the stack holding `sp`: the end of its mapping (a thread
+  // stack, [stack], a fiber's own mmap), except in a malloc heap (the brk
+  // heap, a glibc arena's heap: anonymous, on a 64 MiB boundary, not above a
+  // guard page), where a stack is one block (pthread_attr_setstack on a
+  // malloc'ed block, a fiber's) and the rest of the mapping other blocks,
+  // which would all count as that thread's stack: there the end of the known
+  // object holding sp, or at most kUnknownHeapStackBytes above sp.
+  auto stack_top = [&](const Mapping& m, std::uintptr_t sp) -> std::uintptr_t {
+    const std::size_t mi = static_cast<std::size_t>(&m - maps.data());
+    const bool guarded = mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
+                         !maps[mi - 1].writable;
+    const bool heap = m.brk_heap || (m.anonymous && !guarded && (m.lo & ((std::uintptr_t{1} << 26) - 1)) == 0);
+    if (!heap) return m.hi;
+    const long k = scanner.Find(sp);
+    if (k >= 0) {
+      const Object& o = r.objects[static_cast<std::size_t>(k)];
+      return std::min<std::uintptr_t>(m.hi, o.start + o.size);
+    }
+    return sp + std::min<std::uintptr_t>(m.hi - sp, kUnknownHeapStackBytes);
+  };
   if (const Mapping* m = MappingOf(maps, own_sp)) {
-    r.roots.push_back(RootRegion{own_sp, m->hi, RootKind::kStack, self, -1});
+    r.roots.push_back(RootRegion{own_sp, stack_top(*m, own_sp), RootKind::kStack, self, -1});
   }
   ArenaVector<ThreadSp> threads;
   OtherThreads(self, threads, r.threads_running);
@@ -13183,12 +13613,8 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     const Mapping* m = MappingOf(maps, t.sp);
     if (m == nullptr || !m->readable || !m->writable) continue;
     const std::uintptr_t lo = t.sp - m->lo > 128 ? t.sp - 128 : m->lo;  // the x86-64 red zone
-    r.roots.push_back(RootRegion{lo, m->hi, RootKind::kStack, t.tid, -1});
+    r.roots.push_back(RootRegion{lo, stack_top(*m, t.sp), RootKind::kStack, t.tid, -1});
   }
-
-  Scanner scanner(r);
-  scanner.Prepare();
-  scanner.Bounds();
   ArenaVector<std::uint32_t> queue;
   queue.reserve(n);
 
@@ -13292,7 +13718,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
       if (it != skip.begin()) --it;
       auto scan_gap = [&](std::uintptr_t a, std::uintptr_t b) {
         if (a >= b) return;
-        scanner.Words(a, b, [&](std::uintptr_t v, std::uintptr_t) {
+        scanner.TouchedWords(a, b, [&](std::uintptr_t v, std::uintptr_t) {
           const long k = scanner.Find(v);
           if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
           r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
@@ -13318,10 +13744,14 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
 // ---------------------------------------------------------------- naming roots
 
 // Data symbols of one file, sorted, loaded when a global root first needs one.
+// Names are demangled when a root first uses them, not at load: a module has
+// thousands of data symbols, a profile a few roots, and __cxa_demangle
+// allocates with malloc (through the hooks where they replace it).
 struct DataSymbols {
   struct Sym {
     std::uint64_t value, end;
-    ArenaString name;
+    ArenaString name;  // as the symbol table spells it until `demangled`
+    bool demangled;
   };
   bool loaded = false;
   ArenaVector<Sym> syms;
@@ -13350,20 +13780,30 @@ struct DataSymbols {
           std::size_t len = 0;
           const char* name = strings.CString(s.st_name, &len);
           if (name == nullptr || len == 0) continue;
-          syms.push_back(Sym{s.st_value, s.st_value + s.st_size, elf::Demangle(name, len)});
+          syms.push_back(Sym{s.st_value, s.st_value + s.st_size, ArenaString(name, len), false});
         }
       }
     }
     std::sort(syms.begin(), syms.end(), [](const Sym& a, const Sym& b) { return a.value < b.value; });
   }
 
-  const ArenaString* Find(std::uint64_t vaddr) const {
+  const ArenaString* Find(std::uint64_t vaddr) {
     auto it = std::upper_bound(syms.begin(), syms.end(), vaddr,
                                [](std::uint64_t a, const Sym& s) { return a < s.value; });
+    // The nearest symbol starting at or below vaddr may be one nested inside
+    // the symbol holding it (a member given a name of its own): a few steps
+    // back from there, as nesting is rare and shallow.
+    const auto from = it;
     while (it != syms.begin()) {
       --it;
-      if (vaddr < it->end) return &it->name;
-      if (syms.end() - it > 8) break;  // nested symbols are rare; a few steps back
+      if (vaddr < it->end) {
+        if (!it->demangled) {
+          it->name = elf::Demangle(it->name.data(), it->name.size());
+          it->demangled = true;
+        }
+        return &it->name;
+      }
+      if (from - it >= 8) break;
     }
     return nullptr;
   }
@@ -13654,6 +14094,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 // heapprof: profiles to files and streams.
 
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13666,6 +14107,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <utility>
 
 
 namespace heapprof {
@@ -13713,6 +14155,16 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
                 counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
+    // The temporary is the name plus the suffix; a name within NAME_MAX but
+    // too long for the suffix too is cut short first (still in the same
+    // directory, so the rename stays atomic). Without this a legal dump name
+    // of 240-255 bytes could not be written at all.
+    const std::size_t slash = path.rfind('/');
+    const std::size_t base = slash == ArenaString::npos ? 0 : slash + 1;
+    const std::size_t suffix_len = std::strlen(suffix);
+    ArenaString tmp_name = path;
+    if (tmp_name.size() - base + suffix_len > NAME_MAX) tmp_name.resize(base + (NAME_MAX - suffix_len));
+    tmp_name += suffix;
     struct Temporary {
       ArenaString name;
       int fd = -1;
@@ -13721,27 +14173,27 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
         if (fd >= 0) ::close(fd);
         if (!keep) ::unlink(name.c_str());
       }
-    } tmp{path + suffix};
-    auto fail = [&](const char* what, int err, bool on_tmp) {
-      if (error != nullptr) *error = ArenaString(what) + " " + (on_tmp ? tmp.name : path) + ": " + std::strerror(err);
+    } tmp{std::move(tmp_name)};
+    auto fail = [&](const char* what, int err) {  // every step before the rename is on the temporary
+      if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
     tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (tmp.fd < 0) {
       tmp.keep = true;  // not ours to remove
-      return fail("cannot create", errno, false);
+      return fail("cannot create", errno);
     }
     std::size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO, true);
+      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
       done += static_cast<std::size_t>(n);
     }
-    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno, true);
+    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno);
     const int fd = tmp.fd;
     tmp.fd = -1;
-    if (::close(fd) != 0) return fail("cannot close", errno, true);
+    if (::close(fd) != 0) return fail("cannot close", errno);
     if (::rename(tmp.name.c_str(), path.c_str()) != 0) {
       const int err = errno;
       if (error != nullptr) *error = "cannot rename " + tmp.name + " to " + path + ": " + std::strerror(err);
@@ -14308,7 +14760,7 @@ class Dumper {
     errno = saved;
   }
 
-  static void SignalHandler(int) noexcept;
+  static void SignalHandler(int sig, siginfo_t* info, void* context) noexcept;
   static void ForkChild() noexcept;
   static void AllocFailed(std::size_t n) noexcept;
 
@@ -14382,21 +14834,53 @@ class Dumper {
 
   void InstallSignalHandler(int sig) noexcept {
     struct sigaction sa {};
-    sa.sa_handler = &Dumper::SignalHandler;
+    sa.sa_sigaction = &Dumper::SignalHandler;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     if (sigaction(sig, &sa, &previous_) != 0) {
       ReportLine(ArenaString("cannot install the dump_signal handler: ") + std::strerror(errno));
     }
   }
 
-  // After the dump of a terminating signal: the previous disposition back,
-  // and the signal again, to the process (this thread blocks every signal).
+  // After the dump of a terminating signal, what the previous disposition
+  // did, every time: SIG_IGN nothing; SIG_DFL the default action (the
+  // previous disposition back and the signal again: the process ends); a
+  // handler: the signal again, which our handler passes to it, on one of the
+  // program's threads (this one blocks every signal). Our handler stays:
+  // putting the previous disposition back for good made only the first
+  // signal dump when it did not end the process (nohup's SIG_IGN, a
+  // program's own handler).
   void ForwardSignal() noexcept {
     const int sig = cfg_->dump_signal;
     if (!Terminating(sig)) return;
-    sigaction(sig, &previous_, nullptr);
+    const bool siginfo = (previous_.sa_flags & SA_SIGINFO) != 0;
+    if (!siginfo && previous_.sa_handler == SIG_IGN) return;
+    if (!siginfo && previous_.sa_handler == SIG_DFL) {
+      sigaction(sig, &previous_, nullptr);
+    } else {
+      forwarding_.fetch_add(1, std::memory_order_acq_rel);
+    }
     ::kill(getpid(), sig);
+  }
+
+  // The signal handler: a signal we sent to forward (ForwardSignal) goes to
+  // the previous handler, any other asks for a dump. Async-signal-safe.
+  void OnSignalInfo(int sig, siginfo_t* info, void* context) noexcept {
+    if (info != nullptr && info->si_code == SI_USER && info->si_pid == ::getpid()) {
+      unsigned pending = forwarding_.load(std::memory_order_acquire);
+      while (pending != 0 &&
+             !forwarding_.compare_exchange_weak(pending, pending - 1, std::memory_order_acq_rel)) {
+      }
+      if (pending != 0) {
+        if ((previous_.sa_flags & SA_SIGINFO) != 0) {
+          previous_.sa_sigaction(sig, info, context);
+        } else if (previous_.sa_handler != SIG_IGN && previous_.sa_handler != SIG_DFL) {
+          previous_.sa_handler(sig);
+        }
+        return;
+      }
+    }
+    OnSignal();
   }
 
   // dump_near_oom and oom_dump write when memory is short. The first profile
@@ -14596,6 +15080,7 @@ class Dumper {
   std::atomic<bool> signal_pending_{false};
   pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   struct sigaction previous_ {};  // dump_signal's disposition before ours
+  std::atomic<unsigned> forwarding_{0};  // signals ForwardSignal sent for the previous handler
   unsigned seq_ = 0;  // under write_mutex_
   std::uint64_t first_alloc_mark_ = 0;  // a forked child's first byte-trigger marks (0: SIZE)
   std::uint64_t first_inuse_mark_ = 0;
@@ -14610,7 +15095,9 @@ class Dumper {
 
 inline Dumper g_dumper;
 
-inline void Dumper::SignalHandler(int) noexcept { g_dumper.OnSignal(); }
+inline void Dumper::SignalHandler(int sig, siginfo_t* info, void* context) noexcept {
+  g_dumper.OnSignalInfo(sig, info, context);
+}
 inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
 inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed(n); }
 
@@ -15448,19 +15935,22 @@ inline Plan PlanRequest(const Request& req) {
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
 //   /debug/pprof/peak             the peak profile (?debug=1 likewise;
-//                                 ?seconds=N: ResetPeak, then the peak of the next N s)
+//                                 ?seconds=N: ResetPeak, then the peak of the next N s;
+//                                 one such window at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
 // kHeadTimeoutMs to send the request head (slow clients get a 408),
-// kWriteTimeoutMs to take the response, heads of at most 8 KiB / 64 fields.
+// kWriteTimeoutMs without taking any of the response, heads of at most 8 KiB / 64 fields.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15513,6 +16003,10 @@ struct Limits {
 // Delta windows (?seconds=N) whose baseline has been taken, over all servers:
 // lets a test allocate strictly inside a window without sleeping.
 inline std::atomic<std::uint64_t> g_delta_windows_started{0};
+// Jobs handed to builder threads and jobs built, over all servers: lets a
+// test see that a gone client's job was dropped unbuilt without timing it.
+inline std::atomic<std::uint64_t> g_jobs_queued{0};
+inline std::atomic<std::uint64_t> g_jobs_built{0};
 
 // A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
 // loopback, unlike Go, which binds every interface), "localhost:6060",
@@ -15619,10 +16113,13 @@ inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::
   if (!head_only) out += body;
 }
 
-// The head of a response whose body is streamed: no Content-Length, the end
-// of the body is the end of the connection (HTTP/1.1, RFC 9112 6.3).
+// The head of a response whose body is streamed (its length is not known
+// when the head goes out). `chunked` (HTTP/1.1 clients): chunked transfer
+// coding, whose last chunk tells a complete body from one cut short (a
+// failed build, a dropped connection). Otherwise (HTTP/1.0, which has no
+// chunks) the end of the body is the end of the connection, RFC 9112 6.3.
 inline void AppendStreamHead(ArenaString& out, int status,
-                             const ArenaVector<std::pair<const char*, ArenaString>>& headers) {
+                             const ArenaVector<std::pair<const char*, ArenaString>>& headers, bool chunked) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -15632,7 +16129,24 @@ inline void AppendStreamHead(ArenaString& out, int status,
     out += h.second;
     out += "\r\n";
   }
+  if (chunked) out += "Transfer-Encoding: chunked\r\n";
   out += "Connection: close\r\n\r\n";
+}
+
+// A piece of a streamed body: as a chunk when `chunked` (an empty piece
+// makes none: a zero-size chunk ends the body), and the last chunk after it
+// when `last`.
+inline void AppendStreamPiece(ArenaString& out, const ArenaString& piece, bool chunked, bool last) {
+  if (!chunked) {
+    out += piece;
+    return;
+  }
+  if (!piece.empty()) {
+    AppendFormat(out, "%zx\r\n", piece.size());
+    out += piece;
+    out += "\r\n";
+  }
+  if (last) out += "0\r\n\r\n";
 }
 
 // Go's serveError / http.Error: one line of text.
@@ -15801,6 +16315,7 @@ struct Connection {
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
+  bool busy = false;  // turned away with a 503 (the connection limit): not counted in it
   std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
   ArenaString in;
   ArenaString out;
@@ -15809,6 +16324,8 @@ struct Connection {
   ArenaPtr<ProfileBaseline> baseline;
   std::uint64_t serial = 0;                   // names the connection to the builder
   ArenaPtr<TextProfileStream> stream;  // a streamed text body with more to come
+  bool chunked = false;                // the client speaks HTTP/1.1: a streamed body goes in chunks
+  int unsent = -1;                     // kWriting: the socket's queue at the last progress (UnsentBytes)
 };
 
 // Work for the builder thread, and what it hands back.
@@ -15818,6 +16335,7 @@ struct BuildJob {
   ArenaPtr<ProfileBaseline> baseline;
   ArenaString symbol_request;
   ArenaPtr<TextProfileStream> stream;  // set: the stream's next piece
+  bool chunked = false;                // a streamed body in chunks (an HTTP/1.1 client)
 };
 struct BuildResult {
   std::uint64_t serial = 0;
@@ -15932,7 +16450,7 @@ class Server {
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
       StopBuilder();
-      for (Connection& c : conns_) ::close(c.fd);
+      for (Connection& c : conns_) ShutdownAndClose(c.fd);
     }
     if (listen_fd_ >= 0) ::close(listen_fd_);
     ::close(wake_fd_);
@@ -15984,6 +16502,7 @@ class Server {
       }
       pthread_mutex_unlock(&jobs_mutex_);
       if (stop) return;
+      g_jobs_built.fetch_add(1, std::memory_order_relaxed);
       BuildResult r;
       r.serial = job.serial;
       {
@@ -16009,17 +16528,25 @@ class Server {
     }
   }
 
+  // The stream's next piece into r (after what r holds), and the stream
+  // into r if more is to come. A failed piece ends the stream without the
+  // last chunk: a chunked client sees the body cut short.
+  static void NextPiece(ArenaPtr<TextProfileStream>& stream, ArenaString piece, bool chunked, BuildResult& r) {
+    const bool ok = stream->Next(piece, kStreamPieceBytes);
+    AppendStreamPiece(r.bytes, piece, chunked, ok && stream->done());
+    if (!stream->done()) r.stream = std::move(stream);
+  }
+
   static void Build(BuildJob& job, BuildResult& r) {
     if (job.stream) {  // the next piece of a text body
-      job.stream->Next(r.bytes, kStreamPieceBytes);
-      if (!job.stream->done()) r.stream = std::move(job.stream);
+      NextPiece(job.stream, ArenaString(), job.chunked, r);
       return;
     }
     if (job.plan.action == Action::kText) {
       const ArenaVector<std::pair<const char*, ArenaString>> headers = {
           {"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}};
       if (job.plan.head_only) {
-        AppendStreamHead(r.bytes, 200, headers);
+        AppendStreamHead(r.bytes, 200, headers, job.chunked);
         return;
       }
       ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
@@ -16028,10 +16555,8 @@ class Server {
         r.bytes = ErrorResponse(500, "failed to collect profile");
         return;
       }
-      AppendStreamHead(r.bytes, 200, headers);
-      r.bytes += first;
-      stream->Next(r.bytes, kStreamPieceBytes);
-      if (!stream->done()) r.stream = std::move(stream);
+      AppendStreamHead(r.bytes, 200, headers, job.chunked);
+      NextPiece(stream, std::move(first), job.chunked, r);
       return;
     }
     r.bytes = BuildResponse(job.plan, job.baseline.get(), job.symbol_request);
@@ -16044,13 +16569,18 @@ class Server {
     job.plan = c.plan;
     job.baseline = std::move(baseline);
     job.symbol_request = std::move(symbol_request);
+    job.chunked = c.chunked;
     Queue(std::move(job));
     ArenaString().swap(c.in);
     c.state = Connection::State::kBuilding;
     c.deadline_ms = INT64_MAX;  // the builder always answers
   }
 
+  // At most one job per connection is queued or being built, and Close drops
+  // a closed connection's queued job: the queue never holds more than the
+  // connection limit.
   void Queue(BuildJob job) {
+    g_jobs_queued.fetch_add(1, std::memory_order_relaxed);
     pthread_mutex_lock(&jobs_mutex_);
     HEAPPROF_TRY { jobs_.push_back(std::move(job)); }
     HEAPPROF_CATCH_ALL_NOEXCEPT {}
@@ -16145,10 +16675,28 @@ class Server {
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
-      if (conns_.size() >= limits_.max_connections) {
-        const ArenaString busy = ErrorResponse(503, "too many connections to the profiling server");
-        (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        ::close(fd);
+      std::size_t busy = 0;
+      for (const Connection& other : conns_) busy += other.busy ? 1 : 0;
+      if (conns_.size() - busy >= limits_.max_connections) {
+        const ArenaString response = ErrorResponse(503, "too many connections to the profiling server");
+        if (busy >= limits_.max_connections) {
+          // So many turned away at once: the 503 and close() at once (the
+          // client may see a reset). Bounds the connections held to twice
+          // the limit.
+          (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          ::close(fd);
+          continue;
+        }
+        // Answered like any error: the 503, then the request read and
+        // dropped (kDrainTimeoutMs). Closed with the request unread, the
+        // socket sent a reset, which could destroy the 503 before the client
+        // read it (go tool pprof: "Unsolicited response received on idle
+        // HTTP channel").
+        Connection c;
+        c.fd = fd;
+        c.busy = true;
+        conns_.push_back(std::move(c));
+        Respond(conns_.back(), response);
         continue;
       }
       Connection c;
@@ -16225,6 +16773,7 @@ class Server {
       return true;
     }
     c.plan = PlanRequest(req);
+    c.chunked = req.minor_version >= 1;
     if (c.plan.action == Action::kSymbol && c.plan.body_bytes == 0) {
       Dispatch(c, nullptr, ArenaString(req.raw_query));
       return true;
@@ -16247,6 +16796,16 @@ class Server {
         return true;
       }
       if (c.plan.peak) {
+        // One peak window at a time: each starts with ResetPeak(), the one
+        // peak there is, so a second window reset the first's and that one
+        // served the peak of the second's period under its own duration.
+        for (const Connection& other : conns_) {
+          if (&other == &c || other.fd < 0 || !other.plan.peak || other.plan.action != Action::kDelta) continue;
+          if (other.state != Connection::State::kWaiting && other.state != Connection::State::kBuilding) continue;
+          Respond(c, ErrorResponse(503, "a peak ?seconds= profile is already in progress (one at a time: "
+                                        "each starts by resetting the peak)"));
+          return true;
+        }
         // A window of its own: the peak from now on (as ResetPeak()).
         ResetPeak();
         c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
@@ -16288,19 +16847,29 @@ class Server {
   }
 
   void Flush(Connection& c) {
+    const std::size_t was_sent = c.sent;
     while (c.sent < c.out.size()) {
       const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         return Close(c);
       }
       c.sent += static_cast<std::size_t>(n);
     }
+    // The write deadline counts from the last progress: only a client that
+    // stops reading is dropped. Counted from the start of the response (or
+    // of a piece), a client reading slowly but steadily was cut off mid-text.
+    if (c.sent != was_sent) {
+      c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
+      c.unsent = UnsentBytes(c.fd);
+    }
+    if (c.sent < c.out.size()) return;
     if (c.stream) {  // the piece is out: the builder makes the next
       BuildJob job;
       job.serial = c.serial;
       job.stream = std::move(c.stream);
+      job.chunked = c.chunked;
       Queue(std::move(job));
       ArenaString().swap(c.out);
       c.sent = 0;
@@ -16329,16 +16898,62 @@ class Server {
         break;
       case Connection::State::kBuilding:  // no deadline: the builder answers
         break;
-      case Connection::State::kWriting:   // a client that does not read its response
-      case Connection::State::kDraining:  // or does not stop sending
+      case Connection::State::kWriting: {  // a client that does not read its response
+        // send() succeeds only once a third of the socket's buffer is free
+        // (several MiB on loopback), so a slow reader can go a long time
+        // without one: the bytes leaving the socket's queue are progress too.
+        const int unsent = UnsentBytes(c.fd);
+        if (unsent >= 0 && c.unsent >= 0 && unsent < c.unsent) {
+          c.unsent = unsent;
+          c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
+          break;
+        }
+        Close(c);
+        break;
+      }
+      case Connection::State::kDraining:  // a client that does not stop sending
         Close(c);
         break;
     }
   }
 
+  // What the socket has yet to deliver (sent or not, unacknowledged); -1 if
+  // unknown.
+  static int UnsentBytes(int fd) noexcept {
+    int n = 0;
+    return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
+  }
+
+  // shutdown() first: it ends the connection for the client even when a
+  // forked child holds a copy of the socket, where close() alone only drops
+  // this process's reference and the client waits for the child to exit.
+  static void ShutdownAndClose(int fd) noexcept {
+    if (fd < 0) return;
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+  }
+
   void Close(Connection& c) noexcept {
-    if (c.fd >= 0) ::close(c.fd);
+    ShutdownAndClose(c.fd);
     c.fd = -1;
+    // A job the builder has not taken yet is dropped: nobody would read what
+    // it builds. Clients that send a request and reset the connection at once
+    // otherwise queued one scan each (500 of them: 13 s of CPU, and the next
+    // request waited behind them all). A job being built runs to its end; its
+    // result finds no connection.
+    if (c.state == Connection::State::kBuilding) DropJob(c.serial);
+  }
+
+  void DropJob(std::uint64_t serial) noexcept {
+    BuildJob dropped;  // freed after the lock is let go
+    pthread_mutex_lock(&jobs_mutex_);
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+      if (it->serial != serial) continue;
+      dropped = std::move(*it);
+      jobs_.erase(it);
+      break;
+    }
+    pthread_mutex_unlock(&jobs_mutex_);
   }
 
   void Reap() {

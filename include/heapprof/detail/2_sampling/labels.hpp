@@ -213,10 +213,11 @@ struct LabelMemos {
   static constexpr std::size_t kCount = 16;  // direct-mapped (Slot)
   Memo memo[kCount];
   static std::size_t Slot(const void* base, const void* key, const void* value) noexcept {
-    const std::uint64_t h = (reinterpret_cast<std::uintptr_t>(base) ^ reinterpret_cast<std::uintptr_t>(key) * 3 ^
-                             reinterpret_cast<std::uintptr_t>(value) * 5) *
-                            0x9e3779b97f4a7c15ull;
-    return static_cast<std::size_t>(h >> 60);
+    // (size_t, not uint64_t: g++'s -Wuseless-cast flags the cast from one to the other.)
+    const std::size_t h = (reinterpret_cast<std::uintptr_t>(base) ^ reinterpret_cast<std::uintptr_t>(key) * 3 ^
+                           reinterpret_cast<std::uintptr_t>(value) * 5) *
+                          std::size_t{0x9e3779b97f4a7c15ull};
+    return h >> 60;
   }
 };
 inline thread_local LabelMemos tls_label_memos;
