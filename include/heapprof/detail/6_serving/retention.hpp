@@ -70,24 +70,9 @@ namespace retention {
 
 // ---------------------------------------------------------------- reading memory
 
-// The whole of a /proc file, with plain read(2) into the arena.
-inline bool ReadProcFile(const char* path, ArenaString& out) {
-  out.clear();
-  int fd;
-  do {
-    fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return false;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return !out.empty();
-}
+// The whole of a /proc file, into the arena (symbolizer.hpp's reader); an
+// empty one is a failure here: every file read below has content.
+inline bool ReadProcFile(const char* path, ArenaString& out) { return elf::ReadProcFile(path, out) && !out.empty(); }
 
 // Copies of our own memory that fail instead of faulting.
 class SafeReader {
