@@ -719,3 +719,73 @@ TEST_CASE("SymbolTable: a stripped file finds its .symtab in a build-id debug fi
     CHECK((!wrong_id.Find(vaddr, &index) || wrong_id.Name(index) != "elf_test_static_fn(int)"));
   }
 }
+
+TEST_CASE("ParseMapsLine: every field of a /proc/self/maps line, and no half lines") {
+  namespace elf = heapprof::detail::elf;
+  elf::MapsLine m;
+  REQUIRE(elf::ParseMapsLine("7f00a000-7f00c000 r-xp 0001f000 fd:01 1234567   /usr/lib/libx.so.1", m));
+  CHECK(m.start == 0x7f00a000u);
+  CHECK(m.end == 0x7f00c000u);
+  CHECK((m.readable() && !m.writable() && m.executable() && m.is_private()));
+  CHECK(m.offset == 0x1f000u);
+  CHECK(major(m.device) == 0xfdu);
+  CHECK(minor(m.device) == 1u);
+  CHECK(m.inode == 1234567u);
+  CHECK(m.path == "/usr/lib/libx.so.1");
+  CHECK(!m.deleted);
+
+  // A name with spaces is the rest of the line; " (deleted)" is taken off.
+  REQUIRE(elf::ParseMapsLine("1000-2000 rw-s 00000000 00:05 42 /tmp/my lib.so (deleted)", m));
+  CHECK(m.path == "/tmp/my lib.so");
+  CHECK(m.deleted);
+  CHECK((m.writable() && !m.is_private()));
+  // ...but a file called exactly " (deleted)" keeps its name.
+  REQUIRE(elf::ParseMapsLine("1000-2000 r--p 00000000 08:01 7 /x (deleted) (deleted)", m));
+  CHECK(m.path == "/x (deleted)");
+
+  // Anonymous, named and special mappings.
+  REQUIRE(elf::ParseMapsLine("55d0c000-55d2d000 rw-p 00000000 00:00 0 ", m));
+  CHECK(m.path.empty());
+  CHECK(m.inode == 0u);
+  REQUIRE(elf::ParseMapsLine("55d0c000-55d2d000 rw-p 00000000 00:00 0                          [heap]", m));
+  CHECK(m.path == "[heap]");
+  REQUIRE(elf::ParseMapsLine("ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]", m));
+  CHECK(m.end == 0xffffffffff601000u);
+  CHECK((!m.readable() && m.executable()));
+  REQUIRE(elf::ParseMapsLine("a-b ---p 0 0:0 0", m));  // shortest form, no path
+  CHECK(m.end == 0xbu);
+
+  // Not lines: every field is required.
+  for (const char* bad : {"", "7f00a000", "7f00a000-", "-7f00c000 r-xp 0 0:0 0", "1000-2000", "1000-2000 r-x",
+                          "1000-2000 r-xp", "1000-2000 r-xp 0", "1000-2000 r-xp 0 fd", "1000-2000 r-xp 0 fd:",
+                          "1000-2000 r-xp 0 fd:01", "1000-2000 r-xp 0 fd:01 x /a", "1000-2000 r-xp 0 fd:01 12x /a",
+                          "2000-1000 r-xp 0 fd:01 1 /a", "1000+2000 r-xp 0 fd:01 1 /a"}) {
+    CAPTURE(bad);
+    CHECK(!elf::ParseMapsLine(bad, m));
+  }
+
+  // The real file: ForEachMapping sees every line this test's own reader sees, with the same fields.
+  const std::vector<MapsLine> expected = ReadMaps();
+  std::vector<elf::MapsLine> seen;
+  std::vector<std::string> paths;
+  CHECK(elf::ForEachMapping([&](const elf::MapsLine& line) {
+    seen.push_back(line);
+    paths.emplace_back(line.path);
+  }));
+  REQUIRE(!expected.empty());
+  // (The two reads are moments apart; this thread allocating in between may grow the heap. Compare
+  // the mappings both saw.)
+  std::size_t matched = 0;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    for (const MapsLine& e : expected) {
+      if (e.start != seen[i].start) continue;
+      ++matched;
+      CHECK(std::string(seen[i].perms, 4) == e.perms);
+      CHECK(seen[i].offset == e.offset);
+      std::string path = e.path;
+      if (seen[i].deleted) path.resize(path.size() - std::strlen(" (deleted)"));
+      CHECK(paths[i] == path);
+    }
+  }
+  CHECK(matched + 2 >= expected.size());
+}

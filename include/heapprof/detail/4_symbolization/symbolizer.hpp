@@ -225,51 +225,116 @@ inline bool ReadProcFile(const char* path, ArenaString& out) {
   }
 }
 
+// A hexadecimal number at s[i...] (digits only, no "0x"); i ends after it.
+inline std::uintptr_t ParseHex(std::string_view s, std::size_t& i) noexcept {
+  std::uintptr_t v = 0;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else break;
+    v = v * 16 + static_cast<std::uintptr_t>(d);
+  }
+  return v;
+}
+
+// One line of /proc/<pid>/maps:
+//   "start-end perms offset major:minor inode" then, after spaces, the path.
+// The path is the rest of the line, spaces included: "" (anonymous), a
+// "[name]" ([heap], [stack], [vdso], [anon:name]) or a file's name, here
+// without the kernel's " (deleted)" for a file since removed (`deleted`).
+struct MapsLine {
+  std::uintptr_t start = 0;
+  std::uintptr_t end = 0;
+  char perms[4] = {'-', '-', '-', '-'};  // "rwxp", "r--s"
+  std::uint64_t offset = 0;
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string_view path;
+  bool deleted = false;
+  bool readable() const noexcept { return perms[0] == 'r'; }
+  bool writable() const noexcept { return perms[1] == 'w'; }
+  bool executable() const noexcept { return perms[2] == 'x'; }
+  bool is_private() const noexcept { return perms[3] == 'p'; }
+};
+
+// Parses one line (without its newline). False for a line that is not one.
+inline bool ParseMapsLine(std::string_view line, MapsLine& m) noexcept {
+  m = MapsLine{};
+  std::size_t i = 0;
+  const auto field_end = [&](std::size_t at) { return at < line.size() && line[at] == ' '; };
+  m.start = ParseHex(line, i);
+  if (i == 0 || i >= line.size() || line[i] != '-') return false;
+  const std::size_t hi_at = ++i;
+  m.end = ParseHex(line, i);
+  if (i == hi_at || !field_end(i) || m.end < m.start || i + 5 > line.size()) return false;
+  std::memcpy(m.perms, line.data() + i + 1, 4);
+  i += 5;
+  if (!field_end(i)) return false;
+  const std::size_t offset_at = ++i;
+  m.offset = ParseHex(line, i);
+  if (i == offset_at || !field_end(i)) return false;
+  const std::size_t major_at = ++i;
+  const std::uintptr_t major = ParseHex(line, i);
+  if (i == major_at || i >= line.size() || line[i] != ':') return false;
+  const std::size_t minor_at = ++i;
+  const std::uintptr_t minor = ParseHex(line, i);
+  if (i == minor_at || !field_end(i)) return false;
+  m.device = makedev(static_cast<unsigned int>(major), static_cast<unsigned int>(minor));
+  const std::size_t inode_at = ++i;
+  ino_t inode = 0;
+  for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i) inode = inode * 10 + static_cast<ino_t>(line[i] - '0');
+  if (i == inode_at || (i < line.size() && line[i] != ' ')) return false;
+  m.inode = inode;
+  while (i < line.size() && line[i] == ' ') ++i;
+  m.path = line.substr(i);
+  static constexpr std::string_view kDeleted = " (deleted)";
+  if (m.path.size() > kDeleted.size() && m.path[0] == '/' &&
+      m.path.substr(m.path.size() - kDeleted.size()) == kDeleted) {
+    m.path.remove_suffix(kDeleted.size());
+    m.deleted = true;
+  }
+  return true;
+}
+
+// Calls f(const MapsLine&) for each line of /proc/self/maps, in address
+// order. False when the file cannot be read or holds no mapping.
+template <class F>
+bool ForEachMapping(F&& f) {
+  ArenaString text;
+  if (!ReadProcFile("/proc/self/maps", text)) return false;
+  std::string_view all(text);
+  bool any = false;
+  while (!all.empty()) {
+    const std::size_t eol = all.find('\n');
+    MapsLine m;
+    if (ParseMapsLine(all.substr(0, eol), m)) {
+      any = true;
+      f(static_cast<const MapsLine&>(m));
+    }
+    all = eol == std::string_view::npos ? std::string_view() : all.substr(eol + 1);
+  }
+  return any;
+}
+
 // The executable file mappings, in address order. What the kernel says was
 // mapped, unlike the loader's names: those are relative to the working
 // directory of the dlopen, ld.so's own for a program it started, or name a
 // file since replaced.
 inline ArenaVector<FileMapping> ReadFileMappings() {
   ArenaVector<FileMapping> mappings;
-  ArenaString text;
-  if (!ReadProcFile("/proc/self/maps", text)) return mappings;
-  // "start-end perms offset major:minor inode   path", one mapping a line.
-  const char* p = text.c_str();
-  const char* const end = p + text.size();
-  while (p < end) {
-    const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
-    if (eol == nullptr) eol = end;
-    char* q = nullptr;
+  ForEachMapping([&](const MapsLine& line) {
+    if (!line.executable() || line.inode == 0 || line.path.empty() || line.path[0] != '/') return;
     FileMapping m;
-    m.start = static_cast<std::uintptr_t>(std::strtoull(p, &q, 16));
-    bool ok = q < eol && *q == '-';
-    if (ok) m.end = static_cast<std::uintptr_t>(std::strtoull(q + 1, &q, 16));
-    ok = ok && q + 4 < eol && q[0] == ' ' && q[3] == 'x';  // " rwxp": executable only
-    if (ok) {
-      std::strtoull(q + 5, &q, 16);  // offset
-      const unsigned int major = static_cast<unsigned int>(std::strtoul(q, &q, 16));
-      ok = q < eol && *q == ':';
-      if (ok) {
-        const unsigned int minor = static_cast<unsigned int>(std::strtoul(q + 1, &q, 16));
-        m.device = makedev(major, minor);
-        m.inode = static_cast<ino_t>(std::strtoull(q, &q, 10));
-      }
-    }
-    if (ok && q < eol) {
-      while (q < eol && *q == ' ') ++q;
-      std::size_t length = static_cast<std::size_t>(eol - q);
-      static constexpr char kDeleted[] = " (deleted)";
-      constexpr std::size_t kDeletedLength = sizeof kDeleted - 1;
-      if (length > kDeletedLength && std::memcmp(q + length - kDeletedLength, kDeleted, kDeletedLength) == 0) {
-        length -= kDeletedLength;
-      }
-      if (m.inode != 0 && length > 0 && q[0] == '/') {
-        m.path.assign(q, length);
-        mappings.push_back(std::move(m));
-      }
-    }
-    p = eol + 1;
-  }
+    m.start = line.start;
+    m.end = line.end;
+    m.device = line.device;
+    m.inode = line.inode;
+    m.path.assign(line.path.data(), line.path.size());
+    mappings.push_back(std::move(m));
+  });
   return mappings;
 }
 

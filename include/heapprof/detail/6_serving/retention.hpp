@@ -130,57 +130,25 @@ struct Mapping {
   bool special = false;    // [vvar], [vsyscall], [vdso], a device: never read
 };
 
-inline std::uintptr_t ParseHex(std::string_view s, std::size_t& i) noexcept {
-  std::uintptr_t v = 0;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else break;
-    v = v * 16 + static_cast<std::uintptr_t>(d);
-  }
-  return v;
-}
+using elf::ParseHex;
 
 inline ArenaVector<Mapping> ReadMappings() {
   ArenaVector<Mapping> out;
-  ArenaString text;
-  if (!ReadProcFile("/proc/self/maps", text)) return out;
-  std::string_view all(text);
-  while (!all.empty()) {
-    const std::size_t eol = all.find('\n');
-    const std::string_view line = all.substr(0, eol);
-    all = eol == std::string_view::npos ? std::string_view() : all.substr(eol + 1);
-    // start-end perms offset dev inode [path]
+  elf::ForEachMapping([&](const elf::MapsLine& line) {
     Mapping m;
-    std::size_t i = 0;
-    m.lo = ParseHex(line, i);
-    if (i >= line.size() || line[i] != '-') continue;
-    ++i;
-    m.hi = ParseHex(line, i);
-    if (i + 5 > line.size()) continue;
-    m.readable = line[i + 1] == 'r';
-    m.writable = line[i + 2] == 'w';
-    m.is_private = line[i + 4] == 'p';
-    // Skip perms, offset, dev, inode: the path starts after them.
-    int fields = 0;
-    std::size_t j = i + 1;  // i: the space before the perms
-    while (j < line.size() && fields < 4) {
-      while (j < line.size() && line[j] != ' ') ++j;
-      while (j < line.size() && line[j] == ' ') ++j;
-      ++fields;
-    }
-    const std::string_view path = j < line.size() ? line.substr(j) : std::string_view();
-    m.anonymous = path.empty();
+    m.lo = line.start;
+    m.hi = line.end;
+    m.readable = line.readable();
+    m.writable = line.writable();
+    m.is_private = line.is_private();
+    const std::string_view path = line.path;
+    m.anonymous = path.empty() || path.substr(0, 5) == "[anon";  // [anon:name] (PR_SET_VMA_ANON_NAME)
     m.brk_heap = path == "[heap]";
     m.special = (!path.empty() && path[0] == '[' && path != "[heap]" && path.substr(0, 6) != "[stack" &&
                  path.substr(0, 5) != "[anon") ||
                 path.substr(0, 5) == "/dev/";
-    if (path.substr(0, 5) == "[anon") m.anonymous = true;  // [anon:name] (PR_SET_VMA_ANON_NAME)
     out.push_back(m);
-  }
+  });
   return out;
 }
 
