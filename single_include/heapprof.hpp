@@ -10328,51 +10328,116 @@ inline bool ReadProcFile(const char* path, ArenaString& out) {
   }
 }
 
+// A hexadecimal number at s[i...] (digits only, no "0x"); i ends after it.
+inline std::uintptr_t ParseHex(std::string_view s, std::size_t& i) noexcept {
+  std::uintptr_t v = 0;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else break;
+    v = v * 16 + static_cast<std::uintptr_t>(d);
+  }
+  return v;
+}
+
+// One line of /proc/<pid>/maps:
+//   "start-end perms offset major:minor inode" then, after spaces, the path.
+// The path is the rest of the line, spaces included: "" (anonymous), a
+// "[name]" ([heap], [stack], [vdso], [anon:name]) or a file's name, here
+// without the kernel's " (deleted)" for a file since removed (`deleted`).
+struct MapsLine {
+  std::uintptr_t start = 0;
+  std::uintptr_t end = 0;
+  char perms[4] = {'-', '-', '-', '-'};  // "rwxp", "r--s"
+  std::uint64_t offset = 0;
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string_view path;
+  bool deleted = false;
+  bool readable() const noexcept { return perms[0] == 'r'; }
+  bool writable() const noexcept { return perms[1] == 'w'; }
+  bool executable() const noexcept { return perms[2] == 'x'; }
+  bool is_private() const noexcept { return perms[3] == 'p'; }
+};
+
+// Parses one line (without its newline). False for a line that is not one.
+inline bool ParseMapsLine(std::string_view line, MapsLine& m) noexcept {
+  m = MapsLine{};
+  std::size_t i = 0;
+  const auto field_end = [&](std::size_t at) { return at < line.size() && line[at] == ' '; };
+  m.start = ParseHex(line, i);
+  if (i == 0 || i >= line.size() || line[i] != '-') return false;
+  const std::size_t hi_at = ++i;
+  m.end = ParseHex(line, i);
+  if (i == hi_at || !field_end(i) || m.end < m.start || i + 5 > line.size()) return false;
+  std::memcpy(m.perms, line.data() + i + 1, 4);
+  i += 5;
+  if (!field_end(i)) return false;
+  const std::size_t offset_at = ++i;
+  m.offset = ParseHex(line, i);
+  if (i == offset_at || !field_end(i)) return false;
+  const std::size_t major_at = ++i;
+  const std::uintptr_t major = ParseHex(line, i);
+  if (i == major_at || i >= line.size() || line[i] != ':') return false;
+  const std::size_t minor_at = ++i;
+  const std::uintptr_t minor = ParseHex(line, i);
+  if (i == minor_at || !field_end(i)) return false;
+  m.device = makedev(static_cast<unsigned int>(major), static_cast<unsigned int>(minor));
+  const std::size_t inode_at = ++i;
+  ino_t inode = 0;
+  for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i) inode = inode * 10 + static_cast<ino_t>(line[i] - '0');
+  if (i == inode_at || (i < line.size() && line[i] != ' ')) return false;
+  m.inode = inode;
+  while (i < line.size() && line[i] == ' ') ++i;
+  m.path = line.substr(i);
+  static constexpr std::string_view kDeleted = " (deleted)";
+  if (m.path.size() > kDeleted.size() && m.path[0] == '/' &&
+      m.path.substr(m.path.size() - kDeleted.size()) == kDeleted) {
+    m.path.remove_suffix(kDeleted.size());
+    m.deleted = true;
+  }
+  return true;
+}
+
+// Calls f(const MapsLine&) for each line of /proc/self/maps, in address
+// order. False when the file cannot be read or holds no mapping.
+template <class F>
+bool ForEachMapping(F&& f) {
+  ArenaString text;
+  if (!ReadProcFile("/proc/self/maps", text)) return false;
+  std::string_view all(text);
+  bool any = false;
+  while (!all.empty()) {
+    const std::size_t eol = all.find('\n');
+    MapsLine m;
+    if (ParseMapsLine(all.substr(0, eol), m)) {
+      any = true;
+      f(static_cast<const MapsLine&>(m));
+    }
+    all = eol == std::string_view::npos ? std::string_view() : all.substr(eol + 1);
+  }
+  return any;
+}
+
 // The executable file mappings, in address order. What the kernel says was
 // mapped, unlike the loader's names: those are relative to the working
 // directory of the dlopen, ld.so's own for a program it started, or name a
 // file since replaced.
 inline ArenaVector<FileMapping> ReadFileMappings() {
   ArenaVector<FileMapping> mappings;
-  ArenaString text;
-  if (!ReadProcFile("/proc/self/maps", text)) return mappings;
-  // "start-end perms offset major:minor inode   path", one mapping a line.
-  const char* p = text.c_str();
-  const char* const end = p + text.size();
-  while (p < end) {
-    const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
-    if (eol == nullptr) eol = end;
-    char* q = nullptr;
+  ForEachMapping([&](const MapsLine& line) {
+    if (!line.executable() || line.inode == 0 || line.path.empty() || line.path[0] != '/') return;
     FileMapping m;
-    m.start = static_cast<std::uintptr_t>(std::strtoull(p, &q, 16));
-    bool ok = q < eol && *q == '-';
-    if (ok) m.end = static_cast<std::uintptr_t>(std::strtoull(q + 1, &q, 16));
-    ok = ok && q + 4 < eol && q[0] == ' ' && q[3] == 'x';  // " rwxp": executable only
-    if (ok) {
-      std::strtoull(q + 5, &q, 16);  // offset
-      const unsigned int major = static_cast<unsigned int>(std::strtoul(q, &q, 16));
-      ok = q < eol && *q == ':';
-      if (ok) {
-        const unsigned int minor = static_cast<unsigned int>(std::strtoul(q + 1, &q, 16));
-        m.device = makedev(major, minor);
-        m.inode = static_cast<ino_t>(std::strtoull(q, &q, 10));
-      }
-    }
-    if (ok && q < eol) {
-      while (q < eol && *q == ' ') ++q;
-      std::size_t length = static_cast<std::size_t>(eol - q);
-      static constexpr char kDeleted[] = " (deleted)";
-      constexpr std::size_t kDeletedLength = sizeof kDeleted - 1;
-      if (length > kDeletedLength && std::memcmp(q + length - kDeletedLength, kDeleted, kDeletedLength) == 0) {
-        length -= kDeletedLength;
-      }
-      if (m.inode != 0 && length > 0 && q[0] == '/') {
-        m.path.assign(q, length);
-        mappings.push_back(std::move(m));
-      }
-    }
-    p = eol + 1;
-  }
+    m.start = line.start;
+    m.end = line.end;
+    m.device = line.device;
+    m.inode = line.inode;
+    m.path.assign(line.path.data(), line.path.size());
+    mappings.push_back(std::move(m));
+  });
   return mappings;
 }
 
@@ -13113,57 +13178,25 @@ struct Mapping {
   bool special = false;    // [vvar], [vsyscall], [vdso], a device: never read
 };
 
-inline std::uintptr_t ParseHex(std::string_view s, std::size_t& i) noexcept {
-  std::uintptr_t v = 0;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else break;
-    v = v * 16 + static_cast<std::uintptr_t>(d);
-  }
-  return v;
-}
+using elf::ParseHex;
 
 inline ArenaVector<Mapping> ReadMappings() {
   ArenaVector<Mapping> out;
-  ArenaString text;
-  if (!ReadProcFile("/proc/self/maps", text)) return out;
-  std::string_view all(text);
-  while (!all.empty()) {
-    const std::size_t eol = all.find('\n');
-    const std::string_view line = all.substr(0, eol);
-    all = eol == std::string_view::npos ? std::string_view() : all.substr(eol + 1);
-    // start-end perms offset dev inode [path]
+  elf::ForEachMapping([&](const elf::MapsLine& line) {
     Mapping m;
-    std::size_t i = 0;
-    m.lo = ParseHex(line, i);
-    if (i >= line.size() || line[i] != '-') continue;
-    ++i;
-    m.hi = ParseHex(line, i);
-    if (i + 5 > line.size()) continue;
-    m.readable = line[i + 1] == 'r';
-    m.writable = line[i + 2] == 'w';
-    m.is_private = line[i + 4] == 'p';
-    // Skip perms, offset, dev, inode: the path starts after them.
-    int fields = 0;
-    std::size_t j = i + 1;  // i: the space before the perms
-    while (j < line.size() && fields < 4) {
-      while (j < line.size() && line[j] != ' ') ++j;
-      while (j < line.size() && line[j] == ' ') ++j;
-      ++fields;
-    }
-    const std::string_view path = j < line.size() ? line.substr(j) : std::string_view();
-    m.anonymous = path.empty();
+    m.lo = line.start;
+    m.hi = line.end;
+    m.readable = line.readable();
+    m.writable = line.writable();
+    m.is_private = line.is_private();
+    const std::string_view path = line.path;
+    m.anonymous = path.empty() || path.substr(0, 5) == "[anon";  // [anon:name] (PR_SET_VMA_ANON_NAME)
     m.brk_heap = path == "[heap]";
     m.special = (!path.empty() && path[0] == '[' && path != "[heap]" && path.substr(0, 6) != "[stack" &&
                  path.substr(0, 5) != "[anon") ||
                 path.substr(0, 5) == "/dev/";
-    if (path.substr(0, 5) == "[anon") m.anonymous = true;  // [anon:name] (PR_SET_VMA_ANON_NAME)
     out.push_back(m);
-  }
+  });
   return out;
 }
 
@@ -13849,49 +13882,86 @@ class RootNamer {
 
 // Frames of the allocator machinery rather than of the program (the standard
 // library, heapprof, the allocation functions): a holder is shown by the first
-// frame of its allocation stack that is none of these.
+// frame of its allocation stack that is none of these. The C functions by
+// their whole name: a prefix would take the program's malloc_pool::Grow or
+// reallocate_buffer for machinery.
 inline bool IsMachineryName(std::string_view name) {
-  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
-                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
+  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete", "__libc_"}) {
     if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  for (const char* function : {"malloc", "calloc", "realloc", "reallocarray", "posix_memalign", "aligned_alloc",
+                               "memalign", "valloc", "pvalloc"}) {
+    if (name == function) return true;
+  }
+  return false;
+}
+
+// The language runtime and allocators' own files: a holder allocated inside
+// them (glibc's tsearch node, hsearch table, a stdio buffer; a libstdc++
+// locale facet) is named by the program's function that called them, not by
+// glibc's internal alias (__GI___tsearch).
+inline bool IsRuntimeFile(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  for (const char* prefix : {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so", "ld-linux",
+                             "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so", "libgcc_s.so",
+                             "libheapprof_preload.so", "libjemalloc.so", "libtcmalloc", "libmimalloc.so"}) {
+    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
   }
   return false;
 }
 
 class HolderSites {
  public:
-  explicit HolderSites(Symbolizer& s) : symbolizer_(s) {}
+  HolderSites(Symbolizer& s, const ArenaVector<LoadedObject>& objects) : symbolizer_(s) {
+    for (const LoadedObject& o : objects) {
+      if (IsRuntimeFile(o.path)) runtime_.push_back(std::make_pair(o.start, o.limit));
+    }
+  }
 
   // The frame standing for a holder: "[held by] Fn at file.cpp:42", Fn being
   // the first function of its allocation stack that is the program's (not
-  // std::, heapprof or an allocation function), at the line that allocated.
+  // std::, heapprof or an allocation function, not code of libc or the other
+  // runtime libraries), at the line that allocated. When every named frame is
+  // such code, the first of them not machinery by its name.
   const ArenaString& SiteOf(const StackRecord* stack) {
     auto it = cache_.find(stack);
     if (it != cache_.end()) return it->second;
-    ArenaString site;
+    ArenaString site, fallback;
     for (std::uint32_t i = 0; stack != nullptr && i < stack->depth && site.empty(); ++i) {
       const std::uintptr_t pc = stack->pcs()[i];
       SymbolizedFrame frames[32];
       SymbolizedQuality q;
       const int k = pc != 0 ? symbolizer_.Symbolize(pc - 1, frames, 32, &q) : 0;
+      const bool runtime = InRuntime(pc - 1);
       for (int f = 0; f < k && site.empty(); ++f) {  // innermost (inlined) first
         if (frames[f].name.empty() || IsMachineryName(frames[f].name)) continue;
-        site = "[held by] ";
-        site += MarkerSafe(frames[f].name);
+        if (runtime && !fallback.empty()) continue;
+        ArenaString& to = runtime ? fallback : site;
+        to = "[held by] ";
+        to += MarkerSafe(frames[f].name);
         if (!frames[f].file.empty() && frames[f].line != 0) {
-          site += " at ";
-          site += RootNamer::BaseName(frames[f].file);
-          site += ':';
-          site += ArenaDecimal(frames[f].line);
+          to += " at ";
+          to += RootNamer::BaseName(frames[f].file);
+          to += ':';
+          to += ArenaDecimal(frames[f].line);
         }
       }
     }
-    if (site.empty()) site = "[held by] an object of unknown origin";
+    if (site.empty()) site = !fallback.empty() ? std::move(fallback) : ArenaString("[held by] an object of unknown origin");
     return cache_.emplace(stack, std::move(site)).first->second;
   }
 
  private:
+  bool InRuntime(std::uintptr_t pc) const noexcept {
+    for (const auto& range : runtime_) {
+      if (pc >= range.first && pc < range.second) return true;
+    }
+    return false;
+  }
+
   Symbolizer& symbolizer_;
+  ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>> runtime_;  // [start, limit) of runtime files' code
   ArenaMap<const StackRecord*, ArenaString> cache_;
 };
 
@@ -13939,12 +14009,13 @@ class HolderChains {
 // The retention profile's samples: one per object (merged when the whole
 // stack and the bucket are the same), valued as the heap profile values it
 // (one sampled object, scaled by its bucket's size and rate).
-inline ProfileData RetentionProfileData(const ScanResult& r, Symbolizer& symbolizer) {
+inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<LoadedObject>& objects,
+                                        Symbolizer& symbolizer) {
   ProfileData data;
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = RealtimeNanos();
   RootNamer namer(r);
-  HolderSites sites(symbolizer);
+  HolderSites sites(symbolizer, objects);
   struct Agg {
     const Bucket* bucket;
     ArenaVector<std::uintptr_t> pcs;
@@ -14062,7 +14133,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
     retention::ScanWithRegisters(scan);
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
-    const ProfileData data = retention::RetentionProfileData(scan, symbolizer);
+    const ProfileData data = retention::RetentionProfileData(scan, objects, symbolizer);
     gz = EncodeGzipped(data, objects, symbolizer);
     return true;
   }
@@ -15391,7 +15462,7 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     Symbolizer symbolizer(objects);
     ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
-    const ProfileData retained = retention::RetentionProfileData(scan, symbolizer);
+    const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
     std::snprintf(name, sizeof name, ".%ld.retention.pb.gz", static_cast<long>(getpid()));
     const ArenaString retention_path = prefix + name;
     ArenaString retention_error;

@@ -3,6 +3,9 @@
 // __cxa_demangle mallocs for the names the profile shows.
 #include "common.hpp"
 
+#include <search.h>
+
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,21 @@
 namespace malloc_test {
 // A root with a mangled name: the profile names it "[global] malloc_test::g_retention_root".
 std::vector<char*> g_retention_root;
+
+// A tsearch tree: its nodes are allocated by glibc's tsearch.
+void* g_retention_tree = nullptr;
+int CompareTreeKeys(const void* a, const void* b) {
+  return std::strcmp(static_cast<const char*>(a), static_cast<const char*>(b));
+}
+__attribute__((noinline)) char* MakeTreeKey() {
+  char* key = new char[48];
+  std::strcpy(key, "the key");
+  return key;
+}
+__attribute__((noinline)) void InsertTreeKey(char* key) {
+  REQUIRE(tsearch(key, &g_retention_tree, &CompareTreeKeys) != nullptr);
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays on tsearch's stack
+}
 }  // namespace malloc_test
 
 TEST_CASE("retention profile: a write demangles the names of its roots only") {
@@ -33,5 +51,45 @@ TEST_CASE("retention profile: a write demangles the names of its roots only") {
   CHECK(d.allocs() < 50);
   delete[] malloc_test::g_retention_root.back();
   malloc_test::g_retention_root.pop_back();
+  heapprof_test::RemoveDir(dir);
+}
+
+TEST_CASE("retention profile: a holder libc allocated is named by the program's function that called libc") {
+#if !HEAPPROF_MALLOC_HOOKS
+  MESSAGE("the malloc family is not replaced here: libc's tsearch nodes are not seen");
+  return;
+#endif
+  malloc_test::RateScope rate(1);
+  char* key = malloc_test::MakeTreeKey();
+  malloc_test::InsertTreeKey(key);
+  const std::string dir = heapprof_test::MakeTempDir("retention_tsearch");
+  REQUIRE(!dir.empty());
+  const std::string path = dir + "/retention.pb.gz";
+  REQUIRE(heapprof::WriteRetentionProfile(path));
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(path, p));
+  // The key: held by the tree's node (allocated in glibc's tsearch, called by
+  // InsertTreeKey), held by the global. Before, the node's frame was glibc's
+  // internal name (__GI___tsearch with libc6-dbg, else tsearch).
+  bool found = false;
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> frames = heapprof_test::FunctionNames(p, s);
+    bool key_sample = false;
+    for (const std::string& f : frames) {
+      if (f.find('[') == 0) break;  // the object's own allocation stack ends here
+      key_sample = key_sample || f.find("MakeTreeKey") != std::string::npos;
+    }
+    if (!key_sample) continue;
+    found = true;
+    std::string joined;
+    for (const std::string& f : frames) joined += f + "\n";
+    INFO(joined);
+    CHECK(joined.find("[held by] malloc_test::InsertTreeKey") != std::string::npos);
+    CHECK(joined.find("tsearch") == std::string::npos);
+    CHECK(joined.find("[global] malloc_test::g_retention_tree") != std::string::npos);
+  }
+  CHECK(found);
+  tdelete(key, &malloc_test::g_retention_tree, &malloc_test::CompareTreeKeys);
+  delete[] key;
   heapprof_test::RemoveDir(dir);
 }

@@ -307,7 +307,7 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     Symbolizer symbolizer(objects);
     ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
-    const ProfileData retained = retention::RetentionProfileData(scan, symbolizer);
+    const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
     std::snprintf(name, sizeof name, ".%ld.retention.pb.gz", static_cast<long>(getpid()));
     const ArenaString retention_path = prefix + name;
     ArenaString retention_error;

@@ -834,49 +834,86 @@ class RootNamer {
 
 // Frames of the allocator machinery rather than of the program (the standard
 // library, heapprof, the allocation functions): a holder is shown by the first
-// frame of its allocation stack that is none of these.
+// frame of its allocation stack that is none of these. The C functions by
+// their whole name: a prefix would take the program's malloc_pool::Grow or
+// reallocate_buffer for machinery.
 inline bool IsMachineryName(std::string_view name) {
-  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
-                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
+  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete", "__libc_"}) {
     if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  for (const char* function : {"malloc", "calloc", "realloc", "reallocarray", "posix_memalign", "aligned_alloc",
+                               "memalign", "valloc", "pvalloc"}) {
+    if (name == function) return true;
+  }
+  return false;
+}
+
+// The language runtime and allocators' own files: a holder allocated inside
+// them (glibc's tsearch node, hsearch table, a stdio buffer; a libstdc++
+// locale facet) is named by the program's function that called them, not by
+// glibc's internal alias (__GI___tsearch).
+inline bool IsRuntimeFile(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  for (const char* prefix : {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so", "ld-linux",
+                             "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so", "libgcc_s.so",
+                             "libheapprof_preload.so", "libjemalloc.so", "libtcmalloc", "libmimalloc.so"}) {
+    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
   }
   return false;
 }
 
 class HolderSites {
  public:
-  explicit HolderSites(Symbolizer& s) : symbolizer_(s) {}
+  HolderSites(Symbolizer& s, const ArenaVector<LoadedObject>& objects) : symbolizer_(s) {
+    for (const LoadedObject& o : objects) {
+      if (IsRuntimeFile(o.path)) runtime_.push_back(std::make_pair(o.start, o.limit));
+    }
+  }
 
   // The frame standing for a holder: "[held by] Fn at file.cpp:42", Fn being
   // the first function of its allocation stack that is the program's (not
-  // std::, heapprof or an allocation function), at the line that allocated.
+  // std::, heapprof or an allocation function, not code of libc or the other
+  // runtime libraries), at the line that allocated. When every named frame is
+  // such code, the first of them not machinery by its name.
   const ArenaString& SiteOf(const StackRecord* stack) {
     auto it = cache_.find(stack);
     if (it != cache_.end()) return it->second;
-    ArenaString site;
+    ArenaString site, fallback;
     for (std::uint32_t i = 0; stack != nullptr && i < stack->depth && site.empty(); ++i) {
       const std::uintptr_t pc = stack->pcs()[i];
       SymbolizedFrame frames[32];
       SymbolizedQuality q;
       const int k = pc != 0 ? symbolizer_.Symbolize(pc - 1, frames, 32, &q) : 0;
+      const bool runtime = InRuntime(pc - 1);
       for (int f = 0; f < k && site.empty(); ++f) {  // innermost (inlined) first
         if (frames[f].name.empty() || IsMachineryName(frames[f].name)) continue;
-        site = "[held by] ";
-        site += MarkerSafe(frames[f].name);
+        if (runtime && !fallback.empty()) continue;
+        ArenaString& to = runtime ? fallback : site;
+        to = "[held by] ";
+        to += MarkerSafe(frames[f].name);
         if (!frames[f].file.empty() && frames[f].line != 0) {
-          site += " at ";
-          site += RootNamer::BaseName(frames[f].file);
-          site += ':';
-          site += ArenaDecimal(frames[f].line);
+          to += " at ";
+          to += RootNamer::BaseName(frames[f].file);
+          to += ':';
+          to += ArenaDecimal(frames[f].line);
         }
       }
     }
-    if (site.empty()) site = "[held by] an object of unknown origin";
+    if (site.empty()) site = !fallback.empty() ? std::move(fallback) : ArenaString("[held by] an object of unknown origin");
     return cache_.emplace(stack, std::move(site)).first->second;
   }
 
  private:
+  bool InRuntime(std::uintptr_t pc) const noexcept {
+    for (const auto& range : runtime_) {
+      if (pc >= range.first && pc < range.second) return true;
+    }
+    return false;
+  }
+
   Symbolizer& symbolizer_;
+  ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>> runtime_;  // [start, limit) of runtime files' code
   ArenaMap<const StackRecord*, ArenaString> cache_;
 };
 
@@ -924,12 +961,13 @@ class HolderChains {
 // The retention profile's samples: one per object (merged when the whole
 // stack and the bucket are the same), valued as the heap profile values it
 // (one sampled object, scaled by its bucket's size and rate).
-inline ProfileData RetentionProfileData(const ScanResult& r, Symbolizer& symbolizer) {
+inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<LoadedObject>& objects,
+                                        Symbolizer& symbolizer) {
   ProfileData data;
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = RealtimeNanos();
   RootNamer namer(r);
-  HolderSites sites(symbolizer);
+  HolderSites sites(symbolizer, objects);
   struct Agg {
     const Bucket* bucket;
     ArenaVector<std::uintptr_t> pcs;
@@ -1047,7 +1085,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
     retention::ScanWithRegisters(scan);
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     Symbolizer symbolizer(objects);
-    const ProfileData data = retention::RetentionProfileData(scan, symbolizer);
+    const ProfileData data = retention::RetentionProfileData(scan, objects, symbolizer);
     gz = EncodeGzipped(data, objects, symbolizer);
     return true;
   }
