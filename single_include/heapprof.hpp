@@ -8866,12 +8866,18 @@ class DwarfInfo {
     std::uint32_t parent;  // 1 + index of the innermost scope holding this one; 0 = none
   };
   // A namespace, class, struct or union: what qualifies the names of the
-  // functions declared in it when they have no linkage name.
+  // functions declared in it when they have no linkage name. Also a function
+  // with children: a lambda's closure type is an unnamed struct inside the
+  // function that wrote it, and GCC gives an inlined lambda's operator() no
+  // linkage name.
+  enum ContainerKind : std::uint8_t { kScopeType, kScopeNamespace, kScopeFunction };
   struct Container {
     std::uint64_t offset, end;  // the DIE and one past its subtree
-    const char* name;           // null: anonymous
+    const char* name;           // null: anonymous (always, for a function: see Qualify)
     std::uint32_t parent;       // 1 + index; 0 = none
-    std::uint32_t is_namespace;
+    ContainerKind kind;
+    std::uint32_t decl_file;  // an unnamed type's declaration (DW_AT_decl_file, _line); 0 = unknown
+    std::uint32_t decl_line;
   };
   struct Unit {
     UnitHeader header;
@@ -8914,6 +8920,7 @@ class DwarfInfo {
   DebugArray<std::uint64_t> unit_max_hi_;
   DebugArray<FunctionSlot> functions_;  // open addressing by DIE offset
   std::size_t function_count_ = 0;
+  int qualify_depth_ = 0;  // Qualify -> Function -> Qualify: a lambda in a lambda in ...
   DebugStringPool pool_;
 };
 
@@ -9076,9 +9083,11 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     const Abbrev* a = abbrevs->Find(code);
     if (a == nullptr) break;
     const bool wanted = a->tag == tag::kSubprogram || a->tag == tag::kInlinedSubroutine;
-    const bool container = a->tag == tag::kNamespace || a->tag == tag::kClassType ||
-                           a->tag == tag::kStructureType || a->tag == tag::kUnionType;
+    const bool named_container = a->tag == tag::kNamespace || a->tag == tag::kClassType ||
+                                 a->tag == tag::kStructureType || a->tag == tag::kUnionType;
+    const bool container = named_container || (a->tag == tag::kSubprogram && a->has_children);
     const char* container_name = nullptr;
+    std::uint32_t decl_file = 0, decl_line = 0;
     AttrValue low, high, ranges;
     bool has_low = false, has_high = false, has_ranges = false;
     Scope proto{};
@@ -9087,10 +9096,12 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
     proto.inlined = a->tag == tag::kInlinedSubroutine;
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
       const AttrSpec& spec = abbrevs->Attr(*a, k);
-      if (container && spec.name == at::kName) {
+      if (named_container && (spec.name == at::kName || spec.name == at::kDeclFile || spec.name == at::kDeclLine)) {
         AttrValue v;
         if (!ReadAttr(c, u.header, spec.form, spec.implicit_const, &v)) break;
-        container_name = ResolveString(s_, u.header, u.bases, v);
+        if (spec.name == at::kName) container_name = ResolveString(s_, u.header, u.bases, v);
+        else if (spec.name == at::kDeclFile) decl_file = static_cast<std::uint32_t>(v.u);
+        else decl_line = static_cast<std::uint32_t>(v.u);
         continue;
       }
       if (!wanted) {
@@ -9125,7 +9136,10 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
         // The innermost open container is the parent.
         std::uint32_t parent = 0;
         for (std::size_t j = open_containers.size(); j > 0 && parent == 0; --j) parent = open_containers[j - 1];
-        if (containers->Push(Container{die, u.header.end, container_name, parent, a->tag == tag::kNamespace}))
+        const ContainerKind kind = a->tag == tag::kNamespace    ? kScopeNamespace
+                                   : a->tag == tag::kSubprogram ? kScopeFunction
+                                                                : kScopeType;
+        if (containers->Push(Container{die, u.header.end, container_name, parent, kind, decl_file, decl_line}))
           k = static_cast<std::uint32_t>(containers->size());
       }
       if (!open_containers.Push(k)) ok = false;
@@ -9277,21 +9291,60 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
 }
 
 // "ns::Class::name" for a function DIE without a linkage name (GCC writes none
-// for functions with internal linkage), from the namespaces and classes
-// around the DIE that carries the name.
+// for functions with internal linkage, nor for a lambda's operator() that is
+// only inlined), from the namespaces and classes around the DIE that carries
+// the name. Inside a function: that function's name, then its unnamed types
+// as "{lambda at file.cpp:12}" (the closure types of lambdas; Clang's
+// diagnostics name them alike), so that pprof tells apart lambdas that GCC
+// would all call "operator()".
 inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
   const char* parts[16];
-  int count = 0;
+  char places[4][160];  // the "{lambda at ...}" parts
+  int count = 0, placed = 0;
+  const char* function = nullptr;  // the enclosing function's qualified name, which ends the walk
   if (Scopes(u) != nullptr && u.containers != nullptr) {
     const DebugArray<Container>& cs = *u.containers;
     const Container* it = std::lower_bound(cs.begin(), cs.end(), die,
                                            [](const Container& k, std::uint64_t d) { return k.offset < d; });
     std::uint32_t k = static_cast<std::uint32_t>(it - cs.begin());  // 1 + index of the last one before die
     while (k != 0 && !(die < cs[k - 1].end)) k = cs[k - 1].parent;
-    for (; k != 0 && count < 16; k = cs[k - 1].parent) {
+    for (; k != 0 && count < 16 && function == nullptr; k = cs[k - 1].parent) {
       const Container& c = cs[k - 1];
-      if (c.name != nullptr) parts[count++] = c.name;
-      else if (c.is_namespace) parts[count++] = "(anonymous namespace)";
+      if (c.kind == kScopeFunction) {
+        // (Function() of a DIE already being made answers null: malformed
+        // DWARF whose specification leads back here ends, as does depth.)
+        const FunctionInfo* f = nullptr;
+        if (qualify_depth_ < 4) {
+          ++qualify_depth_;
+          f = Function(c.offset);
+          --qualify_depth_;
+        }
+        if (f != nullptr && f->name != nullptr && f->name[0] != '\0') function = f->name;
+        continue;
+      }
+      if (c.name != nullptr) {
+        parts[count++] = c.name;
+      } else if (c.kind == kScopeNamespace) {
+        parts[count++] = "(anonymous namespace)";
+      } else if (placed < 4 && c.parent != 0 && cs[c.parent - 1].kind == kScopeFunction) {
+        const char* file = nullptr;
+        if (c.decl_file != 0) {
+          if (LineTable* lines = Lines(u)) file = lines->FileName(c.decl_file);
+        }
+        if (file != nullptr) {
+          const char* slash = std::strrchr(file, '/');
+          if (slash != nullptr) file = slash + 1;
+        }
+        char* place = places[placed++];
+        if (file != nullptr && c.decl_line != 0) {
+          std::snprintf(place, sizeof places[0], "{lambda at %s:%u}", file, static_cast<unsigned>(c.decl_line));
+        } else if (c.decl_line != 0) {
+          std::snprintf(place, sizeof places[0], "{lambda at line %u}", static_cast<unsigned>(c.decl_line));
+        } else {
+          std::snprintf(place, sizeof places[0], "{lambda}");
+        }
+        parts[count++] = place;
+      }
     }
   }
   std::size_t n = 0;
@@ -9302,6 +9355,7 @@ inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* na
     n += len;
     return true;
   };
+  if (function != nullptr && (!append(function) || !append("::"))) return 0;
   for (int i = count - 1; i >= 0; --i) {
     if (!append(parts[i]) || !append("::")) return 0;
   }
@@ -9328,11 +9382,20 @@ inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
   for (; functions_[i].die != 0; i = (i + 1) & mask) {
     if (functions_[i].die == die) return functions_[i].info;
   }
-  // Remembered even when it failed (info null): a bad DIE is read once.
+  // Remembered even when it failed (info null): a bad DIE is read once. The
+  // slot is taken first: MakeFunction may look up the function enclosing
+  // this one (Qualify), which then finds it, not yet made (null), and the
+  // table may grow meanwhile, so the slot is found again after.
   functions_[i].die = die;
-  functions_[i].info = MakeFunction(die);
+  functions_[i].info = nullptr;
   ++function_count_;
-  return functions_[i].info;
+  FunctionInfo* const info = MakeFunction(die);
+  const std::size_t grown = functions_.size() - 1;
+  for (i = static_cast<std::size_t>((die * 0x9E3779B97F4A7C15ull) >> 20) & grown; functions_[i].die != die;
+       i = (i + 1) & grown) {
+  }
+  functions_[i].info = info;
+  return info;
 }
 
 inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
@@ -10900,10 +10963,16 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
     const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
     const std::string_view short_name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
     SymbolizedFrame& f = out[n == 0 ? 0 : n - 1];
-    const std::size_t m = f.name.size();
-    const bool fits = n == 0 || m == 0 || short_name == f.name ||
-                      (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, f.name) == 0 &&
-                       short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+    // The symbol must be the DWARF's function: its name, or a qualified form
+    // of its plain DWARF name (full_name when there is no linkage name; our
+    // qualified name may differ: "{lambda at f.cc:5}" for "{lambda(int)#1}").
+    const auto ends_with = [&short_name](std::string_view tail) {
+      const std::size_t m = tail.size();
+      return m == 0 || short_name == tail ||
+             (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, tail) == 0 &&
+              short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+    };
+    const bool fits = n == 0 || ends_with(f.name) || (outer_plain && ends_with(f.full_name));
     if (fits) {
       if (n == 0) {
         f = SymbolizedFrame{};

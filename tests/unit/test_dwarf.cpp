@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -727,5 +728,62 @@ TEST_CASE("dwarf: a function without a linkage name keeps its (anonymous namespa
     CHECK(out.find("(anonymous namespace)::Pool::Grow ") != std::string::npos);
     CHECK(out.find(" ::Pool::Grow") == std::string::npos);
   }
+  RunCommand("rm -rf " + dir, out);
+}
+
+TEST_CASE("dwarf: GCC's inlined lambdas are named by the function that wrote them and their line") {
+  // GCC gives an inlined lambda's operator() no linkage name: its DWARF name
+  // is "operator()", which made pprof merge every lambda of a file into one
+  // function. The closure type is an unnamed struct inside the function that
+  // wrote the lambda; the frame is named from there.
+  if (!HaveTool("g++")) {
+    MESSAGE("g++ missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "namespace app {\n"
+      "__attribute__((noinline)) void Fill(int n) {\n"
+      "  auto first = [](int k) { g = new char[k]; };\n"                           // line 4
+      "  auto second = [](int k) { g = new char[k + 1]; };\n"                      // line 5
+      "  auto outer = [](int k) {\n"                                               // line 6
+      "    auto inner = [](int j) { g = new char[j + 2]; };\n"                     // line 7
+      "    inner(k);\n"
+      "  };\n"
+      "  first(n); second(n); outer(n);\n"
+      "}\n"
+      "}  // namespace app\n"
+      "namespace {\n"
+      "__attribute__((noinline)) void Local(int n) { [](int k) { g = new char[k + 3]; }(n); }\n"  // line 14
+      "}  // namespace\n"
+      "int main(int argc, char**) { app::Fill(argc + 5); Local(argc); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/lambdas.cc", source));
+  const std::string binary = dir + "/lambdas";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("g++ -std=c++17 -O2 -g " + dir + "/lambdas.cc -o " + binary, out) == 0, out);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  std::set<std::string> names;
+  for (const char* symbol : {"_ZN3app4FillEi", "_ZN12_GLOBAL__N_15LocalEi"}) {
+    const std::uint64_t start = SymbolAddress(binary, symbol);
+    REQUIRE_MESSAGE(start != 0, symbol);
+    for (std::uint64_t a = start; a < start + 160; ++a) {
+      SymbolizedFrame frames[32];
+      SymbolizedQuality quality;
+      const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &quality);
+      for (int i = 0; i < n; ++i) names.emplace(frames[i].name);
+    }
+  }
+  std::string all;
+  for (const std::string& n : names) all += n + "\n";
+  INFO(all);
+  CHECK(names.count("app::Fill::{lambda at lambdas.cc:4}::operator()") == 1);
+  CHECK(names.count("app::Fill::{lambda at lambdas.cc:5}::operator()") == 1);
+  CHECK(names.count("app::Fill::{lambda at lambdas.cc:6}::operator()") == 1);
+  CHECK(names.count("app::Fill::{lambda at lambdas.cc:6}::operator()::{lambda at lambdas.cc:7}::operator()") == 1);
+  CHECK(names.count("(anonymous namespace)::Local::{lambda at lambdas.cc:14}::operator()") == 1);
+  CHECK(names.count("operator()") == 0);
   RunCommand("rm -rf " + dir, out);
 }

@@ -797,10 +797,16 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
     const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
     const std::string_view short_name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
     SymbolizedFrame& f = out[n == 0 ? 0 : n - 1];
-    const std::size_t m = f.name.size();
-    const bool fits = n == 0 || m == 0 || short_name == f.name ||
-                      (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, f.name) == 0 &&
-                       short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+    // The symbol must be the DWARF's function: its name, or a qualified form
+    // of its plain DWARF name (full_name when there is no linkage name; our
+    // qualified name may differ: "{lambda at f.cc:5}" for "{lambda(int)#1}").
+    const auto ends_with = [&short_name](std::string_view tail) {
+      const std::size_t m = tail.size();
+      return m == 0 || short_name == tail ||
+             (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, tail) == 0 &&
+              short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+    };
+    const bool fits = n == 0 || ends_with(f.name) || (outer_plain && ends_with(f.full_name));
     if (fits) {
       if (n == 0) {
         f = SymbolizedFrame{};
