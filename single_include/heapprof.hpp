@@ -9076,7 +9076,11 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
       if (!open_containers.empty()) {
         const std::uint32_t k = open_containers.back();
         open_containers.Pop();
-        if (k != 0) (*containers)[k - 1].end = c.pos();
+        if (k != 0) {
+          (*containers)[k - 1].end = c.pos();
+          // A function that holds no type is no one's scope: dropped (most are).
+          if ((*containers)[k - 1].kind == kScopeFunction && k == containers->size()) containers->Pop();
+        }
       }
       continue;
     }
