@@ -288,6 +288,12 @@ TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
   CHECK(rc == 0);
   CHECK(Matching(dir, R"(p\.[0-9]+\.[0-9]{4}\.heap\.pb\.gz)").size() >= 3);
   CHECK(out.find("(rss_interval: RSS ") != std::string::npos);
+  // The first dump measures from the RSS at start-up, the later ones from the last such dump.
+  const std::size_t first = out.find(" above the RSS at start-up)");
+  const std::size_t later = out.find(" above the last rss_interval dump's)");
+  CHECK(first != std::string::npos);
+  CHECK(later != std::string::npos);
+  CHECK(first < later);
   RemoveDir(dir);
 }
 

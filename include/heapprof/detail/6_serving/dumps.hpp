@@ -455,7 +455,8 @@ class Dumper {
     unsigned halvings = 0;        // dump_near_oom: headroom halvings already dumped for
     bool near_oom_done = false;   // the headroom left is below kNearOomMinHeadroom
     std::uint64_t limit_seen = 0; // a new limit starts the thresholds again
-    std::uint64_t rss_mark = 0;
+    std::uint64_t rss_mark = 0;   // rss_interval: the RSS that dumps next (the last such dump's, or start-up's, + interval)
+    bool rss_dumped = false;      // an rss_interval dump was written: the base is its RSS, not start-up's
 
     void Begin(const EnvConfig& cfg) {
       if (cfg.rss_interval != 0) rss_mark = ResidentBytes() + cfg.rss_interval;
@@ -528,9 +529,10 @@ class Dumper {
       if (cfg.rss_interval == 0) return false;
       const std::uint64_t rss = ResidentBytes();
       if (rss < rss_mark) return false;
-      why = "rss_interval: RSS " + MiBText(rss) + ", a new high " + MiBText(rss - (rss_mark - cfg.rss_interval)) +
-            " above the last mark";
+      why = "rss_interval: RSS " + MiBText(rss) + ", " + MiBText(rss - (rss_mark - cfg.rss_interval)) +
+            (rss_dumped ? " above the last rss_interval dump's" : " above the RSS at start-up");
       rss_mark = rss + cfg.rss_interval;
+      rss_dumped = true;
       return true;
     }
   };
