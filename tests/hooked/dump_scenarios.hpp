@@ -82,13 +82,46 @@ inline int RunDumpSignal() {
 // (InstallEarlyTermHandler), runs once per signal.
 inline volatile std::sig_atomic_t g_term_handled = 0;
 inline void CountTerm(int) { g_term_handled = g_term_handled + 1; }
+// "dump_signal_resethand": the program's handler asked for SA_RESETHAND and
+// for SIGUSR2 blocked while it runs (sa_mask): the first TERM dumps and runs
+// it, with SIGUSR2 blocked; the second dumps and ends the process (SIG_DFL).
+inline volatile std::sig_atomic_t g_term_mask_ok = 0;
+inline void CountTermMasked(int) {
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  g_term_mask_ok = sigismember(&now, SIGUSR2) == 1 && sigismember(&now, SIGTERM) == 1;
+  g_term_handled = g_term_handled + 1;
+}
 inline void InstallEarlyTermHandler() {
   const char* child = std::getenv("HEAPPROF_TEST_CHILD");
-  if (child == nullptr || std::strcmp(child, "dump_signal_handler") != 0) return;
+  if (child == nullptr) return;
+  const bool resethand = std::strcmp(child, "dump_signal_resethand") == 0;
+  if (std::strcmp(child, "dump_signal_handler") != 0 && !resethand) return;
   struct sigaction sa {};
-  sa.sa_handler = &CountTerm;
+  sa.sa_handler = resethand ? &CountTermMasked : &CountTerm;
   sigemptyset(&sa.sa_mask);
+  if (resethand) {
+    sigaddset(&sa.sa_mask, SIGUSR2);
+    sa.sa_flags = SA_RESETHAND;
+  }
   sigaction(SIGTERM, &sa, nullptr);
+}
+inline int RunDumpSignalResetHand() {
+  std::raise(SIGTERM);
+  if (!WaitForFile(DumpPath(1))) return 11;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (g_term_handled < 1) {  // forwarded by the dump thread after the dump
+    if (std::chrono::steady_clock::now() > deadline) return 12;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!g_term_mask_ok) return 13;
+  std::printf("handled once, mask kept\n");
+  std::fflush(stdout);
+  std::raise(SIGTERM);  // dumps, then the default action ends the process
+  if (!WaitForFile(DumpPath(2))) return 14;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return g_term_handled > 1 ? 15 : 16;  // still alive: the handler ran again (15) or nothing ended us (16)
 }
 inline int RunDumpSignalTerm(bool handler) {
   for (int i = 1; i <= 3; ++i) {
@@ -173,6 +206,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal") == 0) return RunDumpSignal();
   if (std::strcmp(name, "dump_signal_ignored") == 0) return RunDumpSignalTerm(false);
   if (std::strcmp(name, "dump_signal_handler") == 0) return RunDumpSignalTerm(true);
+  if (std::strcmp(name, "dump_signal_resethand") == 0) return RunDumpSignalResetHand();
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <climits>
+#include <csignal>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -157,6 +158,21 @@ TEST_CASE("dump_signal=TERM that does not end the process dumps at every signal"
     CheckDumps(dir, 3);
     RemoveDir(dir);
   }
+}
+
+TEST_CASE("dump_signal=TERM forwards to the program's handler as the kernel would: sa_mask, SA_RESETHAND") {
+  // Before: the handler ran without its sa_mask, and on every signal, though
+  // SA_RESETHAND asked for the default action after the first.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=TERM HEAPPROF_TEST_DIR=" + dir +
+                             " HEAPPROF_TEST_CHILD=dump_signal_resethand",
+                         out);
+  INFO(out);
+  CHECK(out.find("handled once, mask kept") != std::string::npos);
+  CHECK(rc == 128 + SIGTERM);  // the shell's status for a child ended by TERM
+  CheckDumps(dir, 2);
+  RemoveDir(dir);
 }
 
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {

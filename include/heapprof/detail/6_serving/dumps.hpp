@@ -313,17 +313,47 @@ class Dumper {
   // putting the previous disposition back for good made only the first
   // signal dump when it did not end the process (nohup's SIG_IGN, a
   // program's own handler).
+  //
+  // A handler installed with SA_RESETHAND ran once: the disposition it asked
+  // for after that is SIG_DFL, so the next signal ends the process.
   void ForwardSignal() noexcept {
     const int sig = cfg_->dump_signal;
     if (!Terminating(sig)) return;
-    const bool siginfo = (previous_.sa_flags & SA_SIGINFO) != 0;
-    if (!siginfo && previous_.sa_handler == SIG_IGN) return;
-    if (!siginfo && previous_.sa_handler == SIG_DFL) {
-      sigaction(sig, &previous_, nullptr);
+    const bool reset = handler_reset_.load(std::memory_order_acquire);
+    const bool siginfo = !reset && (previous_.sa_flags & SA_SIGINFO) != 0;
+    if (!siginfo && !reset && previous_.sa_handler == SIG_IGN) return;
+    if (!siginfo && (reset || previous_.sa_handler == SIG_DFL)) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(sig, &dfl, nullptr);
     } else {
       forwarding_.fetch_add(1, std::memory_order_acq_rel);
     }
     ::kill(getpid(), sig);
+  }
+
+  // Runs the previous handler as the kernel would have: with its sa_mask
+  // (and the signal itself unless SA_NODEFER) blocked, once only under
+  // SA_RESETHAND. Async-signal-safe.
+  void CallPrevious(int sig, siginfo_t* info, void* context) noexcept {
+    const int flags = previous_.sa_flags;
+    const bool handler = (flags & SA_SIGINFO) != 0 ||
+                         (previous_.sa_handler != SIG_IGN && previous_.sa_handler != SIG_DFL);
+    if (!handler || handler_reset_.load(std::memory_order_acquire)) return;
+    if ((flags & SA_RESETHAND) != 0) handler_reset_.store(true, std::memory_order_release);
+    sigset_t mask = previous_.sa_mask, saved;
+    if ((flags & SA_NODEFER) == 0) sigaddset(&mask, sig);
+    pthread_sigmask(SIG_BLOCK, &mask, &saved);
+    if ((flags & SA_NODEFER) != 0) {
+      sigset_t self;
+      sigemptyset(&self);
+      sigaddset(&self, sig);
+      pthread_sigmask(SIG_UNBLOCK, &self, nullptr);
+    }
+    if ((flags & SA_SIGINFO) != 0) previous_.sa_sigaction(sig, info, context);
+    else previous_.sa_handler(sig);
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
 
   // The signal handler: a signal we sent to forward (ForwardSignal) goes to
@@ -335,11 +365,7 @@ class Dumper {
              !forwarding_.compare_exchange_weak(pending, pending - 1, std::memory_order_acq_rel)) {
       }
       if (pending != 0) {
-        if ((previous_.sa_flags & SA_SIGINFO) != 0) {
-          previous_.sa_sigaction(sig, info, context);
-        } else if (previous_.sa_handler != SIG_IGN && previous_.sa_handler != SIG_DFL) {
-          previous_.sa_handler(sig);
-        }
+        CallPrevious(sig, info, context);
         return;
       }
     }
@@ -546,6 +572,7 @@ class Dumper {
   pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   struct sigaction previous_ {};  // dump_signal's disposition before ours
   std::atomic<unsigned> forwarding_{0};  // signals ForwardSignal sent for the previous handler
+  std::atomic<bool> handler_reset_{false};  // the previous handler had SA_RESETHAND and has run
   unsigned seq_ = 0;  // under write_mutex_
   std::uint64_t first_alloc_mark_ = 0;  // a forked child's first byte-trigger marks (0: SIZE)
   std::uint64_t first_inuse_mark_ = 0;
