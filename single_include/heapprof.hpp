@@ -3344,14 +3344,16 @@ struct PeakInfo {
   std::uint64_t inuse_now = 0;     // the estimate right now
 };
 
+// The estimated in-use heap, shared by every window.
+inline std::atomic<std::uint64_t> g_inuse_estimate{0};
+
+// One window's peak: its highest estimate and the snapshot taken on the way.
 class PeakTracker {
  public:
   constexpr PeakTracker() noexcept = default;
 
-  // Sampled path, after the bucket counted the allocation.
-  void OnSampledAlloc(const Bucket* b) noexcept {
-    const std::uint64_t w = SampleWeight(b);
-    const std::uint64_t now = inuse_.fetch_add(w, std::memory_order_relaxed) + w;
+  // Sampled path: the estimate `now`, just after a sampled allocation.
+  void Observe(std::uint64_t now) noexcept {
     std::uint64_t max = max_.load(std::memory_order_relaxed);
     while (now > max && !max_.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
     }
@@ -3359,13 +3361,10 @@ class PeakTracker {
     MaybeSnapshot(now);
   }
 
-  // A sampled object's free, after the bucket counted it.
-  void OnSampledFree(const Bucket* b) noexcept { inuse_.fetch_sub(SampleWeight(b), std::memory_order_relaxed); }
-
-  // ResetPeak(): a new window that starts at the heap as it is now.
+  // A new window that starts at the heap as it is now.
   void Reset() noexcept {
     LockGuard hold(lock_);
-    const std::uint64_t now = inuse_.load(std::memory_order_relaxed);
+    const std::uint64_t now = g_inuse_estimate.load(std::memory_order_relaxed);
     window_nanos_ = RealtimeNanos();
     snapshots_ = 0;
     max_.store(now, std::memory_order_relaxed);
@@ -3383,12 +3382,12 @@ class PeakTracker {
     info.max_bytes = max_.load(std::memory_order_relaxed);
     info.window_nanos = window_nanos_;
     info.snapshots = snapshots_;
-    info.inuse_now = inuse_.load(std::memory_order_relaxed);
+    info.inuse_now = g_inuse_estimate.load(std::memory_order_relaxed);
     return count_;
   }
   std::size_t Count() const noexcept { return count_published_.load(std::memory_order_relaxed); }
 
-  std::uint64_t InuseEstimate() const noexcept { return inuse_.load(std::memory_order_relaxed); }
+  std::uint64_t InuseEstimate() const noexcept { return g_inuse_estimate.load(std::memory_order_relaxed); }
   std::size_t BufferBytes() const noexcept { return cap_published_.load(std::memory_order_relaxed) * sizeof(BucketCounts); }
 
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
@@ -3451,7 +3450,6 @@ class PeakTracker {
   }
 
   SpinLock lock_;
-  std::atomic<std::uint64_t> inuse_{0};
   std::atomic<std::uint64_t> max_{0};
   std::atomic<std::uint64_t> next_mark_{0};  // 0: the first sample takes one
   // Under lock_:
@@ -3466,13 +3464,28 @@ class PeakTracker {
   std::atomic<std::size_t> cap_published_{0};
 };
 
+// The program's window: since the process started, or since ResetPeak().
 inline PeakTracker g_peak;
+// The HTTP server's /debug/pprof/peak?seconds=N window (one at a time), fed
+// only while one is open: a window of the server's never resets the
+// program's (a scrape every minute would have made peak_at_exit the peak of
+// the last minute), nor ResetPeak() the server's.
+inline PeakTracker g_window_peak;
+inline std::atomic<bool> g_window_peak_open{false};
+
+// The sampled path, after the bucket counted the allocation.
+inline void CountSampledPeak(const Bucket* b) noexcept {
+  const std::uint64_t w = SampleWeight(b);
+  const std::uint64_t now = g_inuse_estimate.fetch_add(w, std::memory_order_relaxed) + w;
+  g_peak.Observe(now);
+  if (HEAPPROF_UNLIKELY(g_window_peak_open.load(std::memory_order_relaxed))) g_window_peak.Observe(now);
+}
 
 // Every free of a sampled object goes through here: its bucket, then the
 // in-use estimate.
 inline void CountSampledFree(Bucket* b) noexcept {
   b->frees.fetch_add(1, std::memory_order_relaxed);
-  g_peak.OnSampledFree(b);
+  g_inuse_estimate.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
 }
 
 }  // namespace detail
@@ -7115,10 +7128,12 @@ inline void ForkPrepare() noexcept {
   g_buckets.lock().lock();
   g_live_map.LockAll();
   g_peak.lock().lock();
+  g_window_peak.lock().lock();
   g_arena.lock().lock();
 }
 inline void ForkParent() noexcept {
   g_arena.lock().unlock();
+  g_window_peak.lock().unlock();
   g_peak.lock().unlock();
   g_live_map.UnlockAll();
   g_buckets.lock().unlock();
@@ -7183,7 +7198,7 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
     b->frees.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  g_peak.OnSampledAlloc(b);  // the peak profile's estimate; a snapshot past each 10%
+  CountSampledPeak(b);  // the peak profile's estimate; a snapshot past each 10%
 }
 
 struct SampleCall {
@@ -12707,11 +12722,11 @@ struct PeakCopy {
   PeakInfo info;
 };
 
-inline PeakCopy CopyPeak() {
+inline PeakCopy CopyPeak(PeakTracker& tracker = g_peak) {
   PeakCopy copy;
   for (;;) {
-    copy.counts.resize(g_peak.Count() + 64);
-    const std::size_t n = g_peak.Copy(copy.counts.data(), copy.counts.size(), copy.info);
+    copy.counts.resize(tracker.Count() + 64);
+    const std::size_t n = tracker.Copy(copy.counts.data(), copy.counts.size(), copy.info);
     if (n != static_cast<std::size_t>(-1)) {
       copy.counts.resize(n);
       return copy;
@@ -12843,6 +12858,7 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
 }
 
 // The peak profile, serialised and compressed; false on failure.
+// `duration_nanos` != 0: the HTTP server's window (g_window_peak), that long.
 inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos = 0) {
   ReentrancyGuard guard;
   EnsureInit();
@@ -12850,7 +12866,7 @@ inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos =
   WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
   if (!headroom.ok()) return false;
   HEAPPROF_TRY {
-    ProfileData data = PeakProfileData(CopyPeak());
+    ProfileData data = PeakProfileData(CopyPeak(duration_nanos != 0 ? g_window_peak : g_peak));
     data.duration_nanos = duration_nanos;
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     gz = EncodeGzippedSymbolized(data, objects);
@@ -16093,8 +16109,8 @@ inline Plan PlanRequest(const Request& req) {
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
 //   /debug/pprof/peak             the peak profile (?debug=1 likewise;
-//                                 ?seconds=N: ResetPeak, then the peak of the next N s;
-//                                 one such window at a time, a second gets a 503)
+//                                 ?seconds=N: the peak of the next N s, in a window of
+//                                 the server's own: one at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
@@ -16343,7 +16359,7 @@ inline ArenaString IndexHtml() {
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
        "<li><div class=profile-name>peak: </div> The heap profile as it was when the in-use heap was highest "
-       "(since start or ResetPeak; seconds=N starts a new window and waits N s) (<a href='peak'>pprof</a>)</li>\n"
+       "(since start or ResetPeak; seconds=N: the peak of the next N s) (<a href='peak'>pprof</a>)</li>\n"
        "<li><div class=profile-name>retention: </div> Each sampled live object on its shortest chain of "
        "references from a root: a global, a thread's stack or TLS, unsampled heap, or unreachable (a leak) "
        "(<a href='retention'>pprof</a>)</li>\n"
@@ -16447,6 +16463,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       } else if (plan.peak) {
         const bool window = plan.action == Action::kDelta && since != nullptr;
         built = BuildPeakProfileBytes(body, window ? WindowNanos(*since) : 0);
+        if (window) g_window_peak_open.store(false, std::memory_order_relaxed);  // copied: the window is over
       } else {
         built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
@@ -16954,9 +16971,9 @@ class Server {
         return true;
       }
       if (c.plan.peak) {
-        // One peak window at a time: each starts with ResetPeak(), the one
-        // peak there is, so a second window reset the first's and that one
-        // served the peak of the second's period under its own duration.
+        // One peak window at a time: each starts by resetting the server's
+        // window (g_window_peak), so a second one would reset the first's,
+        // which would then serve the second's period under its own duration.
         for (const Connection& other : conns_) {
           if (&other == &c || other.fd < 0 || !other.plan.peak || other.plan.action != Action::kDelta) continue;
           if (other.state != Connection::State::kWaiting && other.state != Connection::State::kBuilding) continue;
@@ -16964,8 +16981,14 @@ class Server {
                                         "each starts by resetting the peak)"));
           return true;
         }
-        // A window of its own: the peak from now on (as ResetPeak()).
-        ResetPeak();
+        // A window of its own: the peak from now on. Not the program's window
+        // (ResetPeak()), which goes on: peak_at_exit and WritePeakHeapProfile
+        // still see the peak since start (or the program's own ResetPeak).
+        g_window_peak_open.store(true, std::memory_order_relaxed);
+        {
+          ReentrancyGuard guard;
+          g_window_peak.Reset();
+        }
         c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());

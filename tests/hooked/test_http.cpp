@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "heapprof/detail/2_sampling/peak.hpp"
 #include "internals.hpp"
 #include "support/http_client.hpp"
 #include "support/profile_io.hpp"
@@ -52,6 +53,20 @@ __attribute__((noinline)) void HttpGoFetchLeaf() {
   HEAPPROF_TEST_NO_UNROLL
   for (auto& p : g_http_keep_go) p = new char[7000];
   asm volatile("" ::: "memory");
+}
+// The peak windows' test: one block, allocated and freed at once.
+char* volatile g_http_peak_block = nullptr;
+// (Unlike bodies: GCC folds identical functions into one, with one name.)
+__attribute__((noinline)) void HttpPeakBeforeWindow(std::size_t n) {
+  g_http_peak_block = new char[n];
+  g_http_peak_block[0] = 'b';
+  delete[] g_http_peak_block;
+}
+__attribute__((noinline)) void HttpPeakInsideWindow(std::size_t n) {
+  g_http_peak_block = new char[n];
+  g_http_peak_block[0] = 'i';
+  g_http_peak_block[1] = 'w';
+  delete[] g_http_peak_block;
 }
 template <std::size_t N>
 void FreeAll(void* (&ptrs)[N]) {
@@ -643,6 +658,49 @@ TEST_CASE("http: a second peak ?seconds= window while one is open gets a 503 at 
     if (again.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(again.status == 200);
+}
+
+TEST_CASE("http: a peak ?seconds= window and the program's peak window do not reset each other") {
+  // Before: the server's window called ResetPeak(), the program's one window:
+  // a scrape of /peak?seconds= lost the program's peak (peak_at_exit then
+  // showed the last scrape's), and the program's ResetPeak() lost the
+  // server's window's.
+  RateScope rate(1);
+  heapprof::ResetPeak();
+  // Steps above 10% of the in-use estimate, so each takes a snapshot (at rate
+  // 1, exact): the program's peak is the larger, before the server's window.
+  const std::size_t estimate = heapprof::detail::g_peak.InuseEstimate();
+  const std::size_t before = estimate / 4 + (std::size_t{32} << 20), inside = estimate / 4 + (std::size_t{8} << 20);
+  HttpPeakBeforeWindow(before);
+  heapprof::HttpServer server("127.0.0.1:0");
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(fd >= 0);
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=1")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  HttpPeakInsideWindow(inside);
+  // The program's window, while the server's is open: still its own peak.
+  const std::string path = TempPath(".peak.pb.gz");
+  REQUIRE(heapprof::WritePeakHeapProfile(path));
+  Profile mine;
+  REQUIRE(ReadProfileFile(path, mine));
+  std::remove(path.c_str());
+  CHECK(SumForLeaf(mine, "HttpPeakBeforeWindow", "inuse_space") == static_cast<std::int64_t>(before));
+  CHECK(SumForLeaf(mine, "HttpPeakInsideWindow", "inuse_space") == 0);
+  // The program starts a window of its own: the server's goes on.
+  heapprof::ResetPeak();
+  const HttpResponse r = ParseHttpResponse(ReadAll(fd, 30000));
+  ::close(fd);
+  REQUIRE(r.status == 200);
+  Profile window;
+  REQUIRE(DecodeBody(r.body, window));
+  CHECK(SumForLeaf(window, "HttpPeakInsideWindow", "inuse_space") == static_cast<std::int64_t>(inside));
+  CHECK(SumForLeaf(window, "HttpPeakBeforeWindow", "inuse_space") == 0);
+  CHECK(window.duration_nanos >= 1000000000);
 }
 
 TEST_CASE("http: ?seconds=N serves the allocations of the window only") {

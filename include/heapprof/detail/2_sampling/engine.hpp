@@ -205,10 +205,12 @@ inline void ForkPrepare() noexcept {
   g_buckets.lock().lock();
   g_live_map.LockAll();
   g_peak.lock().lock();
+  g_window_peak.lock().lock();
   g_arena.lock().lock();
 }
 inline void ForkParent() noexcept {
   g_arena.lock().unlock();
+  g_window_peak.lock().unlock();
   g_peak.lock().unlock();
   g_live_map.UnlockAll();
   g_buckets.lock().unlock();
@@ -273,7 +275,7 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
     b->frees.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  g_peak.OnSampledAlloc(b);  // the peak profile's estimate; a snapshot past each 10%
+  CountSampledPeak(b);  // the peak profile's estimate; a snapshot past each 10%
 }
 
 struct SampleCall {

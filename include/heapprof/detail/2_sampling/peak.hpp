@@ -83,14 +83,16 @@ struct PeakInfo {
   std::uint64_t inuse_now = 0;     // the estimate right now
 };
 
+// The estimated in-use heap, shared by every window.
+inline std::atomic<std::uint64_t> g_inuse_estimate{0};
+
+// One window's peak: its highest estimate and the snapshot taken on the way.
 class PeakTracker {
  public:
   constexpr PeakTracker() noexcept = default;
 
-  // Sampled path, after the bucket counted the allocation.
-  void OnSampledAlloc(const Bucket* b) noexcept {
-    const std::uint64_t w = SampleWeight(b);
-    const std::uint64_t now = inuse_.fetch_add(w, std::memory_order_relaxed) + w;
+  // Sampled path: the estimate `now`, just after a sampled allocation.
+  void Observe(std::uint64_t now) noexcept {
     std::uint64_t max = max_.load(std::memory_order_relaxed);
     while (now > max && !max_.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
     }
@@ -98,13 +100,10 @@ class PeakTracker {
     MaybeSnapshot(now);
   }
 
-  // A sampled object's free, after the bucket counted it.
-  void OnSampledFree(const Bucket* b) noexcept { inuse_.fetch_sub(SampleWeight(b), std::memory_order_relaxed); }
-
-  // ResetPeak(): a new window that starts at the heap as it is now.
+  // A new window that starts at the heap as it is now.
   void Reset() noexcept {
     LockGuard hold(lock_);
-    const std::uint64_t now = inuse_.load(std::memory_order_relaxed);
+    const std::uint64_t now = g_inuse_estimate.load(std::memory_order_relaxed);
     window_nanos_ = RealtimeNanos();
     snapshots_ = 0;
     max_.store(now, std::memory_order_relaxed);
@@ -122,12 +121,12 @@ class PeakTracker {
     info.max_bytes = max_.load(std::memory_order_relaxed);
     info.window_nanos = window_nanos_;
     info.snapshots = snapshots_;
-    info.inuse_now = inuse_.load(std::memory_order_relaxed);
+    info.inuse_now = g_inuse_estimate.load(std::memory_order_relaxed);
     return count_;
   }
   std::size_t Count() const noexcept { return count_published_.load(std::memory_order_relaxed); }
 
-  std::uint64_t InuseEstimate() const noexcept { return inuse_.load(std::memory_order_relaxed); }
+  std::uint64_t InuseEstimate() const noexcept { return g_inuse_estimate.load(std::memory_order_relaxed); }
   std::size_t BufferBytes() const noexcept { return cap_published_.load(std::memory_order_relaxed) * sizeof(BucketCounts); }
 
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
@@ -190,7 +189,6 @@ class PeakTracker {
   }
 
   SpinLock lock_;
-  std::atomic<std::uint64_t> inuse_{0};
   std::atomic<std::uint64_t> max_{0};
   std::atomic<std::uint64_t> next_mark_{0};  // 0: the first sample takes one
   // Under lock_:
@@ -205,13 +203,28 @@ class PeakTracker {
   std::atomic<std::size_t> cap_published_{0};
 };
 
+// The program's window: since the process started, or since ResetPeak().
 inline PeakTracker g_peak;
+// The HTTP server's /debug/pprof/peak?seconds=N window (one at a time), fed
+// only while one is open: a window of the server's never resets the
+// program's (a scrape every minute would have made peak_at_exit the peak of
+// the last minute), nor ResetPeak() the server's.
+inline PeakTracker g_window_peak;
+inline std::atomic<bool> g_window_peak_open{false};
+
+// The sampled path, after the bucket counted the allocation.
+inline void CountSampledPeak(const Bucket* b) noexcept {
+  const std::uint64_t w = SampleWeight(b);
+  const std::uint64_t now = g_inuse_estimate.fetch_add(w, std::memory_order_relaxed) + w;
+  g_peak.Observe(now);
+  if (HEAPPROF_UNLIKELY(g_window_peak_open.load(std::memory_order_relaxed))) g_window_peak.Observe(now);
+}
 
 // Every free of a sampled object goes through here: its bucket, then the
 // in-use estimate.
 inline void CountSampledFree(Bucket* b) noexcept {
   b->frees.fetch_add(1, std::memory_order_relaxed);
-  g_peak.OnSampledFree(b);
+  g_inuse_estimate.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
 }
 
 }  // namespace detail

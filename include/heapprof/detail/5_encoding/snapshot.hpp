@@ -131,11 +131,11 @@ struct PeakCopy {
   PeakInfo info;
 };
 
-inline PeakCopy CopyPeak() {
+inline PeakCopy CopyPeak(PeakTracker& tracker = g_peak) {
   PeakCopy copy;
   for (;;) {
-    copy.counts.resize(g_peak.Count() + 64);
-    const std::size_t n = g_peak.Copy(copy.counts.data(), copy.counts.size(), copy.info);
+    copy.counts.resize(tracker.Count() + 64);
+    const std::size_t n = tracker.Copy(copy.counts.data(), copy.counts.size(), copy.info);
     if (n != static_cast<std::size_t>(-1)) {
       copy.counts.resize(n);
       return copy;
@@ -267,6 +267,7 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
 }
 
 // The peak profile, serialised and compressed; false on failure.
+// `duration_nanos` != 0: the HTTP server's window (g_window_peak), that long.
 inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos = 0) {
   ReentrancyGuard guard;
   EnsureInit();
@@ -274,7 +275,7 @@ inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos =
   WriteHeadroom headroom;  // built without exceptions: the memory first, or no write
   if (!headroom.ok()) return false;
   HEAPPROF_TRY {
-    ProfileData data = PeakProfileData(CopyPeak());
+    ProfileData data = PeakProfileData(CopyPeak(duration_nanos != 0 ? g_window_peak : g_peak));
     data.duration_nanos = duration_nanos;
     const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
     gz = EncodeGzippedSymbolized(data, objects);

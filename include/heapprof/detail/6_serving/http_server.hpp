@@ -13,8 +13,8 @@
 //   /debug/pprof/heap, /allocs    gzip'ed pprof (?debug=1: Go's legacy text,
 //                                 ?seconds=N: the delta over the next N s)
 //   /debug/pprof/peak             the peak profile (?debug=1 likewise;
-//                                 ?seconds=N: ResetPeak, then the peak of the next N s;
-//                                 one such window at a time, a second gets a 503)
+//                                 ?seconds=N: the peak of the next N s, in a window of
+//                                 the server's own: one at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
@@ -273,7 +273,7 @@ inline ArenaString IndexHtml() {
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
        "<li><div class=profile-name>peak: </div> The heap profile as it was when the in-use heap was highest "
-       "(since start or ResetPeak; seconds=N starts a new window and waits N s) (<a href='peak'>pprof</a>)</li>\n"
+       "(since start or ResetPeak; seconds=N: the peak of the next N s) (<a href='peak'>pprof</a>)</li>\n"
        "<li><div class=profile-name>retention: </div> Each sampled live object on its shortest chain of "
        "references from a root: a global, a thread's stack or TLS, unsampled heap, or unreachable (a leak) "
        "(<a href='retention'>pprof</a>)</li>\n"
@@ -377,6 +377,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       } else if (plan.peak) {
         const bool window = plan.action == Action::kDelta && since != nullptr;
         built = BuildPeakProfileBytes(body, window ? WindowNanos(*since) : 0);
+        if (window) g_window_peak_open.store(false, std::memory_order_relaxed);  // copied: the window is over
       } else {
         built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
@@ -884,9 +885,9 @@ class Server {
         return true;
       }
       if (c.plan.peak) {
-        // One peak window at a time: each starts with ResetPeak(), the one
-        // peak there is, so a second window reset the first's and that one
-        // served the peak of the second's period under its own duration.
+        // One peak window at a time: each starts by resetting the server's
+        // window (g_window_peak), so a second one would reset the first's,
+        // which would then serve the second's period under its own duration.
         for (const Connection& other : conns_) {
           if (&other == &c || other.fd < 0 || !other.plan.peak || other.plan.action != Action::kDelta) continue;
           if (other.state != Connection::State::kWaiting && other.state != Connection::State::kBuilding) continue;
@@ -894,8 +895,14 @@ class Server {
                                         "each starts by resetting the peak)"));
           return true;
         }
-        // A window of its own: the peak from now on (as ResetPeak()).
-        ResetPeak();
+        // A window of its own: the peak from now on. Not the program's window
+        // (ResetPeak()), which goes on: peak_at_exit and WritePeakHeapProfile
+        // still see the peak since start (or the program's own ResetPeak).
+        g_window_peak_open.store(true, std::memory_order_relaxed);
+        {
+          ReentrancyGuard guard;
+          g_window_peak.Reset();
+        }
         c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
