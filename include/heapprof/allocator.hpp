@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 // std::allocator and std::allocator_traits. libstdc++ has them in two small
 // headers that <vector>, <string> and <map> include anyway; <memory> would
 // add ~10,000 lines of shared_ptr and friends to every unit using labels.
@@ -97,6 +98,21 @@ class allocator {
     if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(upstream_, p, n);
+  }
+
+  // Elements are made and destroyed by the upstream, as without heapprof: a
+  // std::pmr::polymorphic_allocator or std::scoped_allocator_adaptor passes
+  // its resource to elements that take an allocator (uses-allocator
+  // construction), so a pmr::string in the container allocates from the
+  // container's resource. (allocator_traits' default, placement new, would
+  // give such elements the default resource instead.)
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    upstream_traits::construct(upstream_, p, std::forward<Args>(args)...);
+  }
+  template <class U>
+  void destroy(U* p) {
+    upstream_traits::destroy(upstream_, p);
   }
 
   size_type max_size() const noexcept { return upstream_traits::max_size(upstream_); }

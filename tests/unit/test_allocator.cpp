@@ -165,6 +165,47 @@ TEST_CASE("allocator: rebinds, compares like its upstream, propagates like its u
   CHECK(s1.free_bytes - s0.free_bytes == 1000 * sizeof(int));
 }
 
+namespace {
+// A resource that counts what it serves, to see where elements allocate.
+struct CountingResource : std::pmr::memory_resource {
+  std::size_t bytes = 0;
+  void* do_allocate(std::size_t n, std::size_t align) override {
+    bytes += n;
+    return std::pmr::new_delete_resource()->allocate(n, align);
+  }
+  void do_deallocate(void* p, std::size_t n, std::size_t align) override {
+    std::pmr::new_delete_resource()->deallocate(p, n, align);
+  }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+};
+}  // namespace
+
+TEST_CASE("allocator: elements are constructed by the upstream (pmr uses-allocator construction)") {
+  // Without heapprof a pmr::vector<pmr::string> gives each string the
+  // vector's resource; wrapped in heapprof::allocator it must still.
+  using Upstream = std::pmr::polymorphic_allocator<std::pmr::string>;
+  using A = heapprof::allocator<std::pmr::string, Upstream>;
+  CountingResource resource;
+  {
+    std::vector<std::pmr::string, A> v{A(Upstream(&resource))};
+    v.reserve(4);
+    const std::size_t vector_bytes = resource.bytes;
+    CHECK(vector_bytes == 4 * sizeof(std::pmr::string));
+    v.emplace_back(1000, 'x');  // longer than the small-string buffer
+    CHECK(v[0].get_allocator().resource() == &resource);
+    CHECK(resource.bytes == vector_bytes + 1001);
+  }
+  // Nodes of a map: the pair's pmr::string gets the map's resource too.
+  using PairUpstream = std::pmr::polymorphic_allocator<std::pair<const int, std::pmr::string>>;
+  using M = std::map<int, std::pmr::string, std::less<int>, heapprof::allocator<std::pair<const int, std::pmr::string>, PairUpstream>>;
+  CountingResource map_resource;
+  {
+    M m{M::allocator_type(PairUpstream(&map_resource))};
+    m.emplace(1, std::string(500, 'y'));
+    CHECK(m.at(1).get_allocator().resource() == &map_resource);
+  }
+}
+
 #if HEAPPROF_ENABLED
 // The free filter's bits (1_hooks/fast_path.hpp): a bit is set while a live
 // sampled object hashes to its counter and cleared when none does, so a
