@@ -27,9 +27,10 @@ namespace detail {
 // of the executable segments) so pprof can symbolize from the files. The
 // counts are raw sample counts that the reader scales with Go's formula at
 // the header's rate (2*rate, a quirk pprof expects). One record per bucket, so
-// the mean object size the formula needs is exact; a bucket sampled at an
-// older rate has its counts converted to the header's rate. At rate 0 or 1
-// the counts are the estimates themselves (pprof does not scale those).
+// the mean object size the formula needs is exact. The header's rate is the
+// lowest rate of the records (the current rate when there are none); a bucket
+// sampled at a higher one has its counts converted to it. At rate 0 or 1 the
+// counts are the estimates themselves (pprof does not scale those).
 inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 inline void AppendFormat(ArenaString& out, const char* fmt, ...) {
   char buf[512];
@@ -84,12 +85,27 @@ class TextProfileStream {
     HEAPPROF_TRY {
       extra_comments_ = extra_comments;
       more_comments_.assign(more_comments.data(), more_comments.size());
-      const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
       ArenaVector<BucketCounts> all;
       if (counts == nullptr) {
         for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) all.push_back(ReadCounts(b));
         counts = &all;
       }
+      // The header's rate: the lowest any record was sampled at (the current
+      // rate when there are none). Each record then stands for at least as
+      // many objects as its raw count at the header's rate, so converting
+      // never rounds a record away: at the current rate, 1000 objects of 48 B
+      // recorded at rate 1 were 0.09 raw samples of the default 512 KiB,
+      // written as 0. When every record shares one rate (the usual case) it
+      // is that rate and the counts are Go's raw sample counts.
+      std::uint64_t rate = 0;
+      bool any = false;
+      for (const BucketCounts& now : *counts) {
+        if (now.allocs == 0) continue;
+        const std::uint64_t r = now.bucket->rate <= 1 ? 1 : now.bucket->rate;
+        if (!any || r < rate) rate = r;
+        any = true;
+      }
+      if (!any) rate = RateOf(g_rate_state.load(std::memory_order_acquire));
       for (const BucketCounts& now : *counts) {
         const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
