@@ -262,6 +262,37 @@ TEST_CASE("labels: a million distinct request ids stay within the label-set cap 
   CHECK(out.find("overflow_label=label-set-overflow\n") != std::string::npos);
 }
 
+TEST_CASE("labels: a set of more than 32 labels is the overflow set, counted, not a set missing labels") {
+  const std::uint64_t overflows = heapprof::GetStats().label_set_overflows;
+  heapprof::ScopedLabels many{{"a01", "1"}, {"a02", "1"}, {"a03", "1"}, {"a04", "1"}, {"a05", "1"}, {"a06", "1"},
+                              {"a07", "1"}, {"a08", "1"}, {"a09", "1"}, {"a10", "1"}, {"a11", "1"}, {"a12", "1"},
+                              {"a13", "1"}, {"a14", "1"}, {"a15", "1"}, {"a16", "1"}, {"a17", "1"}, {"a18", "1"},
+                              {"a19", "1"}, {"a20", "1"}, {"a21", "1"}, {"a22", "1"}, {"a23", "1"}, {"a24", "1"},
+                              {"a25", "1"}, {"a26", "1"}, {"a27", "1"}, {"a28", "1"}, {"a29", "1"}, {"a30", "1"},
+                              {"a31", "1"}, {"a32", "1"}};
+  CHECK(heapprof::CurrentLabels().size() == 32);  // 32 fit
+  CHECK(heapprof::CurrentLabels().Get("a32") == "1");
+  CHECK(heapprof::GetStats().label_set_overflows == overflows);
+  {
+    // One more, nested: before, the set kept the 32 and dropped "endpoint"
+    // silently, so this scope's samples had no endpoint and nothing said why.
+    heapprof::ScopedLabels inner{{"endpoint", "/search"}};
+    const heapprof::LabelSet now = heapprof::CurrentLabels();
+    CHECK(now.size() == 1);
+    CHECK(now.Get("heapprof") == "label-set-overflow");
+    CHECK(heapprof::GetStats().label_set_overflows == overflows + 1);
+  }
+  // Overriding a key keeps the count at 32: an ordinary set.
+  heapprof::ScopedLabels same{{"a01", "2"}};
+  CHECK(heapprof::CurrentLabels().size() == 32);
+  CHECK(heapprof::CurrentLabels().Get("a01") == "2");
+  // 33 in one scope, and a LabelSet carried over 32 others: the overflow set too.
+  const heapprof::LabelSet carried{{"tenant", "acme"}};
+  heapprof::ScopedLabels worker{carried};
+  CHECK(heapprof::CurrentLabels().Get("heapprof") == "label-set-overflow");
+  CHECK(heapprof::GetStats().label_set_overflows == overflows + 2);
+}
+
 TEST_CASE("labels: the largest label sets stop at the 16 MiB budget") {
   // Before: 4096 sets of 32 labels of 256-byte keys and values took 136 MiB.
   std::string out;

@@ -9,9 +9,9 @@
 //
 // Memory is bounded: at most max_label_sets distinct sets (HEAPPROF key, 4096
 // by default) and kLabelSetBudgetBytes of them, keys and values cut at
-// kMaxLabelBytes, kMaxLabels per set. Past either cap every new set maps to
-// one overflow set whose single label says so; the number of such mappings is
-// counted in Stats.
+// kMaxLabelBytes, kMaxLabels per set. Past either cap, and for a set of more
+// than kMaxLabels labels, the set maps to one overflow set whose single label
+// says so; the number of such mappings is counted in Stats.
 #pragma once
 
 #include <atomic>
@@ -107,6 +107,10 @@ class LabelRegistry {
     if (b.count == 0) return nullptr;
     const std::uint64_t hash = b.Hash();
     LockGuard hold(lock_);
+    // More than kMaxLabels labels: the overflow set, counted, rather than a
+    // set silently missing the labels that did not fit (an inner scope's
+    // {"endpoint", ...} over 32 others vanished from its samples).
+    if (b.dropped) return OverflowLocked();
     if (const LabelSetData* found = table_.Find(hash, [&](const LabelSetData& s) { return b.Equals(s); })) {
       return found;
     }
