@@ -293,6 +293,45 @@ TEST_CASE("labels: a set of more than 32 labels is the overflow set, counted, no
   CHECK(heapprof::GetStats().label_set_overflows == overflows + 2);
 }
 
+namespace {
+bool ValidUtf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("labels: a key or value cut at 256 bytes stays valid UTF-8") {
+  // "x" then 150 two-byte characters: byte 256 is the second byte of one.
+  // Cut there, the value ended in half a character, which a strict protobuf
+  // decoder (string fields must be UTF-8) rejects along with the whole profile.
+  std::string value = "x";
+  for (int i = 0; i < 150; ++i) value += "\xc3\xa9";  // U+00E9
+  std::string key = "kk";
+  for (int i = 0; i < 100; ++i) key += "\xe2\x82\xac";  // U+20AC, 3 bytes: byte 256 is a third byte (cut at 254)
+  heapprof::ScopedLabels scope{{key, value}};
+  const heapprof::LabelSet now = heapprof::CurrentLabels();
+  REQUIRE(now.size() == 1);
+  const heapprof::Label kv = now[0];
+  CHECK(kv.second.size() == 255);
+  CHECK(ValidUtf8(kv.second));
+  CHECK(kv.second == std::string_view(value).substr(0, 255));
+  CHECK(kv.first.size() == 254);
+  CHECK(ValidUtf8(kv.first));
+  // ASCII is cut at exactly 256, as before.
+  const std::string ascii(300, 'a');
+  heapprof::ScopedLabels plain{{"plain", ascii}};
+  CHECK(heapprof::CurrentLabels().Get("plain").size() == 256);
+}
+
 TEST_CASE("labels: the largest label sets stop at the 16 MiB budget") {
   // Before: 4096 sets of 32 labels of 256-byte keys and values took 136 MiB.
   std::string out;

@@ -62,10 +62,23 @@ struct LabelBuilder {
     if (set == nullptr) return;
     for (std::uint32_t i = 0; i < set->count; ++i) Put(set->entries()[i].key, set->entries()[i].value);
   }
+  // `text` cut to at most kMaxLabelBytes, at a UTF-8 character boundary: a
+  // cut inside a character would put invalid UTF-8 into the profile's
+  // string table, a proto3 `string` that strict decoders (protobuf-go's)
+  // reject, losing the whole profile. A character is at most 4 bytes, so at
+  // most 3 continuation bytes are given back (text that is not UTF-8 is cut
+  // within 3 bytes of the limit all the same).
+  static std::string_view Cut(std::string_view text) noexcept {
+    if (text.size() <= kMaxLabelBytes) return text;
+    std::size_t n = kMaxLabelBytes;
+    for (int back = 0; back < 3 && n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80; ++back) --n;
+    if ((static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) n = kMaxLabelBytes;  // not UTF-8 here
+    return text.substr(0, n);
+  }
   // Inserts or overrides `key` (the later value wins, as an inner scope does).
   void Put(std::string_view key, std::string_view value) noexcept {
-    if (key.size() > kMaxLabelBytes) key = key.substr(0, kMaxLabelBytes);
-    if (value.size() > kMaxLabelBytes) value = value.substr(0, kMaxLabelBytes);
+    key = Cut(key);
+    value = Cut(value);
     std::size_t i = 0;
     while (i < count && entries[i].key < key) ++i;
     if (i < count && entries[i].key == key) {
