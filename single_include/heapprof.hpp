@@ -680,6 +680,7 @@ class ScopedLabels {
 
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 // std::allocator and std::allocator_traits. libstdc++ has them in two small
 // headers that <vector>, <string> and <map> include anyway; <memory> would
 // add ~10,000 lines of shared_ptr and friends to every unit using labels.
@@ -761,6 +762,21 @@ class allocator {
     if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(upstream_, p, n);
+  }
+
+  // Elements are made and destroyed by the upstream, as without heapprof: a
+  // std::pmr::polymorphic_allocator or std::scoped_allocator_adaptor passes
+  // its resource to elements that take an allocator (uses-allocator
+  // construction), so a pmr::string in the container allocates from the
+  // container's resource. (allocator_traits' default, placement new, would
+  // give such elements the default resource instead.)
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    upstream_traits::construct(upstream_, p, std::forward<Args>(args)...);
+  }
+  template <class U>
+  void destroy(U* p) {
+    upstream_traits::destroy(upstream_, p);
   }
 
   size_type max_size() const noexcept { return upstream_traits::max_size(upstream_); }
@@ -2746,9 +2762,9 @@ inline ThreadRegistry g_registry;
 //
 // Memory is bounded: at most max_label_sets distinct sets (HEAPPROF key, 4096
 // by default) and kLabelSetBudgetBytes of them, keys and values cut at
-// kMaxLabelBytes, kMaxLabels per set. Past either cap every new set maps to
-// one overflow set whose single label says so; the number of such mappings is
-// counted in Stats.
+// kMaxLabelBytes, kMaxLabels per set. Past either cap, and for a set of more
+// than kMaxLabels labels, the set maps to one overflow set whose single label
+// says so; the number of such mappings is counted in Stats.
 
 #include <atomic>
 #include <cstdint>
@@ -2792,10 +2808,23 @@ struct LabelBuilder {
     if (set == nullptr) return;
     for (std::uint32_t i = 0; i < set->count; ++i) Put(set->entries()[i].key, set->entries()[i].value);
   }
+  // `text` cut to at most kMaxLabelBytes, at a UTF-8 character boundary: a
+  // cut inside a character would put invalid UTF-8 into the profile's
+  // string table, a proto3 `string` that strict decoders (protobuf-go's)
+  // reject, losing the whole profile. A character is at most 4 bytes, so at
+  // most 3 continuation bytes are given back (text that is not UTF-8 is cut
+  // within 3 bytes of the limit all the same).
+  static std::string_view Cut(std::string_view text) noexcept {
+    if (text.size() <= kMaxLabelBytes) return text;
+    std::size_t n = kMaxLabelBytes;
+    for (int back = 0; back < 3 && n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80; ++back) --n;
+    if ((static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) n = kMaxLabelBytes;  // not UTF-8 here
+    return text.substr(0, n);
+  }
   // Inserts or overrides `key` (the later value wins, as an inner scope does).
   void Put(std::string_view key, std::string_view value) noexcept {
-    if (key.size() > kMaxLabelBytes) key = key.substr(0, kMaxLabelBytes);
-    if (value.size() > kMaxLabelBytes) value = value.substr(0, kMaxLabelBytes);
+    key = Cut(key);
+    value = Cut(value);
     std::size_t i = 0;
     while (i < count && entries[i].key < key) ++i;
     if (i < count && entries[i].key == key) {
@@ -2837,6 +2866,10 @@ class LabelRegistry {
     if (b.count == 0) return nullptr;
     const std::uint64_t hash = b.Hash();
     LockGuard hold(lock_);
+    // More than kMaxLabels labels: the overflow set, counted, rather than a
+    // set silently missing the labels that did not fit (an inner scope's
+    // {"endpoint", ...} over 32 others vanished from its samples).
+    if (b.dropped) return OverflowLocked();
     if (const LabelSetData* found = table_.Find(hash, [&](const LabelSetData& s) { return b.Equals(s); })) {
       return found;
     }
@@ -12926,9 +12959,10 @@ namespace detail {
 // of the executable segments) so pprof can symbolize from the files. The
 // counts are raw sample counts that the reader scales with Go's formula at
 // the header's rate (2*rate, a quirk pprof expects). One record per bucket, so
-// the mean object size the formula needs is exact; a bucket sampled at an
-// older rate has its counts converted to the header's rate. At rate 0 or 1
-// the counts are the estimates themselves (pprof does not scale those).
+// the mean object size the formula needs is exact. The header's rate is the
+// lowest rate of the records (the current rate when there are none); a bucket
+// sampled at a higher one has its counts converted to it. At rate 0 or 1 the
+// counts are the estimates themselves (pprof does not scale those).
 inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 inline void AppendFormat(ArenaString& out, const char* fmt, ...) {
   char buf[512];
@@ -12983,12 +13017,27 @@ class TextProfileStream {
     HEAPPROF_TRY {
       extra_comments_ = extra_comments;
       more_comments_.assign(more_comments.data(), more_comments.size());
-      const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
       ArenaVector<BucketCounts> all;
       if (counts == nullptr) {
         for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) all.push_back(ReadCounts(b));
         counts = &all;
       }
+      // The header's rate: the lowest any record was sampled at (the current
+      // rate when there are none). Each record then stands for at least as
+      // many objects as its raw count at the header's rate, so converting
+      // never rounds a record away: at the current rate, 1000 objects of 48 B
+      // recorded at rate 1 were 0.09 raw samples of the default 512 KiB,
+      // written as 0. When every record shares one rate (the usual case) it
+      // is that rate and the counts are Go's raw sample counts.
+      std::uint64_t rate = 0;
+      bool any = false;
+      for (const BucketCounts& now : *counts) {
+        if (now.allocs == 0) continue;
+        const std::uint64_t r = now.bucket->rate <= 1 ? 1 : now.bucket->rate;
+        if (!any || r < rate) rate = r;
+        any = true;
+      }
+      if (!any) rate = RateOf(g_rate_state.load(std::memory_order_acquire));
       for (const BucketCounts& now : *counts) {
         const Bucket* b = now.bucket;
         const std::uint64_t allocs = now.allocs, frees = now.frees;
