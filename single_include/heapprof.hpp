@@ -16190,6 +16190,7 @@ inline Plan PlanRequest(const Request& req) {
 #include <csignal>
 #include <pthread.h>
 #include <string>
+#include <optional>
 #include <string_view>
 #include <deque>
 #include <vector>
@@ -17225,10 +17226,17 @@ inline void CloseServersInForkedChild() noexcept {
 
 }  // namespace http
 
-// What heapprof::HttpServer (heapprof/http.hpp) points at.
+struct EngineApi;  // implementation.hpp
+
+// What heapprof::HttpServer (heapprof/http.hpp) points at: a server of this
+// copy of heapprof, or one that the engine recording the process runs for it
+// (libheapprof_preload.so's: `remote`, a handle of that engine's).
 struct HttpServerState {
-  explicit HttpServerState(std::string_view listen) : server(listen) {}
-  http::Server server;
+  explicit HttpServerState(std::string_view listen) { server.emplace(listen); }
+  HttpServerState(const EngineApi* e, void* handle) noexcept : engine(e), remote(handle) {}
+  std::optional<http::Server> server;
+  const EngineApi* engine = nullptr;
+  void* remote = nullptr;
 };
 
 }  // namespace detail
@@ -17448,6 +17456,15 @@ struct EngineApi {
   void (*reset_peak)() noexcept;
   bool (*write_retention_stream)(std::ostream& out);
   bool (*write_retention_path)(const char* path);
+  // The program's heapprof::HttpServer, run by the engine that records (a
+  // server of the forwarding copy would serve that copy's empty profiles).
+  // Never throws: a failed start is a handle with its failure: 0 serving, -1
+  // an invalid address, else the errno, with its context.
+  void* (*start_http_server)(const char* listen, std::size_t size) noexcept;
+  void (*stop_http_server)(void* server) noexcept;
+  std::uint16_t (*http_server_port)(const void* server) noexcept;
+  const char* (*http_server_error)(const void* server) noexcept;  // "" when serving
+  int (*http_server_failure)(const void* server, const char** context) noexcept;
 };
 // A library's table has the members up to and including `member` when its
 // size covers them.
@@ -17705,9 +17722,48 @@ inline HttpServerState* HttpOutOfMemory() noexcept {
 
 HEAPPROF_LINKED_BEGIN
 
+// The server of the engine that records, for a program whose copy forwards
+// (ExternalEngine); nullptr when that engine is too old to run one.
+inline HttpServerState* StartRemoteHttpServer(std::string_view listen, bool throw_errors) {
+  const EngineApi* e = g_external_engine;
+  if (!HEAPPROF_ENGINE_HAS(e, http_server_failure)) {
+    ReportRaw("heapprof: HttpServer: libheapprof_preload.so records this process but is older than this program's "
+              "heapprof and cannot serve for it; this server's profiles are empty (use the library's own, "
+              "HEAPPROF=http=ADDRESS)\n");
+    return nullptr;
+  }
+  void* remote = e->start_http_server(listen.data(), listen.size());
+  HttpServerState* state = nullptr;
+  HEAPPROF_TRY { state = MakeArena<HttpServerState>(e, remote).release(); }
+  HEAPPROF_CATCH_ALL { state = nullptr; }
+  if (state == nullptr) {
+    e->stop_http_server(remote);
+#if HEAPPROF_EXCEPTIONS
+    if (throw_errors) throw std::bad_alloc();
+#endif
+    return HttpOutOfMemory();
+  }
+  const char* context = "";
+  const int failure = e->http_server_failure(remote, &context);
+  if (failure == 0 || !throw_errors) return state;
+#if HEAPPROF_EXCEPTIONS
+  const std::string message = e->http_server_error(remote);
+  const std::string where = context;
+  StopHttpServer(state);
+  if (failure < 0) throw std::invalid_argument(message);
+  throw std::system_error(failure, std::generic_category(), where);
+#else
+  ReportLine(ArenaString(e->http_server_error(remote)) + "; not serving");
+  return state;
+#endif
+}
+
 HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
   ReentrancyGuard guard;  // the server's own memory is never sampled
   EnsureInit();
+  if (g_external_engine != nullptr) {
+    if (HttpServerState* remote = StartRemoteHttpServer(listen, throw_errors)) return remote;
+  }
   HttpServerState* state = nullptr;  // on the arena, like everything the server holds
   HEAPPROF_TRY { state = MakeArena<HttpServerState>(listen).release(); }
   HEAPPROF_CATCH_ALL { state = nullptr; }
@@ -17717,8 +17773,8 @@ HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
 #endif
     return HttpOutOfMemory();
   }
-  if (state->server.ok() || !throw_errors) return state;
-  const http::StartError& e = state->server.error();
+  if (state->server->ok() || !throw_errors) return state;
+  const http::StartError& e = state->server->error();
 #if HEAPPROF_EXCEPTIONS
   // The exception's text is the caller's (host) memory.
   const std::string message(e.message.data(), e.message.size());
@@ -17736,17 +17792,43 @@ HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
 
 void StopHttpServer(HttpServerState* state) noexcept {
   ReentrancyGuard guard;
-  if (state != nullptr && state != HttpOutOfMemory()) ArenaDeleter<HttpServerState>()(state);
+  if (state == nullptr || state == HttpOutOfMemory()) return;
+  if (state->engine != nullptr) state->engine->stop_http_server(state->remote);
+  ArenaDeleter<HttpServerState>()(state);
 }
 
 std::uint16_t HttpServerPort(const HttpServerState* state) noexcept {
   if (state == nullptr || state == HttpOutOfMemory()) return 0;
-  return state->server.ok() ? state->server.port() : 0;
+  if (state->engine != nullptr) return state->engine->http_server_port(state->remote);
+  return state->server->ok() ? state->server->port() : 0;
 }
 
 const char* HttpServerError(const HttpServerState* state) noexcept {
   if (state == nullptr || state == HttpOutOfMemory()) return "out of memory";
-  return state->server.ok() ? "" : state->server.error().message.c_str();
+  if (state->engine != nullptr) return state->engine->http_server_error(state->remote);
+  return state->server->ok() ? "" : state->server->error().message.c_str();
+}
+
+// The other side of EngineApi's server members (libheapprof_preload.so's).
+inline void* EngineStartHttpServer(const char* listen, std::size_t size) noexcept {
+  return StartHttpServer(std::string_view(listen, size), false);
+}
+inline void EngineStopHttpServer(void* server) noexcept { StopHttpServer(static_cast<HttpServerState*>(server)); }
+inline std::uint16_t EngineHttpServerPort(const void* server) noexcept {
+  return HttpServerPort(static_cast<const HttpServerState*>(server));
+}
+inline const char* EngineHttpServerError(const void* server) noexcept {
+  return HttpServerError(static_cast<const HttpServerState*>(server));
+}
+inline int EngineHttpServerFailure(const void* server, const char** context) noexcept {
+  const auto* state = static_cast<const HttpServerState*>(server);
+  *context = "";
+  if (state == nullptr || state == HttpOutOfMemory()) return ENOMEM;
+  if (state->engine != nullptr) return state->engine->http_server_failure(state->remote, context);
+  if (state->server->ok()) return 0;
+  const http::StartError& e = state->server->error();
+  *context = e.context.c_str();
+  return e.kind == http::StartError::kInvalidAddress ? -1 : (e.err != 0 ? e.err : EIO);
 }
 
 HEAPPROF_LINKED_END
@@ -18476,6 +18558,8 @@ inline const EngineApi g_preload_engine_api = {
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
     &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
     &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
+    &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
+    &EngineHttpServerFailure,
 };
 
 }  // namespace detail

@@ -177,9 +177,13 @@ TEST_CASE("preload: under jemalloc and tcmalloc preloaded after it") {
 #if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_PATH) && defined(HEAPPROF_ONE_ENGINE_PATH)
 
 TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs one engine") {
+  // The profile from the API, then from the program's own heapprof::HttpServer
+  // (which served the forwarding copy's empty profile before: 0 samples).
+  for (const std::string how : {"api", "http"}) {
+  CAPTURE(how);
   const std::string profile = heapprof_test::TempPath(".pb.gz");
   std::string alone, preloaded;
-  REQUIRE(heapprof_test::RunCommand(std::string(HEAPPROF_ONE_ENGINE_PATH) + " " + profile, alone) == 0);
+  REQUIRE(heapprof_test::RunCommand(std::string(HEAPPROF_ONE_ENGINE_PATH) + " " + profile + " " + how, alone) == 0);
   INFO(alone);
   // Alone: its operator new only (the mallocs are not hooked).
   CHECK(alone.find("one_engine: allocs 1000 live_objects 1000 rate 1") != std::string::npos);
@@ -187,7 +191,7 @@ TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs 
   // operator new, which calls malloc, and the mallocs), once each; the
   // program's API forwards to it.
   REQUIRE(heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +
-                                        HEAPPROF_ONE_ENGINE_PATH + " " + profile,
+                                        HEAPPROF_ONE_ENGINE_PATH + " " + profile + " " + how,
                                     preloaded) == 0);
   INFO(preloaded);
   CHECK(preloaded.find("forwards to it") != std::string::npos);
@@ -207,6 +211,7 @@ TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs 
   }
   CHECK(news == 1000);
   CHECK(mallocs == 1000);
+  }
 }
 
 TEST_CASE("preload: a program that replaces malloc itself records itself; the library stays off") {

@@ -1,12 +1,46 @@
 // A program that compiles heapprof in (operator new/delete only) and that the
 // malloc suite also runs under libheapprof_preload.so: one engine must record,
 // counting each allocation once. Prints the Stats delta of 1000 new char[100]
-// and 1000 malloc(50), all kept live, and writes the heap profile to argv[1].
+// and 1000 malloc(50), all kept live, and writes the heap profile to argv[1]:
+// with the API, or with argv[2] "http" as its heapprof::HttpServer serves it.
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
+#include <heapprof/http.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+
+// GET http://127.0.0.1:port/debug/pprof/heap into `path`: the body of a 200.
+static bool FetchHeap(std::uint16_t port, const char* path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
+  const char request[] = "GET /debug/pprof/heap HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (::write(fd, request, sizeof request - 1) != static_cast<ssize_t>(sizeof request - 1)) return false;
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const std::size_t body = response.find("\r\n\r\n");
+  if (response.compare(0, 7, "HTTP/1.") != 0 || response.compare(8, 5, " 200 ") != 0 || body == std::string::npos) {
+    std::printf("one_engine: the server answered: %.200s\n", response.c_str());
+    return false;
+  }
+  FILE* f = std::fopen(path, "wb");
+  if (f == nullptr) return false;
+  const bool ok = std::fwrite(response.data() + body + 4, 1, response.size() - body - 4, f) == response.size() - body - 4;
+  return std::fclose(f) == 0 && ok;
+}
 
 static void* volatile g_sink;
 static void* g_kept[2000];
@@ -29,7 +63,13 @@ int main(int argc, char** argv) {
   std::printf("one_engine: allocs %llu live_objects %llu rate %zu\n",
               static_cast<unsigned long long>(s1.alloc_objects - s0.alloc_objects),
               static_cast<unsigned long long>(s1.live_objects - s0.live_objects), heapprof::GetSampleRate());
-  const bool ok = argc > 1 && heapprof::WriteHeapProfile(argv[1]);
+  bool ok;
+  if (argc > 2 && std::strcmp(argv[2], "http") == 0) {
+    heapprof::HttpServer server("127.0.0.1:0");
+    ok = server.serving() && FetchHeap(server.port(), argv[1]);
+  } else {
+    ok = argc > 1 && heapprof::WriteHeapProfile(argv[1]);
+  }
   for (int i = 0; i < 1000; ++i) delete[] static_cast<char*>(g_kept[i]);
   for (int i = 1000; i < 2000; ++i) std::free(g_kept[i]);
   return ok ? 0 : 1;

@@ -46,6 +46,7 @@
 #include <csignal>
 #include <pthread.h>
 #include <string>
+#include <optional>
 #include <string_view>
 #include <deque>
 #include <vector>
@@ -1090,10 +1091,17 @@ inline void CloseServersInForkedChild() noexcept {
 
 }  // namespace http
 
-// What heapprof::HttpServer (heapprof/http.hpp) points at.
+struct EngineApi;  // implementation.hpp
+
+// What heapprof::HttpServer (heapprof/http.hpp) points at: a server of this
+// copy of heapprof, or one that the engine recording the process runs for it
+// (libheapprof_preload.so's: `remote`, a handle of that engine's).
 struct HttpServerState {
-  explicit HttpServerState(std::string_view listen) : server(listen) {}
-  http::Server server;
+  explicit HttpServerState(std::string_view listen) { server.emplace(listen); }
+  HttpServerState(const EngineApi* e, void* handle) noexcept : engine(e), remote(handle) {}
+  std::optional<http::Server> server;
+  const EngineApi* engine = nullptr;
+  void* remote = nullptr;
 };
 
 }  // namespace detail

@@ -44,6 +44,8 @@ inline const EngineApi g_preload_engine_api = {
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
     &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
     &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
+    &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
+    &EngineHttpServerFailure,
 };
 
 }  // namespace detail
