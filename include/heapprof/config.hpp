@@ -149,7 +149,22 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024, "HEAPPROF
 //   undefined reference to `heapprof::define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file::GetStats()'
 // and a program with two such units gets "multiple definition of" the same
 // names. Callers never spell it: heapprof::GetStats() finds it.
-#define HEAPPROF_LINKED_BEGIN inline namespace define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file {
+//
+// Both halves are one per process, whatever -fvisibility the units were built
+// with: a shared library built with -fvisibility=hidden (CMake's
+// CXX_VISIBILITY_PRESET hidden) that includes <heapprof.hpp> must reach the
+// program's implementation, and share the fast path's thread-local state
+// (HEAPPROF_VISIBLE in 1_hooks/fast_path.hpp). Hidden, the library had its own
+// copies: its ScopedLabels never reached the profile, its heapprof::allocator
+// allocations were counted twice (the global hook did not see that thread's
+// suppress flag), and an implementation unit built hidden failed to link
+// ("hidden symbol ... is referenced by DSO").
+#if defined(__GNUC__)
+#define HEAPPROF_VISIBLE __attribute__((visibility("default")))
+#else
+#define HEAPPROF_VISIBLE
+#endif
+#define HEAPPROF_LINKED_BEGIN inline namespace define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file HEAPPROF_VISIBLE {
 #define HEAPPROF_LINKED_END }
 
 #endif  // HEAPPROF_CXX17

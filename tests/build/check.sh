@@ -28,6 +28,9 @@
 #                warnings above, so the implementation too): rate-1
 #                totals exact to the byte, profiles written, bad_alloc thrown
 #                the standard way, nothrow new returns null
+#   dsos         two shared libraries that include <heapprof.hpp> and the
+#                program, all -fvisibility=hidden: it links, labels set in one
+#                are seen in the others, and allocations are counted once
 #   readme       README.md's first C++ snippet compiles as pasted, runs, and
 #                writes a profile
 # Exit status: the number of failed checks (0: all passed).
@@ -198,6 +201,28 @@ for cxx in "${compilers[@]}"; do
       fail "$tag noexcept -std=$std: did not build"; show "$tmp/out"
     fi
   done
+  # ---- dsos: shared libraries built with -fvisibility=hidden ---------------------
+  # Two libraries that include <heapprof.hpp> and the program's implementation
+  # unit, every unit -fvisibility=hidden -fvisibility-inlines-hidden (CMake's
+  # CXX_VISIBILITY_PRESET hidden + VISIBILITY_INLINES_HIDDEN): one engine.
+  vis=(-std=c++17 -O1 -fvisibility=hidden -fvisibility-inlines-hidden "${warn[@]}")
+  [[ "$tag" == clang* ]] && vis+=(-fsized-deallocation)
+  ok=1
+  for lib in a b; do
+    "$cxx" "${vis[@]}" -fPIC -shared -DHEAPPROF_CHECK_LIB=$lib -I"$inc" "$here/dso_lib.cpp" \
+      -o "$tmp/libheapprof_check_$lib.so" >"$tmp/out" 2>&1 || { ok=0; show "$tmp/out"; }
+  done
+  if ((ok)) && "$cxx" "${vis[@]}" -I"$inc" "$here/dso_main.cpp" "$tmp/libheapprof_check_a.so" \
+       "$tmp/libheapprof_check_b.so" -Wl,-rpath,"$tmp" -o "$tmp/dsos" -pthread -ldl >"$tmp/out" 2>&1; then
+    if "$tmp/dsos" >"$tmp/out" 2>&1; then
+      pass "$tag dsos: $(tail -n1 "$tmp/out")"
+    else
+      fail "$tag dsos: the program failed"; show "$tmp/out"
+    fi
+  else
+    fail "$tag dsos: did not build"; show "$tmp/out"
+  fi
+
   # ---- readme: the first snippet, as pasted --------------------------------------
   awk '/^```cpp$/ {on = 1; next} on && /^```$/ {exit} on {print}' "$root/README.md" >"$tmp/app.cpp"
   if "$cxx" -std=c++17 -O2 "${warn[@]}" "$tmp/app.cpp" -I"$inc" -pthread -ldl -o "$tmp/app" >"$tmp/out" 2>&1; then

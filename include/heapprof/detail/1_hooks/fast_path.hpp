@@ -92,9 +92,9 @@ struct alignas(64) ThreadState {
 // A thread that never reached the slow path points here (mimalloc's "empty
 // heap" trick: no null check on the fast path). Never written: its countdown
 // of 0 sends every allocation to the slow path, which registers a real slot.
-inline ThreadState g_empty_thread_state;
+inline ThreadState g_empty_thread_state HEAPPROF_VISIBLE;
 
-inline thread_local ThreadState* tls_thread_state HEAPPROF_TLS_MODEL = &g_empty_thread_state;
+inline thread_local ThreadState* tls_thread_state HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE = &g_empty_thread_state;
 
 // Read only on slow paths.
 struct ThreadFlags {
@@ -102,12 +102,12 @@ struct ThreadFlags {
   bool suppress = false;    // heapprof::allocator is calling its upstream
   bool exiting = false;     // our key destructor ran: do not register again
 };
-inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL;
+inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
 // The calling thread's current label set (nullptr = empty), and the set a
 // heapprof::allocator carries while it records an allocation.
-inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL = nullptr;
-inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL = nullptr;
+inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE = nullptr;
+inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE = nullptr;
 
 // ---------------------------------------------------------------- free filter
 // 2^16 counters indexed by a hash of the pointer; a counter is the number of
@@ -130,8 +130,8 @@ HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
   return i;
 }
 
-inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits];
-inline std::uint64_t g_free_bits[(std::size_t{1} << kFreeFilterBits) / 64];
+inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits] HEAPPROF_VISIBLE;
+inline std::uint64_t g_free_bits[(std::size_t{1} << kFreeFilterBits) / 64] HEAPPROF_VISIBLE;
 
 // False only when `p` is certainly not a live sampled object: the one load an
 // unsampled free pays.
