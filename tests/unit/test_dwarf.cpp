@@ -787,3 +787,63 @@ TEST_CASE("dwarf: GCC's inlined lambdas are named by the function that wrote the
   CHECK(names.count("operator()") == 0);
   RunCommand("rm -rf " + dir, out);
 }
+
+TEST_CASE("dwarf: a function named from its DWARF scopes has no template arguments, as one named from its linkage name") {
+  // GCC writes no linkage name for a member of a template instantiated with
+  // a type of an anonymous namespace (internal linkage): hello_heap's
+  // std::map<std::string, Document> node allocations were named
+  // "std::__new_allocator<std::_Rb_tree_node<std::pair<...Document> > >::allocate"
+  // beside "std::__new_allocator::allocate" for the other instantiations, one
+  // function split in two rows of go tool pprof -top.
+  if (!HaveTool("g++") || !HaveTool("nm")) {
+    MESSAGE("g++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "#include <vector>\n"
+      "char* volatile g;\n"
+      "void* volatile gv;\n"
+      "namespace {\n"
+      "struct Doc { int x[4]; };\n"
+      "template <class T> struct Pool {\n"
+      "  __attribute__((always_inline)) inline void Grow(int n) { g = new char[n * sizeof(T)]; }\n"
+      "  template <class U> __attribute__((always_inline)) inline void Fill(U n) { g = new char[n]; }\n"
+      "};\n"
+      "__attribute__((noinline)) void Caller(int n) {\n"
+      "  Pool<int> p; p.Grow(n);\n"
+      "  Pool<Doc> q; q.Fill<short>(static_cast<short>(n));\n"
+      "}\n"
+      "__attribute__((noinline)) void Vec(int n) { gv = new std::vector<Doc>(static_cast<unsigned>(n)); }\n"
+      "}  // namespace\n"
+      "int main(int argc, char**) { Caller(argc + 5); Vec(argc + 5); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/tmpl.cc", source));
+  const std::string binary = dir + "/tmpl";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("g++ -std=c++17 -O2 -g " + dir + "/tmpl.cc -o " + binary, out) == 0, out);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  REQUIRE(symbolizer.HasDebugInfo(0));
+  std::map<std::string, std::string> names;  // name -> its system name
+  for (std::uint64_t address : FunctionAddresses(binary)) {
+    SymbolizedFrame frames[32];
+    SymbolizedQuality quality;
+    const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(address), frames, 32, &quality);
+    for (int i = 0; i < n; ++i) names[std::string(frames[i].name)] = std::string(frames[i].system_name);
+  }
+  std::string all;
+  for (const auto& entry : names) all += "  " + entry.first + " (" + entry.second + ")\n";
+  INFO("names:\n" << all);
+  CHECK(names.count("(anonymous namespace)::Pool::Grow") == 1);
+  CHECK(names.count("(anonymous namespace)::Pool::Fill") == 1);
+  CHECK(names.count("std::__new_allocator::allocate") == 1);
+  for (const auto& entry : names) {
+    const std::string& name = entry.first;
+    CAPTURE(name);
+    CHECK((name.find('<') == std::string::npos || name.find("operator<") != std::string::npos));
+    // pprof takes a name equal to its system name for one still to demangle.
+    if (name.find("(anonymous namespace)") != std::string::npos) CHECK(name != entry.second);
+  }
+  RunCommand("rm -rf " + dir, out);
+}

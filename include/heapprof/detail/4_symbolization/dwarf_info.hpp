@@ -500,12 +500,17 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
 }
 
 // "ns::Class::name" for a function DIE without a linkage name (GCC writes none
-// for functions with internal linkage, nor for a lambda's operator() that is
-// only inlined), from the namespaces and classes around the DIE that carries
-// the name. Inside a function: that function's name, then its unnamed types
-// as "{lambda at file.cpp:12}" (the closure types of lambdas; Clang's
-// diagnostics name them alike), so that pprof tells apart lambdas that GCC
-// would all call "operator()".
+// for functions with internal linkage, which includes every member of a
+// template instantiated with a type of an anonymous namespace, nor for a
+// lambda's operator() that is only inlined), from the namespaces and classes
+// around the DIE that carries the name. Inside a function: that function's
+// name, then its unnamed types as "{lambda at file.cpp:12}" (the closure types
+// of lambdas; Clang's diagnostics name them alike), so that pprof tells apart
+// lambdas that GCC would all call "operator()". In pprof's short form, as a
+// linkage name's is: without template arguments, whose DWARF names
+// ("__new_allocator<std::_Rb_tree_node<...> >", "Fill<short>") would otherwise
+// make one function two in a profile (beside the same function named from
+// another instantiation's linkage name).
 inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
   const char* parts[16];
   char places[4][160];  // the "{lambda at ...}" parts
@@ -557,18 +562,32 @@ inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* na
     }
   }
   std::size_t n = 0;
-  auto append = [&](const char* text) {
-    const std::size_t len = std::strlen(text);
+  auto append = [&](const char* text, std::size_t len) {
     if (n + len + 1 > cap) return false;
     std::memcpy(out + n, text, len);
     n += len;
     return true;
   };
-  if (function != nullptr && (!append(function) || !append("::"))) return 0;
+  if (function != nullptr && (!append(function, std::strlen(function)) || !append("::", 2))) return 0;
   for (int i = count - 1; i >= 0; --i) {
-    if (!append(parts[i]) || !append("::")) return 0;
+    // A class template's arguments go; a name that is nothing but angle
+    // brackets (GCC's "<lambda(int)>") stays whole.
+    const char* part = parts[i];
+    const char* args = part[0] == '<' ? nullptr : std::strchr(part, '<');
+    const std::size_t len = args != nullptr ? static_cast<std::size_t>(args - part) : std::strlen(part);
+    if (!append(part, len) || !append("::", 2)) return 0;
   }
-  if (!append(name)) return 0;
+  // The function's own name through the same shortening as a demangled one:
+  // template arguments go, an operator keeps its symbol ("operator<< <char>"
+  // is "operator<<").
+  char short_name[512];
+  std::size_t len = ShortFunctionName(name, short_name, sizeof short_name);
+  const char* base = short_name;
+  if (len == 0) {
+    base = name;
+    len = std::strlen(name);
+  }
+  if (!append(base, len)) return 0;
   out[n] = '\0';
   return n;
 }
