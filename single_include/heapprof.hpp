@@ -180,7 +180,22 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024, "HEAPPROF
 //   undefined reference to `heapprof::define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file::GetStats()'
 // and a program with two such units gets "multiple definition of" the same
 // names. Callers never spell it: heapprof::GetStats() finds it.
-#define HEAPPROF_LINKED_BEGIN inline namespace define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file {
+//
+// Both halves are one per process, whatever -fvisibility the units were built
+// with: a shared library built with -fvisibility=hidden (CMake's
+// CXX_VISIBILITY_PRESET hidden) that includes <heapprof.hpp> must reach the
+// program's implementation, and share the fast path's thread-local state
+// (HEAPPROF_VISIBLE in 1_hooks/fast_path.hpp). Hidden, the library had its own
+// copies: its ScopedLabels never reached the profile, its heapprof::allocator
+// allocations were counted twice (the global hook did not see that thread's
+// suppress flag), and an implementation unit built hidden failed to link
+// ("hidden symbol ... is referenced by DSO").
+#if defined(__GNUC__)
+#define HEAPPROF_VISIBLE __attribute__((visibility("default")))
+#else
+#define HEAPPROF_VISIBLE
+#endif
+#define HEAPPROF_LINKED_BEGIN inline namespace define_HEAPPROF_IMPLEMENTATION_in_one_cpp_file HEAPPROF_VISIBLE {
 #define HEAPPROF_LINKED_END }
 
 #endif  // HEAPPROF_CXX17
@@ -398,9 +413,9 @@ struct alignas(64) ThreadState {
 // A thread that never reached the slow path points here (mimalloc's "empty
 // heap" trick: no null check on the fast path). Never written: its countdown
 // of 0 sends every allocation to the slow path, which registers a real slot.
-inline ThreadState g_empty_thread_state;
+inline ThreadState g_empty_thread_state HEAPPROF_VISIBLE;
 
-inline thread_local ThreadState* tls_thread_state HEAPPROF_TLS_MODEL = &g_empty_thread_state;
+inline thread_local ThreadState* tls_thread_state HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE = &g_empty_thread_state;
 
 // Read only on slow paths.
 struct ThreadFlags {
@@ -408,12 +423,12 @@ struct ThreadFlags {
   bool suppress = false;    // heapprof::allocator is calling its upstream
   bool exiting = false;     // our key destructor ran: do not register again
 };
-inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL;
+inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
 // The calling thread's current label set (nullptr = empty), and the set a
 // heapprof::allocator carries while it records an allocation.
-inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL = nullptr;
-inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL = nullptr;
+inline thread_local const LabelSetData* tls_current_labels HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE = nullptr;
+inline thread_local const LabelSetData* tls_allocator_labels HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE = nullptr;
 
 // ---------------------------------------------------------------- free filter
 // 2^16 counters indexed by a hash of the pointer; a counter is the number of
@@ -436,8 +451,8 @@ HEAPPROF_ALWAYS_INLINE std::size_t FreeFilterIndex(const void* p) noexcept {
   return i;
 }
 
-inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits];
-inline std::uint64_t g_free_bits[(std::size_t{1} << kFreeFilterBits) / 64];
+inline std::uint16_t g_free_filter[std::size_t{1} << kFreeFilterBits] HEAPPROF_VISIBLE;
+inline std::uint64_t g_free_bits[(std::size_t{1} << kFreeFilterBits) / 64] HEAPPROF_VISIBLE;
 
 // False only when `p` is certainly not a live sampled object: the one load an
 // unsampled free pays.
@@ -9343,12 +9358,17 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
 }
 
 // "ns::Class::name" for a function DIE without a linkage name (GCC writes none
-// for functions with internal linkage, nor for a lambda's operator() that is
-// only inlined), from the namespaces and classes around the DIE that carries
-// the name. Inside a function: that function's name, then its unnamed types
-// as "{lambda at file.cpp:12}" (the closure types of lambdas; Clang's
-// diagnostics name them alike), so that pprof tells apart lambdas that GCC
-// would all call "operator()".
+// for functions with internal linkage, which includes every member of a
+// template instantiated with a type of an anonymous namespace, nor for a
+// lambda's operator() that is only inlined), from the namespaces and classes
+// around the DIE that carries the name. Inside a function: that function's
+// name, then its unnamed types as "{lambda at file.cpp:12}" (the closure types
+// of lambdas; Clang's diagnostics name them alike), so that pprof tells apart
+// lambdas that GCC would all call "operator()". In pprof's short form, as a
+// linkage name's is: without template arguments, whose DWARF names
+// ("__new_allocator<std::_Rb_tree_node<...> >", "Fill<short>") would otherwise
+// make one function two in a profile (beside the same function named from
+// another instantiation's linkage name).
 inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* name, char* out, std::size_t cap) {
   const char* parts[16];
   char places[4][160];  // the "{lambda at ...}" parts
@@ -9400,18 +9420,32 @@ inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* na
     }
   }
   std::size_t n = 0;
-  auto append = [&](const char* text) {
-    const std::size_t len = std::strlen(text);
+  auto append = [&](const char* text, std::size_t len) {
     if (n + len + 1 > cap) return false;
     std::memcpy(out + n, text, len);
     n += len;
     return true;
   };
-  if (function != nullptr && (!append(function) || !append("::"))) return 0;
+  if (function != nullptr && (!append(function, std::strlen(function)) || !append("::", 2))) return 0;
   for (int i = count - 1; i >= 0; --i) {
-    if (!append(parts[i]) || !append("::")) return 0;
+    // A class template's arguments go; a name that is nothing but angle
+    // brackets (GCC's "<lambda(int)>") stays whole.
+    const char* part = parts[i];
+    const char* args = part[0] == '<' ? nullptr : std::strchr(part, '<');
+    const std::size_t len = args != nullptr ? static_cast<std::size_t>(args - part) : std::strlen(part);
+    if (!append(part, len) || !append("::", 2)) return 0;
   }
-  if (!append(name)) return 0;
+  // The function's own name through the same shortening as a demangled one:
+  // template arguments go, an operator keeps its symbol ("operator<< <char>"
+  // is "operator<<").
+  char short_name[512];
+  std::size_t len = ShortFunctionName(name, short_name, sizeof short_name);
+  const char* base = short_name;
+  if (len == 0) {
+    base = name;
+    len = std::strlen(name);
+  }
+  if (!append(base, len)) return 0;
   out[n] = '\0';
   return n;
 }
