@@ -337,7 +337,7 @@ class Dumper {
   // (and the signal itself unless SA_NODEFER) blocked, once only under
   // SA_RESETHAND. Async-signal-safe.
   void CallPrevious(int sig, siginfo_t* info, void* context) noexcept {
-    const int flags = previous_.sa_flags;
+    const auto flags = static_cast<unsigned>(previous_.sa_flags);  // SA_RESETHAND is 0x80000000u
     const bool handler = (flags & SA_SIGINFO) != 0 ||
                          (previous_.sa_handler != SIG_IGN && previous_.sa_handler != SIG_DFL);
     if (!handler || handler_reset_.load(std::memory_order_acquire)) return;
