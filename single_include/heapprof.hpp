@@ -13483,6 +13483,24 @@ inline void AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t
   st.roots->push_back(r);
 }
 
+// A file name's last component.
+inline std::string_view BaseNameOf(std::string_view path) noexcept {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// An allocator loaded as a library (preloaded or linked): its globals and TLS
+// are its own bookkeeping (caches, free lists, the last block it handed out),
+// which keep no object of the program alive: not roots. tcmalloc's .bss held
+// the last block a thread allocated, and that became an object's "root".
+inline bool IsAllocatorFile(std::string_view path) noexcept {
+  const std::string_view base = BaseNameOf(path);
+  for (const char* prefix : {"libjemalloc.so", "libtcmalloc", "libmimalloc.so"}) {
+    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
 inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
   auto& st = *static_cast<ModulesState*>(data);
   const int index = static_cast<int>(st.modules->size());
@@ -13494,8 +13512,9 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
     m.path = name;
   }
   m.bias = info->dlpi_addr;
+  const bool allocator = IsAllocatorFile(m.path);
   st.modules->push_back(std::move(m));
-  for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
+  for (std::size_t i = 0; i < info->dlpi_phnum && !allocator; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type == PT_LOAD && (ph.p_flags & PF_W) != 0) {
       RootRegion r;
@@ -14073,11 +14092,11 @@ inline bool IsMachineryName(std::string_view name) {
 // locale facet) is named by the program's function that called them, not by
 // glibc's internal alias (__GI___tsearch).
 inline bool IsRuntimeFile(std::string_view path) {
-  const std::size_t slash = path.rfind('/');
-  const std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  if (IsAllocatorFile(path)) return true;
+  const std::string_view base = BaseNameOf(path);
   for (const char* prefix : {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so", "ld-linux",
                              "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so", "libgcc_s.so",
-                             "libheapprof_preload.so", "libjemalloc.so", "libtcmalloc", "libmimalloc.so"}) {
+                             "libheapprof_preload.so"}) {
     if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
   }
   return false;
@@ -15102,7 +15121,7 @@ class Dumper {
   // (and the signal itself unless SA_NODEFER) blocked, once only under
   // SA_RESETHAND. Async-signal-safe.
   void CallPrevious(int sig, siginfo_t* info, void* context) noexcept {
-    const int flags = previous_.sa_flags;
+    const auto flags = static_cast<unsigned>(previous_.sa_flags);  // SA_RESETHAND is 0x80000000u
     const bool handler = (flags & SA_SIGINFO) != 0 ||
                          (previous_.sa_handler != SIG_IGN && previous_.sa_handler != SIG_DFL);
     if (!handler || handler_reset_.load(std::memory_order_acquire)) return;
