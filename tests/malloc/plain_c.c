@@ -1,7 +1,12 @@
 /* A plain C program, not built with heapprof: the preload test runs it under
  * LD_PRELOAD=libheapprof_preload.so. It keeps 4,000 blocks of 1000 bytes
  * (malloc), 100 of 10,000 (calloc) and one realloc'd buffer of 1 MiB, frees
- * the rest, and prints what it kept. */
+ * the rest, and prints what it kept. On the way it grows and frees arrays
+ * with reallocarray, pvalloc and free_sized, which jemalloc (all three) and
+ * tcmalloc (the first and last) do not define: listed before the library in
+ * LD_PRELOAD, they still call its. */
+#define _GNU_SOURCE
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +42,34 @@ __attribute__((noinline)) void plain_c_churn(int rounds) {
   }
 }
 
+/* C23; glibc defines it from 2.40 only: weak, so that the program links. */
+extern void free_sized(void* p, size_t n) __attribute__((weak));
+
+__attribute__((noinline)) int plain_c_arrays(int rounds) {
+  for (int i = 0; i < rounds; ++i) {
+    int* a = NULL;
+    for (size_t n = 1; n <= 4096; n *= 4) {
+      int* b = reallocarray(a, n, sizeof(int));
+      if (b == NULL) return 0;
+      b[n - 1] = i;
+      a = b;
+    }
+    g_sink = a;
+    free(a);
+    char* page = pvalloc(100);
+    if (page == NULL) return 0;
+    page[0] = 1;
+    g_sink = page;
+    free(page);
+    char* s = malloc(64);
+    if (s == NULL) return 0;
+    g_sink = s;
+    if (free_sized != NULL) free_sized(s, 64);
+    else free(s);
+  }
+  return 1;
+}
+
 int main(void) {
   static void* kept[4100];
   int k = 0;
@@ -45,6 +78,7 @@ int main(void) {
   void* buffer = NULL;
   for (size_t n = 1024; n <= (size_t)1 << 20; n *= 2) buffer = plain_c_grow(buffer, n);
   plain_c_churn(200000);
+  if (!plain_c_arrays(100)) return 2;
   for (int i = 0; i < k; ++i) {
     if (kept[i] == NULL) return 1;
   }

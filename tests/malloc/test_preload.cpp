@@ -172,6 +172,29 @@ TEST_CASE("preload: under jemalloc and tcmalloc preloaded after it") {
   }
 }
 
+TEST_CASE("preload: listed after jemalloc or tcmalloc, it records nothing and the program runs as under that allocator") {
+  for (const char* lib : {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                          "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"}) {
+    if (access(lib, R_OK) != 0) {
+      MESSAGE(lib << " not installed: skipped");
+      continue;
+    }
+    CAPTURE(lib);
+    // The allocator's malloc is the process's; plain_c's reallocarray,
+    // pvalloc and free_sized, which it lacks, are the library's, and must
+    // reach that allocator (glibc's realloc on a jemalloc block aborts:
+    // "realloc(): invalid pointer").
+    std::string output;
+    const std::string cmd = "timeout -s KILL 120 env LD_PRELOAD=" + std::string(lib) + ":" + HEAPPROF_PRELOAD_PATH +
+                            " HEAPPROF=rate=1 " + HEAPPROF_PLAIN_C_PATH + " 2>&1";
+    const int rc = heapprof_test::RunCommand(cmd, output);
+    INFO(output);
+    CHECK(rc == 0);
+    CHECK(output.find("records nothing") != std::string::npos);
+    CHECK(output.find("plain_c: kept 4100 blocks") != std::string::npos);
+  }
+}
+
 #endif
 
 #if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_PATH) && defined(HEAPPROF_ONE_ENGINE_PATH)

@@ -181,6 +181,62 @@ inline F Lookup(void* handle, const char* name, const void* base, F fallback) no
 
 inline void OurObjectMarker() noexcept {}
 
+// ---------------------------------------------------------------- shadowed
+// When the process's malloc is another object's (g_shadowed: an allocator
+// listed before libheapprof_preload.so in LD_PRELOAD), this engine is off and
+// our hooks run only where that object lacks the function: jemalloc has no
+// reallocarray, pvalloc, free_sized or free_aligned_sized; tcmalloc none but
+// pvalloc. The program then calls ours with that allocator's blocks, which
+// the allocator under us (glibc's, the next after us) must never see: such a
+// hook forwards to the process's own realloc, memalign or free, records
+// nothing, and the program runs as without us (glibc's reallocarray calls
+// the process's realloc too; pvalloc is built from memalign, as above).
+enum : unsigned {
+  kShadowResolved = 1,  // Resolve has decided; alone: no hook forwards
+  kShadowReallocarray = 2,
+  kShadowPvalloc = 4,
+  kShadowFreeSized = 8,
+  kShadowFreeAlignedSized = 16,
+};
+inline unsigned g_shadow_hooks = 0;  // written once, before g_state's release store
+struct ProcessFunctions {
+  void* (*realloc)(void*, std::size_t) noexcept;
+  void* (*memalign)(std::size_t, std::size_t) noexcept;
+  void (*free)(void*) noexcept;
+};
+inline ProcessFunctions g_process_fn{};
+
+// `name`'s definition in the process (RTLD_DEFAULT) when it is another
+// object's than `ours`, else nullptr. A non-PIE program that takes the
+// function's address has its PLT stub there (which calls the process's
+// definition, whoever's: at worst ours, which is no worse than not
+// forwarding).
+inline void* ProcessFunction(const char* name, const void* ours) noexcept {
+  void* f = dlsym(RTLD_DEFAULT, name);
+  Dl_info info{};
+  if (f == nullptr || dladdr(f, &info) == 0 || info.dli_fbase == ours) return nullptr;
+  return f;
+}
+// Whether the process's `name` is ours (the shadowing object lacks it).
+inline bool ProcessHasOurs(const char* name, const void* ours) noexcept {
+  void* f = dlsym(RTLD_DEFAULT, name);
+  Dl_info info{};
+  return f != nullptr && dladdr(f, &info) != 0 && info.dli_fbase == ours;
+}
+
+inline unsigned ResolveShadowHooks(const void* ours) noexcept {
+  unsigned hooks = kShadowResolved;
+  g_process_fn.realloc = reinterpret_cast<void* (*)(void*, std::size_t) noexcept>(ProcessFunction("realloc", ours));
+  g_process_fn.memalign =
+      reinterpret_cast<void* (*)(std::size_t, std::size_t) noexcept>(ProcessFunction("memalign", ours));
+  g_process_fn.free = reinterpret_cast<void (*)(void*) noexcept>(ProcessFunction("free", ours));
+  if (g_process_fn.realloc != nullptr && ProcessHasOurs("reallocarray", ours)) hooks |= kShadowReallocarray;
+  if (g_process_fn.memalign != nullptr && ProcessHasOurs("pvalloc", ours)) hooks |= kShadowPvalloc;
+  if (g_process_fn.free != nullptr && ProcessHasOurs("free_sized", ours)) hooks |= kShadowFreeSized;
+  if (g_process_fn.free != nullptr && ProcessHasOurs("free_aligned_sized", ours)) hooks |= kShadowFreeAlignedSized;
+  return hooks;
+}
+
 // Finds the allocator under us. Thread-safe: one thread resolves, others wait.
 // False: this thread is inside the resolution (dlsym allocating); the caller
 // serves the bootstrap buffer.
@@ -209,10 +265,12 @@ inline bool Resolve() noexcept {
   void* sym_entry = nullptr;
   const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
   const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
+  unsigned shadow_hooks = kShadowResolved;
   if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
       dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
       process_malloc.dli_fbase != ours.dli_fbase) {
     g_shadowed = true;
+    shadow_hooks = ResolveShadowHooks(ours.dli_fbase);
   }
   Functions f{};
   f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t) noexcept>(nullptr));
@@ -257,6 +315,7 @@ inline bool Resolve() noexcept {
   g_underlying_malloc = f.malloc;
   g_underlying_usable_size = g_fn.usable_size;
   g_release_block = f.free;
+  __atomic_store_n(&g_shadow_hooks, shadow_hooks, __ATOMIC_RELEASE);
   tls_resolving = false;
   g_state.store(2, std::memory_order_release);
   return true;
@@ -297,6 +356,25 @@ inline void* FirstAlignedAlloc(std::size_t a, std::size_t n) noexcept {
 inline void* FirstValloc(std::size_t n) noexcept { return Resolve() ? g_fn.valloc(n) : BootstrapAlloc(n, 4096); }
 inline void* FirstPvalloc(std::size_t n) noexcept { return Resolve() ? g_fn.pvalloc(n) : BootstrapAlloc(n, 4096); }
 inline std::size_t FirstUsableSize(void* p) noexcept { return Resolve() ? g_fn.usable_size(p) : 0; }
+
+// Whether hook `bit` forwards to the process's allocator (see "shadowed"),
+// resolving first. One load once resolved: is it kShadowResolved alone.
+HEAPPROF_NOINLINE inline bool ForwardsToProcessCold(unsigned bit) noexcept {
+  Resolve();  // on the resolving thread itself: still 0, so the hook goes on (to the bootstrap)
+  return (__atomic_load_n(&g_shadow_hooks, __ATOMIC_ACQUIRE) & bit) != 0;
+}
+HEAPPROF_ALWAYS_INLINE bool ForwardsToProcess(unsigned bit) noexcept {
+  if (HEAPPROF_LIKELY(__atomic_load_n(&g_shadow_hooks, __ATOMIC_ACQUIRE) == kShadowResolved)) return false;
+  return ForwardsToProcessCold(bit);
+}
+inline void* ProcessPvalloc(std::size_t n) noexcept {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (n > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_process_fn.memalign(page, n == 0 ? page : (n + page - 1) & ~(page - 1));
+}
 
 // What operator new/delete call when both families are replaced: the real
 // allocator directly, so a new counts once.
@@ -482,8 +560,17 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
 HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
 
 // C23: the caller's size is not trusted; the count is the block's size, as for free.
-HEAPPROF_DETAIL_MALLOC_HOOK void free_sized(void* p, std::size_t) noexcept { heapprof::detail::real::FreeBody(p); }
+// (Under an allocator preloaded before us that lacks them: its free.)
+HEAPPROF_DETAIL_MALLOC_HOOK void free_sized(void* p, std::size_t) noexcept {
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowFreeSized))) {
+    return heapprof::detail::real::g_process_fn.free(p);
+  }
+  heapprof::detail::real::FreeBody(p);
+}
 HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::size_t) noexcept {
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowFreeAlignedSized))) {
+    return heapprof::detail::real::g_process_fn.free(p);
+  }
   heapprof::detail::real::FreeBody(p);
 }
 
@@ -523,6 +610,10 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
   if (__builtin_mul_overflow(count, size, &n)) {
     errno = ENOMEM;
     return nullptr;
+  }
+  // (Under an allocator preloaded before us, which lacks reallocarray: its realloc.)
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowReallocarray))) {
+    return heapprof::detail::real::g_process_fn.realloc(p, n);
   }
   void* q;
   if (heapprof::detail::real::HotRealloc(p, n, q)) return q;
@@ -570,6 +661,10 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
+  // (Under an allocator preloaded before us, which lacks pvalloc: its memalign.)
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowPvalloc))) {
+    return heapprof::detail::real::ProcessPvalloc(n);
+  }
   void* p = heapprof::detail::real::g_fn.pvalloc(n);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
