@@ -141,6 +141,18 @@ TEST_CASE("dump_signal: each signal gives one dump and the program carries on") 
   RemoveDir(dir);
 }
 
+TEST_CASE("dump_signal in a program that closed every descriptor it did not open: dumps, writes nothing into its files, sleeps") {
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("timeout -s KILL 120 env HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=USR1 HEAPPROF_TEST_DIR=" +
+                             dir + " HEAPPROF_TEST_CHILD=dump_signal_closed_fds",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);  // 20: a byte in the program's files; 30: the dump thread spun
+  CheckDumps(dir, 2);
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_signal=TERM that does not end the process dumps at every signal") {
   // Before: the previous disposition was put back for good after the first
   // dump, so a TERM ignored (nohup-style) or handled by the program dumped once.

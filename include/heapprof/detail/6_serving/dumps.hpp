@@ -23,7 +23,7 @@
 //
 // Dumps are written by one background thread, never from inside an allocation
 // (but oom_dump's, on the failing thread: there is no later):
-// it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
+// it sleeps on a futex word (the signal handler bumps it and wakes the thread) with a
 // timeout that is the next dump_time deadline, or 10 ms while a byte or memory
 // trigger is set, when it reads Stats (a walk of the thread slots) and the
 // memory use (one small /proc or cgroup file; the limit once a second). Each file is written
@@ -41,8 +41,9 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
-#include <poll.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <string>
 #include <unistd.h>
@@ -83,10 +84,6 @@ class Dumper {
     cfg_ = &cfg;
     if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
     if (!cfg.WantsDumper()) return;
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(ArenaString("cannot start the dump thread: pipe: ") + std::strerror(errno));
-      return;
-    }
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
     if (!StartThread()) return;
     // A forked child (daemon(), a pre-forking server's workers) is a process
@@ -208,18 +205,31 @@ class Dumper {
     return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
 
-  // The signal handler's end of the pipe (async-signal-safe: one write(2)).
+  // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).
   void OnSignal() noexcept {
     signal_pending_.store(true, std::memory_order_relaxed);
     Wake();
   }
 
  private:
+  // A futex word, not a pipe: the program owns every file descriptor. A
+  // daemon that closes the ones it did not open (closefrom, python-daemon,
+  // os.closerange) closed the pipe, its numbers went to the program's next
+  // files, and the signal handler wrote its byte into one of them while the
+  // thread spun on poll() (POLLIN or POLLNVAL at once, every time).
   void Wake() noexcept {
     const int saved = errno;
-    const char byte = 1;
-    ssize_t ignored = ::write(wake_[1], &byte, 1);  // full pipe: a wake-up is already pending
-    (void)ignored;
+    wake_seq_.fetch_add(1, std::memory_order_release);
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    errno = saved;
+  }
+  // Sleeps until Wake() has run since wake_seq_ was `seen`, or `timeout_ms`
+  // (-1: no limit) has passed.
+  void WaitForWake(std::uint32_t seen, int timeout_ms) noexcept {
+    timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
+    const int saved = errno;
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAIT_PRIVATE, seen,
+              timeout_ms < 0 ? nullptr : &ts, nullptr, 0);
     errno = saved;
   }
 
@@ -262,21 +272,14 @@ class Dumper {
   }
 
   // In the child, single-threaded: the parent's dump thread did not come
-  // along. A fresh wake-up pipe (the inherited one is shared with the
-  // parent), a fresh mutex (the parent's dumper may have held it), numbering
+  // along. A fresh mutex (the parent's dumper may have held it; the futex
+  // word is the child's own copy, private to its memory), numbering
   // from 1 under the new pid, and a thread of the child's own.
   void RestartInChild() noexcept {
     write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
     seq_ = 0;
     if (!running_.load(std::memory_order_acquire)) return;
     running_.store(false, std::memory_order_relaxed);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
-    wake_[0] = wake_[1] = -1;
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(ArenaString("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
-      return;
-    }
     stop_.store(false, std::memory_order_relaxed);
     signal_pending_.store(false, std::memory_order_relaxed);
     if (cfg_->dump_interval != 0 || cfg_->inuse_interval != 0) {
@@ -411,7 +414,11 @@ class Dumper {
     std::uint64_t next_inuse_mark = first_inuse_mark_ != 0 ? first_inuse_mark_ : cfg.inuse_interval;
     const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
     std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
-    char drain[64];
+    // Wake() bumps wake_seq_ after setting its flag: a flag set before
+    // `seen` is read (after each wait) is handled right after it, one set
+    // after it ends the next wait at once. The first wait returns at once,
+    // for a Wake() that came before this thread ran.
+    std::uint32_t seen = wake_seq_.load(std::memory_order_acquire) - 1;
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout = -1;
       if (byte_triggers || memory_triggers) timeout = kDumpPollMillis;
@@ -419,10 +426,8 @@ class Dumper {
         const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
         if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
       }
-      pollfd pfd{wake_[0], POLLIN, 0};
-      ::poll(&pfd, 1, timeout);
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
-      }
+      WaitForWake(seen, timeout);
+      seen = wake_seq_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) break;
       if (signal_pending_.exchange(false, std::memory_order_relaxed)) {
         Dump("dump_signal");
@@ -564,7 +569,7 @@ class Dumper {
   };
 
   const EnvConfig* cfg_ = nullptr;
-  int wake_[2] = {-1, -1};
+  std::atomic<std::uint32_t> wake_seq_{0};  // Wake()'s futex word
   pthread_t thread_{};
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
