@@ -210,6 +210,27 @@ inline int RunHttpEnv() {
   return 0;
 }
 
+// HEAPPROF=http=127.0.0.1:0 in a program that, once served, closes every
+// descriptor it did not open (a daemon: closefrom(3), os.closerange) and
+// opens 4 files of its own under HEAPPROF_TEST_DIR, which get the numbers of
+// the server's socket and eventfd, and leaves them open: the test checks
+// that they stay empty (Stop at exit wrote 8 bytes into one) and that the
+// exit does not hang (the server thread's poll() on the closed descriptors
+// never returned, and Stop joined it).
+inline int RunHttpEnvClosedFds() {
+  heapprof::HttpServer* server = heapprof::detail::g_env_http_server;
+  if (server == nullptr) return 10;
+  if (HttpGet(server->port(), "/debug/pprof/heap").status != 200) return 11;
+  for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+  const std::string dir = std::getenv("HEAPPROF_TEST_DIR");
+  for (int i = 0; i < 4; ++i) {
+    if (::open((dir + "/program." + std::to_string(i)).c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600) < 0) {
+      return 12;
+    }
+  }
+  return 0;
+}
+
 // debug_retry: 16 profile writes in which every load that finds DWARF runs
 // out of memory at its end (FailDebugLoads). A write stops at the first such
 // object, so were a failed object left marked loaded, each write would leave
@@ -250,6 +271,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal_resethand") == 0) return RunDumpSignalResetHand();
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
+  if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();
   known = false;
   return 2;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <fstream>
 #include <climits>
 #include <csignal>
@@ -274,6 +275,24 @@ TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops
   std::smatch m;
   if (std::regex_search(out, m, std::regex(R"(leak profile: (\S+))"))) std::remove(m[1].str().c_str());
   if (std::regex_search(out, m, std::regex(R"(retention profile: (\S+))"))) std::remove(m[1].str().c_str());
+}
+
+TEST_CASE("HEAPPROF=http in a program that closed every descriptor it did not open: the server stops, writes nothing into its files, the exit does not hang") {
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("timeout -s KILL 60 env HEAPPROF=http=127.0.0.1:0 HEAPPROF_TEST_DIR=" + dir +
+                             " HEAPPROF_TEST_CHILD=http_env_closed_fds",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);  // 137: the exit hung
+  for (int i = 0; i < 4; ++i) {
+    struct stat st {};
+    const std::string file = dir + "/program." + std::to_string(i);
+    INFO(file);
+    REQUIRE(::stat(file.c_str(), &st) == 0);
+    CHECK(st.st_size == 0);
+  }
+  RemoveDir(dir);
 }
 
 TEST_CASE("HEAPPROF=http with a bad address: one line, no server, the program runs") {

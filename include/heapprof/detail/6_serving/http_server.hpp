@@ -31,6 +31,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -493,6 +494,8 @@ class Server {
       fail(errno, "eventfd");
       return;
     }
+    listen_id_ = FileId::Of(listen_fd_);
+    wake_id_ = FileId::Of(wake_fd_);
     // The server's threads take no signals: the program's handlers run on its own threads.
     sigset_t all, old;
     sigfillset(&all);
@@ -532,25 +535,25 @@ class Server {
     }
     UnlockServers();
     stop_.store(true, std::memory_order_release);
-    const std::uint64_t one = 1;
-    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-    }
+    WakeServer();  // if the program closed it, the thread sees stop_ within kFdCheckMillis
     // In a forked child the server thread does not exist: joining would wait
     // forever.
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
       StopBuilder();
-      for (Connection& c : conns_) ShutdownAndClose(c.fd);
+      if (!fds_lost_.load(std::memory_order_acquire)) {
+        for (Connection& c : conns_) ShutdownAndClose(c.fd);
+      }
     }
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    ::close(wake_fd_);
+    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
+    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
   }
 
   // In a forked child (fork handler, single-threaded): give up the listening
   // socket. The connections stay as they are: the server thread may have been
   // changing their list at the fork.
   void CloseListenerInChild() noexcept {
-    if (listen_fd_ >= 0) ::close(listen_fd_);
+    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
     listen_fd_ = -1;
   }
 
@@ -563,6 +566,60 @@ class Server {
   static void* ThreadMain(void* self) noexcept {
     static_cast<Server*>(self)->Run();
     return nullptr;
+  }
+
+  // A descriptor's identity, to tell ours from the program's file that took
+  // its number: a program that closes every descriptor it did not open
+  // (closefrom(3), python-daemon, os.closerange) closes the listening socket
+  // and the eventfd, and its next files get their numbers. Reading that
+  // "eventfd" read the program's file, writing it wrote 8 bytes into it, and
+  // accept() on it failed at once, every time (or, on the program's own
+  // listening socket, took its connections); and a poll() that had been
+  // waiting on the closed ones never returned, so Stop's join at exit hung.
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    static FileId Of(int fd) noexcept {
+      struct stat st {};
+      FileId id;
+      if (fd >= 0 && ::fstat(fd, &st) == 0) {
+        id.dev = st.st_dev;
+        id.ino = st.st_ino;
+      }
+      return id;
+    }
+    bool Is(int fd) const noexcept {
+      struct stat st {};
+      return fd >= 0 && ino != 0 && ::fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+    }
+  };
+  // How long the server thread waits, at most, before it checks that its
+  // descriptors are still its own (and stop_): one fstat pair a second, idle.
+  static constexpr int kFdCheckMillis = 1000;
+
+  // The server thread's wake-up (a result, Stop), unless the eventfd's number
+  // is no longer ours.
+  void WakeServer() noexcept {
+    if (fds_lost_.load(std::memory_order_acquire) || !wake_id_.Is(wake_fd_)) return;
+    const std::uint64_t one = 1;
+    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+
+  // The server thread: true (and one line said) when the program has closed
+  // the listening socket or the eventfd. The server stops; the program's
+  // files under those numbers, and the connections' (which may be the
+  // program's too by now), are left alone.
+  bool LostDescriptors() noexcept {
+    if (listen_id_.Is(listen_fd_) && wake_id_.Is(wake_fd_)) return false;
+    fds_lost_.store(true, std::memory_order_release);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "HTTP server on port %u: the program closed its socket (fd %d) or eventfd (fd %d); not serving any more",
+                  static_cast<unsigned>(port_), listen_fd_, wake_fd_);
+    ReportLine(line);
+    conns_.clear();
+    return true;
   }
 
   static void* BuilderMain(void* self) noexcept {
@@ -612,9 +669,7 @@ class Server {
         HEAPPROF_CATCH_ALL_NOEXCEPT {}
         pthread_mutex_unlock(&jobs_mutex_);
       }
-      const std::uint64_t one = 1;
-      while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-      }
+      WakeServer();
     }
   }
 
@@ -724,14 +779,16 @@ class Server {
           fds.push_back(pollfd{c.fd, events, 0});
           if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
         }
-        int timeout = -1;
+        int timeout = kFdCheckMillis;
         if (next >= 0) {
           const std::int64_t wait = next - MonotonicMillis();
-          timeout = wait <= 0 ? 0 : static_cast<int>(wait > 60000 ? 60000 : wait);
+          timeout = wait <= 0 ? 0 : static_cast<int>(wait > kFdCheckMillis ? kFdCheckMillis : wait);
         }
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
+        // Checked when idle, and before the eventfd is read or accept() runs.
+        if ((n == 0 || (n > 0 && ((fds[0].revents | fds[1].revents) != 0))) && LostDescriptors()) break;
         if (n > 0 && (fds[0].revents & POLLIN)) {
           std::uint64_t wakes = 0;
           while (::read(wake_fd_, &wakes, sizeof wakes) < 0 && errno == EINTR) {
@@ -1065,6 +1122,8 @@ class Server {
   const Limits limits_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
+  FileId listen_id_, wake_id_;          // what listen_fd_ and wake_fd_ were when opened
+  std::atomic<bool> fds_lost_{false};  // the program closed one of them (LostDescriptors)
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   ArenaVector<Connection> conns_;  // the server thread's only
