@@ -217,6 +217,34 @@ TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the
   RemoveDir(dir);
 }
 
+TEST_CASE("leak_suppressions naming a FIFO, a directory or an empty file: one line, and the report is still written") {
+  const std::string dir = DumpsTempDir();
+  const std::string fifo = dir + "/fifo", empty = dir + "/empty.supp";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::FILE* f = std::fopen(empty.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fclose(f);
+  // The FIFO has no writer: open() used to wait for one, and the exit hung
+  // (/dev/zero, also not a regular file, was read until 16 GiB were taken).
+  for (const std::string& supp : {fifo, dir, empty}) {
+    CAPTURE(supp);
+    std::string out;
+    const int rc = RunSelf("timeout -s KILL 60 env HEAPPROF=rate=1,leak_report=1,leak_suppressions=" + supp +
+                               ",dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CHILD=dump_exit",
+                           out);
+    INFO(out);
+    CHECK(rc == 0);  // 137: the exit hung
+    if (supp == empty) {
+      CHECK(out.find("leak_suppressions:") == std::string::npos);  // no patterns, no error
+    } else {
+      CHECK(out.find("leak report: leak_suppressions: cannot read " + supp + ": not a regular file") !=
+            std::string::npos);
+    }
+    CHECK(out.find("leak profile: " + dir + "/p.") != std::string::npos);
+  }
+  RemoveDir(dir);
+}
+
 TEST_CASE("leak_report without dump_prefix writes heapprof.<pid>.leaks.pb.gz in the working directory") {
   const std::string dir = DumpsTempDir();
   std::string out;

@@ -5,6 +5,8 @@
 // to <prefix>.<pid>.retention.pb.gz.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -197,12 +199,44 @@ struct LeakSuppressions {
   ArenaVector<ArenaString> patterns;
   ArenaString error;
 
+  // LSan's files are a few KiB. A path that is not a regular file (a FIFO:
+  // open() waited for a writer, so the exit hung; /dev/zero: read until the
+  // arena failed, 16 GiB and 49 s later, and the whole report was lost to
+  // "out of memory") or one above this is refused with its reason.
+  static constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
+
   bool Load(const char* path) {
     ArenaString text;
-    if (!retention::ReadProcFile(path, text)) {
+    int fd;
+    do {
+      fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    } while (fd < 0 && errno == EINTR);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
       error = ArenaString("cannot read ") + path + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
       return false;
     }
+    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > kMaxFileBytes) {
+      ::close(fd);
+      error = ArenaString("cannot read ") + path +
+              (S_ISREG(st.st_mode) ? ": larger than 16 MiB (a suppression file has a line per pattern)"
+                                   : ": not a regular file");
+      return false;
+    }
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        error = ArenaString("cannot read ") + path + ": " + std::strerror(errno);
+        ::close(fd);
+        return false;
+      }
+      if (n == 0 || text.size() + static_cast<std::size_t>(n) > kMaxFileBytes) break;  // (grown since the fstat)
+      text.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
     std::string_view all(text);
     while (!all.empty()) {
       const std::size_t eol = all.find('\n');
