@@ -14551,7 +14551,7 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 //
 // Dumps are written by one background thread, never from inside an allocation
 // (but oom_dump's, on the failing thread: there is no later):
-// it sleeps in poll() on a pipe (the signal handler writes a byte to it) with a
+// it sleeps on a futex word (the signal handler bumps it and wakes the thread) with a
 // timeout that is the next dump_time deadline, or 10 ms while a byte or memory
 // trigger is set, when it reads Stats (a walk of the thread slots) and the
 // memory use (one small /proc or cgroup file; the limit once a second). Each file is written
@@ -14568,8 +14568,9 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
-#include <poll.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <string>
 #include <unistd.h>
@@ -14867,10 +14868,6 @@ class Dumper {
     cfg_ = &cfg;
     if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
     if (!cfg.WantsDumper()) return;
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(ArenaString("cannot start the dump thread: pipe: ") + std::strerror(errno));
-      return;
-    }
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
     if (!StartThread()) return;
     // A forked child (daemon(), a pre-forking server's workers) is a process
@@ -14992,18 +14989,31 @@ class Dumper {
     return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
   }
 
-  // The signal handler's end of the pipe (async-signal-safe: one write(2)).
+  // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).
   void OnSignal() noexcept {
     signal_pending_.store(true, std::memory_order_relaxed);
     Wake();
   }
 
  private:
+  // A futex word, not a pipe: the program owns every file descriptor. A
+  // daemon that closes the ones it did not open (closefrom, python-daemon,
+  // os.closerange) closed the pipe, its numbers went to the program's next
+  // files, and the signal handler wrote its byte into one of them while the
+  // thread spun on poll() (POLLIN or POLLNVAL at once, every time).
   void Wake() noexcept {
     const int saved = errno;
-    const char byte = 1;
-    ssize_t ignored = ::write(wake_[1], &byte, 1);  // full pipe: a wake-up is already pending
-    (void)ignored;
+    wake_seq_.fetch_add(1, std::memory_order_release);
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    errno = saved;
+  }
+  // Sleeps until Wake() has run since wake_seq_ was `seen`, or `timeout_ms`
+  // (-1: no limit) has passed.
+  void WaitForWake(std::uint32_t seen, int timeout_ms) noexcept {
+    timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
+    const int saved = errno;
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAIT_PRIVATE, seen,
+              timeout_ms < 0 ? nullptr : &ts, nullptr, 0);
     errno = saved;
   }
 
@@ -15046,21 +15056,14 @@ class Dumper {
   }
 
   // In the child, single-threaded: the parent's dump thread did not come
-  // along. A fresh wake-up pipe (the inherited one is shared with the
-  // parent), a fresh mutex (the parent's dumper may have held it), numbering
+  // along. A fresh mutex (the parent's dumper may have held it; the futex
+  // word is the child's own copy, private to its memory), numbering
   // from 1 under the new pid, and a thread of the child's own.
   void RestartInChild() noexcept {
     write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
     seq_ = 0;
     if (!running_.load(std::memory_order_acquire)) return;
     running_.store(false, std::memory_order_relaxed);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
-    wake_[0] = wake_[1] = -1;
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      ReportLine(ArenaString("forked child: cannot restart the dump thread: pipe: ") + std::strerror(errno));
-      return;
-    }
     stop_.store(false, std::memory_order_relaxed);
     signal_pending_.store(false, std::memory_order_relaxed);
     if (cfg_->dump_interval != 0 || cfg_->inuse_interval != 0) {
@@ -15195,7 +15198,11 @@ class Dumper {
     std::uint64_t next_inuse_mark = first_inuse_mark_ != 0 ? first_inuse_mark_ : cfg.inuse_interval;
     const std::int64_t period_ms = static_cast<std::int64_t>(cfg.dump_time) * 1000;
     std::int64_t next_time = period_ms != 0 ? MonotonicMillis() + period_ms : 0;
-    char drain[64];
+    // Wake() bumps wake_seq_ after setting its flag: a flag set before
+    // `seen` is read (after each wait) is handled right after it, one set
+    // after it ends the next wait at once. The first wait returns at once,
+    // for a Wake() that came before this thread ran.
+    std::uint32_t seen = wake_seq_.load(std::memory_order_acquire) - 1;
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout = -1;
       if (byte_triggers || memory_triggers) timeout = kDumpPollMillis;
@@ -15203,10 +15210,8 @@ class Dumper {
         const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
         if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
       }
-      pollfd pfd{wake_[0], POLLIN, 0};
-      ::poll(&pfd, 1, timeout);
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
-      }
+      WaitForWake(seen, timeout);
+      seen = wake_seq_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) break;
       if (signal_pending_.exchange(false, std::memory_order_relaxed)) {
         Dump("dump_signal");
@@ -15348,7 +15353,7 @@ class Dumper {
   };
 
   const EnvConfig* cfg_ = nullptr;
-  int wake_[2] = {-1, -1};
+  std::atomic<std::uint32_t> wake_seq_{0};  // Wake()'s futex word
   pthread_t thread_{};
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
@@ -15387,6 +15392,8 @@ inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed
 // (leaked) and reachable (with the root that holds it); the retention profile
 // to <prefix>.<pid>.retention.pb.gz.
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15572,12 +15579,44 @@ struct LeakSuppressions {
   ArenaVector<ArenaString> patterns;
   ArenaString error;
 
+  // LSan's files are a few KiB. A path that is not a regular file (a FIFO:
+  // open() waited for a writer, so the exit hung; /dev/zero: read until the
+  // arena failed, 16 GiB and 49 s later, and the whole report was lost to
+  // "out of memory") or one above this is refused with its reason.
+  static constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
+
   bool Load(const char* path) {
     ArenaString text;
-    if (!retention::ReadProcFile(path, text)) {
+    int fd;
+    do {
+      fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    } while (fd < 0 && errno == EINTR);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
       error = ArenaString("cannot read ") + path + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
       return false;
     }
+    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > kMaxFileBytes) {
+      ::close(fd);
+      error = ArenaString("cannot read ") + path +
+              (S_ISREG(st.st_mode) ? ": larger than 16 MiB (a suppression file has a line per pattern)"
+                                   : ": not a regular file");
+      return false;
+    }
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        error = ArenaString("cannot read ") + path + ": " + std::strerror(errno);
+        ::close(fd);
+        return false;
+      }
+      if (n == 0 || text.size() + static_cast<std::size_t>(n) > kMaxFileBytes) break;  // (grown since the fstat)
+      text.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
     std::string_view all(text);
     while (!all.empty()) {
       const std::size_t eol = all.find('\n');
@@ -16228,6 +16267,7 @@ inline Plan PlanRequest(const Request& req) {
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16681,6 +16721,8 @@ class Server {
       fail(errno, "eventfd");
       return;
     }
+    listen_id_ = FileId::Of(listen_fd_);
+    wake_id_ = FileId::Of(wake_fd_);
     // The server's threads take no signals: the program's handlers run on its own threads.
     sigset_t all, old;
     sigfillset(&all);
@@ -16720,25 +16762,25 @@ class Server {
     }
     UnlockServers();
     stop_.store(true, std::memory_order_release);
-    const std::uint64_t one = 1;
-    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-    }
+    WakeServer();  // if the program closed it, the thread sees stop_ within kFdCheckMillis
     // In a forked child the server thread does not exist: joining would wait
     // forever.
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
       StopBuilder();
-      for (Connection& c : conns_) ShutdownAndClose(c.fd);
+      if (!fds_lost_.load(std::memory_order_acquire)) {
+        for (Connection& c : conns_) ShutdownAndClose(c.fd);
+      }
     }
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    ::close(wake_fd_);
+    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
+    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
   }
 
   // In a forked child (fork handler, single-threaded): give up the listening
   // socket. The connections stay as they are: the server thread may have been
   // changing their list at the fork.
   void CloseListenerInChild() noexcept {
-    if (listen_fd_ >= 0) ::close(listen_fd_);
+    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
     listen_fd_ = -1;
   }
 
@@ -16751,6 +16793,60 @@ class Server {
   static void* ThreadMain(void* self) noexcept {
     static_cast<Server*>(self)->Run();
     return nullptr;
+  }
+
+  // A descriptor's identity, to tell ours from the program's file that took
+  // its number: a program that closes every descriptor it did not open
+  // (closefrom(3), python-daemon, os.closerange) closes the listening socket
+  // and the eventfd, and its next files get their numbers. Reading that
+  // "eventfd" read the program's file, writing it wrote 8 bytes into it, and
+  // accept() on it failed at once, every time (or, on the program's own
+  // listening socket, took its connections); and a poll() that had been
+  // waiting on the closed ones never returned, so Stop's join at exit hung.
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    static FileId Of(int fd) noexcept {
+      struct stat st {};
+      FileId id;
+      if (fd >= 0 && ::fstat(fd, &st) == 0) {
+        id.dev = st.st_dev;
+        id.ino = st.st_ino;
+      }
+      return id;
+    }
+    bool Is(int fd) const noexcept {
+      struct stat st {};
+      return fd >= 0 && ino != 0 && ::fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+    }
+  };
+  // How long the server thread waits, at most, before it checks that its
+  // descriptors are still its own (and stop_): one fstat pair a second, idle.
+  static constexpr int kFdCheckMillis = 1000;
+
+  // The server thread's wake-up (a result, Stop), unless the eventfd's number
+  // is no longer ours.
+  void WakeServer() noexcept {
+    if (fds_lost_.load(std::memory_order_acquire) || !wake_id_.Is(wake_fd_)) return;
+    const std::uint64_t one = 1;
+    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+
+  // The server thread: true (and one line said) when the program has closed
+  // the listening socket or the eventfd. The server stops; the program's
+  // files under those numbers, and the connections' (which may be the
+  // program's too by now), are left alone.
+  bool LostDescriptors() noexcept {
+    if (listen_id_.Is(listen_fd_) && wake_id_.Is(wake_fd_)) return false;
+    fds_lost_.store(true, std::memory_order_release);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "HTTP server on port %u: the program closed its socket (fd %d) or eventfd (fd %d); not serving any more",
+                  static_cast<unsigned>(port_), listen_fd_, wake_fd_);
+    ReportLine(line);
+    conns_.clear();
+    return true;
   }
 
   static void* BuilderMain(void* self) noexcept {
@@ -16800,9 +16896,7 @@ class Server {
         HEAPPROF_CATCH_ALL_NOEXCEPT {}
         pthread_mutex_unlock(&jobs_mutex_);
       }
-      const std::uint64_t one = 1;
-      while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-      }
+      WakeServer();
     }
   }
 
@@ -16912,14 +17006,16 @@ class Server {
           fds.push_back(pollfd{c.fd, events, 0});
           if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
         }
-        int timeout = -1;
+        int timeout = kFdCheckMillis;
         if (next >= 0) {
           const std::int64_t wait = next - MonotonicMillis();
-          timeout = wait <= 0 ? 0 : static_cast<int>(wait > 60000 ? 60000 : wait);
+          timeout = wait <= 0 ? 0 : static_cast<int>(wait > kFdCheckMillis ? kFdCheckMillis : wait);
         }
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
+        // Checked when idle, and before the eventfd is read or accept() runs.
+        if ((n == 0 || (n > 0 && ((fds[0].revents | fds[1].revents) != 0))) && LostDescriptors()) break;
         if (n > 0 && (fds[0].revents & POLLIN)) {
           std::uint64_t wakes = 0;
           while (::read(wake_fd_, &wakes, sizeof wakes) < 0 && errno == EINTR) {
@@ -17253,6 +17349,8 @@ class Server {
   const Limits limits_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
+  FileId listen_id_, wake_id_;          // what listen_fd_ and wake_fd_ were when opened
+  std::atomic<bool> fds_lost_{false};  // the program closed one of them (LostDescriptors)
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   ArenaVector<Connection> conns_;  // the server thread's only
@@ -18149,6 +18247,62 @@ inline F Lookup(void* handle, const char* name, const void* base, F fallback) no
 
 inline void OurObjectMarker() noexcept {}
 
+// ---------------------------------------------------------------- shadowed
+// When the process's malloc is another object's (g_shadowed: an allocator
+// listed before libheapprof_preload.so in LD_PRELOAD), this engine is off and
+// our hooks run only where that object lacks the function: jemalloc has no
+// reallocarray, pvalloc, free_sized or free_aligned_sized; tcmalloc none but
+// pvalloc. The program then calls ours with that allocator's blocks, which
+// the allocator under us (glibc's, the next after us) must never see: such a
+// hook forwards to the process's own realloc, memalign or free, records
+// nothing, and the program runs as without us (glibc's reallocarray calls
+// the process's realloc too; pvalloc is built from memalign, as above).
+enum : unsigned {
+  kShadowResolved = 1,  // Resolve has decided; alone: no hook forwards
+  kShadowReallocarray = 2,
+  kShadowPvalloc = 4,
+  kShadowFreeSized = 8,
+  kShadowFreeAlignedSized = 16,
+};
+inline unsigned g_shadow_hooks = 0;  // written once, before g_state's release store
+struct ProcessFunctions {
+  void* (*realloc)(void*, std::size_t) noexcept;
+  void* (*memalign)(std::size_t, std::size_t) noexcept;
+  void (*free)(void*) noexcept;
+};
+inline ProcessFunctions g_process_fn{};
+
+// `name`'s definition in the process (RTLD_DEFAULT) when it is another
+// object's than `ours`, else nullptr. A non-PIE program that takes the
+// function's address has its PLT stub there (which calls the process's
+// definition, whoever's: at worst ours, which is no worse than not
+// forwarding).
+inline void* ProcessFunction(const char* name, const void* ours) noexcept {
+  void* f = dlsym(RTLD_DEFAULT, name);
+  Dl_info info{};
+  if (f == nullptr || dladdr(f, &info) == 0 || info.dli_fbase == ours) return nullptr;
+  return f;
+}
+// Whether the process's `name` is ours (the shadowing object lacks it).
+inline bool ProcessHasOurs(const char* name, const void* ours) noexcept {
+  void* f = dlsym(RTLD_DEFAULT, name);
+  Dl_info info{};
+  return f != nullptr && dladdr(f, &info) != 0 && info.dli_fbase == ours;
+}
+
+inline unsigned ResolveShadowHooks(const void* ours) noexcept {
+  unsigned hooks = kShadowResolved;
+  g_process_fn.realloc = reinterpret_cast<void* (*)(void*, std::size_t) noexcept>(ProcessFunction("realloc", ours));
+  g_process_fn.memalign =
+      reinterpret_cast<void* (*)(std::size_t, std::size_t) noexcept>(ProcessFunction("memalign", ours));
+  g_process_fn.free = reinterpret_cast<void (*)(void*) noexcept>(ProcessFunction("free", ours));
+  if (g_process_fn.realloc != nullptr && ProcessHasOurs("reallocarray", ours)) hooks |= kShadowReallocarray;
+  if (g_process_fn.memalign != nullptr && ProcessHasOurs("pvalloc", ours)) hooks |= kShadowPvalloc;
+  if (g_process_fn.free != nullptr && ProcessHasOurs("free_sized", ours)) hooks |= kShadowFreeSized;
+  if (g_process_fn.free != nullptr && ProcessHasOurs("free_aligned_sized", ours)) hooks |= kShadowFreeAlignedSized;
+  return hooks;
+}
+
 // Finds the allocator under us. Thread-safe: one thread resolves, others wait.
 // False: this thread is inside the resolution (dlsym allocating); the caller
 // serves the bootstrap buffer.
@@ -18177,10 +18331,12 @@ inline bool Resolve() noexcept {
   void* sym_entry = nullptr;
   const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
   const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
+  unsigned shadow_hooks = kShadowResolved;
   if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
       dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
       process_malloc.dli_fbase != ours.dli_fbase) {
     g_shadowed = true;
+    shadow_hooks = ResolveShadowHooks(ours.dli_fbase);
   }
   Functions f{};
   f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t) noexcept>(nullptr));
@@ -18225,6 +18381,7 @@ inline bool Resolve() noexcept {
   g_underlying_malloc = f.malloc;
   g_underlying_usable_size = g_fn.usable_size;
   g_release_block = f.free;
+  __atomic_store_n(&g_shadow_hooks, shadow_hooks, __ATOMIC_RELEASE);
   tls_resolving = false;
   g_state.store(2, std::memory_order_release);
   return true;
@@ -18265,6 +18422,25 @@ inline void* FirstAlignedAlloc(std::size_t a, std::size_t n) noexcept {
 inline void* FirstValloc(std::size_t n) noexcept { return Resolve() ? g_fn.valloc(n) : BootstrapAlloc(n, 4096); }
 inline void* FirstPvalloc(std::size_t n) noexcept { return Resolve() ? g_fn.pvalloc(n) : BootstrapAlloc(n, 4096); }
 inline std::size_t FirstUsableSize(void* p) noexcept { return Resolve() ? g_fn.usable_size(p) : 0; }
+
+// Whether hook `bit` forwards to the process's allocator (see "shadowed"),
+// resolving first. One load once resolved: is it kShadowResolved alone.
+HEAPPROF_NOINLINE inline bool ForwardsToProcessCold(unsigned bit) noexcept {
+  Resolve();  // on the resolving thread itself: still 0, so the hook goes on (to the bootstrap)
+  return (__atomic_load_n(&g_shadow_hooks, __ATOMIC_ACQUIRE) & bit) != 0;
+}
+HEAPPROF_ALWAYS_INLINE bool ForwardsToProcess(unsigned bit) noexcept {
+  if (HEAPPROF_LIKELY(__atomic_load_n(&g_shadow_hooks, __ATOMIC_ACQUIRE) == kShadowResolved)) return false;
+  return ForwardsToProcessCold(bit);
+}
+inline void* ProcessPvalloc(std::size_t n) noexcept {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (n > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_process_fn.memalign(page, n == 0 ? page : (n + page - 1) & ~(page - 1));
+}
 
 // What operator new/delete call when both families are replaced: the real
 // allocator directly, so a new counts once.
@@ -18450,8 +18626,17 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* malloc(std::size_t n) noexcept {
 HEAPPROF_DETAIL_MALLOC_HOOK void free(void* p) noexcept { heapprof::detail::real::FreeBody(p); }
 
 // C23: the caller's size is not trusted; the count is the block's size, as for free.
-HEAPPROF_DETAIL_MALLOC_HOOK void free_sized(void* p, std::size_t) noexcept { heapprof::detail::real::FreeBody(p); }
+// (Under an allocator preloaded before us that lacks them: its free.)
+HEAPPROF_DETAIL_MALLOC_HOOK void free_sized(void* p, std::size_t) noexcept {
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowFreeSized))) {
+    return heapprof::detail::real::g_process_fn.free(p);
+  }
+  heapprof::detail::real::FreeBody(p);
+}
 HEAPPROF_DETAIL_MALLOC_HOOK void free_aligned_sized(void* p, std::size_t, std::size_t) noexcept {
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowFreeAlignedSized))) {
+    return heapprof::detail::real::g_process_fn.free(p);
+  }
   heapprof::detail::real::FreeBody(p);
 }
 
@@ -18491,6 +18676,10 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
   if (__builtin_mul_overflow(count, size, &n)) {
     errno = ENOMEM;
     return nullptr;
+  }
+  // (Under an allocator preloaded before us, which lacks reallocarray: its realloc.)
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowReallocarray))) {
+    return heapprof::detail::real::g_process_fn.realloc(p, n);
   }
   void* q;
   if (heapprof::detail::real::HotRealloc(p, n, q)) return q;
@@ -18538,6 +18727,10 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
+  // (Under an allocator preloaded before us, which lacks pvalloc: its memalign.)
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowPvalloc))) {
+    return heapprof::detail::real::ProcessPvalloc(n);
+  }
   void* p = heapprof::detail::real::g_fn.pvalloc(n);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
