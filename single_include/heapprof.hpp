@@ -11409,6 +11409,13 @@ class PcLocationMap {
   unsigned shift_ = 64;
 };
 
+// "bytes", "label_bytes", "label_label_bytes", ...: the user keys that the
+// numeric "bytes" label makes the profile rename (one "label_" more each).
+inline bool IsBytesKey(std::string_view key) noexcept {
+  while (key.substr(0, 6) == "label_") key.remove_prefix(6);
+  return key == "bytes";
+}
+
 class PprofProfileBuilder {
  public:
   PprofProfileBuilder(const ArenaVector<LoadedObject>& objects, Symbolizer& symbolizer)
@@ -11467,9 +11474,11 @@ class PprofProfileBuilder {
       });
       for (const auto& label : s.labels) {
         // A user key equal to our numeric label's would be merged with it by
-        // pprof (-tags, -tagfocus): written as "label_bytes" instead.
+        // pprof (-tags, -tagfocus): written as "label_bytes" instead, and so
+        // one more "label_" before any key of the form label_..._bytes, so
+        // that a user's own "label_bytes" stays apart from the renamed one.
         const std::int64_t key =
-            label.first == "bytes" ? strings_.Intern("label_bytes") : strings_.Intern(label.first);
+            IsBytesKey(label.first) ? strings_.Intern(ArenaString("label_") + label.first) : strings_.Intern(label.first);
         const std::int64_t str = strings_.Intern(label.second);
         w.Message(pprof_field::sample::kLabel, [&] {
           w.OptInt64(pprof_field::label::kKey, key);

@@ -214,7 +214,7 @@ TEST_CASE("a stream that fails makes Write*Profile return false") {
 namespace {
 std::vector<void*> g_tagged;
 __attribute__((noinline)) void TaggedBytesLeaf() {
-  heapprof::ScopedLabels scope{{"bytes", "huge"}, {"user", "alice"}};
+  heapprof::ScopedLabels scope{{"bytes", "huge"}, {"label_bytes", "own"}, {"user", "alice"}};
   for (int i = 0; i < 8; ++i) g_tagged.push_back(new char[3000]);
 }
 }  // namespace
@@ -246,6 +246,13 @@ TEST_CASE("a user label named bytes stays apart from the numeric bytes label in 
   CHECK(numeric_part.find("huge") == std::string::npos);
   CHECK(numeric_part.find("2.93kB") != std::string::npos);  // 3000 bytes
   CHECK(out.find("huge") != std::string::npos);
+  // A user's own "label_bytes" is one more "label_" on: not merged with the renamed "bytes".
+  const std::size_t own = out.find(" label_label_bytes: Total ");
+  CHECK(own != std::string::npos);
+  if (user != std::string::npos && own != std::string::npos) {
+    const std::string renamed = out.substr(user, own > user ? own - user : std::string::npos);
+    CHECK(renamed.find("own") == std::string::npos);
+  }
   for (void* q : g_tagged) delete[] static_cast<char*>(q);
   std::remove(path.c_str());
   heapprof::SetSampleRate(saved);
