@@ -166,7 +166,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::size_t l = 0; l < want.labels.size(); ++l) {
       // A key "bytes", "label_bytes", "label_label_bytes"... gets one more "label_"
       // (apart from the numeric "bytes" label, and from each other).
-      std::string key = want.labels[l].first, rest = key;
+      std::string key(want.labels[l].first.data(), want.labels[l].first.size());
+      std::string rest = key;
       while (rest.compare(0, 6, "label_") == 0) rest.erase(0, 6);
       if (rest == "bytes") key = "label_" + key;
       Check(got.labels[l + 1].key == key);
