@@ -149,6 +149,14 @@ __attribute__((noinline)) inline char* MakeReservedHeldBuffer() {
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
+__attribute__((noinline)) inline char* MakeBssHeldBuffer() {
+  char* p = new char[kReservedHeldBytes + 8];  // not the same body as the one above (GCC folds those)
+  asm volatile("" : : "r"(p) : "memory");
+  return p;
+}
+// 256 MiB of .bss, untouched but for its last page, whose last word holds the
+// only pointer to a buffer (retention_bss).
+inline char* g_retention_big_bss[(std::size_t{256} << 20) / sizeof(char*)];
 __attribute__((noinline)) inline char* MakeZeroSizeBuffer() {
   char* p = new char[0];
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
@@ -341,6 +349,16 @@ inline int RunRetentionReservation() {
   return ok ? 0 : 7;
 }
 
+// retention_bss: a global root of 256 MiB (g_retention_big_bss) of which one
+// page was ever touched: the scan reads that page, not the 256 MiB.
+inline int RunRetentionBss() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  constexpr std::size_t kSlots = sizeof g_retention_big_bss / sizeof g_retention_big_bss[0];
+  std::thread([] { g_retention_big_bss[kSlots - 1] = MakeBssHeldBuffer(); }).join();
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
+
 // The main thread's TLS is not in its stack mapping (see retention.hpp): a
 // scan from another thread must still find it.
 inline int RunRetentionMainTls() {
@@ -370,6 +388,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();
   if (std::strcmp(name, "retention_zero_size") == 0) return RunRetentionZeroSize();
   if (std::strcmp(name, "retention_reservation") == 0) return RunRetentionReservation();
+  if (std::strcmp(name, "retention_bss") == 0) return RunRetentionBss();
   if (std::strcmp(name, "retention_heap_stack") == 0) return RunRetentionHeapStack();
   if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();

@@ -326,6 +326,32 @@ TEST_CASE("retention profile: the unsampled-heap pass reads only the touched pag
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile: a global root's untouched pages are not read (a 256 MiB static array)") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_bss", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // Found in the one touched page of the array, named after it.
+  const std::vector<Path> held = PathsOf(p, "MakeBssHeldBuffer");
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].frames.back().find("g_retention_big_bss") != std::string::npos);
+  // Before, the whole array was read: "scanned" was above 256 MiB.
+  double scanned = -1;
+  for (const std::int64_t c : p.comment_indices) {
+    const std::string& text = p.string_table.at(static_cast<std::size_t>(c));
+    const std::size_t at = text.find("scanned ");
+    if (at != std::string::npos) scanned = std::strtod(text.c_str() + at + 8, nullptr);
+  }
+  INFO("scanned MiB: " << scanned);
+  CHECK(scanned >= 0);
+  CHECK(scanned < 128);
+  RemoveDir(dir);
+}
+
 TEST_CASE("retention profile: a thread whose stack is a heap block is scanned over that block only") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();

@@ -646,14 +646,19 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
       const RootRegion root = r.roots[ri];
       if ((root.kind == RootKind::kStack) != (pass == 1)) continue;
+      const auto reach = [&](std::uintptr_t v, std::uintptr_t at) {
+        const long k = scanner.Find(v);
+        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+        r.region[static_cast<std::size_t>(k)] = ri;
+        r.word_at[static_cast<std::size_t>(k)] = at;
+        queue.push_back(static_cast<std::uint32_t>(k));
+      };
       for_readable(root.lo, root.hi, [&](std::uintptr_t a, std::uintptr_t b) {
-        scanner.Words(a, b, [&](std::uintptr_t v, std::uintptr_t at) {
-          const long k = scanner.Find(v);
-          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-          r.region[static_cast<std::size_t>(k)] = ri;
-          r.word_at[static_cast<std::size_t>(k)] = at;
-          queue.push_back(static_cast<std::uint32_t>(k));
-        });
+        // A module's writable segment: only its touched pages. A .data page
+        // never written is the file's (no heap address), a .bss page never
+        // touched is zeros; a program's 1 GiB static array was read whole.
+        if (root.kind == RootKind::kGlobal) scanner.TouchedWords(a, b, reach);
+        else scanner.Words(a, b, reach);
       });
     }
     head = walk(head);
