@@ -316,70 +316,51 @@ inline HttpServerState* HttpOutOfMemory() noexcept {
 
 HEAPPROF_LINKED_BEGIN
 
-// The server of the engine that records, for a program whose copy forwards
-// (ExternalEngine); nullptr when that engine is too old to run one.
-inline HttpServerState* StartRemoteHttpServer(std::string_view listen, bool throw_errors) {
-  const EngineApi* e = g_external_engine;
-  if (!HEAPPROF_ENGINE_HAS(e, http_server_failure)) {
-    ReportRaw("heapprof: HttpServer: libheapprof_preload.so records this process but is older than this program's "
-              "heapprof and cannot serve for it; this server's profiles are empty (use the library's own, "
-              "HEAPPROF=http=ADDRESS)\n");
-    return nullptr;
+inline int EngineHttpServerFailure(const void* server, const char** context) noexcept;
+
+// Whether the engine this copy forwards to (ExternalEngine) runs servers for
+// it; an older library cannot, and says so.
+inline bool RemoteServing(const EngineApi* e) noexcept {
+  if (HEAPPROF_ENGINE_HAS(e, http_server_failure)) return true;
+  ReportRaw("heapprof: HttpServer: libheapprof_preload.so records this process but is older than this program's "
+            "heapprof and cannot serve for it; this server's profiles are empty (use the library's own, "
+            "HEAPPROF=http=ADDRESS)\n");
+  return false;
+}
+
+HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
+  ReentrancyGuard guard;  // the server's own memory is never sampled
+  EnsureInit();
+  // A program whose copy forwards has its server run by the engine that
+  // records (it serves what that engine records); else one of this copy's.
+  const EngineApi* engine = g_external_engine != nullptr && RemoteServing(g_external_engine) ? g_external_engine
+                                                                                               : nullptr;
+  void* remote = engine != nullptr ? engine->start_http_server(listen.data(), listen.size()) : nullptr;
+  HttpServerState* state = nullptr;  // on the arena, like everything the server holds
+  HEAPPROF_TRY {
+    state = engine != nullptr ? MakeArena<HttpServerState>(engine, remote).release()
+                              : MakeArena<HttpServerState>(listen).release();
   }
-  void* remote = e->start_http_server(listen.data(), listen.size());
-  HttpServerState* state = nullptr;
-  HEAPPROF_TRY { state = MakeArena<HttpServerState>(e, remote).release(); }
   HEAPPROF_CATCH_ALL { state = nullptr; }
   if (state == nullptr) {
-    e->stop_http_server(remote);
+    if (engine != nullptr) engine->stop_http_server(remote);
 #if HEAPPROF_EXCEPTIONS
     if (throw_errors) throw std::bad_alloc();
 #endif
     return HttpOutOfMemory();
   }
   const char* context = "";
-  const int failure = e->http_server_failure(remote, &context);
+  const int failure = EngineHttpServerFailure(state, &context);
   if (failure == 0 || !throw_errors) return state;
 #if HEAPPROF_EXCEPTIONS
-  const std::string message = e->http_server_error(remote);
+  // The exception's text is the caller's (host) memory.
+  const std::string message = HttpServerError(state);
   const std::string where = context;
   StopHttpServer(state);
   if (failure < 0) throw std::invalid_argument(message);
   throw std::system_error(failure, std::generic_category(), where);
 #else
-  ReportLine(ArenaString(e->http_server_error(remote)) + "; not serving");
-  return state;
-#endif
-}
-
-HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
-  ReentrancyGuard guard;  // the server's own memory is never sampled
-  EnsureInit();
-  if (g_external_engine != nullptr) {
-    if (HttpServerState* remote = StartRemoteHttpServer(listen, throw_errors)) return remote;
-  }
-  HttpServerState* state = nullptr;  // on the arena, like everything the server holds
-  HEAPPROF_TRY { state = MakeArena<HttpServerState>(listen).release(); }
-  HEAPPROF_CATCH_ALL { state = nullptr; }
-  if (state == nullptr) {
-#if HEAPPROF_EXCEPTIONS
-    if (throw_errors) throw std::bad_alloc();
-#endif
-    return HttpOutOfMemory();
-  }
-  if (state->server->ok() || !throw_errors) return state;
-  const http::StartError& e = state->server->error();
-#if HEAPPROF_EXCEPTIONS
-  // The exception's text is the caller's (host) memory.
-  const std::string message(e.message.data(), e.message.size());
-  const std::string context(e.context.data(), e.context.size());
-  const http::StartError::Kind kind = e.kind;
-  const int err = e.err;
-  ArenaDeleter<HttpServerState>()(state);
-  if (kind == http::StartError::kInvalidAddress) throw std::invalid_argument(message);
-  throw std::system_error(err, std::generic_category(), context);
-#else
-  ReportLine(e.message + "; not serving");
+  ReportLine(ArenaString(HttpServerError(state)) + "; not serving");
   return state;
 #endif
 }
