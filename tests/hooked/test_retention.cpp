@@ -81,6 +81,17 @@ std::vector<Path> PathsOf(const Profile& p, const std::string& leaf) {
   return out;
 }
 
+// The MiB a retention profile's comment says the scan read ("scanned X MiB"); -1 if none.
+double ScannedMiB(const Profile& p) {
+  double scanned = -1;
+  for (const std::int64_t c : p.comment_indices) {
+    const std::string& text = p.string_table.at(static_cast<std::size_t>(c));
+    const std::size_t at = text.find("scanned ");
+    if (at != std::string::npos) scanned = std::strtod(text.c_str() + at + 8, nullptr);
+  }
+  return scanned;
+}
+
 bool Contains(const std::vector<std::string>& frames, const std::string& text) {
   for (const std::string& f : frames) {
     if (f.find(text) != std::string::npos) return true;
@@ -314,12 +325,7 @@ TEST_CASE("retention profile: the unsampled-heap pass reads only the touched pag
   REQUIRE(held.size() == 1);
   CHECK(held[0].frames.back() == "[unsampled heap]");
   // "scanned X MiB": the process's heap and roots, not the 1 GiB reservation.
-  double scanned = -1;
-  for (const std::int64_t c : p.comment_indices) {
-    const std::string& text = p.string_table.at(static_cast<std::size_t>(c));
-    const std::size_t at = text.find("scanned ");
-    if (at != std::string::npos) scanned = std::strtod(text.c_str() + at + 8, nullptr);
-  }
+  const double scanned = ScannedMiB(p);
   INFO("scanned MiB: " << scanned);
   CHECK(scanned >= 0);
   CHECK(scanned < 256);
@@ -340,12 +346,7 @@ TEST_CASE("retention profile: a global root's untouched pages are not read (a 25
   REQUIRE(held.size() == 1);
   CHECK(held[0].frames.back().find("g_retention_big_bss") != std::string::npos);
   // Before, the whole array was read: "scanned" was above 256 MiB.
-  double scanned = -1;
-  for (const std::int64_t c : p.comment_indices) {
-    const std::string& text = p.string_table.at(static_cast<std::size_t>(c));
-    const std::size_t at = text.find("scanned ");
-    if (at != std::string::npos) scanned = std::strtod(text.c_str() + at + 8, nullptr);
-  }
+  const double scanned = ScannedMiB(p);
   INFO("scanned MiB: " << scanned);
   CHECK(scanned >= 0);
   CHECK(scanned < 128);

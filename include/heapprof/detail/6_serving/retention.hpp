@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string_view>
 
 #include "heapprof/detail/0_base/arena.hpp"
@@ -269,16 +270,20 @@ inline std::string_view BaseNameOf(std::string_view path) noexcept {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// Whether `text` starts with one of `prefixes`.
+inline bool StartsWithAny(std::string_view text, std::initializer_list<std::string_view> prefixes) noexcept {
+  for (const std::string_view prefix : prefixes) {
+    if (text.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
 // An allocator loaded as a library (preloaded or linked): its globals and TLS
 // are its own bookkeeping (caches, free lists, the last block it handed out),
 // which keep no object of the program alive: not roots. tcmalloc's .bss held
 // the last block a thread allocated, and that became an object's "root".
 inline bool IsAllocatorFile(std::string_view path) noexcept {
-  const std::string_view base = BaseNameOf(path);
-  for (const char* prefix : {"libjemalloc.so", "libtcmalloc", "libmimalloc.so"}) {
-    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
-  }
-  return false;
+  return StartsWithAny(BaseNameOf(path), {"libjemalloc.so", "libtcmalloc", "libmimalloc.so"});
 }
 
 inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
@@ -841,12 +846,7 @@ class RootNamer {
     if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + MarkerSafe(*name);
     char buf[64];
     std::snprintf(buf, sizeof buf, "+%#llx", static_cast<unsigned long long>(at - m.bias));
-    return "[global] " + ArenaString(BaseName(m.path)) + buf;
-  }
-
-  static std::string_view BaseName(std::string_view path) {
-    const std::size_t slash = path.rfind('/');
-    return slash == std::string_view::npos ? path : path.substr(slash + 1);
+    return "[global] " + ArenaString(BaseNameOf(m.path)) + buf;
   }
 
  private:
@@ -862,8 +862,8 @@ class RootNamer {
 // their whole name: a prefix would take the program's malloc_pool::Grow or
 // reallocate_buffer for machinery.
 inline bool IsMachineryName(std::string_view name) {
-  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete", "__libc_"}) {
-    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  if (StartsWithAny(name, {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete", "__libc_"})) {
+    return true;
   }
   for (const char* function : {"malloc", "calloc", "realloc", "reallocarray", "posix_memalign", "aligned_alloc",
                                "memalign", "valloc", "pvalloc"}) {
@@ -877,14 +877,10 @@ inline bool IsMachineryName(std::string_view name) {
 // locale facet) is named by the program's function that called them, not by
 // glibc's internal alias (__GI___tsearch).
 inline bool IsRuntimeFile(std::string_view path) {
-  if (IsAllocatorFile(path)) return true;
-  const std::string_view base = BaseNameOf(path);
-  for (const char* prefix : {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so", "ld-linux",
-                             "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so", "libgcc_s.so",
-                             "libheapprof_preload.so"}) {
-    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
-  }
-  return false;
+  return IsAllocatorFile(path) ||
+         StartsWithAny(BaseNameOf(path), {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so",
+                                          "ld-linux", "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so",
+                                          "libgcc_s.so", "libheapprof_preload.so"});
 }
 
 class HolderSites {
@@ -918,7 +914,7 @@ class HolderSites {
         to += MarkerSafe(frames[f].name);
         if (!frames[f].file.empty() && frames[f].line != 0) {
           to += " at ";
-          to += RootNamer::BaseName(frames[f].file);
+          to += BaseNameOf(frames[f].file);
           to += ':';
           to += ArenaDecimal(frames[f].line);
         }
