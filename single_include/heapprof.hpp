@@ -13290,6 +13290,7 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string_view>
 
 
@@ -13498,16 +13499,20 @@ inline std::string_view BaseNameOf(std::string_view path) noexcept {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// Whether `text` starts with one of `prefixes`.
+inline bool StartsWithAny(std::string_view text, std::initializer_list<std::string_view> prefixes) noexcept {
+  for (const std::string_view prefix : prefixes) {
+    if (text.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
 // An allocator loaded as a library (preloaded or linked): its globals and TLS
 // are its own bookkeeping (caches, free lists, the last block it handed out),
 // which keep no object of the program alive: not roots. tcmalloc's .bss held
 // the last block a thread allocated, and that became an object's "root".
 inline bool IsAllocatorFile(std::string_view path) noexcept {
-  const std::string_view base = BaseNameOf(path);
-  for (const char* prefix : {"libjemalloc.so", "libtcmalloc", "libmimalloc.so"}) {
-    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
-  }
-  return false;
+  return StartsWithAny(BaseNameOf(path), {"libjemalloc.so", "libtcmalloc", "libmimalloc.so"});
 }
 
 inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
@@ -14070,12 +14075,7 @@ class RootNamer {
     if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + MarkerSafe(*name);
     char buf[64];
     std::snprintf(buf, sizeof buf, "+%#llx", static_cast<unsigned long long>(at - m.bias));
-    return "[global] " + ArenaString(BaseName(m.path)) + buf;
-  }
-
-  static std::string_view BaseName(std::string_view path) {
-    const std::size_t slash = path.rfind('/');
-    return slash == std::string_view::npos ? path : path.substr(slash + 1);
+    return "[global] " + ArenaString(BaseNameOf(m.path)) + buf;
   }
 
  private:
@@ -14091,8 +14091,8 @@ class RootNamer {
 // their whole name: a prefix would take the program's malloc_pool::Grow or
 // reallocate_buffer for machinery.
 inline bool IsMachineryName(std::string_view name) {
-  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete", "__libc_"}) {
-    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  if (StartsWithAny(name, {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete", "__libc_"})) {
+    return true;
   }
   for (const char* function : {"malloc", "calloc", "realloc", "reallocarray", "posix_memalign", "aligned_alloc",
                                "memalign", "valloc", "pvalloc"}) {
@@ -14106,14 +14106,10 @@ inline bool IsMachineryName(std::string_view name) {
 // locale facet) is named by the program's function that called them, not by
 // glibc's internal alias (__GI___tsearch).
 inline bool IsRuntimeFile(std::string_view path) {
-  if (IsAllocatorFile(path)) return true;
-  const std::string_view base = BaseNameOf(path);
-  for (const char* prefix : {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so", "ld-linux",
-                             "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so", "libgcc_s.so",
-                             "libheapprof_preload.so"}) {
-    if (base.compare(0, std::strlen(prefix), prefix) == 0) return true;
-  }
-  return false;
+  return IsAllocatorFile(path) ||
+         StartsWithAny(BaseNameOf(path), {"libc.so", "libc-2.", "libm.so", "libpthread.so", "libdl.so", "librt.so",
+                                          "ld-linux", "ld64.so", "libstdc++.so", "libc++.so", "libc++abi.so",
+                                          "libgcc_s.so", "libheapprof_preload.so"});
 }
 
 class HolderSites {
@@ -14147,7 +14143,7 @@ class HolderSites {
         to += MarkerSafe(frames[f].name);
         if (!frames[f].file.empty() && frames[f].line != 0) {
           to += " at ";
-          to += RootNamer::BaseName(frames[f].file);
+          to += BaseNameOf(frames[f].file);
           to += ':';
           to += ArenaDecimal(frames[f].line);
         }
@@ -17887,70 +17883,51 @@ inline HttpServerState* HttpOutOfMemory() noexcept {
 
 HEAPPROF_LINKED_BEGIN
 
-// The server of the engine that records, for a program whose copy forwards
-// (ExternalEngine); nullptr when that engine is too old to run one.
-inline HttpServerState* StartRemoteHttpServer(std::string_view listen, bool throw_errors) {
-  const EngineApi* e = g_external_engine;
-  if (!HEAPPROF_ENGINE_HAS(e, http_server_failure)) {
-    ReportRaw("heapprof: HttpServer: libheapprof_preload.so records this process but is older than this program's "
-              "heapprof and cannot serve for it; this server's profiles are empty (use the library's own, "
-              "HEAPPROF=http=ADDRESS)\n");
-    return nullptr;
+inline int EngineHttpServerFailure(const void* server, const char** context) noexcept;
+
+// Whether the engine this copy forwards to (ExternalEngine) runs servers for
+// it; an older library cannot, and says so.
+inline bool RemoteServing(const EngineApi* e) noexcept {
+  if (HEAPPROF_ENGINE_HAS(e, http_server_failure)) return true;
+  ReportRaw("heapprof: HttpServer: libheapprof_preload.so records this process but is older than this program's "
+            "heapprof and cannot serve for it; this server's profiles are empty (use the library's own, "
+            "HEAPPROF=http=ADDRESS)\n");
+  return false;
+}
+
+HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
+  ReentrancyGuard guard;  // the server's own memory is never sampled
+  EnsureInit();
+  // A program whose copy forwards has its server run by the engine that
+  // records (it serves what that engine records); else one of this copy's.
+  const EngineApi* engine = g_external_engine != nullptr && RemoteServing(g_external_engine) ? g_external_engine
+                                                                                               : nullptr;
+  void* remote = engine != nullptr ? engine->start_http_server(listen.data(), listen.size()) : nullptr;
+  HttpServerState* state = nullptr;  // on the arena, like everything the server holds
+  HEAPPROF_TRY {
+    state = engine != nullptr ? MakeArena<HttpServerState>(engine, remote).release()
+                              : MakeArena<HttpServerState>(listen).release();
   }
-  void* remote = e->start_http_server(listen.data(), listen.size());
-  HttpServerState* state = nullptr;
-  HEAPPROF_TRY { state = MakeArena<HttpServerState>(e, remote).release(); }
   HEAPPROF_CATCH_ALL { state = nullptr; }
   if (state == nullptr) {
-    e->stop_http_server(remote);
+    if (engine != nullptr) engine->stop_http_server(remote);
 #if HEAPPROF_EXCEPTIONS
     if (throw_errors) throw std::bad_alloc();
 #endif
     return HttpOutOfMemory();
   }
   const char* context = "";
-  const int failure = e->http_server_failure(remote, &context);
+  const int failure = EngineHttpServerFailure(state, &context);
   if (failure == 0 || !throw_errors) return state;
 #if HEAPPROF_EXCEPTIONS
-  const std::string message = e->http_server_error(remote);
+  // The exception's text is the caller's (host) memory.
+  const std::string message = HttpServerError(state);
   const std::string where = context;
   StopHttpServer(state);
   if (failure < 0) throw std::invalid_argument(message);
   throw std::system_error(failure, std::generic_category(), where);
 #else
-  ReportLine(ArenaString(e->http_server_error(remote)) + "; not serving");
-  return state;
-#endif
-}
-
-HttpServerState* StartHttpServer(std::string_view listen, bool throw_errors) {
-  ReentrancyGuard guard;  // the server's own memory is never sampled
-  EnsureInit();
-  if (g_external_engine != nullptr) {
-    if (HttpServerState* remote = StartRemoteHttpServer(listen, throw_errors)) return remote;
-  }
-  HttpServerState* state = nullptr;  // on the arena, like everything the server holds
-  HEAPPROF_TRY { state = MakeArena<HttpServerState>(listen).release(); }
-  HEAPPROF_CATCH_ALL { state = nullptr; }
-  if (state == nullptr) {
-#if HEAPPROF_EXCEPTIONS
-    if (throw_errors) throw std::bad_alloc();
-#endif
-    return HttpOutOfMemory();
-  }
-  if (state->server->ok() || !throw_errors) return state;
-  const http::StartError& e = state->server->error();
-#if HEAPPROF_EXCEPTIONS
-  // The exception's text is the caller's (host) memory.
-  const std::string message(e.message.data(), e.message.size());
-  const std::string context(e.context.data(), e.context.size());
-  const http::StartError::Kind kind = e.kind;
-  const int err = e.err;
-  ArenaDeleter<HttpServerState>()(state);
-  if (kind == http::StartError::kInvalidAddress) throw std::invalid_argument(message);
-  throw std::system_error(err, std::generic_category(), context);
-#else
-  ReportLine(e.message + "; not serving");
+  ReportLine(ArenaString(HttpServerError(state)) + "; not serving");
   return state;
 #endif
 }
