@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   const char* want = argc > 1 ? argv[1] : nullptr;
   std::string sink = std::to_string(argc);  // keeps libstdc++ loaded and used
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   const LoadedObject* target = nullptr;
   for (const LoadedObject& o : objects) {
     if (want == nullptr || o.path.find(want) != std::string::npos) {

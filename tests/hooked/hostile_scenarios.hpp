@@ -502,6 +502,36 @@ inline int RunDaemonDumps() {
   return 0;
 }
 
+// ---- a library's frames named after its dlclose ------------------------
+// Loaded, three objects of 7411 bytes allocated in it and kept (a fourth
+// freed), unloaded, then one more sample (the table unwinder's snapshot drops
+// it) and a profile written: no profile was written while it was loaded.
+inline int RunDlcloseNames() {
+#ifdef HEAPPROF_HOOKED_DSO_PATH
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
+  HEAPPROF_HOSTILE_CHECK(h != nullptr);
+  auto* alloc = reinterpret_cast<void* (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_alloc"));
+  auto* release = reinterpret_cast<void (*)(void*)>(dlsym(h, "heapprof_hooked_dso_free"));
+  HEAPPROF_HOSTILE_CHECK(alloc != nullptr && release != nullptr);
+  void* kept[3];
+  for (void*& k : kept) k = alloc(7411);
+  release(alloc(7411));
+  HEAPPROF_HOSTILE_CHECK(dlclose(h) == 0);
+  void* after = ::operator new(64);
+  asm volatile("" ::"r"(after) : "memory");
+  ::operator delete(after, 64);
+  HEAPPROF_HOSTILE_CHECK(heapprof::WriteHeapProfile(std::string(dir) + "/closed.pb.gz"));
+  for (void* k : kept) delete[] static_cast<char*>(k);
+  std::printf("dlclose_names: ok\n");
+  return 0;
+#else
+  std::printf("dlclose_names: no test library\n");
+  return 0;
+#endif
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
@@ -513,6 +543,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal_term") == 0) return RunDumpSignalTerm();
   if (std::strcmp(name, "sample_stack_use") == 0) return RunSampleStackUse();
   if (std::strcmp(name, "dlopen_churn") == 0) return RunDlopenChurn();
+  if (std::strcmp(name, "dlclose_names") == 0) return RunDlcloseNames();
   if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
   known = false;
   return 2;

@@ -104,7 +104,7 @@ extern "C" void heapprof_test_elf_inner();
 
 namespace {
 
-using heapprof::detail::CollectLoadedObjects;
+using heapprof::detail::CollectProfileObjects;
 using heapprof::detail::LoadedObject;
 using heapprof::detail::Symbolizer;
 
@@ -213,7 +213,7 @@ class ElfTempDir {
 // A stand-in for the main program whose file is `path`: lookups of the test's
 // own functions land in this object and so read that file.
 LoadedObject MainProgramAt(const std::string& path) {
-  LoadedObject o = CollectLoadedObjects().at(0);
+  LoadedObject o = CollectProfileObjects().at(0);
   o.path = path;
   o.build_id.clear();
   return o;
@@ -252,8 +252,8 @@ std::vector<MapsLine> ReadMaps() {
 
 }  // namespace
 
-TEST_CASE("CollectLoadedObjects: main program first, with its real path and code") {
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+TEST_CASE("CollectProfileObjects: main program first, with its real path and code") {
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   REQUIRE(!objects.empty());
   const LoadedObject& main = objects[0];
   CHECK(main.path == RealPath("/proc/self/exe"));
@@ -277,8 +277,8 @@ TEST_CASE("CollectLoadedObjects: main program first, with its real path and code
   }
 }
 
-TEST_CASE("CollectLoadedObjects: every entry is an executable mapping the kernel agrees on") {
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+TEST_CASE("CollectProfileObjects: every entry is an executable mapping the kernel agrees on") {
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   const std::vector<MapsLine> maps = ReadMaps();
   REQUIRE(!maps.empty());
   for (const LoadedObject& o : objects) {
@@ -298,12 +298,12 @@ TEST_CASE("CollectLoadedObjects: every entry is an executable mapping the kernel
   }
 }
 
-TEST_CASE("CollectLoadedObjects: build ids match readelf -n") {
+TEST_CASE("CollectProfileObjects: build ids match readelf -n") {
   if (!HaveTool("readelf")) {
     MESSAGE("readelf not installed: build-id cross-check skipped");
     return;
   }
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   REQUIRE(!objects.empty());
   const LoadedObject* libc = FindByBaseName(objects, "libc.so.6");
   REQUIRE(libc != nullptr);
@@ -317,7 +317,7 @@ TEST_CASE("CollectLoadedObjects: build ids match readelf -n") {
 }
 
 TEST_CASE("Symbolizer: static, namespaced, templated and libc functions") {
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   Symbolizer symbolizer(objects);
   REQUIRE(symbolizer.HasSymbols(0));
   CHECK_FALSE(symbolizer.HasSymbols(objects.size()));
@@ -424,7 +424,7 @@ TEST_CASE("Symbolizer: static, namespaced, templated and libc functions") {
 }
 
 TEST_CASE("SymbolTable: .dynsym alone names exported functions") {
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   const LoadedObject* libc = FindByBaseName(objects, "libc.so.6");
   REQUIRE(libc != nullptr);
   void* handle = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
@@ -450,7 +450,7 @@ TEST_CASE("SymbolTable: .dynsym alone names exported functions") {
 
 TEST_CASE("SymbolTable: keeps only its file's string table mapped, and names still resolve") {
   namespace elf = heapprof::detail::elf;
-  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   REQUIRE_FALSE(objects.empty());
   const LoadedObject& self = objects.front();  // this test program, unstripped: it has a .symtab
   // Its .strtab's size, from the section headers.
@@ -477,11 +477,11 @@ TEST_CASE("SymbolTable: keeps only its file's string table mapped, and names sti
   CHECK(table.mapped_bytes() >= strtab_size);
   CHECK(table.mapped_bytes() <= ((strtab_size + 4095) & ~std::uint64_t{4095}) + 4096);
   // Every name is read from those pages after the rest was unmapped.
-  const auto here = reinterpret_cast<std::uintptr_t>(&CollectLoadedObjects);
+  const auto here = reinterpret_cast<std::uintptr_t>(&CollectProfileObjects);
   std::size_t index = 0;
   REQUIRE(table.Find(here - self.bias, &index));
-  CHECK(table.Name(index).find("CollectLoadedObjects") != std::string::npos);
-  CHECK(table.RawName(index).find("CollectLoadedObjects") != std::string_view::npos);
+  CHECK(table.Name(index).find("CollectProfileObjects") != std::string::npos);
+  CHECK(table.RawName(index).find("CollectProfileObjects") != std::string_view::npos);
 }
 
 TEST_CASE("Demangle: C++ names demangled, C names and junk unchanged, versions dropped") {
@@ -524,7 +524,7 @@ TEST_CASE("SegmentMapping: a segment that does not start on a page boundary") {
 }
 
 TEST_CASE("Symbolizer: several segments of one object share its table") {
-  heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   REQUIRE(!objects.empty());
   // Split the main program's segment in two, as a linker with separate
   // executable segments would lay it out.
@@ -586,7 +586,7 @@ TEST_CASE("Symbolizer: unreadable, truncated and corrupt files give no symbols a
 }
 
 TEST_CASE("Symbolizer: a file replaced on disk (other build id) is not trusted") {
-  LoadedObject main = CollectLoadedObjects().at(0);
+  LoadedObject main = CollectProfileObjects().at(0);
   if (main.build_id.empty()) {
     MESSAGE("test binary has no build id: skipped");
     return;
@@ -654,7 +654,7 @@ TEST_CASE("Symbolizer: random corruption of headers and symbol tables never cras
     }
     {
       heapprof::detail::ArenaVector<LoadedObject> objects = {MainProgramAt(path)};
-      objects[0].build_id = CollectLoadedObjects().at(0).build_id;
+      objects[0].build_id = CollectProfileObjects().at(0).build_id;
       Symbolizer symbolizer(objects);
       with_symbols += symbolizer.HasSymbols(0) ? 1 : 0;
       heapprof::detail::ArenaString name;
@@ -679,7 +679,7 @@ TEST_CASE("SymbolTable: a stripped file finds its .symtab in a build-id debug fi
     MESSAGE("objcopy not installed: debug-file fallback skipped");
     return;
   }
-  const LoadedObject main = CollectLoadedObjects().at(0);
+  const LoadedObject main = CollectProfileObjects().at(0);
   if (main.build_id.size() < 4) {
     MESSAGE("test binary has no build id: skipped");
     return;

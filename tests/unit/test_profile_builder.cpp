@@ -35,7 +35,7 @@ HEAPPROF_NOINLINE void RootFrame(int x) { sink = x * 11 + 4; }
 
 namespace {
 
-using heapprof::detail::CollectLoadedObjects;
+using heapprof::detail::CollectProfileObjects;
 using heapprof::detail::EncodeProfile;
 using heapprof::detail::LoadedObject;
 using heapprof::detail::ProfileData;
@@ -53,7 +53,7 @@ const std::uintptr_t kMiddle = PcIn(&pb_frames::MiddleFrame);
 const std::uintptr_t kRoot = PcIn(&pb_frames::RootFrame);
 
 struct Env {
-  heapprof::detail::ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  heapprof::detail::ArenaVector<LoadedObject> objects = CollectProfileObjects();
   Symbolizer symbolizer{objects};
 };
 

@@ -7,7 +7,7 @@
 //
 // The situations need a process of their own: a small program, compiled here
 // against include/, sets one up (renames files over itself, dlopens, changes
-// directory) and then prints what CollectLoadedObjects and the Symbolizer say.
+// directory) and then prints what CollectProfileObjects and the Symbolizer say.
 #include <doctest/doctest.h>
 
 #include <elf.h>
@@ -51,7 +51,7 @@ static void PrintFrame(const char* what, Symbolizer& symbolizer, std::uintptr_t 
               n > 0 ? frames[0].line : 0u);
 }
 static void Report(const char* what, std::uintptr_t pc) {
-  const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const ArenaVector<LoadedObject> objects = CollectProfileObjects();
   Symbolizer symbolizer(objects);
   for (std::size_t i = 0; i < objects.size(); ++i) {
     if (pc >= objects[i].start && pc < objects[i].limit)

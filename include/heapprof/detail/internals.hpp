@@ -37,6 +37,7 @@
 #include "heapprof/detail/2_sampling/engine.hpp"
 
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
+#include "heapprof/detail/3_unwinding/loaded_objects.hpp"
 #include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 #include "heapprof/detail/3_unwinding/eh_frame.hpp"
 #include "heapprof/detail/3_unwinding/table.hpp"

@@ -63,6 +63,7 @@
 #include <new>
 
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
+#include "heapprof/detail/3_unwinding/loaded_objects.hpp"
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/3_unwinding/eh_frame.hpp"
@@ -746,6 +747,9 @@ inline int CollectCallback(dl_phdr_info* info, std::size_t size, void* data) noe
   if (!c.gen.known) GenerationCallback(info, size, &c.gen);
   ObjectInfo oi;
   if (!DescribeObject(*info, oi)) return 0;
+  // Remembered for profiles written after it is unloaded (a stack through it
+  // may be sampled now: that is often why this snapshot is taken).
+  elf::NoteLoadedObject(*info);
   if (c.count == c.capacity) {
     const std::size_t cap = c.capacity == 0 ? 64 : c.capacity * 2;
     auto* fresh = static_cast<ObjectInfo*>(g_arena.Allocate(cap * sizeof(ObjectInfo)));

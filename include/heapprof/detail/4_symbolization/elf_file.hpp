@@ -18,44 +18,13 @@
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena_allocator.hpp"
+#include "heapprof/detail/3_unwinding/loaded_objects.hpp"  // ByteView, GnuBuildIdBytes
 
 namespace heapprof {
 namespace detail {
 namespace elf {
 
 static_assert(sizeof(void*) == 8, "heapprof reads ELF64 objects only");
-
-// A span of bytes that refuses reads outside itself.
-struct ByteView {
-  const unsigned char* data = nullptr;
-  std::uint64_t size = 0;
-
-  bool Contains(std::uint64_t offset, std::uint64_t length) const {
-    return offset <= size && length <= size - offset;
-  }
-
-  // memcpy rather than a cast: offsets taken from a file need not be aligned.
-  template <class T>
-  bool Read(std::uint64_t offset, T* out) const {
-    if (!Contains(offset, sizeof(T))) return false;
-    std::memcpy(out, data + offset, sizeof(T));
-    return true;
-  }
-
-  ByteView Sub(std::uint64_t offset, std::uint64_t length) const {
-    if (!Contains(offset, length)) return ByteView{};
-    return ByteView{data + offset, length};
-  }
-
-  // The NUL-terminated string at `offset`, or nullptr when it runs off the end.
-  const char* CString(std::uint64_t offset, std::size_t* length) const {
-    if (offset >= size) return nullptr;
-    const void* nul = std::memchr(data + offset, '\0', size - offset);
-    if (nul == nullptr) return nullptr;
-    *length = static_cast<std::size_t>(static_cast<const unsigned char*>(nul) - (data + offset));
-    return reinterpret_cast<const char*>(data + offset);
-  }
-};
 
 // A whole file mapped read-only. Mapping instead of reading keeps a large
 // .symtab/.strtab out of the heap; the kernel pages in only what lookups touch.
@@ -215,26 +184,10 @@ inline ArenaString HexLower(const unsigned char* bytes, std::size_t length) {
   return out;
 }
 
-// Scans a note area for NT_GNU_BUILD_ID owned by "GNU". Name and descriptor are
-// padded to `align` (4 for classic notes, 8 for areas such as .note.gnu.property
-// laid out with 8-byte alignment, per the gABI note format).
+// The same id in lowercase hex, as pprof's Mapping.build_id has it; "" if none.
 inline ArenaString FindGnuBuildId(const ByteView& notes, std::uint64_t align) {
-  if (align != 8) align = 4;
-  const auto pad = [align](std::uint64_t n) { return (n + align - 1) & ~(align - 1); };
-  std::uint64_t offset = 0;
-  Elf64_Nhdr nh;
-  while (notes.Read(offset, &nh)) {
-    const std::uint64_t name_offset = offset + sizeof(nh);
-    const std::uint64_t desc_offset = name_offset + pad(nh.n_namesz);
-    const std::uint64_t next = desc_offset + pad(nh.n_descsz);
-    if (!notes.Contains(desc_offset, nh.n_descsz)) break;
-    if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && nh.n_descsz > 0 &&
-        std::memcmp(notes.data + name_offset, "GNU", 4) == 0) {
-      return HexLower(notes.data + desc_offset, nh.n_descsz);
-    }
-    offset = next;
-  }
-  return ArenaString();
+  const ByteView id = GnuBuildIdBytes(notes, align);
+  return HexLower(id.data, static_cast<std::size_t>(id.size));
 }
 
 // The build id recorded in a file's SHT_NOTE sections. Sections, not PT_NOTE:

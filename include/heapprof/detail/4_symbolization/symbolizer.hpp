@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,10 +56,15 @@ struct LoadedObject {
   // was mapped (deleted or replaced on disk since: a deploy): its
   // /proc/self/map_files entry, which reaches the mapped inode. Empty: `path`.
   ArenaString file;
+  // Not loaded any more (dlclose'd): remembered from when it was
+  // (elf::NoteLoadedObject); its file is read by `path`.
+  bool unloaded = false;
 };
 
-// Every loaded object with an executable segment, the main program first.
-ArenaVector<LoadedObject> CollectLoadedObjects();
+// What a profile's frames can be in: every loaded object with an executable
+// segment, the main program first, then those unloaded since the profiler saw
+// them loaded (elf::NoteLoadedObject) where nothing loaded now overlaps them.
+ArenaVector<LoadedObject> CollectProfileObjects();
 
 namespace elf {
 
@@ -98,39 +105,6 @@ inline ArenaString ResolvedPath(const char* name) {
   return ::realpath(name, real) != nullptr ? ArenaString(real) : ArenaString(name);
 }
 
-inline bool SegmentCovers(const dl_phdr_info& info, std::uintptr_t address) {
-  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
-    const Elf64_Phdr& ph = info.dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD) continue;
-    const std::uintptr_t lo = info.dlpi_addr + ph.p_vaddr;
-    if (address >= lo && address - lo < ph.p_memsz) return true;
-  }
-  return false;
-}
-
-// The build id from the object's PT_NOTE segments as mapped. A note segment is
-// read only when a PT_LOAD maps it from file bytes, so every read hits memory
-// the loader mapped.
-inline ArenaString MemoryBuildId(const dl_phdr_info& info) {
-  for (std::size_t i = 0; i < info.dlpi_phnum; ++i) {
-    const Elf64_Phdr& note = info.dlpi_phdr[i];
-    if (note.p_type != PT_NOTE || note.p_filesz == 0) continue;
-    bool mapped = false;
-    for (std::size_t j = 0; j < info.dlpi_phnum && !mapped; ++j) {
-      const Elf64_Phdr& load = info.dlpi_phdr[j];
-      if (load.p_type != PT_LOAD || note.p_vaddr < load.p_vaddr) continue;
-      const std::uint64_t skip = note.p_vaddr - load.p_vaddr;
-      mapped = skip <= load.p_filesz && note.p_filesz <= load.p_filesz - skip;
-    }
-    if (!mapped) continue;
-    const ByteView bytes{reinterpret_cast<const unsigned char*>(info.dlpi_addr + note.p_vaddr),
-                         note.p_filesz};
-    ArenaString id = FindGnuBuildId(bytes, note.p_align);
-    if (!id.empty()) return id;
-  }
-  return ArenaString();
-}
-
 // The kernel maps whole pages: the mapping starts at the page holding the
 // segment's first byte and maps the file from the page holding p_offset (the
 // two are congruent modulo the page size for any loadable segment), while the
@@ -145,6 +119,44 @@ inline LoadedObject SegmentMapping(const Elf64_Phdr& ph, std::uintptr_t bias,
   object.file_offset = ph.p_offset >= into_page ? ph.p_offset - into_page : 0;
   object.bias = bias;
   return object;
+}
+
+inline bool Overlaps(const LoadedObject& o, std::uintptr_t start, std::uintptr_t limit) noexcept {
+  return o.start < limit && start < o.limit;
+}
+
+// Appends the remembered objects that are no longer loaded: those no object in
+// `objects` overlaps (what is loaded now wins; of two unloaded objects at the
+// same addresses, the one remembered last). Their files are read by name, and
+// the symbolizer's build-id check refuses a file rebuilt since.
+inline void AppendUnloadedObjects(ArenaVector<LoadedObject>& objects, std::uintptr_t page_mask) {
+  for (const SeenObject* s = g_seen_objects.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+    bool overlaps = false;
+    for (std::uint32_t i = 0; i < s->segments && !overlaps; ++i) {
+      const std::uintptr_t start = s->bias + s->vaddr[i];
+      const std::uintptr_t limit = start + s->memsz[i];
+      for (const LoadedObject& o : objects) {
+        if (Overlaps(o, start & ~page_mask, limit)) {
+          overlaps = true;
+          break;
+        }
+      }
+    }
+    if (overlaps) continue;
+    const ArenaString path(s->name);
+    const ArenaString build_id = HexLower(s->build_id, s->build_id_size);
+    for (std::uint32_t i = 0; i < s->segments; ++i) {
+      Elf64_Phdr ph{};
+      ph.p_vaddr = s->vaddr[i];
+      ph.p_memsz = s->memsz[i];
+      ph.p_offset = s->offset[i];
+      LoadedObject object = SegmentMapping(ph, s->bias, page_mask);
+      object.path = path;
+      object.build_id = build_id;
+      object.unloaded = true;
+      objects.push_back(std::move(object));
+    }
+  }
 }
 
 struct CollectState {
@@ -174,13 +186,15 @@ inline int CollectObject(dl_phdr_info* info, std::size_t, void* data) {
     } else {
       path = ResolvedPath(name);
     }
+    NoteLoadedObject(*info);
     ArenaString build_id;
     bool have_build_id = false;
     for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
       const Elf64_Phdr& ph = info->dlpi_phdr[i];
       if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0 || ph.p_memsz == 0) continue;
       if (!have_build_id) {
-        build_id = MemoryBuildId(*info);
+        const ByteView id = MemoryBuildIdBytes(*info);
+        build_id = HexLower(id.data, static_cast<std::size_t>(id.size));
         have_build_id = true;
       }
       LoadedObject object = SegmentMapping(ph, info->dlpi_addr, state.page_mask);
@@ -621,7 +635,7 @@ class SymbolTable {
 
 }  // namespace elf
 
-inline ArenaVector<LoadedObject> CollectLoadedObjects() {
+inline ArenaVector<LoadedObject> CollectProfileObjects() {
   ArenaVector<LoadedObject> objects;
   elf::CollectState state;
   state.out = &objects;
@@ -633,6 +647,7 @@ inline ArenaVector<LoadedObject> CollectLoadedObjects() {
   if (state.out_of_memory) ThrowBadAlloc();
   const ArenaVector<elf::FileMapping> mappings = elf::ReadFileMappings();
   for (LoadedObject& object : objects) elf::FileOfMapping(object, mappings);
+  elf::AppendUnloadedObjects(objects, state.page_mask);
   return objects;
 }
 

@@ -277,7 +277,7 @@ inline bool BuildPeakProfileBytes(ArenaString& gz, std::int64_t duration_nanos =
   HEAPPROF_TRY {
     ProfileData data = PeakProfileData(CopyPeak(duration_nanos != 0 ? g_window_peak : g_peak));
     data.duration_nanos = duration_nanos;
-    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectProfileObjects();
     gz = EncodeGzippedSymbolized(data, objects);
     return true;
   }
@@ -298,7 +298,7 @@ inline bool BuildProfileBytes(bool allocs_default, ArenaString& gz,
   if (!headroom.ok()) return false;
   HEAPPROF_TRY {
     ProfileData data = SnapshotProfile(allocs_default, since);
-    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectProfileObjects();
     gz = EncodeGzippedSymbolized(data, objects);
     return true;
   }

@@ -138,7 +138,7 @@ class TextProfileStream {
       AppendFormat(out, "heap profile: %lld: %lld [%lld: %lld] @ heap/%llu\n", static_cast<long long>(ti),
                    static_cast<long long>(tib), static_cast<long long>(ta), static_cast<long long>(tab),
                    static_cast<unsigned long long>(2 * rate));
-      objects_ = CollectLoadedObjects();
+      objects_ = CollectProfileObjects();
       symbolizer_ = MakeArena<Symbolizer>(objects_);
       return true;
     }

@@ -386,7 +386,7 @@ class Dumper {
     if (!headroom.ok()) return;
     HEAPPROF_TRY {  // BuildProfileBytes, less its no-allocation-seen warning: it may be too early for one
       const ProfileData data = SnapshotProfile(false);
-      const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+      const ArenaVector<LoadedObject> objects = CollectProfileObjects();
       Symbolizer symbolizer(objects);
       const ArenaString gz = EncodeGzipped(data, objects, symbolizer);
       (void)gz;

@@ -323,7 +323,7 @@ inline bool BeginPeakText(TextProfileStream& stream, ArenaString& out) {
 // address that resolves.
 inline ArenaString SymbolBody(std::string_view addresses) {
   ArenaString body = "num_symbols: 1\n";
-  const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+  const ArenaVector<LoadedObject> objects = CollectProfileObjects();
   Symbolizer symbolizer(objects);
   ArenaString name;
   ForEachSymbolAddress(addresses, [&](std::uint64_t pc) {

@@ -337,7 +337,7 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     // One snapshot and one symbolizer for the files and the tables, so they
     // agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
-    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectProfileObjects();
     Symbolizer symbolizer(objects);
     ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);

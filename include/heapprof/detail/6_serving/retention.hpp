@@ -1103,7 +1103,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
   HEAPPROF_TRY {
     retention::ScanResult scan;
     retention::ScanWithRegisters(scan);
-    const ArenaVector<LoadedObject> objects = CollectLoadedObjects();
+    const ArenaVector<LoadedObject> objects = CollectProfileObjects();
     Symbolizer symbolizer(objects);
     const ProfileData data = retention::RetentionProfileData(scan, objects, symbolizer);
     gz = EncodeGzipped(data, objects, symbolizer);
