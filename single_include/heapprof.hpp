@@ -3153,9 +3153,10 @@ class BucketTable {
   // `known`: the record of this very stack (pcs, depth and truncated equal),
   // interned earlier, or null. `interned`, if given, receives the stack's
   // record when it is a real one (not the overflow stack), else null.
+  // `new_stack`, if given, is set true when this call made the stack's record.
   Bucket* RecordAlloc(const std::uintptr_t* pcs, std::uint32_t depth, bool truncated, std::uint64_t size,
                       std::uint64_t rate, const LabelSetData* labels, const StackRecord* known = nullptr,
-                      const StackRecord** interned = nullptr) noexcept {
+                      const StackRecord** interned = nullptr, bool* new_stack = nullptr) noexcept {
     if (interned != nullptr) *interned = nullptr;
     const std::uint64_t stack_hash =
         known != nullptr ? known->hash : HashWords(pcs, depth, truncated ? 0x5bd1e995u : 0x1b873593u);
@@ -3168,7 +3169,8 @@ class BucketTable {
     if (known == nullptr) stacks_.Prefetch(stack_hash);
     buckets_.Prefetch(bucket_hash);
     const std::uint64_t max_stacks = max_stacks_.load(std::memory_order_relaxed);
-    const StackRecord* stack = known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks);
+    const StackRecord* stack =
+        known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks, new_stack);
     if (stack == nullptr) return Dropped();
     if (interned != nullptr && !stack->overflow) *interned = stack;
     // The bucket's hash follows its stack: bucket_hash unless the stack
@@ -3269,7 +3271,7 @@ class BucketTable {
   }
 
   const StackRecord* InternStack(std::uint64_t hash, const std::uintptr_t* pcs, std::uint32_t depth,
-                                 bool truncated, std::uint64_t max_stacks) noexcept {
+                                 bool truncated, std::uint64_t max_stacks, bool* made) noexcept {
     const StackRecord* found = stacks_.Find(hash, [&](const StackRecord& s) {
       return s.depth == depth && s.truncated == truncated &&
              std::memcmp(s.pcs(), pcs, depth * sizeof(std::uintptr_t)) == 0;
@@ -3289,6 +3291,7 @@ class BucketTable {
       return nullptr;
     }
     stack_bytes_ += bytes;
+    if (made != nullptr) *made = true;
     return s;
   }
 
@@ -6466,6 +6469,28 @@ inline const ObjectSet* ObjectsAfterUnknownPc(const ObjectSet* set, std::uintptr
   return nullptr;
 }
 
+// For the frame-pointer unwinder, which reads no loaded objects: the PCs of a
+// stack a sample has just made a record for are looked up in the published
+// snapshot, and one in no object refreshes it if the loader's generation
+// moved (a library loaded since; the refresh remembers it for profiles written
+// after its dlclose, elf::NoteLoadedObject). A stack seen before was checked
+// when it was new, so this runs only on a sample's first sight of a stack.
+inline void NoteStackObjects(const std::uintptr_t* pcs, std::uint32_t depth) noexcept {
+  ReaderSection reading;
+  if (!reading.active()) return;
+  const ObjectSet* set = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
+  if (set == nullptr) {
+    (void)CurrentObjects();  // the first snapshot notes every object loaded now
+    return;
+  }
+  for (std::uint32_t i = 0; i < depth; ++i) {
+    if (FindObject(*set, pcs[i]) == nullptr) {
+      (void)ObjectsAfterUnknownPc(set, pcs[i]);
+      return;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- stepping
 
 struct Regs {
@@ -7450,9 +7475,16 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   // for frame, is the stack record interned then (records are never freed).
   const StackRecord* known = stack.interned != nullptr ? static_cast<const StackRecord*>(*stack.interned) : nullptr;
   const StackRecord* interned = nullptr;
+  bool new_stack = false;
   Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
-                                    CurrentSampleLabels(), known, &interned);
+                                    CurrentSampleLabels(), known, &interned, &new_stack);
   if (stack.interned != nullptr) *stack.interned = interned;
+  // The frame-pointer walk reads no loaded objects: a new stack's PCs are
+  // checked against them, so that a library it passes through is remembered
+  // for profiles written after its dlclose (the table walk does so on its way).
+  if (HEAPPROF_UNLIKELY(new_stack) && g_unwinder.load(std::memory_order_relaxed) == kUnwinderFramePointer) {
+    unwind_table::NoteStackObjects(stack.pcs, static_cast<std::uint32_t>(stack.depth));
+  }
   if (b == nullptr) return;
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it

@@ -236,56 +236,61 @@ TEST_CASE("hostile: dlopen/dlclose churn leaves the profiler's memory level") {
 TEST_CASE("hostile: a dlclose'd library's frames keep their names, mapping and build id in later profiles") {
   // Before: the profile named only the objects loaded when it was written, so
   // the three live objects' stacks began with three <unknown> frames (no
-  // mapping). The table unwinder (the default) saw the library when the
-  // samples' stacks passed through it; nothing else did.
-  const std::string dir = HostileTempDir();
-  REQUIRE(!dir.empty());
-  std::string out;
-  const int rc = RunHostileChild("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "dlclose_names", out);
-  INFO(out);
-  REQUIRE(rc == 0);
-  REQUIRE(out.find("dlclose_names: ok") != std::string::npos);
-  heapprof_test::Profile p;
-  REQUIRE(heapprof_test::ReadProfileFile(dir + "/closed.pb.gz", p));
-  std::string why;
-  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
-  const int inuse = heapprof_test::SampleTypeIndex(p, "inuse_objects");
-  const int alloc = heapprof_test::SampleTypeIndex(p, "alloc_objects");
-  std::int64_t inuse_named = 0, alloc_named = 0, inuse_any = 0;
-  const std::string dso = HEAPPROF_HOOKED_DSO_PATH;
-  const std::string dso_base = dso.substr(dso.rfind('/') + 1);
-  for (const heapprof_test::Sample& s : p.samples) {
-    bool sized = false;
-    for (const auto& l : s.labels) sized = sized || (l.key == "bytes" && l.num == 7411);
-    if (!sized) continue;
-    inuse_any += s.values.at(inuse);
-    const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
-    REQUIRE(names.size() >= 3);
-    if (names[0].find("DsoInner") == std::string::npos) continue;
-    CHECK(names[1].find("DsoMiddle") != std::string::npos);
-    CHECK(names[2].find("heapprof_hooked_dso_alloc") != std::string::npos);
-    inuse_named += s.values.at(inuse);
-    alloc_named += s.values.at(alloc);
-    // The leaf's location is in the library's mapping: its file and build id.
-    const heapprof_test::Location* leaf = nullptr;
-    for (const auto& loc : p.locations) {
-      if (loc.id == s.location_ids.at(0)) leaf = &loc;
+  // mapping). Each unwinder sees the library when a sampled stack passes
+  // through it: the table walk on its way, the frame-pointer one when the
+  // stack is new. Nothing else does here.
+  for (const std::string unwinder : {"table", "fp"}) {
+    CAPTURE(unwinder);
+    const std::string dir = HostileTempDir();
+    REQUIRE(!dir.empty());
+    std::string out;
+    const int rc = RunHostileChild("HEAPPROF=rate=1,unwinder=" + unwinder + " HEAPPROF_TEST_DIR=" + dir,
+                                   "dlclose_names", out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    REQUIRE(out.find("dlclose_names: ok") != std::string::npos);
+    heapprof_test::Profile p;
+    REQUIRE(heapprof_test::ReadProfileFile(dir + "/closed.pb.gz", p));
+    std::string why;
+    REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+    const int inuse = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+    const int alloc = heapprof_test::SampleTypeIndex(p, "alloc_objects");
+    std::int64_t inuse_named = 0, alloc_named = 0, inuse_any = 0;
+    const std::string dso = HEAPPROF_HOOKED_DSO_PATH;
+    const std::string dso_base = dso.substr(dso.rfind('/') + 1);
+    for (const heapprof_test::Sample& s : p.samples) {
+      bool sized = false;
+      for (const auto& l : s.labels) sized = sized || (l.key == "bytes" && l.num == 7411);
+      if (!sized) continue;
+      inuse_any += s.values.at(inuse);
+      const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
+      REQUIRE(names.size() >= 3);
+      if (names[0].find("DsoInner") == std::string::npos) continue;
+      CHECK(names[1].find("DsoMiddle") != std::string::npos);
+      CHECK(names[2].find("heapprof_hooked_dso_alloc") != std::string::npos);
+      inuse_named += s.values.at(inuse);
+      alloc_named += s.values.at(alloc);
+      // The leaf's location is in the library's mapping: its file and build id.
+      const heapprof_test::Location* leaf = nullptr;
+      for (const auto& loc : p.locations) {
+        if (loc.id == s.location_ids.at(0)) leaf = &loc;
+      }
+      REQUIRE(leaf != nullptr);
+      const heapprof_test::Mapping* m = nullptr;
+      for (const auto& map : p.mappings) {
+        if (map.id == leaf->mapping_id) m = &map;
+      }
+      REQUIRE(m != nullptr);
+      CHECK(m->filename.size() >= dso_base.size());
+      CHECK(m->filename.compare(m->filename.size() - dso_base.size(), dso_base.size(), dso_base) == 0);
+      CHECK(m->build_id.size() == 40);
+      CHECK(m->has_functions);
     }
-    REQUIRE(leaf != nullptr);
-    const heapprof_test::Mapping* m = nullptr;
-    for (const auto& map : p.mappings) {
-      if (map.id == leaf->mapping_id) m = &map;
-    }
-    REQUIRE(m != nullptr);
-    CHECK(m->filename.size() >= dso_base.size());
-    CHECK(m->filename.compare(m->filename.size() - dso_base.size(), dso_base.size(), dso_base) == 0);
-    CHECK(m->build_id.size() == 40);
-    CHECK(m->has_functions);
+    CHECK(inuse_any == 3);
+    CHECK(inuse_named == 3);
+    CHECK(alloc_named == 4);
+    RemoveDir(dir);
   }
-  CHECK(inuse_any == 3);
-  CHECK(inuse_named == 3);
-  CHECK(alloc_named == 4);
-  RemoveDir(dir);
 }
 #endif
 

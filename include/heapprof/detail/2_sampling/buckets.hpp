@@ -72,9 +72,10 @@ class BucketTable {
   // `known`: the record of this very stack (pcs, depth and truncated equal),
   // interned earlier, or null. `interned`, if given, receives the stack's
   // record when it is a real one (not the overflow stack), else null.
+  // `new_stack`, if given, is set true when this call made the stack's record.
   Bucket* RecordAlloc(const std::uintptr_t* pcs, std::uint32_t depth, bool truncated, std::uint64_t size,
                       std::uint64_t rate, const LabelSetData* labels, const StackRecord* known = nullptr,
-                      const StackRecord** interned = nullptr) noexcept {
+                      const StackRecord** interned = nullptr, bool* new_stack = nullptr) noexcept {
     if (interned != nullptr) *interned = nullptr;
     const std::uint64_t stack_hash =
         known != nullptr ? known->hash : HashWords(pcs, depth, truncated ? 0x5bd1e995u : 0x1b873593u);
@@ -87,7 +88,8 @@ class BucketTable {
     if (known == nullptr) stacks_.Prefetch(stack_hash);
     buckets_.Prefetch(bucket_hash);
     const std::uint64_t max_stacks = max_stacks_.load(std::memory_order_relaxed);
-    const StackRecord* stack = known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks);
+    const StackRecord* stack =
+        known != nullptr ? known : InternStack(stack_hash, pcs, depth, truncated, max_stacks, new_stack);
     if (stack == nullptr) return Dropped();
     if (interned != nullptr && !stack->overflow) *interned = stack;
     // The bucket's hash follows its stack: bucket_hash unless the stack
@@ -188,7 +190,7 @@ class BucketTable {
   }
 
   const StackRecord* InternStack(std::uint64_t hash, const std::uintptr_t* pcs, std::uint32_t depth,
-                                 bool truncated, std::uint64_t max_stacks) noexcept {
+                                 bool truncated, std::uint64_t max_stacks, bool* made) noexcept {
     const StackRecord* found = stacks_.Find(hash, [&](const StackRecord& s) {
       return s.depth == depth && s.truncated == truncated &&
              std::memcmp(s.pcs(), pcs, depth * sizeof(std::uintptr_t)) == 0;
@@ -208,6 +210,7 @@ class BucketTable {
       return nullptr;
     }
     stack_bytes_ += bytes;
+    if (made != nullptr) *made = true;
     return s;
   }
 

@@ -265,9 +265,16 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   // for frame, is the stack record interned then (records are never freed).
   const StackRecord* known = stack.interned != nullptr ? static_cast<const StackRecord*>(*stack.interned) : nullptr;
   const StackRecord* interned = nullptr;
+  bool new_stack = false;
   Bucket* b = g_buckets.RecordAlloc(stack.pcs, static_cast<std::uint32_t>(stack.depth), stack.truncated, n, rate,
-                                    CurrentSampleLabels(), known, &interned);
+                                    CurrentSampleLabels(), known, &interned, &new_stack);
   if (stack.interned != nullptr) *stack.interned = interned;
+  // The frame-pointer walk reads no loaded objects: a new stack's PCs are
+  // checked against them, so that a library it passes through is remembered
+  // for profiles written after its dlclose (the table walk does so on its way).
+  if (HEAPPROF_UNLIKELY(new_stack) && g_unwinder.load(std::memory_order_relaxed) == kUnwinderFramePointer) {
+    unwind_table::NoteStackObjects(stack.pcs, static_cast<std::uint32_t>(stack.depth));
+  }
   if (b == nullptr) return;
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it

@@ -901,6 +901,28 @@ inline const ObjectSet* ObjectsAfterUnknownPc(const ObjectSet* set, std::uintptr
   return nullptr;
 }
 
+// For the frame-pointer unwinder, which reads no loaded objects: the PCs of a
+// stack a sample has just made a record for are looked up in the published
+// snapshot, and one in no object refreshes it if the loader's generation
+// moved (a library loaded since; the refresh remembers it for profiles written
+// after its dlclose, elf::NoteLoadedObject). A stack seen before was checked
+// when it was new, so this runs only on a sample's first sight of a stack.
+inline void NoteStackObjects(const std::uintptr_t* pcs, std::uint32_t depth) noexcept {
+  ReaderSection reading;
+  if (!reading.active()) return;
+  const ObjectSet* set = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
+  if (set == nullptr) {
+    (void)CurrentObjects();  // the first snapshot notes every object loaded now
+    return;
+  }
+  for (std::uint32_t i = 0; i < depth; ++i) {
+    if (FindObject(*set, pcs[i]) == nullptr) {
+      (void)ObjectsAfterUnknownPc(set, pcs[i]);
+      return;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- stepping
 
 struct Regs {
