@@ -847,3 +847,56 @@ TEST_CASE("dwarf: a function named from its DWARF scopes has no template argumen
   }
   RunCommand("rm -rf " + dir, out);
 }
+
+TEST_CASE("dwarf: a function's start line comes from its declaration when the linkage name is on its definition") {
+  // clang puts a method defined in its class (and a lambda's operator()) at a
+  // DIE with the linkage name and a DW_AT_specification; decl_file and
+  // decl_line are only on the declaration. The reader stopped at the linkage
+  // name, so these functions had start_line 0 in every profile.
+  if (!HaveTool("clang++") || !HaveTool("nm")) {
+    MESSAGE("clang++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "struct Widget {\n"
+      "  __attribute__((noinline)) ~Widget() { g = new char[3]; }\n"              // line 3
+      "  __attribute__((noinline)) void Grow(int n) { g = new char[n]; }\n"       // line 4
+      "};\n"
+      "__attribute__((noinline)) void Local(int n) {\n"                          // line 6
+      "  struct L { __attribute__((noinline)) static void F(int k) { g = new char[k]; } };\n"  // line 7
+      "  L::F(n);\n"
+      "  auto lambda = [](int k) __attribute__((noinline)) { g = new char[k + 1]; };\n"  // line 9
+      "  lambda(n);\n"
+      "}\n"
+      "int main(int argc, char**) { { Widget w; w.Grow(argc); } Local(argc); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/decl.cc", source));
+  const std::string binary = dir + "/decl";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("clang++ -std=c++17 -O0 -g " + dir + "/decl.cc -o " + binary, out) == 0, out);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  REQUIRE(symbolizer.HasDebugInfo(0));
+  const struct {
+    const char* symbol;
+    std::uint32_t line;
+  } expected[] = {
+      {"_ZN6WidgetD2Ev", 3}, {"_ZN6Widget4GrowEi", 4}, {"_Z5Locali", 6},
+      {"_ZZ5LocaliEN1L1FEi", 7}, {"_ZZ5LocaliENK3$_0clEi", 9},
+  };
+  for (const auto& e : expected) {
+    CAPTURE(e.symbol);
+    const std::uint64_t address = SymbolAddress(binary, e.symbol);
+    REQUIRE(address != 0);
+    SymbolizedFrame frames[32];
+    SymbolizedQuality quality;
+    const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(address + 4), frames, 32, &quality);
+    REQUIRE(n >= 1);
+    CHECK(frames[n - 1].system_name == e.symbol);
+    CHECK(frames[n - 1].start_line == e.line);
+    CHECK(frames[n - 1].function_file == dir + "/decl.cc");
+  }
+  RunCommand("rm -rf " + dir, out);
+}

@@ -453,7 +453,11 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     if (has_decl_file && decl_file == nullptr) {
       if (LineTable* lines = Lines(*u)) decl_file = lines->FileName(file_index);
     }
-    if (linkage != nullptr) break;
+    // The linkage name is enough to name the function, but its declaration
+    // may still be one hop on: clang puts a method defined in its class, and
+    // both compilers a lambda's operator(), at a DIE with the linkage name and
+    // a DW_AT_specification whose DIE alone has decl_file/decl_line.
+    if (linkage != nullptr && decl_line != 0 && decl_file != nullptr) break;
     at = next;
   }
   const char* system = linkage != nullptr ? linkage : plain;
