@@ -11,6 +11,9 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,6 +155,114 @@ TEST_CASE("a thread with a tiny stack samples with both unwinders") {
     }
   }
   for (void* o : r.objects) ::operator delete(o);
+  heapprof::SetSampleRate(saved);
+}
+
+namespace {
+
+// ---- a stack the program switched to: a coroutine, a sigaltstack handler ----
+
+struct SwitchedStack {
+  ucontext_t caller, coroutine;
+  void* objects[2] = {};
+  std::size_t size = 0;
+  int done = 0;
+};
+SwitchedStack* g_switched = nullptr;
+
+__attribute__((noinline)) void SwitchedLeaf(std::size_t size) {
+  g_switched->objects[g_switched->done++] = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void SwitchedMiddle(std::size_t size) {
+  SwitchedLeaf(size);
+  asm volatile("" ::: "memory");  // no tail call: every level is a frame
+}
+void CoroutineEntry() {
+  SwitchedMiddle(g_switched->size);
+  asm volatile("" ::: "memory");
+}
+void AltStackHandler(int) {
+  SwitchedMiddle(g_switched->size);
+  asm volatile("" ::: "memory");
+}
+
+// The test's sample: its three frames, leaf first, on whatever stack it ran.
+void CheckSwitchedStack(const Profile& p, std::int64_t size, const char* entry) {
+  CAPTURE(size);
+  const auto samples = SamplesOfSize(p, size, "SwitchedLeaf");
+  REQUIRE(samples.size() == 1);
+  const auto names = heapprof_test::FunctionNames(p, *samples[0]);
+  REQUIRE(names.size() >= 3);
+  CHECK(names[1].find("SwitchedMiddle") != std::string::npos);
+  CHECK(names[2].find(entry) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk follows its frames, both unwinders") {
+  // Every frame read is checked against the thread's stack bounds; a sample
+  // taken on another stack (a coroutine's, a signal handler's alternate
+  // stack) failed every check, so its stack was the leaf alone.
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  SwitchedStack st;
+  g_switched = &st;
+  // The coroutine's stack between two inaccessible guard pages: the walk
+  // must stop below the upper one, never read it.
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t stack_size = 64 * 1024;
+  auto* region = static_cast<char*>(
+      mmap(nullptr, stack_size + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(region != MAP_FAILED);
+  REQUIRE(mprotect(region + page, stack_size, PROT_READ | PROT_WRITE) == 0);
+  for (int i = 0; i < 2; ++i) {
+    heapprof::SetUnwinder(kUnwinders[i]);
+    st.size = 7151 + static_cast<std::size_t>(i);
+    REQUIRE(getcontext(&st.coroutine) == 0);
+    st.coroutine.uc_stack.ss_sp = region + page;
+    st.coroutine.uc_stack.ss_size = stack_size;
+    st.coroutine.uc_link = &st.caller;
+    makecontext(&st.coroutine, &CoroutineEntry, 0);
+    REQUIRE(swapcontext(&st.caller, &st.coroutine) == 0);
+  }
+  REQUIRE(st.done == 2);
+  // A handler on its alternate stack (SA_ONSTACK).
+  std::vector<char> alt(256 * 1024);
+  stack_t ss{}, old_ss{};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  REQUIRE(sigaltstack(&ss, &old_ss) == 0);
+  struct sigaction sa {}, old_sa {};
+  sa.sa_handler = &AltStackHandler;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR2, &sa, &old_sa) == 0);
+  void* coroutine_objects[2] = {st.objects[0], st.objects[1]};
+  st.done = 0;
+  for (int i = 0; i < 2; ++i) {
+    heapprof::SetUnwinder(kUnwinders[i]);
+    st.size = 7161 + static_cast<std::size_t>(i);
+    REQUIRE(raise(SIGUSR2) == 0);
+  }
+  REQUIRE(sigaction(SIGUSR2, &old_sa, nullptr) == 0);
+  REQUIRE(sigaltstack(&old_ss, nullptr) == 0);
+  heapprof::SetUnwinder(saved_unwinder);
+  REQUIRE(st.done == 2);
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+  for (int i = 0; i < 2; ++i) {
+    INFO("unwinder " << std::string(i == 0 ? "fp" : "table"));
+    CheckSwitchedStack(p, 7151 + i, "CoroutineEntry");
+    CheckSwitchedStack(p, 7161 + i, "AltStackHandler");
+  }
+  for (void* o : coroutine_objects) ::operator delete(o);
+  for (void* o : st.objects) ::operator delete(o);
+  munmap(region, stack_size + 2 * page);
+  g_switched = nullptr;
   heapprof::SetSampleRate(saved);
 }
 

@@ -237,11 +237,17 @@ inline void ForkChild() noexcept {
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
-  if (lo < ts.stack_lo) lo = ts.stack_lo;
+  auto hi = ts.stack_hi;
+  if (HEAPPROF_UNLIKELY(lo < ts.stack_lo || lo >= hi)) {
+    // Not on the thread's own stack (a sigaltstack handler, a coroutine):
+    // checked against that stack's bounds, every frame was out of them and
+    // the stack was the leaf alone.
+    ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi);
+  }
   if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
-    UnwindWithTable(frame, hook_return, lo, ts.stack_hi, out);
+    UnwindWithTable(frame, hook_return, lo, hi, out);
   } else {
-    UnwindFramePointers(frame, hook_return, lo, ts.stack_hi, out);
+    UnwindFramePointers(frame, hook_return, lo, hi, out);
   }
 }
 

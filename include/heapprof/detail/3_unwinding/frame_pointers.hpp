@@ -9,6 +9,9 @@
 
 #include <cstdint>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "heapprof/config.hpp"
 
@@ -29,6 +32,55 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
     hi = lo + size;
   }
   pthread_attr_destroy(&attr);
+}
+
+// Bounds for a walk from `frame` when it is not on the thread's own stack:
+// a signal handler on its sigaltstack, or a stack the program switched to
+// (makecontext/swapcontext, boost.context, fibers). {0, 0} when unknown (then
+// the stack is the leaf alone, as it always was before).
+//
+// The alternate stack's bounds are exact (sigaltstack). Anything else is an
+// allocation of the program's whose extent we do not know: the walk may read
+// [frame, hi) where hi is where memory stops being readable, found by asking
+// the kernel to copy it page by page (process_vm_readv on ourselves stops at
+// the first page it cannot read, where a plain load would fault: a guard page,
+// a hole). The copy goes to one scratch page that nothing reads; it is capped
+// at kForeignStackProbeBytes (a coroutine's frames are rarely deeper), and
+// runs only for samples taken on such a stack. Where the call is refused
+// (seccomp), the stack is the leaf alone.
+constexpr std::size_t kForeignStackProbePages = 64;
+constexpr std::size_t kForeignStackProbeBytes = kForeignStackProbePages * 4096;
+
+inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
+  lo = hi = 0;
+  stack_t alt;
+  if (sigaltstack(nullptr, &alt) == 0 && (alt.ss_flags & SS_DISABLE) == 0 && alt.ss_sp != nullptr) {
+    const auto base = reinterpret_cast<std::uintptr_t>(alt.ss_sp);
+    if (frame >= base && frame - base < alt.ss_size) {
+      lo = frame;
+      hi = base + alt.ss_size;
+      return;
+    }
+  }
+  static char scratch[4096];  // written by the kernel, never read
+  constexpr std::uintptr_t kPage = 4096;
+  const std::uintptr_t first = frame & ~(kPage - 1);
+  iovec local[kForeignStackProbePages];
+  iovec remote[kForeignStackProbePages];
+  for (std::size_t i = 0; i < kForeignStackProbePages; ++i) {
+    local[i].iov_base = scratch;
+    local[i].iov_len = kPage;
+    remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
+    remote[i].iov_len = kPage;
+  }
+  // Whole pages only: a partial transfer stops at an element's boundary.
+  const ssize_t got = process_vm_readv(getpid(), local, kForeignStackProbePages, remote,
+                                       kForeignStackProbePages, 0);
+  if (got <= 0) return;
+  const std::uintptr_t end = first + static_cast<std::uintptr_t>(got);
+  if (end <= frame) return;
+  lo = frame;
+  hi = end;
 }
 
 // One captured stack: return addresses, leaf first.
