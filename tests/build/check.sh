@@ -33,6 +33,10 @@
 #                are seen in the others, and allocations are counted once
 #   readme       README.md's first C++ snippet compiles as pasted, runs, and
 #                writes a profile
+#   linkers      the same snippet linked by each of ld.bfd, gold and lld that
+#                is installed, as a PIE and with -no-pie, runs and writes a
+#                profile (gold made an undefined weak hidden symbol the load
+#                address: the first allocation crashed)
 # Exit status: the number of failed checks (0: all passed).
 if [[ -n "${HEAPPROF_SKIP_BUILD_CHECKS:-}" ]]; then
   echo "build checks skipped (HEAPPROF_SKIP_BUILD_CHECKS is set)"
@@ -235,6 +239,28 @@ for cxx in "${compilers[@]}"; do
   else
     fail "$tag readme: the first snippet does not compile"; show "$tmp/out"
   fi
+
+  # ---- linkers: the snippet linked by bfd, gold and lld ---------------------------
+  "$cxx" -std=c++17 -O1 -I"$inc" -c "$tmp/app.cpp" -o "$tmp/app.o" >"$tmp/out" 2>&1 || show "$tmp/out"
+  for ld in bfd gold lld; do
+    echo 'int main() { return 0; }' >"$tmp/ld.cpp"
+    if ! "$cxx" -fuse-ld=$ld "$tmp/ld.cpp" -o "$tmp/ld" >/dev/null 2>&1; then
+      printf 'skip  %s linkers: -fuse-ld=%s: not installed\n' "$tag" "$ld"
+      continue
+    fi
+    for pie in -pie -no-pie; do
+      if "$cxx" -fuse-ld=$ld $pie "$tmp/app.o" -o "$tmp/app_ld" -pthread -ldl >"$tmp/out" 2>&1; then
+        if (cd "$tmp" && ./app_ld >"$tmp/out" 2>&1) && [[ -s "$tmp/heap.pb.gz" ]]; then
+          pass "$tag linkers: -fuse-ld=$ld $pie: runs and writes heap.pb.gz"
+        else
+          fail "$tag linkers: -fuse-ld=$ld $pie: the program failed (status $?)"; show "$tmp/out"
+        fi
+        rm -f "$tmp/heap.pb.gz"
+      else
+        fail "$tag linkers: -fuse-ld=$ld $pie: did not link"; show "$tmp/out"
+      fi
+    done
+  done
 done
 
 if ((failures)); then

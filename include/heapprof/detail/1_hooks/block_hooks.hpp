@@ -37,12 +37,17 @@
 #include "heapprof/detail/1_hooks/fast_path.hpp"
 
 // Defined by 1_hooks/malloc.hpp (HEAPPROF_REPLACE_MALLOC): finds the allocator
-// under the malloc family. Weak and hidden: absent without that macro, and
-// never another object's.
-extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept;
+// under the malloc family. Weak: absent without that macro. The definition is
+// hidden, so never another object's; the reference is not: GNU gold (2.40)
+// links an undefined weak *hidden* symbol of a PIE to the load address
+// instead of 0, so the null check passed and the first allocation of every
+// program linked with -fuse-ld=gold called into its ELF header (SIGSEGV).
+// A default-visibility undefined weak reference stays null with gold, ld.bfd
+// and lld alike.
+extern "C" __attribute__((weak)) void heapprof_detail_resolve_malloc() noexcept;
 // Defined by the implementation unit: decides whether this copy of the engine
-// records (engine.hpp: g_engine_off). Weak and hidden likewise.
-extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_engine_role() noexcept;
+// records (engine.hpp: g_engine_off). Weak likewise, its definition hidden.
+extern "C" __attribute__((weak)) void heapprof_detail_engine_role() noexcept;
 
 namespace heapprof {
 namespace detail {
