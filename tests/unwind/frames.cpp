@@ -3,6 +3,7 @@
 // after a frame or two and the table unwinder must do the work.
 #include "frames.hpp"
 
+#include <signal.h>
 #include <unwind.h>
 
 #include <atomic>
@@ -41,7 +42,12 @@ _Unwind_Reason_Code RefFrame(_Unwind_Context* ctx, void* arg) {
     st->c->ref_truncated = true;
     return _URC_END_OF_STACK;
   }
-  st->c->ref[st->c->ref_n++] = _Unwind_GetIP(ctx);
+  // Our stacks hold return addresses (the instruction is at pc - 1). The
+  // frame a signal interrupted has the interrupted instruction's own address
+  // (libgcc says so with ip_before_insn): ours holds it + 1.
+  int ip_before_insn = 0;
+  const std::uintptr_t ip = _Unwind_GetIPInfo(ctx, &ip_before_insn);
+  st->c->ref[st->c->ref_n++] = ip != 0 && ip_before_insn != 0 ? ip + 1 : ip;
   return _URC_NO_REASON;
 }
 
@@ -324,6 +330,32 @@ int ThroughNoCfi(int levels) {
   }
   int v = unwind_test_nocfi(levels, &AfterNoCfi, 3);
   asm volatile("" : "+r"(v));
+  return v;
+}
+
+// ---- a signal handler, and the code the signal interrupted
+
+namespace {
+void AllocatingHandler(int) {
+  int v = Level(3);
+  asm volatile("" : "+r"(v));
+  g_sink.store(reinterpret_cast<void*>(static_cast<std::uintptr_t>(v)), std::memory_order_relaxed);
+}
+__attribute__((noinline)) int Interrupted(int x) {
+  raise(SIGUSR2);
+  asm volatile("" : "+r"(x));
+  return x + 1;
+}
+}  // namespace
+
+int InSignalHandler() {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = &AllocatingHandler;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGUSR2, &sa, &old) != 0) return -1;
+  int v = Interrupted(4);
+  asm volatile("" : "+r"(v));
+  sigaction(SIGUSR2, &old, nullptr);
   return v;
 }
 

@@ -54,6 +54,7 @@ int Recurse(int depth);                   // plain recursion: depth frames
 int Zigzag(int depth, std::uint64_t shape);
 int ThroughNoCfi(int levels);             // via nocfi.cpp: functions without any .eh_frame
 int InThread();                           // a std::thread's stack
+int InSignalHandler();                    // a handler (on the thread's stack) of a signal raise()d by our code
 int ViaColdFunction(int x);               // the hook reaches the slow path through a cold function, no tail call
 
 }  // namespace unwind_test

@@ -347,7 +347,7 @@ TEST_CASE("CIE shapes: versions, augmentations, signal frames") {
     AddFde(blob, cie, f);
     CHECK(Parse(blob.b) == kPrologueRows);
   }
-  SUBCASE("'S' signal frame: the stack ends there") {
+  SUBCASE("'S' signal frame: the signal rule, whatever the CFA program says") {
     Blob blob;
     CieSpec cs;
     cs.aug = "zRS";
@@ -357,7 +357,7 @@ TEST_CASE("CIE shapes: versions, augmentations, signal frames") {
     AddFde(blob, cie, f);
     const Rows rows = Parse(blob.b);
     REQUIRE(rows.size() == 2);
-    CHECK(eh::Rule{rows[0].second}.cfa_kind() == eh::kCfaEnd);
+    CHECK(eh::Rule{rows[0].second}.cfa_kind() == eh::kCfaSignal);
   }
   SUBCASE("rejected: \"eh\", unknown letters, bad versions, bad personality encoding") {
     for (int variant = 0; variant < 5; ++variant) {

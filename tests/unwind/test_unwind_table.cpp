@@ -182,6 +182,20 @@ TEST_CASE("another thread's stack, down to clone") {
   CheckMatchesLibgcc(*c, 6);
 }
 
+TEST_CASE("a signal handler: through the kernel's signal frame into the interrupted code, down to _start") {
+  // glibc's __restore_rt has a CIE marked 'S'; the walk used to end there,
+  // so a handler's allocation never showed what the signal interrupted.
+  auto c = Run([] { unwind_test::InSignalHandler(); });
+  CheckMatchesLibgcc(*c, 10);
+  CHECK(HasFrameIn(c->table, "libc.so"));  // raise, and __restore_rt
+  // Past the signal frame: the return address into InSignalHandler, the
+  // caller of the function that raised the signal.
+  const auto entry = reinterpret_cast<std::uintptr_t>(&unwind_test::InSignalHandler);
+  bool interrupted = false;
+  for (int i = 0; i < c->table.depth; ++i) interrupted |= c->table.pcs[i] > entry && c->table.pcs[i] - entry < 256;
+  CHECK(interrupted);
+}
+
 TEST_CASE("deep recursion is cut at HEAPPROF_MAX_FRAMES") {
   auto c = Run([] { unwind_test::Recurse(HEAPPROF_MAX_FRAMES + 50); });
   REQUIRE(c->taken);

@@ -123,6 +123,8 @@ enum CfaKind : std::uint32_t {
   kCfaFpDeref = 3,  // CFA = *(fp + off): GCC's stack-realigning prologue (lea/and/push)
   kCfaPlt = 4,      // CFA = sp + off + ((pc & 15) >= threshold ? 8 : 0): lazy-binding PLT
   kCfaEnd = 5,      // the return address is undefined: outermost frame (_start, clone)
+  kCfaSignal = 6,   // a signal trampoline ('S', glibc's __restore_rt): the interrupted
+                    // registers are in the kernel's signal frame at sp (table.hpp: StepOther)
 };
 enum FpKind : std::uint32_t {
   kFpSame = 0,   // the caller's fp is this frame's fp
@@ -599,9 +601,10 @@ struct FrameState {
 // The state as a row rule.
 inline Rule EncodeRule(const FrameState& s, bool signal_frame) noexcept {
   // A signal trampoline's caller is the interrupted PC, not a return address,
-  // and its registers come from the kernel's ucontext: not a shape the rows
-  // describe. Ending the stack there is honest; a frame-pointer guess is not.
-  if (signal_frame) return Rule::Make(kCfaEnd, 0, kFpSame, 0);
+  // and its registers come from the kernel's ucontext, whose layout is the
+  // kernel's ABI rather than the CFA program's: the walk reads them from
+  // there (table.hpp: StepOther), whatever expressions the program holds.
+  if (signal_frame) return Rule::Make(kCfaSignal, 0, kFpSame, 0);
   if (s.ra == RegRule::kUndefined) return Rule::Make(kCfaEnd, 0, kFpSame, 0);
   if (s.ra != RegRule::kAtCfa || s.ra_off != -8) return Rule::None();
   FpKind fp = kFpLost;

@@ -54,6 +54,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -1165,6 +1166,43 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool CfaValid(const Cursor& c, co
   return ((d >> 3) | (d << 61)) < ((c.stack_hi - r.sp) >> 3);
 }
 
+// Out of a signal trampoline (glibc's __restore_rt, its CIE marked 'S') into
+// the code the signal interrupted. The handler returned into the trampoline
+// with the kernel's rt_sigframe above it: `r.sp`, the handler's CFA, is that
+// frame's ucontext_t, whose uc_mcontext.gregs hold the interrupted registers
+// (x86-64 Linux ABI; glibc's own CFI for __restore_rt reads the same slots).
+// The interrupted PC is not a return address: the instruction at it had not
+// run, so the frame's pc is taken as PC + 1 (the lookup, like symbolization,
+// takes pc - 1 as the instruction of a frame). Its sp must lie above this
+// frame inside the same stack bounds (a handler on its sigaltstack
+// interrupted code on another stack: the stack ends here, as before), and
+// the step read words the replay does not check (kNotReplayable).
+#if defined(__x86_64__)
+constexpr std::uintptr_t kSigFrameGregs = 40;  // offsetof(ucontext_t, uc_mcontext.gregs)
+constexpr std::uintptr_t kSigFrameRbp = kSigFrameGregs + 10 * 8;  // REG_RBP
+constexpr std::uintptr_t kSigFrameRsp = kSigFrameGregs + 15 * 8;  // REG_RSP
+constexpr std::uintptr_t kSigFrameRip = kSigFrameGregs + 16 * 8;  // REG_RIP
+static_assert(offsetof(ucontext_t, uc_mcontext) == kSigFrameGregs, "the kernel's ucontext layout");
+#endif
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cursor& c, Regs& r) noexcept {
+#if defined(__x86_64__)
+  std::uintptr_t pc, sp, fp;
+  if (!LoadWord(r.sp + kSigFrameRip, c, pc) || !LoadWord(r.sp + kSigFrameRsp, c, sp) ||
+      !LoadWord(r.sp + kSigFrameRbp, c, fp)) {
+    return false;
+  }
+  if (pc == 0 || pc == ~std::uintptr_t{0} || !CfaValid(c, r, sp)) return false;
+  r.pc = pc + 1;
+  r.sp = sp;
+  r.fp = fp;
+  r.fp_at = kNotReplayable;
+  return true;
+#else
+  (void)c, (void)r;
+  return false;
+#endif
+}
+
 // The rare rule kinds, out of line.
 HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
                                                                         std::uintptr_t off) noexcept {
@@ -1184,6 +1222,8 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& 
       break;
     case eh::kCfaEnd:
       return false;
+    case eh::kCfaSignal:
+      return SignalFrameStep(c, r);
     case eh::kCfaNone:
       return FramePointerStep(c, r);
     default:
