@@ -900,3 +900,48 @@ TEST_CASE("dwarf: a function's start line comes from its declaration when the li
   }
   RunCommand("rm -rf " + dir, out);
 }
+
+TEST_CASE("symbols: a return address at a function's first byte after padding names that function") {
+  // A signal handler returns to glibc's __restore_rt, a makecontext
+  // coroutine to __start_context: return addresses nobody's call pushed, at
+  // the function's first byte. The instruction looked up, one byte before,
+  // is padding in no symbol: those frames were unnamed ([libc.so.6]).
+  if (!HaveTool("g++") || !HaveTool("nm")) {
+    MESSAGE("g++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "asm(\".text\\n.p2align 4\\n"
+      ".globl before_gap\\n.type before_gap,@function\\nbefore_gap: ret\\n.size before_gap, 1\\n"
+      "nop\\nnop\\n"
+      ".globl trampoline\\n.type trampoline,@function\\ntrampoline: nop\\nret\\n.size trampoline, 2\\n\");\n"
+      "int main() { return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/gap.cc", source));
+  const std::string binary = dir + "/gap";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("g++ -O1 " + dir + "/gap.cc -o " + binary, out) == 0, out);
+  const std::uint64_t trampoline = SymbolAddress(binary, "trampoline");
+  const std::uint64_t before = SymbolAddress(binary, "before_gap");
+  REQUIRE(trampoline != 0);
+  REQUIRE(trampoline == before + 3);
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  SymbolizedFrame frames[4];
+  SymbolizedQuality quality;
+  // The return address `trampoline`: the frame's address is one byte before.
+  int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(trampoline - 1), frames, 4, &quality);
+  REQUIRE(n == 1);
+  CHECK(frames[0].name == "trampoline");
+  CHECK(frames[0].system_name == "trampoline");
+  // Inside the function, as before; the other padding byte names nothing.
+  n = symbolizer.Symbolize(static_cast<std::uintptr_t>(trampoline), frames, 4, &quality);
+  REQUIRE(n == 1);
+  CHECK(frames[0].name == "trampoline");
+  CHECK(symbolizer.Symbolize(static_cast<std::uintptr_t>(before + 1), frames, 4, &quality) == 0);
+  n = symbolizer.Symbolize(static_cast<std::uintptr_t>(before), frames, 4, &quality);
+  REQUIRE(n == 1);
+  CHECK(frames[0].name == "before_gap");
+  RunCommand("rm -rf " + dir, out);
+}

@@ -832,6 +832,24 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
       f.full_name = full;
     }
   }
+  // A return address the kernel or the C library made up rather than a call
+  // pushed: a signal handler returns to glibc's __restore_rt, a makecontext
+  // coroutine to __start_context. It is the function's first byte, so the
+  // instruction looked up (one byte before, where a call would be) is the
+  // padding before it, in no symbol (glibc puts a nop there for unwinders):
+  // the frame was an unnamed [libc.so.6]. Only there, the function starting
+  // right after names it. (Here no symbol holds the address itself: the
+  // lookup above would have named the frame.)
+  if (n == 0 && !table.empty() && table.Find(file_address + 1, &index) && table.Value(index) == file_address + 1) {
+    const ArenaString& full = table.Name(index);
+    const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
+    SymbolizedFrame& f = out[0];
+    f = SymbolizedFrame{};
+    f.name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
+    f.system_name = table.RawName(index);
+    f.full_name = full;
+    n = 1;
+  }
   if (n == 0) return 0;
   quality->function = !out[n - 1].name.empty();
   quality->line = !out[0].file.empty() && out[0].line != 0;
