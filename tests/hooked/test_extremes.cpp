@@ -186,16 +186,29 @@ void AltStackHandler(int) {
   SwitchedMiddle(g_switched->size);
   asm volatile("" ::: "memory");
 }
+__attribute__((noinline)) void RaiseSignal(int sig) {
+  REQUIRE(raise(sig) == 0);
+  asm volatile("" ::: "memory");
+}
 
-// The test's sample: its three frames, leaf first, on whatever stack it ran.
-void CheckSwitchedStack(const Profile& p, std::int64_t size, const char* entry) {
+// The test's sample: its three frames, leaf first, on whatever stack it ran;
+// `interrupted`: a frame further out, past a signal frame.
+void CheckSwitchedStack(const Profile& p, std::int64_t size, const char* entry, const char* interrupted = nullptr) {
   CAPTURE(size);
   const auto samples = SamplesOfSize(p, size, "SwitchedLeaf");
   REQUIRE(samples.size() == 1);
   const auto names = heapprof_test::FunctionNames(p, *samples[0]);
+  std::string all;
+  for (const std::string& n : names) all += "  " + n + "\n";
+  INFO("stack:\n" << all);
   REQUIRE(names.size() >= 3);
   CHECK(names[1].find("SwitchedMiddle") != std::string::npos);
   CHECK(names[2].find(entry) != std::string::npos);
+  if (interrupted != nullptr) {
+    bool found = false;
+    for (std::size_t i = 3; i < names.size(); ++i) found |= names[i].find(interrupted) != std::string::npos;
+    CHECK(found);
+  }
 }
 
 }  // namespace
@@ -203,7 +216,9 @@ void CheckSwitchedStack(const Profile& p, std::int64_t size, const char* entry) 
 TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk follows its frames, both unwinders") {
   // Every frame read is checked against the thread's stack bounds; a sample
   // taken on another stack (a coroutine's, a signal handler's alternate
-  // stack) failed every check, so its stack was the leaf alone.
+  // stack) failed every check, so its stack was the leaf alone. Past a
+  // sigaltstack handler's signal frame, the table unwinder walks the
+  // interrupted code on the thread's own stack.
   const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
   heapprof::SetSampleRate(1);
@@ -244,7 +259,7 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   for (int i = 0; i < 2; ++i) {
     heapprof::SetUnwinder(kUnwinders[i]);
     st.size = 7161 + static_cast<std::size_t>(i);
-    REQUIRE(raise(SIGUSR2) == 0);
+    RaiseSignal(SIGUSR2);
   }
   REQUIRE(sigaction(SIGUSR2, &old_sa, nullptr) == 0);
   REQUIRE(sigaltstack(&old_ss, nullptr) == 0);
@@ -257,7 +272,9 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   for (int i = 0; i < 2; ++i) {
     INFO("unwinder " << std::string(i == 0 ? "fp" : "table"));
     CheckSwitchedStack(p, 7151 + i, "CoroutineEntry");
-    CheckSwitchedStack(p, 7161 + i, "AltStackHandler");
+    // The table unwinder goes on through the signal frame, onto the thread's
+    // own stack: the code the signal interrupted.
+    CheckSwitchedStack(p, 7161 + i, "AltStackHandler", i == 1 ? "RaiseSignal" : nullptr);
   }
   for (void* o : coroutine_objects) ::operator delete(o);
   for (void* o : st.objects) ::operator delete(o);

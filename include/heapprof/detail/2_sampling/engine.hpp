@@ -238,14 +238,17 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
   auto hi = ts.stack_hi;
+  std::uintptr_t own_lo = 0, own_hi = 0;  // set when [lo, hi) is another stack than the thread's
   if (HEAPPROF_UNLIKELY(lo < ts.stack_lo || lo >= hi)) {
     // Not on the thread's own stack (a sigaltstack handler, a coroutine):
     // checked against that stack's bounds, every frame was out of them and
     // the stack was the leaf alone.
     ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi);
+    own_lo = ts.stack_lo;
+    own_hi = ts.stack_hi;
   }
   if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
-    UnwindWithTable(frame, hook_return, lo, hi, out);
+    UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi);
   } else {
     UnwindFramePointers(frame, hook_return, lo, hi, out);
   }

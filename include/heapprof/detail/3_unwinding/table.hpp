@@ -947,6 +947,10 @@ struct Cursor {
   const Table* table = nullptr;
   std::uintptr_t unknown_pc = 0;   // the first PC found in no object of `set`, if any
   int guesses_left = 0;            // wrong guesses this walk may still make (ReturnAddressAt)
+  // Set by SignalFrameStep when the interrupted code's sp is outside these
+  // bounds (a handler on its sigaltstack): its registers, for a walk of its
+  // own stack (UnwindFrom). pc 0: none.
+  std::uintptr_t interrupted_pc = 0, interrupted_sp = 0, interrupted_fp = 0;
 };
 
 // One aligned word of the stack, if it lies in [lo, hi).
@@ -1175,8 +1179,9 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool CfaValid(const Cursor& c, co
 // run, so the frame's pc is taken as PC + 1 (the lookup, like symbolization,
 // takes pc - 1 as the instruction of a frame). Its sp must lie above this
 // frame inside the same stack bounds (a handler on its sigaltstack
-// interrupted code on another stack: the stack ends here, as before), and
-// the step read words the replay does not check (kNotReplayable).
+// interrupted code on another stack: this walk ends here, and UnwindFrom
+// walks that stack on its own), and the step read words the replay does not
+// check (kNotReplayable).
 #if defined(__x86_64__)
 constexpr std::uintptr_t kSigFrameGregs = 40;  // offsetof(ucontext_t, uc_mcontext.gregs)
 constexpr std::uintptr_t kSigFrameRbp = kSigFrameGregs + 10 * 8;  // REG_RBP
@@ -1191,7 +1196,13 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cu
       !LoadWord(r.sp + kSigFrameRbp, c, fp)) {
     return false;
   }
-  if (pc == 0 || pc == ~std::uintptr_t{0} || !CfaValid(c, r, sp)) return false;
+  if (pc == 0 || pc == ~std::uintptr_t{0}) return false;
+  if (!CfaValid(c, r, sp)) {
+    c.interrupted_pc = pc + 1;
+    c.interrupted_sp = sp;
+    c.interrupted_fp = fp;
+    return false;
+  }
   r.pc = pc + 1;
   r.sp = sp;
   r.fp = fp;
@@ -1622,14 +1633,58 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
 // The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
 // can run it on a hand-built stack. `unknown_pc`, if given, receives the
 // first PC the walk found in no object of `set` (0 if none).
+// The frames of the code a signal interrupted on another stack than its
+// handler's: from the registers the handler's walk found in the signal frame,
+// within that stack's bounds [lo, hi), appended to `out`. Every frame
+// stepped (no replay: the thread's walk record holds the handler's stack).
+// Returns the first PC found in no object of the set (0 if none).
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t AppendInterrupted(const Cursor& from,
+                                                                                       std::uintptr_t lo,
+                                                                                       std::uintptr_t hi,
+                                                                                       CapturedStack& out) noexcept {
+  // A stack ending here is not the one the walk record may hand on: the
+  // record holds only the handler's frames.
+  if (out.interned != nullptr) {
+    *out.interned = nullptr;
+    out.interned = nullptr;
+  }
+  const std::uintptr_t sp = from.interrupted_sp;
+  if (out.truncated || hi == 0 || (sp & 7) != 0 || sp < lo || sp >= hi) return 0;
+  Cursor c{from.set, sp, hi};
+  Regs r{from.interrupted_pc, sp, from.interrupted_fp};
+  int depth = out.depth;
+  if (depth == HEAPPROF_MAX_FRAMES) {
+    out.truncated = true;
+    return 0;
+  }
+  out.pcs[depth++] = r.pc;
+  while (Step(c, r)) {
+    if (depth == HEAPPROF_MAX_FRAMES) {
+      out.truncated = true;
+      break;
+    }
+    out.pcs[depth++] = r.pc;
+  }
+  out.depth = depth;
+  return c.unknown_pc;
+}
+
+// `own_lo`/`own_hi`: the thread's own stack when `stack_lo`/`stack_hi` are
+// another one's (a handler on its sigaltstack): past the signal frame, the
+// interrupted code's frames are walked there.
 HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintptr_t frame, std::uintptr_t leaf,
                                                std::uintptr_t stack_lo, std::uintptr_t stack_hi,
                                                CapturedStack& out, std::uintptr_t* unknown_pc = nullptr,
-                                               WalkRecords* walks = nullptr) noexcept {
+                                               WalkRecords* walks = nullptr, std::uintptr_t own_lo = 0,
+                                               std::uintptr_t own_hi = 0) noexcept {
   Cursor c{set, stack_lo, stack_hi};
   c.guesses_left = GuessesForWalk(walks);
   const bool ok = Walk(c, frame, leaf, out, walks);
   ScoreGuesses(walks, c.guesses_left);
+  if (HEAPPROF_UNLIKELY(c.interrupted_pc != 0) && ok) {
+    const std::uintptr_t unknown = AppendInterrupted(c, own_lo, own_hi, out);
+    if (c.unknown_pc == 0) c.unknown_pc = unknown;
+  }
   if (unknown_pc != nullptr) *unknown_pc = c.unknown_pc;  // the walk's first PC outside `set`
   return ok;
 }
@@ -1678,8 +1733,10 @@ inline std::uint32_t RuleForPc(const void* pc) noexcept {
 // contract: leaf = hook_return, the hook's own frame skipped, capped at
 // HEAPPROF_MAX_FRAMES with truncated set). Falls back to the frame-pointer
 // walk when the hook's own frame cannot be stepped with the table.
+// `own_lo`/`own_hi`: see UnwindFrom (0: the bounds given are the thread's own).
 inline void UnwindWithTable(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
-                            std::uintptr_t stack_hi, CapturedStack& out) noexcept {
+                            std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
+                            std::uintptr_t own_hi = 0) noexcept {
 #if defined(HEAPPROF_ARCH_X86_64)
   out.depth = 0;
   out.truncated = false;
@@ -1693,12 +1750,14 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
     const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
     std::uintptr_t unknown = 0;
     ut::WalkRecords* walks = set != nullptr ? ut::ThreadWalks(*reading.slot()) : nullptr;
-    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks)) {
+    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks, own_lo, own_hi)) {
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
       const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
-      if (fresh == nullptr || ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks)) return;
+      if (fresh == nullptr ||
+          ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi))
+        return;
     }
   }
 #endif
