@@ -2132,12 +2132,17 @@ inline ArenaString FormatBytes(double bytes) {
 
 
 // Defined by 1_hooks/malloc.hpp (HEAPPROF_REPLACE_MALLOC): finds the allocator
-// under the malloc family. Weak and hidden: absent without that macro, and
-// never another object's.
-extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept;
+// under the malloc family. Weak: absent without that macro. The definition is
+// hidden, so never another object's; the reference is not: GNU gold (2.40)
+// links an undefined weak *hidden* symbol of a PIE to the load address
+// instead of 0, so the null check passed and the first allocation of every
+// program linked with -fuse-ld=gold called into its ELF header (SIGSEGV).
+// A default-visibility undefined weak reference stays null with gold, ld.bfd
+// and lld alike.
+extern "C" __attribute__((weak)) void heapprof_detail_resolve_malloc() noexcept;
 // Defined by the implementation unit: decides whether this copy of the engine
-// records (engine.hpp: g_engine_off). Weak and hidden likewise.
-extern "C" __attribute__((weak, visibility("hidden"))) void heapprof_detail_engine_role() noexcept;
+// records (engine.hpp: g_engine_off). Weak likewise, its definition hidden.
+extern "C" __attribute__((weak)) void heapprof_detail_engine_role() noexcept;
 
 namespace heapprof {
 namespace detail {
@@ -4065,8 +4070,16 @@ inline int IterateLoadedObjects(int (*callback)(dl_phdr_info*, std::size_t, void
 // stack. Code built without frame pointers yields short or partial stacks here,
 // never a crash; the table unwinder (unwind_table.hpp) is for that code.
 
+#include <fcntl.h>
+#include <time.h>
+
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 
 namespace heapprof {
@@ -4086,6 +4099,103 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
     hi = lo + size;
   }
   pthread_attr_destroy(&attr);
+}
+
+// Bounds for a walk from `frame` when it is not on the thread's own stack:
+// a signal handler on its sigaltstack, or a stack the program switched to
+// (makecontext/swapcontext, boost.context, fibers). {0, 0} when unknown (then
+// the stack is the leaf alone, as it always was before).
+//
+// The alternate stack's bounds are exact (sigaltstack). Anything else is an
+// allocation of the program's whose extent we do not know: the walk may read
+// [frame, hi) where hi is where memory stops being readable, found by asking
+// the kernel for one byte of each page from the frame's up
+// (process_vm_readv on ourselves, one-byte elements: it stops at the first
+// page it cannot read, where a plain load would fault: a guard page, a hole;
+// 64 bytes copied, not the pages), at most kForeignStackProbePages pages (a
+// coroutine's frames are rarely deeper). Only samples taken on such a stack
+// ask. Not under a seccomp filter (UnderSeccompFilter): there the call may be
+// one that kills the process rather than fails; the stack is then the leaf
+// alone, as it is where the call is refused.
+constexpr std::size_t kForeignStackProbePages = 64;
+
+// Whether the process runs under a seccomp filter ("Seccomp:\t2" in
+// /proc/self/status). systemd's SystemCallFilter=@system-service, for one,
+// kills a process that calls process_vm_readv. A filter, once installed,
+// stays: seen once, it is never read again; not seen, the file is read again
+// at most once a second (a program may install one later). Unreadable: taken
+// as a filter.
+inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 filter
+inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
+
+__attribute__((noinline)) inline int ReadSeccompMode() noexcept {
+  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 1;
+  // Read in pieces, keeping the key's length of overlap, so the buffer stays
+  // small (this runs on whatever stack the sample is on under the sanitizers).
+  static constexpr char kKey[] = "\nSeccomp:\t";
+  constexpr std::size_t kKeyLen = sizeof kKey - 1;
+  char buf[512 + kKeyLen + 1];
+  std::size_t kept = 0;
+  int mode = 1;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf + kept, sizeof buf - 1 - kept);
+    if (n <= 0) break;
+    const std::size_t have = kept + static_cast<std::size_t>(n);
+    buf[have] = '\0';
+    if (const char* at = std::strstr(buf, kKey)) {
+      if (at + kKeyLen < buf + have) {
+        mode = at[kKeyLen] == '2' ? 1 : 0;
+        break;
+      }
+    }
+    kept = have < kKeyLen ? have : kKeyLen;
+    std::memmove(buf, buf + have - kept, kept);
+  }
+  ::close(fd);
+  return mode;
+}
+
+inline bool UnderSeccompFilter() noexcept {
+  int state = g_seccomp_filter.load(std::memory_order_relaxed);
+  if (state == 1) return true;
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  if (state == 0 && g_seccomp_read_at.load(std::memory_order_relaxed) == now.tv_sec) return false;
+  state = ReadSeccompMode();
+  g_seccomp_read_at.store(now.tv_sec, std::memory_order_relaxed);
+  g_seccomp_filter.store(state, std::memory_order_relaxed);
+  return state == 1;
+}
+
+inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
+  lo = hi = 0;
+  stack_t alt;
+  if (sigaltstack(nullptr, &alt) == 0 && (alt.ss_flags & SS_DISABLE) == 0 && alt.ss_sp != nullptr) {
+    const auto base = reinterpret_cast<std::uintptr_t>(alt.ss_sp);
+    if (frame >= base && frame - base < alt.ss_size) {
+      lo = frame;
+      hi = base + alt.ss_size;
+      return;
+    }
+  }
+  if (UnderSeccompFilter()) return;
+  constexpr std::uintptr_t kPage = 4096;
+  const std::uintptr_t first = frame & ~(kPage - 1);
+  char bytes[kForeignStackProbePages];  // one byte of each page, never read
+  iovec local{bytes, sizeof bytes};
+  iovec remote[kForeignStackProbePages];
+  for (std::size_t i = 0; i < kForeignStackProbePages; ++i) {
+    remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
+    remote[i].iov_len = 1;
+  }
+  // A partial transfer stops at an element's boundary: `got` pages readable.
+  const ssize_t got = process_vm_readv(getpid(), &local, 1, remote, kForeignStackProbePages, 0);
+  if (got <= 0) return;
+  const std::uintptr_t end = first + static_cast<std::uintptr_t>(got) * kPage;
+  if (end <= frame) return;
+  lo = frame;
+  hi = end;
 }
 
 // One captured stack: return addresses, leaf first.
@@ -4214,6 +4324,7 @@ inline void UnwindFramePointers(const void* frame, const void* hook_return, std:
 #include <link.h>
 #include <pthread.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -4557,6 +4668,8 @@ enum CfaKind : std::uint32_t {
   kCfaFpDeref = 3,  // CFA = *(fp + off): GCC's stack-realigning prologue (lea/and/push)
   kCfaPlt = 4,      // CFA = sp + off + ((pc & 15) >= threshold ? 8 : 0): lazy-binding PLT
   kCfaEnd = 5,      // the return address is undefined: outermost frame (_start, clone)
+  kCfaSignal = 6,   // a signal trampoline ('S', glibc's __restore_rt): the interrupted
+                    // registers are in the kernel's signal frame at sp (table.hpp: StepOther)
 };
 enum FpKind : std::uint32_t {
   kFpSame = 0,   // the caller's fp is this frame's fp
@@ -5033,9 +5146,10 @@ struct FrameState {
 // The state as a row rule.
 inline Rule EncodeRule(const FrameState& s, bool signal_frame) noexcept {
   // A signal trampoline's caller is the interrupted PC, not a return address,
-  // and its registers come from the kernel's ucontext: not a shape the rows
-  // describe. Ending the stack there is honest; a frame-pointer guess is not.
-  if (signal_frame) return Rule::Make(kCfaEnd, 0, kFpSame, 0);
+  // and its registers come from the kernel's ucontext, whose layout is the
+  // kernel's ABI rather than the CFA program's: the walk reads them from
+  // there (table.hpp: StepOther), whatever expressions the program holds.
+  if (signal_frame) return Rule::Make(kCfaSignal, 0, kFpSame, 0);
   if (s.ra == RegRule::kUndefined) return Rule::Make(kCfaEnd, 0, kFpSame, 0);
   if (s.ra != RegRule::kAtCfa || s.ra_off != -8) return Rule::None();
   FpKind fp = kFpLost;
@@ -6514,6 +6628,10 @@ struct Cursor {
   const Table* table = nullptr;
   std::uintptr_t unknown_pc = 0;   // the first PC found in no object of `set`, if any
   int guesses_left = 0;            // wrong guesses this walk may still make (ReturnAddressAt)
+  // Set by SignalFrameStep when the interrupted code's sp is outside these
+  // bounds (a handler on its sigaltstack): its registers, for a walk of its
+  // own stack (UnwindFrom). pc 0: none.
+  std::uintptr_t interrupted_pc = 0, interrupted_sp = 0, interrupted_fp = 0;
 };
 
 // One aligned word of the stack, if it lies in [lo, hi).
@@ -6733,6 +6851,50 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool CfaValid(const Cursor& c, co
   return ((d >> 3) | (d << 61)) < ((c.stack_hi - r.sp) >> 3);
 }
 
+// Out of a signal trampoline (glibc's __restore_rt, its CIE marked 'S') into
+// the code the signal interrupted. The handler returned into the trampoline
+// with the kernel's rt_sigframe above it: `r.sp`, the handler's CFA, is that
+// frame's ucontext_t, whose uc_mcontext.gregs hold the interrupted registers
+// (x86-64 Linux ABI; glibc's own CFI for __restore_rt reads the same slots).
+// The interrupted PC is not a return address: the instruction at it had not
+// run, so the frame's pc is taken as PC + 1 (the lookup, like symbolization,
+// takes pc - 1 as the instruction of a frame). Its sp must lie above this
+// frame inside the same stack bounds (a handler on its sigaltstack
+// interrupted code on another stack: this walk ends here, and UnwindFrom
+// walks that stack on its own), and the step read words the replay does not
+// check (kNotReplayable).
+#if defined(__x86_64__)
+constexpr std::uintptr_t kSigFrameGregs = 40;  // offsetof(ucontext_t, uc_mcontext.gregs)
+constexpr std::uintptr_t kSigFrameRbp = kSigFrameGregs + 10 * 8;  // REG_RBP
+constexpr std::uintptr_t kSigFrameRsp = kSigFrameGregs + 15 * 8;  // REG_RSP
+constexpr std::uintptr_t kSigFrameRip = kSigFrameGregs + 16 * 8;  // REG_RIP
+static_assert(offsetof(ucontext_t, uc_mcontext) == kSigFrameGregs, "the kernel's ucontext layout");
+#endif
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cursor& c, Regs& r) noexcept {
+#if defined(__x86_64__)
+  std::uintptr_t pc, sp, fp;
+  if (!LoadWord(r.sp + kSigFrameRip, c, pc) || !LoadWord(r.sp + kSigFrameRsp, c, sp) ||
+      !LoadWord(r.sp + kSigFrameRbp, c, fp)) {
+    return false;
+  }
+  if (pc == 0 || pc == ~std::uintptr_t{0}) return false;
+  if (!CfaValid(c, r, sp)) {
+    c.interrupted_pc = pc + 1;
+    c.interrupted_sp = sp;
+    c.interrupted_fp = fp;
+    return false;
+  }
+  r.pc = pc + 1;
+  r.sp = sp;
+  r.fp = fp;
+  r.fp_at = kNotReplayable;
+  return true;
+#else
+  (void)c, (void)r;
+  return false;
+#endif
+}
+
 // The rare rule kinds, out of line.
 HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
                                                                         std::uintptr_t off) noexcept {
@@ -6752,6 +6914,8 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& 
       break;
     case eh::kCfaEnd:
       return false;
+    case eh::kCfaSignal:
+      return SignalFrameStep(c, r);
     case eh::kCfaNone:
       return FramePointerStep(c, r);
     default:
@@ -7150,14 +7314,58 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
 // The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
 // can run it on a hand-built stack. `unknown_pc`, if given, receives the
 // first PC the walk found in no object of `set` (0 if none).
+// The frames of the code a signal interrupted on another stack than its
+// handler's: from the registers the handler's walk found in the signal frame,
+// within that stack's bounds [lo, hi), appended to `out`. Every frame
+// stepped (no replay: the thread's walk record holds the handler's stack).
+// Returns the first PC found in no object of the set (0 if none).
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t AppendInterrupted(const Cursor& from,
+                                                                                       std::uintptr_t lo,
+                                                                                       std::uintptr_t hi,
+                                                                                       CapturedStack& out) noexcept {
+  // A stack ending here is not the one the walk record may hand on: the
+  // record holds only the handler's frames.
+  if (out.interned != nullptr) {
+    *out.interned = nullptr;
+    out.interned = nullptr;
+  }
+  const std::uintptr_t sp = from.interrupted_sp;
+  if (out.truncated || hi == 0 || (sp & 7) != 0 || sp < lo || sp >= hi) return 0;
+  Cursor c{from.set, sp, hi};
+  Regs r{from.interrupted_pc, sp, from.interrupted_fp};
+  int depth = out.depth;
+  if (depth == HEAPPROF_MAX_FRAMES) {
+    out.truncated = true;
+    return 0;
+  }
+  out.pcs[depth++] = r.pc;
+  while (Step(c, r)) {
+    if (depth == HEAPPROF_MAX_FRAMES) {
+      out.truncated = true;
+      break;
+    }
+    out.pcs[depth++] = r.pc;
+  }
+  out.depth = depth;
+  return c.unknown_pc;
+}
+
+// `own_lo`/`own_hi`: the thread's own stack when `stack_lo`/`stack_hi` are
+// another one's (a handler on its sigaltstack): past the signal frame, the
+// interrupted code's frames are walked there.
 HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintptr_t frame, std::uintptr_t leaf,
                                                std::uintptr_t stack_lo, std::uintptr_t stack_hi,
                                                CapturedStack& out, std::uintptr_t* unknown_pc = nullptr,
-                                               WalkRecords* walks = nullptr) noexcept {
+                                               WalkRecords* walks = nullptr, std::uintptr_t own_lo = 0,
+                                               std::uintptr_t own_hi = 0) noexcept {
   Cursor c{set, stack_lo, stack_hi};
   c.guesses_left = GuessesForWalk(walks);
   const bool ok = Walk(c, frame, leaf, out, walks);
   ScoreGuesses(walks, c.guesses_left);
+  if (HEAPPROF_UNLIKELY(c.interrupted_pc != 0) && ok) {
+    const std::uintptr_t unknown = AppendInterrupted(c, own_lo, own_hi, out);
+    if (c.unknown_pc == 0) c.unknown_pc = unknown;
+  }
   if (unknown_pc != nullptr) *unknown_pc = c.unknown_pc;  // the walk's first PC outside `set`
   return ok;
 }
@@ -7206,8 +7414,10 @@ inline std::uint32_t RuleForPc(const void* pc) noexcept {
 // contract: leaf = hook_return, the hook's own frame skipped, capped at
 // HEAPPROF_MAX_FRAMES with truncated set). Falls back to the frame-pointer
 // walk when the hook's own frame cannot be stepped with the table.
+// `own_lo`/`own_hi`: see UnwindFrom (0: the bounds given are the thread's own).
 inline void UnwindWithTable(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
-                            std::uintptr_t stack_hi, CapturedStack& out) noexcept {
+                            std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
+                            std::uintptr_t own_hi = 0) noexcept {
 #if defined(HEAPPROF_ARCH_X86_64)
   out.depth = 0;
   out.truncated = false;
@@ -7221,12 +7431,14 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
     const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
     std::uintptr_t unknown = 0;
     ut::WalkRecords* walks = set != nullptr ? ut::ThreadWalks(*reading.slot()) : nullptr;
-    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks)) {
+    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks, own_lo, own_hi)) {
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
       const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
-      if (fresh == nullptr || ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks)) return;
+      if (fresh == nullptr ||
+          ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi))
+        return;
     }
   }
 #endif
@@ -7447,11 +7659,20 @@ inline void ForkChild() noexcept {
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
-  if (lo < ts.stack_lo) lo = ts.stack_lo;
+  auto hi = ts.stack_hi;
+  std::uintptr_t own_lo = 0, own_hi = 0;  // set when [lo, hi) is another stack than the thread's
+  if (HEAPPROF_UNLIKELY(lo < ts.stack_lo || lo >= hi)) {
+    // Not on the thread's own stack (a sigaltstack handler, a coroutine):
+    // checked against that stack's bounds, every frame was out of them and
+    // the stack was the leaf alone.
+    ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi);
+    own_lo = ts.stack_lo;
+    own_hi = ts.stack_hi;
+  }
   if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
-    UnwindWithTable(frame, hook_return, lo, ts.stack_hi, out);
+    UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi);
   } else {
-    UnwindFramePointers(frame, hook_return, lo, ts.stack_hi, out);
+    UnwindFramePointers(frame, hook_return, lo, hi, out);
   }
 }
 
@@ -9511,7 +9732,11 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     if (has_decl_file && decl_file == nullptr) {
       if (LineTable* lines = Lines(*u)) decl_file = lines->FileName(file_index);
     }
-    if (linkage != nullptr) break;
+    // The linkage name is enough to name the function, but its declaration
+    // may still be one hop on: clang puts a method defined in its class, and
+    // both compilers a lambda's operator(), at a DIE with the linkage name and
+    // a DW_AT_specification whose DIE alone has decl_file/decl_line.
+    if (linkage != nullptr && decl_line != 0 && decl_file != nullptr) break;
     at = next;
   }
   const char* system = linkage != nullptr ? linkage : plain;
@@ -11281,6 +11506,24 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
       f.system_name = table.RawName(index);
       f.full_name = full;
     }
+  }
+  // A return address the kernel or the C library made up rather than a call
+  // pushed: a signal handler returns to glibc's __restore_rt, a makecontext
+  // coroutine to __start_context. It is the function's first byte, so the
+  // instruction looked up (one byte before, where a call would be) is the
+  // padding before it, in no symbol (glibc puts a nop there for unwinders):
+  // the frame was an unnamed [libc.so.6]. Only there, the function starting
+  // right after names it. (Here no symbol holds the address itself: the
+  // lookup above would have named the frame.)
+  if (n == 0 && !table.empty() && table.Find(file_address + 1, &index) && table.Value(index) == file_address + 1) {
+    const ArenaString& full = table.Name(index);
+    const std::size_t k = ShortFunctionName(full.c_str(), short_buf_, sizeof short_buf_);
+    SymbolizedFrame& f = out[0];
+    f = SymbolizedFrame{};
+    f.name = k != 0 ? std::string_view(short_buf_, k) : std::string_view(full);
+    f.system_name = table.RawName(index);
+    f.full_name = full;
+    n = 1;
   }
   if (n == 0) return 0;
   quality->function = !out[n - 1].name.empty();
@@ -13480,7 +13723,7 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 // word in memory that is no object's is a stale value in freed memory.
 //
 // Safety: every read goes through process_vm_readv on our own pid (or pread
-// of /proc/self/mem where that is refused): an address unmapped meanwhile
+// of /proc/self/mem where that is refused, or under a seccomp filter): an address unmapped meanwhile
 // gives an error, never a fault. Only mappings /proc/self/maps lists as
 // readable are read; [vvar], [vsyscall], device and PROT_NONE mappings never.
 // Everything allocated comes from the arena. Other threads keep running: an
@@ -13520,7 +13763,9 @@ inline bool ReadProcFile(const char* path, ArenaString& out) { return elf::ReadP
 // Copies of our own memory that fail instead of faulting.
 class SafeReader {
  public:
-  SafeReader() = default;
+  // Under a seccomp filter, process_vm_readv may kill instead of fail
+  // (UnderSeccompFilter): /proc/self/mem from the start.
+  SafeReader() noexcept : use_vm_(!UnderSeccompFilter()) {}
   ~SafeReader() {
     if (mem_fd_ >= 0) ::close(mem_fd_);
   }

@@ -15,8 +15,13 @@
 #include <new>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -532,6 +537,57 @@ inline int RunDlcloseNames() {
 #endif
 }
 
+// ---- a coroutine's sample under a seccomp filter --------------------------
+// A filter that kills the process on process_vm_readv (as systemd's
+// SystemCallFilter=@system-service does), then a sample on a makecontext
+// stack: the walk must not probe that stack's extent with the call.
+struct SeccompCoroutine {
+  ucontext_t caller, coroutine;
+  void* object = nullptr;
+};
+inline SeccompCoroutine* g_seccomp_coroutine = nullptr;
+__attribute__((noinline)) inline void SeccompCoroutineEntry() {
+  g_seccomp_coroutine->object = ::operator new(7421);
+  asm volatile("" ::: "memory");
+}
+
+inline int RunSeccompCoroutine() {
+  heapprof::SetSampleRate(1);
+  void* warm = ::operator new(64);  // the profiler's start-up before the filter
+  ::operator delete(warm, 64);
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog {};
+  prog.len = static_cast<unsigned short>(sizeof filter / sizeof filter[0]);
+  prog.filter = filter;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    std::printf("seccomp_coroutine: no seccomp here (%s)\n", std::strerror(errno));
+    return 0;
+  }
+  SeccompCoroutine st;
+  g_seccomp_coroutine = &st;
+  std::vector<char> stack(64 * 1024);
+  HEAPPROF_HOSTILE_CHECK(getcontext(&st.coroutine) == 0);
+  st.coroutine.uc_stack.ss_sp = stack.data();
+  st.coroutine.uc_stack.ss_size = stack.size();
+  st.coroutine.uc_link = &st.caller;
+  makecontext(&st.coroutine, &SeccompCoroutineEntry, 0);
+  HEAPPROF_HOSTILE_CHECK(swapcontext(&st.caller, &st.coroutine) == 0);
+  HEAPPROF_HOSTILE_CHECK(st.object != nullptr);
+  HEAPPROF_HOSTILE_CHECK(heapprof::GetStats().sampled_live_objects >= 1);
+  // The retention scan reads memory the same way: /proc/self/mem here.
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  HEAPPROF_HOSTILE_CHECK(heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz"));
+  ::operator delete(st.object, 7421);
+  std::printf("seccomp_coroutine: ok\n");
+  return 0;
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
@@ -544,6 +600,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "sample_stack_use") == 0) return RunSampleStackUse();
   if (std::strcmp(name, "dlopen_churn") == 0) return RunDlopenChurn();
   if (std::strcmp(name, "dlclose_names") == 0) return RunDlcloseNames();
+  if (std::strcmp(name, "seccomp_coroutine") == 0) return RunSeccompCoroutine();
   if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
   known = false;
   return 2;

@@ -294,6 +294,22 @@ TEST_CASE("hostile: a dlclose'd library's frames keep their names, mapping and b
 }
 #endif
 
+TEST_CASE("hostile: a sample on a coroutine's stack under a seccomp filter that kills process_vm_readv") {
+  // The walk of a stack the program switched to probes its extent with
+  // process_vm_readv, which systemd's @system-service filter kills. Under a
+  // filter it must not: before, the child died of SIGSYS (status 159).
+  // So does the retention scan's reader (it fell back to /proc/self/mem only
+  // where the call failed).
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF_TEST_DIR=" + dir, "seccomp_coroutine", out, 60);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("seccomp_coroutine: ") != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, under its own pid") {
 #if defined(HEAPPROF_TSAN)
   MESSAGE("skipped under TSan: it cannot start threads after a multi-threaded fork");

@@ -7,7 +7,12 @@
 // never a crash; the table unwinder (unwind_table.hpp) is for that code.
 #pragma once
 
+#include <fcntl.h>
+#include <time.h>
+
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/uio.h>
@@ -42,14 +47,64 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
 // The alternate stack's bounds are exact (sigaltstack). Anything else is an
 // allocation of the program's whose extent we do not know: the walk may read
 // [frame, hi) where hi is where memory stops being readable, found by asking
-// the kernel to copy it page by page (process_vm_readv on ourselves stops at
-// the first page it cannot read, where a plain load would fault: a guard page,
-// a hole). The copy goes to one scratch page that nothing reads; it is capped
-// at kForeignStackProbeBytes (a coroutine's frames are rarely deeper), and
-// runs only for samples taken on such a stack. Where the call is refused
-// (seccomp), the stack is the leaf alone.
+// the kernel for one byte of each page from the frame's up
+// (process_vm_readv on ourselves, one-byte elements: it stops at the first
+// page it cannot read, where a plain load would fault: a guard page, a hole;
+// 64 bytes copied, not the pages), at most kForeignStackProbePages pages (a
+// coroutine's frames are rarely deeper). Only samples taken on such a stack
+// ask. Not under a seccomp filter (UnderSeccompFilter): there the call may be
+// one that kills the process rather than fails; the stack is then the leaf
+// alone, as it is where the call is refused.
 constexpr std::size_t kForeignStackProbePages = 64;
-constexpr std::size_t kForeignStackProbeBytes = kForeignStackProbePages * 4096;
+
+// Whether the process runs under a seccomp filter ("Seccomp:\t2" in
+// /proc/self/status). systemd's SystemCallFilter=@system-service, for one,
+// kills a process that calls process_vm_readv. A filter, once installed,
+// stays: seen once, it is never read again; not seen, the file is read again
+// at most once a second (a program may install one later). Unreadable: taken
+// as a filter.
+inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 filter
+inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
+
+__attribute__((noinline)) inline int ReadSeccompMode() noexcept {
+  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 1;
+  // Read in pieces, keeping the key's length of overlap, so the buffer stays
+  // small (this runs on whatever stack the sample is on under the sanitizers).
+  static constexpr char kKey[] = "\nSeccomp:\t";
+  constexpr std::size_t kKeyLen = sizeof kKey - 1;
+  char buf[512 + kKeyLen + 1];
+  std::size_t kept = 0;
+  int mode = 1;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf + kept, sizeof buf - 1 - kept);
+    if (n <= 0) break;
+    const std::size_t have = kept + static_cast<std::size_t>(n);
+    buf[have] = '\0';
+    if (const char* at = std::strstr(buf, kKey)) {
+      if (at + kKeyLen < buf + have) {
+        mode = at[kKeyLen] == '2' ? 1 : 0;
+        break;
+      }
+    }
+    kept = have < kKeyLen ? have : kKeyLen;
+    std::memmove(buf, buf + have - kept, kept);
+  }
+  ::close(fd);
+  return mode;
+}
+
+inline bool UnderSeccompFilter() noexcept {
+  int state = g_seccomp_filter.load(std::memory_order_relaxed);
+  if (state == 1) return true;
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  if (state == 0 && g_seccomp_read_at.load(std::memory_order_relaxed) == now.tv_sec) return false;
+  state = ReadSeccompMode();
+  g_seccomp_read_at.store(now.tv_sec, std::memory_order_relaxed);
+  g_seccomp_filter.store(state, std::memory_order_relaxed);
+  return state == 1;
+}
 
 inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   lo = hi = 0;
@@ -62,22 +117,20 @@ inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::ui
       return;
     }
   }
-  static char scratch[4096];  // written by the kernel, never read
+  if (UnderSeccompFilter()) return;
   constexpr std::uintptr_t kPage = 4096;
   const std::uintptr_t first = frame & ~(kPage - 1);
-  iovec local[kForeignStackProbePages];
+  char bytes[kForeignStackProbePages];  // one byte of each page, never read
+  iovec local{bytes, sizeof bytes};
   iovec remote[kForeignStackProbePages];
   for (std::size_t i = 0; i < kForeignStackProbePages; ++i) {
-    local[i].iov_base = scratch;
-    local[i].iov_len = kPage;
     remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
-    remote[i].iov_len = kPage;
+    remote[i].iov_len = 1;
   }
-  // Whole pages only: a partial transfer stops at an element's boundary.
-  const ssize_t got = process_vm_readv(getpid(), local, kForeignStackProbePages, remote,
-                                       kForeignStackProbePages, 0);
+  // A partial transfer stops at an element's boundary: `got` pages readable.
+  const ssize_t got = process_vm_readv(getpid(), &local, 1, remote, kForeignStackProbePages, 0);
   if (got <= 0) return;
-  const std::uintptr_t end = first + static_cast<std::uintptr_t>(got);
+  const std::uintptr_t end = first + static_cast<std::uintptr_t>(got) * kPage;
   if (end <= frame) return;
   lo = frame;
   hi = end;

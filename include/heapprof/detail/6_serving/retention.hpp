@@ -28,7 +28,7 @@
 // word in memory that is no object's is a stale value in freed memory.
 //
 // Safety: every read goes through process_vm_readv on our own pid (or pread
-// of /proc/self/mem where that is refused): an address unmapped meanwhile
+// of /proc/self/mem where that is refused, or under a seccomp filter): an address unmapped meanwhile
 // gives an error, never a fault. Only mappings /proc/self/maps lists as
 // readable are read; [vvar], [vsyscall], device and PROT_NONE mappings never.
 // Everything allocated comes from the arena. Other threads keep running: an
@@ -78,7 +78,9 @@ inline bool ReadProcFile(const char* path, ArenaString& out) { return elf::ReadP
 // Copies of our own memory that fail instead of faulting.
 class SafeReader {
  public:
-  SafeReader() = default;
+  // Under a seccomp filter, process_vm_readv may kill instead of fail
+  // (UnderSeccompFilter): /proc/self/mem from the start.
+  SafeReader() noexcept : use_vm_(!UnderSeccompFilter()) {}
   ~SafeReader() {
     if (mem_fd_ >= 0) ::close(mem_fd_);
   }
