@@ -252,6 +252,7 @@ TEST_CASE("http: bad and unknown requests get a 4xx with a one-line reason") {
     CHECK(r.body == c.body);
     CHECK(r.Header("content-type") == "text/plain; charset=utf-8");
     CHECK(r.Header("x-content-type-options") == "nosniff");
+    CHECK(r.Header("x-go-pprof") == "1");  // go tool pprof shows the body only with it
     if (c.status == 405) CHECK(r.Header("allow") == "GET, HEAD");
   }
   // HTTP/1.0 needs no Host.
@@ -880,6 +881,24 @@ TEST_CASE("http: go tool pprof fetches heap, allocs, deltas and debug=1 text ove
   CHECK(out.find("HttpGoFetchLeaf") == std::string::npos);  // before the window
   FreeAll(g_http_keep_go);
   FreeAll(g_http_keep_text);
+}
+
+TEST_CASE("http: go tool pprof shows the server's reason for an error") {
+  // pprof prints an error response's body only when it carries X-Go-Pprof (as
+  // Go's serveError sends); without it the user saw "server response: 400 Bad
+  // Request" and never why.
+  if (GoBinary().empty()) {
+    MESSAGE("go not installed (Debian golang-go): skipped");
+    return;
+  }
+  heapprof::HttpServer server("127.0.0.1:0");
+  std::string out;
+  CHECK(GoPprofUrl("-raw", Url(server, "/debug/pprof/heap?seconds=0"), out) != 0);
+  INFO(out);
+  CHECK(out.find("400 Bad Request - invalid value for \"seconds\" - must be a positive integer") != std::string::npos);
+  CHECK(GoPprofUrl("-raw", Url(server, "/debug/pprof/goroutine"), out) != 0);
+  INFO(out);
+  CHECK(out.find("404 Not Found - Unknown profile") != std::string::npos);
 }
 
 TEST_CASE("http: a forked child can destroy its copy of the server") {

@@ -239,11 +239,16 @@ inline void AppendStreamPiece(ArenaString& out, const ArenaString& piece, bool c
   if (last) out += "0\r\n\r\n";
 }
 
-// Go's serveError / http.Error: one line of text.
+// Go's serveError / http.Error: one line of text. X-Go-Pprof is what
+// pprof's fetcher looks for before it shows the body of an error response
+// (driver/fetch.go statusCodeError, symbolizer.go likewise): without it
+// `go tool pprof` printed only "server response: 400 Bad Request", never the
+// reason. Go's serveError sends it; every error here is the profiler's own,
+// so all of them do.
 inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false) {
   ArenaString out;
   ArenaVector<std::pair<const char*, ArenaString>> headers = {
-      {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
+      {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}, {"X-Go-Pprof", "1"}};
   if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
   AppendResponse(out, status, headers, ArenaString(reason) + "\n", head_only);
   return out;
