@@ -260,6 +260,25 @@ inline int RunDebugRetry() {
   return first && second ? 0 : 3;
 }
 
+// Under RLIMIT_FSIZE (`ulimit -f`) a profile larger than the limit: the
+// write past it raised SIGXFSZ, whose default action ended the process (and
+// left the temporary file). Now WriteHeapProfile returns false, no SIGXFSZ is
+// left pending, and the exit dump (HEAPPROF=dump_at_exit=1, on this thread,
+// at exit) fails with one line too.
+inline int RunFileSizeLimit() {
+  const std::string dir = std::getenv("HEAPPROF_TEST_DIR");
+  for (char*& p : g_left_at_exit) p = LeakedByTest(3000);
+  const rlimit limit{64, 64};
+  if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 10;
+  if (heapprof::WriteHeapProfile(dir + "/heap.pb.gz")) return 11;  // a profile is more than 64 bytes
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) != 0 || sigismember(&pending, SIGXFSZ) != 0) return 12;
+  std::printf("still running after the write\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
@@ -273,6 +292,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();
+  if (std::strcmp(name, "file_size_limit") == 0) return RunFileSizeLimit();
   known = false;
   return 2;
 }

@@ -276,6 +276,24 @@ TEST_CASE("a dump that cannot be written prints one line and the program exits n
   CHECK(out.find("heapprof: leak report: ") != std::string::npos);  // the table still prints
 }
 
+TEST_CASE("a write past RLIMIT_FSIZE fails with EFBIG instead of ending the process") {
+  // Before: SIGXFSZ's default action killed the program ("File size limit
+  // exceeded", status 128 + 25) in WriteHeapProfile(path), leaving the
+  // temporary file behind.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = heapprof_test::RunChildScenario(
+      "HEAPPROF=rate=1,dump_at_exit=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "file_size_limit", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("still running after the write") != std::string::npos);
+  CHECK(out.find("heapprof: cannot write heap profile (dump_at_exit): cannot write " + dir + "/p.") !=
+        std::string::npos);
+  CHECK(out.find("File too large") != std::string::npos);
+  CHECK(ListDir(dir).empty());  // no temporary left behind
+  RemoveDir(dir);
+}
+
 TEST_CASE("bad dump and http values in HEAPPROF are reported one line each and ignored") {
   std::string out;
   const int rc = RunSelf(

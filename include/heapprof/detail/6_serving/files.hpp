@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,42 @@
 
 namespace heapprof {
 namespace detail {
+
+// A write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=) raises
+// SIGXFSZ, whose default action ends the process with a core dump: a profile
+// dump killed the program it profiled ("File size limit exceeded") and left
+// its temporary file behind. While this object lives the calling thread has
+// SIGXFSZ blocked, so such a write fails with EFBIG instead, which the writer
+// reports like a full disk; the signal the kernel then leaves pending on this
+// thread is taken back before the mask is restored, unless one was pending
+// already (the program's own, left for it).
+class FileSizeSignalHeld {
+ public:
+  FileSizeSignalHeld() noexcept {
+    sigemptyset(&xfsz_);
+    sigaddset(&xfsz_, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz_, &saved_);
+    sigset_t pending;
+    sigemptyset(&pending);
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
+  }
+  ~FileSizeSignalHeld() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1) {
+      const timespec now{0, 0};
+      while (sigtimedwait(&xfsz_, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
+  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
+
+ private:
+  sigset_t xfsz_, saved_;
+  bool was_pending_ = false;
+};
 
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
@@ -96,11 +133,14 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       return fail("cannot create", errno);
     }
     std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
-      done += static_cast<std::size_t>(n);
+    {
+      FileSizeSignalHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
+      while (done < bytes.size()) {
+        const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
+        done += static_cast<std::size_t>(n);
+      }
     }
     if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno);
     const int fd = tmp.fd;
