@@ -394,6 +394,41 @@ TEST_CASE("WriteHeapProfile(path): atomic replace; a reader never sees a partial
   RemoveDir(dir);
 }
 
+TEST_CASE("WriteHeapProfile(path) over an existing file keeps its permissions") {
+  // Before: the replacement was always created 0644, so a profile the owner
+  // had made private (chmod 600) became readable by every user at the next write.
+  const std::string dir = DumpsTempDir();
+  const std::string path = dir + "/heap.pb.gz";
+  const auto mode_of = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? static_cast<unsigned>(st.st_mode & 07777) : 0u;
+  };
+  struct UmaskScope {
+    mode_t saved = ::umask(022);
+    ~UmaskScope() { ::umask(saved); }
+  } umask_022;
+  REQUIRE(heapprof::WriteHeapProfile(path));
+  CHECK(mode_of(path) == 0644u);  // a new file: 0644 less the umask
+  for (unsigned mode : {0600u, 0640u, 0444u}) {
+    INFO(mode);
+    REQUIRE(::chmod(path.c_str(), mode) == 0);
+    CHECK(heapprof::WriteHeapProfile(path));
+    CHECK(mode_of(path) == mode);
+    Profile p;
+    CHECK(ReadProfileFile(path, p));
+  }
+  // Through a symlink: the target keeps its mode, the link stays a link.
+  REQUIRE(::chmod(path.c_str(), 0600) == 0);
+  const std::string link = dir + "/link.pb.gz";
+  REQUIRE(::symlink("heap.pb.gz", link.c_str()) == 0);
+  CHECK(heapprof::WriteAllocsProfile(link));
+  CHECK(mode_of(path) == 0600u);
+  struct stat lst {};
+  CHECK((::lstat(link.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)));
+  CHECK(ListDir(dir).size() == 2);  // no temporary left
+  RemoveDir(dir);
+}
+
 TEST_CASE("a file name of up to NAME_MAX bytes is written; errors name the file that failed") {
   // Before: the temporary (name + ".tmp.<pid>.<n>") went over NAME_MAX for a
   // legal name of 240-255 bytes, and the error named the final path.

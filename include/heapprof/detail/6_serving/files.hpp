@@ -99,6 +99,12 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     if (error != nullptr) *error = "not a regular file, not replaced: " + path;
     return false;
   }
+  // A file replaced keeps its permissions: the rename puts a new inode in
+  // its place, and one made 0644 turned a profile the owner had made private
+  // (chmod 600: label values, paths, sizes) readable by every user at the
+  // next write. The temporary is private until it has the old file's mode.
+  struct stat existing {};
+  const bool replacing = ::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode);
   static std::atomic<std::uint32_t> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
@@ -127,11 +133,12 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
-    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replacing ? 0600 : 0644);
     if (tmp.fd < 0) {
       tmp.keep = true;  // not ours to remove
       return fail("cannot create", errno);
     }
+    if (replacing && ::fchmod(tmp.fd, existing.st_mode & 0777) != 0) return fail("cannot set the mode of", errno);
     std::size_t done = 0;
     {
       FileSizeSignalHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
