@@ -661,6 +661,41 @@ TEST_CASE("http: a second peak ?seconds= window while one is open gets a 503 at 
   CHECK(again.status == 200);
 }
 
+TEST_CASE("http: a peak ?seconds= window whose client hangs up, or whose server stops, is closed") {
+  // Before: the server's peak window stayed open for good after either, and
+  // every sampled allocation of the process went on feeding it.
+  for (const bool stop_server : {false, true}) {
+    INFO(stop_server);
+    heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
+    limits.max_connections = 1;  // the window's slot comes back once its hang-up is seen
+    std::optional<heapprof_test::LimitedServer> server;
+    server.emplace("127.0.0.1:0", limits);
+    const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+    const int fd = ConnectLoopback(server->port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+      std::this_thread::yield();
+    }
+    REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+    CHECK(heapprof::detail::g_window_peak_open.load());
+    if (stop_server) {
+      server.reset();
+    } else {
+      ::close(fd);
+      HttpResponse r;
+      for (int attempt = 0; attempt < 100 && r.status != 200; ++attempt) {
+        r = HttpGet(server->port(), "/debug/pprof/");
+        if (r.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      REQUIRE(r.status == 200);  // the hang-up was seen
+    }
+    CHECK_FALSE(heapprof::detail::g_window_peak_open.load());
+    if (stop_server) ::close(fd);
+  }
+}
+
 TEST_CASE("http: a peak ?seconds= window and the program's peak window do not reset each other") {
   // Before: the server's window called ResetPeak(), the program's one window:
   // a scrape of /peak?seconds= lost the program's peak (peak_at_exit then

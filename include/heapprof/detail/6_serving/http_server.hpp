@@ -547,7 +547,10 @@ class Server {
       pthread_join(thread_, nullptr);
       StopBuilder();
       if (!fds_lost_.load(std::memory_order_acquire)) {
-        for (Connection& c : conns_) ShutdownAndClose(c.fd);
+        for (Connection& c : conns_) {
+          AbandonPeakWindow(c);
+          ShutdownAndClose(c.fd);
+        }
       }
     }
     if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
@@ -1091,7 +1094,18 @@ class Server {
     ::close(fd);
   }
 
+  // A /peak?seconds= window that ends without its profile (the client hung
+  // up, the server stops) closes the server's peak window too: left open,
+  // every sampled allocation of the process went on feeding it (an Observe,
+  // and a bucket walk at each new 10% high) until the next such request.
+  static void AbandonPeakWindow(const Connection& c) noexcept {
+    if (c.state == Connection::State::kWaiting && c.plan.peak && c.plan.action == Action::kDelta) {
+      g_window_peak_open.store(false, std::memory_order_relaxed);
+    }
+  }
+
   void Close(Connection& c) noexcept {
+    AbandonPeakWindow(c);
     ShutdownAndClose(c.fd);
     c.fd = -1;
     // A job the builder has not taken yet is dropped: nobody would read what
