@@ -38,6 +38,7 @@ constexpr std::int64_t kMaxDeltaSeconds = 3600;
 struct Error {
   int status = 0;  // 0: no error
   const char* reason = "";
+  const char* allow = "GET, HEAD";  // 405: the methods the path takes (the Allow header)
 };
 
 struct Request {
@@ -353,7 +354,11 @@ inline Plan PlanRequest(const Request& req) {
   const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
   plan.head_only = head;
   constexpr std::string_view kPrefix = "/debug/pprof/";
-  if (req.path == "/debug/pprof/symbol" && (get || head || post)) {
+  if (req.path == "/debug/pprof/symbol" && !get && !head && !post) {
+    plan.error = Error{405, "method not allowed: use GET, HEAD or POST", "GET, HEAD, POST"};
+    return plan;
+  }
+  if (req.path == "/debug/pprof/symbol") {
     plan.action = Action::kSymbol;
     plan.body_bytes = post ? req.content_length : 0;
     if (!post && req.content_length != 0) {

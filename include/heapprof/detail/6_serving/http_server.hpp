@@ -245,11 +245,13 @@ inline void AppendStreamPiece(ArenaString& out, const ArenaString& piece, bool c
 // `go tool pprof` printed only "server response: 400 Bad Request", never the
 // reason. Go's serveError sends it; every error here is the profiler's own,
 // so all of them do.
-inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false) {
+// `allow`: a 405's Allow header, the methods the path takes (RFC 9110 15.5.6).
+inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false,
+                                 const char* allow = "GET, HEAD") {
   ArenaString out;
   ArenaVector<std::pair<const char*, ArenaString>> headers = {
       {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}, {"X-Go-Pprof", "1"}};
-  if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
+  if (status == 405) headers.emplace_back("Allow", allow);
   AppendResponse(out, status, headers, ArenaString(reason) + "\n", head_only);
   return out;
 }
@@ -350,7 +352,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
   ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
-      return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only);
+      return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only, plan.error.allow);
     case Action::kRedirect:
       AppendResponse(out, 301,
                      {{"Location", "/debug/pprof/"}, {"Content-Type", "text/html; charset=utf-8"}},
