@@ -279,6 +279,13 @@ inline int RunFileSizeLimit() {
   return 0;
 }
 
+// A daemon's chdir("/") after start-up, with a relative dump_prefix: the exit
+// dump and the leak profile still go under the directory it started in.
+inline int RunDumpAfterChdir() {
+  for (char*& p : g_left_at_exit) p = LeakedByTest(3000);
+  return ::chdir("/") == 0 ? 0 : 10;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
@@ -293,6 +300,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();
   if (std::strcmp(name, "file_size_limit") == 0) return RunFileSizeLimit();
+  if (std::strcmp(name, "dump_after_chdir") == 0) return RunDumpAfterChdir();
   known = false;
   return 2;
 }

@@ -276,6 +276,27 @@ TEST_CASE("a dump that cannot be written prints one line and the program exits n
   CHECK(out.find("heapprof: leak report: ") != std::string::npos);  // the table still prints
 }
 
+TEST_CASE("a relative dump_prefix stays under the start-up directory after the program's chdir") {
+  // Before: resolved against the working directory at each dump, so after a
+  // daemon's chdir("/") the exit dump and the leak profile failed ("cannot
+  // create sub/p....") or went to /.
+  const std::string dir = DumpsTempDir();
+  REQUIRE(::mkdir((dir + "/sub").c_str(), 0755) == 0);
+  std::string out;
+  const int rc = heapprof_test::RunChildScenario(
+      "cd '" + dir + "' && HEAPPROF=rate=1,dump_at_exit=1,leak_report=1,dump_prefix=sub/p", "dump_after_chdir", out);
+  INFO(out);
+  CHECK(rc == 0);
+  const std::vector<std::string> dumps = Matching(dir + "/sub", R"(p\.[0-9]+\.0001\.heap\.pb\.gz)");
+  REQUIRE(dumps.size() == 1);
+  CHECK(Matching(dir + "/sub", R"(p\.[0-9]+\.leaks\.pb\.gz)").size() == 1);
+  CHECK(out.find("heapprof: wrote " + dir + "/sub/" + dumps[0] + " (dump_at_exit)") != std::string::npos);
+  Profile p;
+  CHECK(ReadProfileFile(dir + "/sub/" + dumps[0], p));
+  CHECK(heapprof_test::SumForLeaf(p, "LeakedByTest", "inuse_space") == 5 * 3000);
+  RemoveDir(dir);
+}
+
 TEST_CASE("a write past RLIMIT_FSIZE fails with EFBIG instead of ending the process") {
   // Before: SIGXFSZ's default action killed the program ("File size limit
   // exceeded", status 128 + 25) in WriteHeapProfile(path), leaving the

@@ -41,6 +41,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -82,6 +83,7 @@ class Dumper {
   // Starts the thread if a trigger is configured. Called once, at start-up.
   void Start(const EnvConfig& cfg) noexcept {
     cfg_ = &cfg;
+    if (::getcwd(start_dir_, sizeof start_dir_) == nullptr) start_dir_[0] = '\0';
     if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
     if (!cfg.WantsDumper()) return;
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
@@ -201,8 +203,22 @@ class Dumper {
     return memory_polls_allocating_.load(std::memory_order_relaxed);
   }
 
+  // A relative prefix (the default "heapprof" too) is relative to the
+  // directory the program started in, where HEAPPROF was written: resolved
+  // against the working directory of the moment, a program that chdir()s
+  // (daemon() moves to /) lost every dump and its leak report ("cannot create
+  // sub/p.<pid>.0001.heap.pb.gz.tmp...") or wrote them into "/". While the
+  // working directory is the start-up one, the prefix stays as written, and
+  // so do the names the "wrote" lines print.
   ArenaString Prefix() const {
-    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
+    const ArenaString prefix =
+        cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
+    if (prefix[0] == '/' || start_dir_[0] == '\0') return prefix;
+    char now[sizeof start_dir_];
+    if (::getcwd(now, sizeof now) != nullptr && std::strcmp(now, start_dir_) == 0) return prefix;
+    ArenaString path = start_dir_;
+    if (path.back() != '/') path += '/';
+    return path + prefix;
   }
 
   // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).
@@ -569,6 +585,7 @@ class Dumper {
   };
 
   const EnvConfig* cfg_ = nullptr;
+  char start_dir_[PATH_MAX] = {};  // the working directory at Start(): where relative prefixes point
   std::atomic<std::uint32_t> wake_seq_{0};  // Wake()'s futex word
   pthread_t thread_{};
   std::atomic<bool> running_{false};
