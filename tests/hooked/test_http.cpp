@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <csignal>
 #include <sys/wait.h>
@@ -698,6 +699,51 @@ TEST_CASE("http: a peak ?seconds= window whose client hangs up, or whose server 
     CHECK_FALSE(heapprof::detail::g_window_peak_open.load());
     if (stop_server) ::close(fd);
   }
+  // Hanging up once the window is over but its job still waits behind
+  // others: the job is dropped unbuilt, and the window goes with it. (Should
+  // the builder reach that job first, building it closes the window: the
+  // check holds either way; the scans ahead of it make that rare.)
+  heapprof::HttpServer server("127.0.0.1:0");
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int peak = ConnectLoopback(server.port());
+  REQUIRE(peak >= 0);
+  REQUIRE(SendAll(peak, RequestHead("GET", "/debug/pprof/peak?seconds=1")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  // The builder kept busy past the window's end: scans of a heap made large
+  // enough that these take seconds.
+  std::vector<std::unique_ptr<char[]>> ballast;
+  for (int i = 0; i < 16; ++i) {
+    ballast.emplace_back(new char[std::size_t{4} << 20]);
+    std::memset(ballast.back().get(), 1, std::size_t{4} << 20);
+  }
+  const std::uint64_t queued = heapprof_test::HttpJobsQueued();
+  constexpr std::uint64_t kScans = 60;  // within the connection limit with the window's
+  std::vector<int> scans;
+  for (std::uint64_t i = 0; i < kScans; ++i) {
+    const int fd = ConnectLoopback(server.port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/retention")));
+    scans.push_back(fd);
+  }
+  // The scans and then the window's own job are queued.
+  while (heapprof_test::HttpJobsQueued() < queued + kScans + 1 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpJobsQueued() == queued + kScans + 1);
+  const std::uint64_t built_before_reset = heapprof_test::HttpJobsBuilt();
+  const linger reset{1, 0};  // close() sends RST: the server sees the hang-up at once
+  ::setsockopt(peak, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  ::close(peak);
+  for (int fd : scans) {  // each answered once built: the builder has gone through the queue
+    CHECK(ParseHttpResponse(ReadAll(fd, 60000)).status == 200);
+    ::close(fd);
+  }
+  MESSAGE((heapprof_test::HttpJobsBuilt() - built_before_reset) << " jobs built after the reset");
+  CHECK_FALSE(heapprof::detail::g_window_peak_open.load());
 }
 
 TEST_CASE("http: a peak ?seconds= window and the program's peak window do not reset each other") {

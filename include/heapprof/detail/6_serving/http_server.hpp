@@ -548,6 +548,9 @@ class Server {
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
       StopBuilder();
+      for (const BuildJob& job : jobs_) {  // queued, never to be built
+        if (!job.stream && IsPeakWindow(job.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
+      }
       if (!fds_lost_.load(std::memory_order_acquire)) {
         for (Connection& c : conns_) {
           AbandonPeakWindow(c);
@@ -1100,8 +1103,11 @@ class Server {
   // up, the server stops) closes the server's peak window too: left open,
   // every sampled allocation of the process went on feeding it (an Observe,
   // and a bucket walk at each new 10% high) until the next such request.
+  // While waiting, or once its job is queued but not built (DropJob; the
+  // builder closes it when it copies the window).
+  static bool IsPeakWindow(const Plan& plan) noexcept { return plan.peak && plan.action == Action::kDelta; }
   static void AbandonPeakWindow(const Connection& c) noexcept {
-    if (c.state == Connection::State::kWaiting && c.plan.peak && c.plan.action == Action::kDelta) {
+    if (c.state == Connection::State::kWaiting && IsPeakWindow(c.plan)) {
       g_window_peak_open.store(false, std::memory_order_relaxed);
     }
   }
@@ -1125,6 +1131,7 @@ class Server {
       if (it->serial != serial) continue;
       dropped = std::move(*it);
       jobs_.erase(it);
+      if (!dropped.stream && IsPeakWindow(dropped.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
       break;
     }
     pthread_mutex_unlock(&jobs_mutex_);
