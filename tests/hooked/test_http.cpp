@@ -666,6 +666,29 @@ TEST_CASE("http: a second peak ?seconds= window while one is open gets a 503 at 
   CHECK(again.status == 200);
 }
 
+TEST_CASE("http: one peak ?seconds= window per process, also with two servers") {
+  // Before: the one-window rule looked at the server's own connections only,
+  // so a second server (HEAPPROF=http beside the program's own) reset the
+  // first one's window, which then served the second's period.
+  heapprof::HttpServer first("127.0.0.1:0");
+  heapprof::HttpServer second("127.0.0.1:0");
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int fd = ConnectLoopback(first.port());
+  REQUIRE(fd >= 0);
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  // Before the fix this one waited its hour: the timeout makes that a failure.
+  const HttpResponse r = RawRequest(second.port(), RequestHead("GET", "/debug/pprof/peak?seconds=3600"), 5000);
+  CHECK(r.status == 503);
+  CHECK(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  CHECK(HttpGet(second.port(), "/debug/pprof/peak").status == 200);  // the peak itself is served
+  ::close(fd);  // the first window ends with its client
+}
+
 TEST_CASE("http: a peak ?seconds= window whose client hangs up, or whose server stops, is closed") {
   // Before: the server's peak window stayed open for good after either, and
   // every sampled allocation of the process went on feeding it.

@@ -956,12 +956,14 @@ class Server {
         return true;
       }
       if (c.plan.peak) {
-        // One peak window at a time: each starts by resetting the server's
-        // window (g_window_peak), so a second one would reset the first's,
-        // which would then serve the second's period under its own duration.
-        for (const Connection& other : conns_) {
-          if (&other == &c || other.fd < 0 || !other.plan.peak || other.plan.action != Action::kDelta) continue;
-          if (other.state != Connection::State::kWaiting && other.state != Connection::State::kBuilding) continue;
+        // One peak window at a time in the process: each starts by resetting
+        // the server's window (g_window_peak), so a second one would reset the
+        // first's, which would then serve the second's period under its own
+        // duration. The flag is the process's, not this server's connections:
+        // a second HttpServer (HEAPPROF=http beside the program's own) reset
+        // the first one's window.
+        ArenaPtr<ProfileBaseline> start = MakeArena<ProfileBaseline>();  // no counts: the start's time only
+        if (g_window_peak_open.exchange(true, std::memory_order_acq_rel)) {
           Respond(c, ErrorResponse(503, "a peak ?seconds= profile is already in progress (one at a time: "
                                         "each starts by resetting the peak)"));
           return true;
@@ -969,12 +971,11 @@ class Server {
         // A window of its own: the peak from now on. Not the program's window
         // (ResetPeak()), which goes on: peak_at_exit and WritePeakHeapProfile
         // still see the peak since start (or the program's own ResetPeak).
-        g_window_peak_open.store(true, std::memory_order_relaxed);
         {
           ReentrancyGuard guard;
           g_window_peak.Reset();
         }
-        c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
+        c.baseline = std::move(start);
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       }
