@@ -53,8 +53,10 @@ class HttpServer {
   HttpServer(HttpServer&&) = delete;
   HttpServer& operator=(HttpServer&&) = delete;
 
-  // True while the server runs (always, for a constructor that returned
-  // without throwing in a build with exceptions).
+  // True while the server runs: from a constructor that returned without
+  // throwing (in a build with exceptions) until destruction, except in a
+  // forked child (its copy does not serve) and once the program has closed
+  // the server's descriptors; error() then says which.
   bool serving() const noexcept { return detail::HttpServerError(state_)[0] == '\0'; }
   // Why it is not serving; "" when it is.
   const char* error() const noexcept { return detail::HttpServerError(state_); }

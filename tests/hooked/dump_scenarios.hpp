@@ -228,6 +228,13 @@ inline int RunHttpEnvClosedFds() {
       return 12;
     }
   }
+  // Once the server has seen it (it checks at least once a second), it no
+  // longer says it serves.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (server->serving() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (server->serving() || std::strstr(server->error(), "closed its socket") == nullptr) return 13;
   return 0;
 }
 

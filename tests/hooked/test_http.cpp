@@ -1015,6 +1015,11 @@ TEST_CASE("http: a forked child can destroy its copy of the server") {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    // The child's copy does not serve (no thread, no listening socket), and
+    // says so: before, serving() was true and port() the parent's.
+    if (server->serving()) ::_exit(3);
+    if (server->port() != 0) ::_exit(4);
+    if (std::strstr(server->error(), "forked child") == nullptr) ::_exit(5);
     // The child has the object but not the thread: the destructor must not
     // wait for it (nor terminate).
     server.reset();
@@ -1028,6 +1033,7 @@ TEST_CASE("http: a forked child can destroy its copy of the server") {
   if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  CHECK(server->serving());
   CHECK(HttpGet(server->port(), "/debug/pprof/").status == 200);  // the parent's still serves
 }
 

@@ -381,7 +381,7 @@ std::uint16_t HttpServerPort(const HttpServerState* state) noexcept {
 const char* HttpServerError(const HttpServerState* state) noexcept {
   if (state == nullptr || state == HttpOutOfMemory()) return "out of memory";
   if (state->engine != nullptr) return state->engine->http_server_error(state->remote);
-  return state->server->ok() ? "" : state->server->error().message.c_str();
+  return state->server->ErrorMessage();
 }
 
 // The other side of EngineApi's server members (libheapprof_preload.so's).

@@ -528,8 +528,26 @@ class Server {
     UnlockServers();
   }
 
-  bool ok() const noexcept { return running_; }
+  // Serving now: started, in the process that started it (a forked child's
+  // copy has neither the thread nor the listening socket), and with its
+  // descriptors (LostDescriptors). Before, a child's copy and a server whose
+  // socket the program had closed both still said they were serving.
+  bool ok() const noexcept {
+    return running_ && ::getpid() == owner_pid_ && !fds_lost_.load(std::memory_order_acquire);
+  }
   const StartError& error() const noexcept { return error_; }
+  // Why ok() is false ("" when it is true).
+  const char* ErrorMessage() const noexcept {
+    if (!running_) return error_.message.c_str();
+    if (::getpid() != owner_pid_) {
+      return "heapprof::HttpServer: a copy in a forked child, which does not serve (the parent does; "
+             "start a server of the child's own)";
+    }
+    if (fds_lost_.load(std::memory_order_acquire)) {
+      return "heapprof::HttpServer: the program closed its socket or eventfd; not serving any more";
+    }
+    return "";
+  }
 
   ~Server() {
     if (!running_) return;
