@@ -230,6 +230,8 @@ TEST_CASE("http: bad and unknown requests get a 4xx with a one-line reason") {
       {"GET /debug/pprof/allocs?seconds=3601" + host, 400,
        "profile duration exceeds the server's limit of 3600 seconds\n"},
       {"GET /debug/pprof/heap?seconds=1&debug=1" + host, 400, "seconds and debug params are incompatible\n"},
+      {"GET /debug/pprof/retention?seconds=5" + host, 400,
+       "\"seconds\" parameter is not supported for this profile type\n"},  // Go's words for it
       {"GET /debug/pprof/heap?x=%zz" + host, 400, "malformed percent-encoding in the query\n"},
       {"GET /debug/pprof/heap HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP version not supported\n"},
       {"GET /debug/pprof/heap HTTP/1.1\r\n\r\n", 400, "missing required Host header\n"},

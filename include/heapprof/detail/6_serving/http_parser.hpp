@@ -391,7 +391,8 @@ inline Plan PlanRequest(const Request& req) {
   if (name == "retention") {
     // A scan of the process as it is now: no text form, no window.
     if (req.has_seconds && !req.seconds.empty()) {
-      plan.error = Error{400, "the retention profile has no seconds parameter"};
+      // Go's message for a profile without deltas (serveDeltaProfile).
+      plan.error = Error{400, "\"seconds\" parameter is not supported for this profile type"};
       return plan;
     }
     plan.retention = true;
