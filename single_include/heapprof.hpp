@@ -888,8 +888,10 @@ class HttpServer {
   HttpServer(HttpServer&&) = delete;
   HttpServer& operator=(HttpServer&&) = delete;
 
-  // True while the server runs (always, for a constructor that returned
-  // without throwing in a build with exceptions).
+  // True while the server runs: from a constructor that returned without
+  // throwing (in a build with exceptions) until destruction, except in a
+  // forked child (its copy does not serve) and once the program has closed
+  // the server's descriptors; error() then says which.
   bool serving() const noexcept { return detail::HttpServerError(state_)[0] == '\0'; }
   // Why it is not serving; "" when it is.
   const char* error() const noexcept { return detail::HttpServerError(state_); }
@@ -14811,6 +14813,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14827,6 +14830,42 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 
 namespace heapprof {
 namespace detail {
+
+// A write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=) raises
+// SIGXFSZ, whose default action ends the process with a core dump: a profile
+// dump killed the program it profiled ("File size limit exceeded") and left
+// its temporary file behind. While this object lives the calling thread has
+// SIGXFSZ blocked, so such a write fails with EFBIG instead, which the writer
+// reports like a full disk; the signal the kernel then leaves pending on this
+// thread is taken back before the mask is restored, unless one was pending
+// already (the program's own, left for it).
+class FileSizeSignalHeld {
+ public:
+  FileSizeSignalHeld() noexcept {
+    sigemptyset(&xfsz_);
+    sigaddset(&xfsz_, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz_, &saved_);
+    sigset_t pending;
+    sigemptyset(&pending);
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
+  }
+  ~FileSizeSignalHeld() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1) {
+      const timespec now{0, 0};
+      while (sigtimedwait(&xfsz_, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
+  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
+
+ private:
+  sigset_t xfsz_, saved_;
+  bool was_pending_ = false;
+};
 
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
@@ -14865,6 +14904,12 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     if (error != nullptr) *error = "not a regular file, not replaced: " + path;
     return false;
   }
+  // A file replaced keeps its permissions: the rename puts a new inode in
+  // its place, and one made 0644 turned a profile the owner had made private
+  // (chmod 600: label values, paths, sizes) readable by every user at the
+  // next write. The temporary is private until it has the old file's mode.
+  struct stat existing {};
+  const bool replacing = ::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode);
   static std::atomic<std::uint32_t> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
@@ -14893,17 +14938,21 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
-    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replacing ? 0600 : 0644);
     if (tmp.fd < 0) {
       tmp.keep = true;  // not ours to remove
       return fail("cannot create", errno);
     }
+    if (replacing && ::fchmod(tmp.fd, existing.st_mode & 0777) != 0) return fail("cannot set the mode of", errno);
     std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
-      done += static_cast<std::size_t>(n);
+    {
+      FileSizeSignalHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
+      while (done < bytes.size()) {
+        const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
+        done += static_cast<std::size_t>(n);
+      }
     }
     if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno);
     const int fd = tmp.fd;
@@ -15036,6 +15085,7 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -15334,6 +15384,7 @@ class Dumper {
   // Starts the thread if a trigger is configured. Called once, at start-up.
   void Start(const EnvConfig& cfg) noexcept {
     cfg_ = &cfg;
+    if (::getcwd(start_dir_, sizeof start_dir_) == nullptr) start_dir_[0] = '\0';
     if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
     if (!cfg.WantsDumper()) return;
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
@@ -15453,8 +15504,22 @@ class Dumper {
     return memory_polls_allocating_.load(std::memory_order_relaxed);
   }
 
+  // A relative prefix (the default "heapprof" too) is relative to the
+  // directory the program started in, where HEAPPROF was written: resolved
+  // against the working directory of the moment, a program that chdir()s
+  // (daemon() moves to /) lost every dump and its leak report ("cannot create
+  // sub/p.<pid>.0001.heap.pb.gz.tmp...") or wrote them into "/". While the
+  // working directory is the start-up one, the prefix stays as written, and
+  // so do the names the "wrote" lines print.
   ArenaString Prefix() const {
-    return cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
+    const ArenaString prefix =
+        cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
+    if (prefix[0] == '/' || start_dir_[0] == '\0') return prefix;
+    char now[sizeof start_dir_];
+    if (::getcwd(now, sizeof now) != nullptr && std::strcmp(now, start_dir_) == 0) return prefix;
+    ArenaString path = start_dir_;
+    if (path.back() != '/') path += '/';
+    return path + prefix;
   }
 
   // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).
@@ -15821,6 +15886,7 @@ class Dumper {
   };
 
   const EnvConfig* cfg_ = nullptr;
+  char start_dir_[PATH_MAX] = {};  // the working directory at Start(): where relative prefixes point
   std::atomic<std::uint32_t> wake_seq_{0};  // Wake()'s futex word
   pthread_t thread_{};
   std::atomic<bool> running_{false};
@@ -16311,6 +16377,7 @@ constexpr std::int64_t kMaxDeltaSeconds = 3600;
 struct Error {
   int status = 0;  // 0: no error
   const char* reason = "";
+  const char* allow = "GET, HEAD";  // 405: the methods the path takes (the Allow header)
 };
 
 struct Request {
@@ -16626,7 +16693,11 @@ inline Plan PlanRequest(const Request& req) {
   const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
   plan.head_only = head;
   constexpr std::string_view kPrefix = "/debug/pprof/";
-  if (req.path == "/debug/pprof/symbol" && (get || head || post)) {
+  if (req.path == "/debug/pprof/symbol" && !get && !head && !post) {
+    plan.error = Error{405, "method not allowed: use GET, HEAD or POST", "GET, HEAD, POST"};
+    return plan;
+  }
+  if (req.path == "/debug/pprof/symbol") {
     plan.action = Action::kSymbol;
     plan.body_bytes = post ? req.content_length : 0;
     if (!post && req.content_length != 0) {
@@ -16659,7 +16730,8 @@ inline Plan PlanRequest(const Request& req) {
   if (name == "retention") {
     // A scan of the process as it is now: no text form, no window.
     if (req.has_seconds && !req.seconds.empty()) {
-      plan.error = Error{400, "the retention profile has no seconds parameter"};
+      // Go's message for a profile without deltas (serveDeltaProfile).
+      plan.error = Error{400, "\"seconds\" parameter is not supported for this profile type"};
       return plan;
     }
     plan.retention = true;
@@ -16934,12 +17006,19 @@ inline void AppendStreamPiece(ArenaString& out, const ArenaString& piece, bool c
   if (last) out += "0\r\n\r\n";
 }
 
-// Go's serveError / http.Error: one line of text.
-inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false) {
+// Go's serveError / http.Error: one line of text. X-Go-Pprof is what
+// pprof's fetcher looks for before it shows the body of an error response
+// (driver/fetch.go statusCodeError, symbolizer.go likewise): without it
+// `go tool pprof` printed only "server response: 400 Bad Request", never the
+// reason. Go's serveError sends it; every error here is the profiler's own,
+// so all of them do.
+// `allow`: a 405's Allow header, the methods the path takes (RFC 9110 15.5.6).
+inline ArenaString ErrorResponse(int status, const char* reason, bool head_only = false,
+                                 const char* allow = "GET, HEAD") {
   ArenaString out;
   ArenaVector<std::pair<const char*, ArenaString>> headers = {
-      {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}};
-  if (status == 405) headers.emplace_back("Allow", "GET, HEAD");
+      {"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"}, {"X-Go-Pprof", "1"}};
+  if (status == 405) headers.emplace_back("Allow", allow);
   AppendResponse(out, status, headers, ArenaString(reason) + "\n", head_only);
   return out;
 }
@@ -17040,7 +17119,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
   ArenaString out, body;
   switch (plan.action) {
     case Action::kError:
-      return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only);
+      return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only, plan.error.allow);
     case Action::kRedirect:
       AppendResponse(out, 301,
                      {{"Location", "/debug/pprof/"}, {"Content-Type", "text/html; charset=utf-8"}},
@@ -17216,8 +17295,26 @@ class Server {
     UnlockServers();
   }
 
-  bool ok() const noexcept { return running_; }
+  // Serving now: started, in the process that started it (a forked child's
+  // copy has neither the thread nor the listening socket), and with its
+  // descriptors (LostDescriptors). Before, a child's copy and a server whose
+  // socket the program had closed both still said they were serving.
+  bool ok() const noexcept {
+    return running_ && ::getpid() == owner_pid_ && !fds_lost_.load(std::memory_order_acquire);
+  }
   const StartError& error() const noexcept { return error_; }
+  // Why ok() is false ("" when it is true).
+  const char* ErrorMessage() const noexcept {
+    if (!running_) return error_.message.c_str();
+    if (::getpid() != owner_pid_) {
+      return "heapprof::HttpServer: a copy in a forked child, which does not serve (the parent does; "
+             "start a server of the child's own)";
+    }
+    if (fds_lost_.load(std::memory_order_acquire)) {
+      return "heapprof::HttpServer: the program closed its socket or eventfd; not serving any more";
+    }
+    return "";
+  }
 
   ~Server() {
     if (!running_) return;
@@ -17236,8 +17333,14 @@ class Server {
     if (::getpid() == owner_pid_) {
       pthread_join(thread_, nullptr);
       StopBuilder();
+      for (const BuildJob& job : jobs_) {  // queued, never to be built
+        if (!job.stream && IsPeakWindow(job.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
+      }
       if (!fds_lost_.load(std::memory_order_acquire)) {
-        for (Connection& c : conns_) ShutdownAndClose(c.fd);
+        for (Connection& c : conns_) {
+          AbandonPeakWindow(c);
+          ShutdownAndClose(c.fd);
+        }
       }
     }
     if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
@@ -17638,12 +17741,14 @@ class Server {
         return true;
       }
       if (c.plan.peak) {
-        // One peak window at a time: each starts by resetting the server's
-        // window (g_window_peak), so a second one would reset the first's,
-        // which would then serve the second's period under its own duration.
-        for (const Connection& other : conns_) {
-          if (&other == &c || other.fd < 0 || !other.plan.peak || other.plan.action != Action::kDelta) continue;
-          if (other.state != Connection::State::kWaiting && other.state != Connection::State::kBuilding) continue;
+        // One peak window at a time in the process: each starts by resetting
+        // the server's window (g_window_peak), so a second one would reset the
+        // first's, which would then serve the second's period under its own
+        // duration. The flag is the process's, not this server's connections:
+        // a second HttpServer (HEAPPROF=http beside the program's own) reset
+        // the first one's window.
+        ArenaPtr<ProfileBaseline> start = MakeArena<ProfileBaseline>();  // no counts: the start's time only
+        if (g_window_peak_open.exchange(true, std::memory_order_acq_rel)) {
           Respond(c, ErrorResponse(503, "a peak ?seconds= profile is already in progress (one at a time: "
                                         "each starts by resetting the peak)"));
           return true;
@@ -17651,12 +17756,11 @@ class Server {
         // A window of its own: the peak from now on. Not the program's window
         // (ResetPeak()), which goes on: peak_at_exit and WritePeakHeapProfile
         // still see the peak since start (or the program's own ResetPeak).
-        g_window_peak_open.store(true, std::memory_order_relaxed);
         {
           ReentrancyGuard guard;
           g_window_peak.Reset();
         }
-        c.baseline = MakeArena<ProfileBaseline>();  // no counts: the start's time only
+        c.baseline = std::move(start);
       } else {
         c.baseline = MakeArena<ProfileBaseline>(TakeBaseline());
       }
@@ -17781,7 +17885,21 @@ class Server {
     ::close(fd);
   }
 
+  // A /peak?seconds= window that ends without its profile (the client hung
+  // up, the server stops) closes the server's peak window too: left open,
+  // every sampled allocation of the process went on feeding it (an Observe,
+  // and a bucket walk at each new 10% high) until the next such request.
+  // While waiting, or once its job is queued but not built (DropJob; the
+  // builder closes it when it copies the window).
+  static bool IsPeakWindow(const Plan& plan) noexcept { return plan.peak && plan.action == Action::kDelta; }
+  static void AbandonPeakWindow(const Connection& c) noexcept {
+    if (c.state == Connection::State::kWaiting && IsPeakWindow(c.plan)) {
+      g_window_peak_open.store(false, std::memory_order_relaxed);
+    }
+  }
+
   void Close(Connection& c) noexcept {
+    AbandonPeakWindow(c);
     ShutdownAndClose(c.fd);
     c.fd = -1;
     // A job the builder has not taken yet is dropped: nobody would read what
@@ -17799,6 +17917,7 @@ class Server {
       if (it->serial != serial) continue;
       dropped = std::move(*it);
       jobs_.erase(it);
+      if (!dropped.stream && IsPeakWindow(dropped.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
       break;
     }
     pthread_mutex_unlock(&jobs_mutex_);
@@ -18406,7 +18525,7 @@ std::uint16_t HttpServerPort(const HttpServerState* state) noexcept {
 const char* HttpServerError(const HttpServerState* state) noexcept {
   if (state == nullptr || state == HttpOutOfMemory()) return "out of memory";
   if (state->engine != nullptr) return state->engine->http_server_error(state->remote);
-  return state->server->ok() ? "" : state->server->error().message.c_str();
+  return state->server->ErrorMessage();
 }
 
 // The other side of EngineApi's server members (libheapprof_preload.so's).
