@@ -107,6 +107,15 @@ std::string Url(const heapprof::HttpServer& s, const std::string& path) {
   return "http://127.0.0.1:" + std::to_string(s.port()) + path;
 }
 
+// Waits (at most 30 s) until the server has started a ?seconds= window
+// since HttpDeltaWindowsStarted() read `started`.
+void WaitForWindowStart(std::uint64_t started) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+}
+
 }  // namespace
 
 TEST_CASE("http: index, redirect and the profile endpoints with Go's headers") {
@@ -403,10 +412,7 @@ TEST_CASE("http: the 503 for too many connections reads the request: no reset") 
   const int held = ConnectLoopback(server.port());  // takes the only slot
   REQUIRE(held >= 0);
   REQUIRE(SendAll(held, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
   for (int round = 0; round < 3; ++round) {
     const int fd = ConnectLoopback(server.port());
@@ -636,10 +642,7 @@ TEST_CASE("http: a second peak ?seconds= window while one is open gets a 503 at 
   const int first = ConnectLoopback(server.port());
   REQUIRE(first >= 0);
   REQUIRE(SendAll(first, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
   // Before the fix this one waited its hour: the timeout makes that a failure.
   const HttpResponse second = RawRequest(server.port(), RequestHead("GET", "/debug/pprof/peak?seconds=3600"), 5000);
@@ -678,10 +681,7 @@ TEST_CASE("http: one peak ?seconds= window per process, also with two servers") 
   const int fd = ConnectLoopback(first.port());
   REQUIRE(fd >= 0);
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
   // Before the fix this one waited its hour: the timeout makes that a failure.
   const HttpResponse r = RawRequest(second.port(), RequestHead("GET", "/debug/pprof/peak?seconds=3600"), 5000);
@@ -704,10 +704,7 @@ TEST_CASE("http: a peak ?seconds= window whose client hangs up, or whose server 
     const int fd = ConnectLoopback(server->port());
     REQUIRE(fd >= 0);
     REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-      std::this_thread::yield();
-    }
+    WaitForWindowStart(started);
     REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
     CHECK(heapprof::detail::g_window_peak_open.load());
     if (stop_server) {
@@ -733,10 +730,7 @@ TEST_CASE("http: a peak ?seconds= window whose client hangs up, or whose server 
   const int peak = ConnectLoopback(server.port());
   REQUIRE(peak >= 0);
   REQUIRE(SendAll(peak, RequestHead("GET", "/debug/pprof/peak?seconds=1")));
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
   // The builder kept busy past the window's end: scans of a heap made large
   // enough that these take seconds.
@@ -755,6 +749,7 @@ TEST_CASE("http: a peak ?seconds= window whose client hangs up, or whose server 
     scans.push_back(fd);
   }
   // The scans and then the window's own job are queued.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (heapprof_test::HttpJobsQueued() < queued + kScans + 1 && std::chrono::steady_clock::now() < limit) {
     std::this_thread::yield();
   }
@@ -788,10 +783,7 @@ TEST_CASE("http: a peak ?seconds= window and the program's peak window do not re
   const int fd = ConnectLoopback(server.port());
   REQUIRE(fd >= 0);
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=1")));
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
   HttpPeakInsideWindow(inside);
   // The program's window, while the server's is open: still its own peak.
@@ -824,11 +816,7 @@ TEST_CASE("http: ?seconds=N serves the allocations of the window only") {
   const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=2")));
   // Allocate only once the server holds its baseline; the window is 2 s.
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started &&
-         std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
   HttpAllocInsideWindow();
   // Meanwhile the server answers others.
@@ -918,11 +906,7 @@ TEST_CASE("http: the destructor returns at once with a pending delta and idle co
     REQUIRE(SendAll(pending, RequestHead("GET", "/debug/pprof/allocs?seconds=3600")));
     fds.push_back(pending);
     for (int i = 0; i < 5; ++i) fds.push_back(ConnectLoopback(server->port()));
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (heapprof_test::HttpDeltaWindowsStarted() == started &&
-           std::chrono::steady_clock::now() < limit) {
-      std::this_thread::yield();
-    }
+    WaitForWindowStart(started);
     const auto t0 = std::chrono::steady_clock::now();
     server.reset();
     took = std::chrono::steady_clock::now() - t0;
@@ -1049,10 +1033,7 @@ TEST_CASE("http: stopping the server ends its connections even when a forked chi
   REQUIRE(fd >= 0);
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
   // Accepted and waiting (the server counts the window).
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
   int go[2];
   REQUIRE(::pipe(go) == 0);
@@ -1084,11 +1065,7 @@ TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
   const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
   const int fd = ConnectLoopback(server.port());
   REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (heapprof_test::HttpDeltaWindowsStarted() == started &&
-         std::chrono::steady_clock::now() < limit) {
-    std::this_thread::yield();
-  }
+  WaitForWindowStart(started);
   REQUIRE(heapprof_test::HttpDeltaWindowsStarted() > started);
   ::close(fd);
   // The only slot is free again once the server has seen the hang-up.
