@@ -65,6 +65,35 @@ void RoundTripGzip(const std::string& in) {
   Check(back == in);
 }
 
+// The reference for the profile's strings (proto3 strings are UTF-8): each
+// byte that starts no well-formed character (decoded here by code point:
+// overlong forms, surrogates and values past U+10FFFF are not well-formed)
+// becomes U+FFFD.
+std::string AsUtf8(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    std::size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    std::uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    for (std::size_t k = 1; k < n; ++k) {
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) {
+        n = 0;
+        break;
+      }
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3Fu);
+    }
+    const std::uint32_t min_of[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (n == 0 || cp < min_of[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string MarkerName(const heapprof_test::Profile& p, std::uint64_t location_id) {
   const heapprof_test::Location* loc = heapprof_test::FindLocation(p, location_id);
   if (loc == nullptr || loc->lines.size() != 1) return "";
@@ -170,8 +199,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::string rest = key;
       while (rest.compare(0, 6, "label_") == 0) rest.erase(0, 6);
       if (rest == "bytes") key = "label_" + key;
-      Check(got.labels[l + 1].key == key);
-      Check(got.labels[l + 1].str == want.labels[l].second);
+      Check(got.labels[l + 1].key == AsUtf8(key));
+      Check(got.labels[l + 1].str == AsUtf8(std::string(want.labels[l].second.data(), want.labels[l].second.size())));
     }
   }
   return 0;

@@ -195,6 +195,47 @@ TEST_CASE("profile builder: every string is interned once, and [0] is empty") {
   CHECK(unique.size() == p.string_table.size());
 }
 
+TEST_CASE("profile builder: strings that are not UTF-8 are written with U+FFFD for each bad byte") {
+  // profile.proto's strings are proto3 strings: a strict decoder refuses the
+  // whole profile over one invalid byte. Before, label values went out as
+  // they were.
+  Env env;
+  ProfileData data = TypicalProfile();
+  const std::string fffd = "\xEF\xBF\xBD";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"},  // valid: as is
+      {"a\xFF" "b", "a" + fffd + "b"},                 // a byte no character starts with
+      {"\x80x", fffd + "x"},                        // a stray continuation byte
+      {"\xC0\xAF", fffd + fffd},                    // an overlong '/'
+      {"\xED\xA0\x80", fffd + fffd + fffd},         // a UTF-16 surrogate
+      {"\xF4\x90\x80\x80", fffd + fffd + fffd + fffd},  // past U+10FFFF
+      {"cut\xE2\x82", "cut" + fffd + fffd},         // a character cut short
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    using heapprof::detail::ArenaString;
+    const std::string key = "k" + std::to_string(i);
+    data.samples[0].labels.emplace_back(ArenaString(key.data(), key.size()),
+                                        ArenaString(cases[i].first.data(), cases[i].first.size()));
+  }
+  data.samples[1].labels.push_back({"again", "a\xFF" "b"});  // the same bad bytes: the same string
+  const heapprof_test::Profile p = EncodeAndDecode(data, env);
+  std::map<std::string, std::string> values;
+  for (const heapprof_test::Label& l : p.samples[0].labels) values[l.key] = l.str;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    CHECK(values["k" + std::to_string(i)] == cases[i].second);
+  }
+  for (const std::string& str : p.string_table) {
+    for (std::size_t i = 0; i < str.size();) {
+      const std::size_t n = heapprof::detail::Utf8CharLength(std::string_view(str).substr(i));
+      REQUIRE_MESSAGE(n != 0, "invalid UTF-8 in the string table: " << str);
+      i += n;
+    }
+  }
+  const std::set<std::string> unique(p.string_table.begin(), p.string_table.end());
+  CHECK(unique.size() == p.string_table.size());
+}
+
 TEST_CASE("profile builder: locations are one per distinct PC, at pc - 1") {
   Env env;
   const heapprof_test::Profile p = EncodeAndDecode(TypicalProfile(), env);

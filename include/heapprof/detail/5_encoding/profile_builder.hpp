@@ -81,8 +81,69 @@ constexpr std::uint32_t kId = 1, kName = 2, kSystemName = 3, kFilename = 4, kSta
 }
 }  // namespace pprof_field
 
+// The length of the well-formed UTF-8 character at the start of `s` (1-4), or
+// 0 if `s` does not start with one (a stray continuation byte, an overlong
+// form, a surrogate, past U+10FFFF, a cut sequence), per RFC 3629's table.
+inline std::size_t Utf8CharLength(std::string_view s) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = byte(0);
+  if (b0 < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    n = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    n = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    n = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+// `s` with every byte that starts no well-formed UTF-8 character replaced by
+// U+FFFD, or empty with *valid set when `s` is valid already (the usual case:
+// no copy).
+inline ArenaString RepairedUtf8(std::string_view s, bool* valid) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t n = Utf8CharLength(s.substr(i));
+    if (n == 0) break;
+    i += n;
+  }
+  *valid = i == s.size();
+  ArenaString out;
+  if (*valid) return out;
+  out.assign(s.data(), i);
+  while (i < s.size()) {
+    const std::size_t n = Utf8CharLength(s.substr(i));
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 // Strings are stored once in a deque (stable addresses as it grows) and
 // indexed by views into it, so lookups of an already-known string never copy.
+// profile.proto's strings are proto3 `string`s, which must be UTF-8: strict
+// decoders (protobuf's own, in C++, Java or Go) refuse a whole profile over
+// one bad byte. A label value or a file name can hold any bytes, so a string
+// that is not UTF-8 is stored with U+FFFD for each bad byte (and found again
+// under its original bytes through a second index entry).
 class PprofStringTable {
  public:
   PprofStringTable() { Intern(std::string_view()); }  // pprof requires string_table[0] == ""
@@ -90,10 +151,19 @@ class PprofStringTable {
   std::int64_t Intern(std::string_view s) {
     const auto it = index_.find(s);
     if (it != index_.end()) return it->second;
-    const auto id = static_cast<std::int64_t>(storage_.size());
-    storage_.emplace_back(s);
-    index_.emplace(std::string_view(storage_.back()), id);
-    return id;
+    bool valid = true;
+    ArenaString repaired = RepairedUtf8(s, &valid);
+    if (!valid) {
+      // Keyed by the original bytes too (their copy kept), so the next
+      // lookup of them is one probe; the repaired text may be known already.
+      originals_.emplace_back(s);
+      const std::string_view original(originals_.back());
+      const auto known = index_.find(std::string_view(repaired));
+      const std::int64_t id = known != index_.end() ? known->second : Add(std::move(repaired));
+      index_.emplace(original, id);
+      return id;
+    }
+    return Add(ArenaString(s));
   }
 
   void Encode(ProtoWriter& w) const {
@@ -101,7 +171,15 @@ class PprofStringTable {
   }
 
  private:
+  std::int64_t Add(ArenaString s) {
+    const auto id = static_cast<std::int64_t>(storage_.size());
+    storage_.push_back(std::move(s));
+    index_.emplace(std::string_view(storage_.back()), id);
+    return id;
+  }
+
   ArenaDeque<ArenaString> storage_;
+  ArenaDeque<ArenaString> originals_;  // the bytes of strings stored repaired
   ArenaUnorderedMap<std::string_view, std::int64_t> index_;
 };
 
