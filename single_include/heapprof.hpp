@@ -16423,7 +16423,8 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
 // exactly what the server runs.
 //
 // What is accepted (RFC 9112, the subset a profile scraper needs):
-//   request line   METHOD SP origin-form-target SP HTTP/1.0|HTTP/1.1
+//   request line   METHOD SP target SP HTTP/1.0|HTTP/1.1, the target in origin
+//                  form (/path?query) or absolute form (http://host/path?query)
 //   header lines   name ":" OWS value OWS, ended by an empty line
 //   line ends      CRLF or a bare LF (as Go's net/http accepts)
 // Request bodies: only POST /debug/pprof/symbol has one (pprof's symbolz
@@ -16620,6 +16621,18 @@ inline Error ParseHead(std::string_view head, Request& req) {
   for (char c : req.target) {
     const unsigned char u = static_cast<unsigned char>(c);
     if (u <= 0x20 || u >= 0x7f) return Error{400, "malformed request target"};
+  }
+  // The absolute form (http://host/path), which RFC 9112 (3.2.2) says a
+  // server must accept though clients send it only to proxies: its path
+  // serves (the Host header still required of HTTP/1.1, as Go's net/http
+  // does). A bare authority (http://host) is the path "/".
+  for (const std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
+    if (req.target.size() >= scheme.size() && EqualsNoCase(req.target.substr(0, scheme.size()), scheme)) {
+      const std::size_t path = req.target.find('/', scheme.size());
+      if (path == std::string_view::npos && req.target.find('?') != std::string_view::npos) break;  // http://host?q: refused below
+      req.target = path == std::string_view::npos ? std::string_view("/") : req.target.substr(path);
+      break;
+    }
   }
   if (req.target.empty() || req.target[0] != '/') {
     return Error{400, "unsupported request target: expected a path such as /debug/pprof/heap"};
