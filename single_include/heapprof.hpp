@@ -7313,9 +7313,6 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   return true;
 }
 
-// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
-// can run it on a hand-built stack. `unknown_pc`, if given, receives the
-// first PC the walk found in no object of `set` (0 if none).
 // The frames of the code a signal interrupted on another stack than its
 // handler's: from the registers the handler's walk found in the signal frame,
 // within that stack's bounds [lo, hi), appended to `out`. Every frame
@@ -7352,6 +7349,9 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t AppendIn
   return c.unknown_pc;
 }
 
+// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
+// can run it on a hand-built stack. `unknown_pc`, if given, receives the
+// first PC the walk found in no object of `set` (0 if none).
 // `own_lo`/`own_hi`: the thread's own stack when `stack_lo`/`stack_hi` are
 // another one's (a handler on its sigaltstack): past the signal frame, the
 // interrupted code's frames are walked there.
@@ -10733,9 +10733,6 @@ struct LoadedObject {
   // was mapped (deleted or replaced on disk since: a deploy): its
   // /proc/self/map_files entry, which reaches the mapped inode. Empty: `path`.
   ArenaString file;
-  // Not loaded any more (dlclose'd): remembered from when it was
-  // (elf::NoteLoadedObject); its file is read by `path`.
-  bool unloaded = false;
 };
 
 // What a profile's frames can be in: every loaded object with an executable
@@ -10830,7 +10827,6 @@ inline void AppendUnloadedObjects(ArenaVector<LoadedObject>& objects, std::uintp
       LoadedObject object = SegmentMapping(ph, s->bias, page_mask);
       object.path = path;
       object.build_id = build_id;
-      object.unloaded = true;
       objects.push_back(std::move(object));
     }
   }

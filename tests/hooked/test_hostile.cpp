@@ -271,15 +271,9 @@ TEST_CASE("hostile: a dlclose'd library's frames keep their names, mapping and b
       inuse_named += s.values.at(inuse);
       alloc_named += s.values.at(alloc);
       // The leaf's location is in the library's mapping: its file and build id.
-      const heapprof_test::Location* leaf = nullptr;
-      for (const auto& loc : p.locations) {
-        if (loc.id == s.location_ids.at(0)) leaf = &loc;
-      }
+      const heapprof_test::Location* leaf = heapprof_test::FindLocation(p, s.location_ids.at(0));
       REQUIRE(leaf != nullptr);
-      const heapprof_test::Mapping* m = nullptr;
-      for (const auto& map : p.mappings) {
-        if (map.id == leaf->mapping_id) m = &map;
-      }
+      const heapprof_test::Mapping* m = heapprof_test::FindMapping(p, leaf->mapping_id);
       REQUIRE(m != nullptr);
       CHECK(m->filename.size() >= dso_base.size());
       CHECK(m->filename.compare(m->filename.size() - dso_base.size(), dso_base.size(), dso_base) == 0);

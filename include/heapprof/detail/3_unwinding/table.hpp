@@ -1630,9 +1630,6 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
   return true;
 }
 
-// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
-// can run it on a hand-built stack. `unknown_pc`, if given, receives the
-// first PC the walk found in no object of `set` (0 if none).
 // The frames of the code a signal interrupted on another stack than its
 // handler's: from the registers the handler's walk found in the signal frame,
 // within that stack's bounds [lo, hi), appended to `out`. Every frame
@@ -1669,6 +1666,9 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t AppendIn
   return c.unknown_pc;
 }
 
+// The unwind itself, on a snapshot. Separate from UnwindWithTable so tests
+// can run it on a hand-built stack. `unknown_pc`, if given, receives the
+// first PC the walk found in no object of `set` (0 if none).
 // `own_lo`/`own_hi`: the thread's own stack when `stack_lo`/`stack_hi` are
 // another one's (a handler on its sigaltstack): past the signal frame, the
 // interrupted code's frames are walked there.

@@ -56,9 +56,6 @@ struct LoadedObject {
   // was mapped (deleted or replaced on disk since: a deploy): its
   // /proc/self/map_files entry, which reaches the mapped inode. Empty: `path`.
   ArenaString file;
-  // Not loaded any more (dlclose'd): remembered from when it was
-  // (elf::NoteLoadedObject); its file is read by `path`.
-  bool unloaded = false;
 };
 
 // What a profile's frames can be in: every loaded object with an executable
@@ -153,7 +150,6 @@ inline void AppendUnloadedObjects(ArenaVector<LoadedObject>& objects, std::uintp
       LoadedObject object = SegmentMapping(ph, s->bias, page_mask);
       object.path = path;
       object.build_id = build_id;
-      object.unloaded = true;
       objects.push_back(std::move(object));
     }
   }
