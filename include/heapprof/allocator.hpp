@@ -60,9 +60,14 @@ class allocator {
     using other = allocator<U, typename upstream_traits::template rebind_alloc<U>>;
   };
 
-  allocator() = default;
+  // Every member in the initializer lists: g++ -Weffc++ warns in each unit that
+  // instantiates a constructor without (a defaulted one included). A template,
+  // so that an allocator of an Upstream without a default constructor has none
+  // either (std::is_default_constructible says so), as with `= default`.
+  template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
+  allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
   explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
-      : upstream_(upstream) {}
+      : upstream_(upstream), labels_() {}
   // Every allocation gets `labels`, merged over the allocating thread's set.
   explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)

@@ -9,6 +9,9 @@
 #                -Wpedantic -Werror and -Wshadow -Wconversion -Wsign-conversion
 #                -Wold-style-cast -Wundef -Wcast-qual (g++: -Wuseless-cast), with
 #                and without -fno-exceptions -fno-rtti
+#   user_strict  a unit that uses the API (tests/build/uses_api.cpp: every
+#                allocator constructor instantiated) under the same warnings, g++
+#                adding -Weffc++: C++17, C++20 with -fno-exceptions -fno-rtti, C++23
 #   impl_strict  the implementation unit with every hook (HEAPPROF_IMPLEMENTATION,
 #                HEAPPROF_REPLACE_NEW_DELETE, HEAPPROF_REPLACE_MALLOC, plus
 #                <heapprof/http.hpp>) under the same warnings, -Werror included:
@@ -90,6 +93,22 @@ for cxx in "${compilers[@]}"; do
     done
   done
   ((bad)) || pass "$tag headers: ${#public_headers[@]} public headers alone, C++17/20/23, strict warnings, with and without -fno-exceptions -fno-rtti"
+
+  # ---- user_strict: a unit that uses the API, strict warnings ----------------------
+  # The headers alone instantiate no template: a unit that uses them does
+  # (uses_api.cpp: every allocator constructor, labels, the server). g++ adds
+  # -Weffc++, which some code bases turn on: it warns in each unit that
+  # instantiates a constructor leaving a member out of its initializer list.
+  bad=0
+  user=("${strict[@]}")
+  [[ "$tag" == g++* ]] && user+=(-Weffc++)
+  for config in "-std=c++17" "-std=c++20 -fno-exceptions -fno-rtti" "-std=$(std23 "$cxx")"; do
+    # shellcheck disable=SC2086
+    if ! "$cxx" $config "${warn[@]}" "${user[@]}" -I"$inc" -c "$here/uses_api.cpp" -o "$tmp/user.o" >"$tmp/out" 2>&1; then
+      fail "$tag user_strict: uses_api.cpp, $config"; show "$tmp/out"; bad=1
+    fi
+  done
+  ((bad)) || pass "$tag user_strict: a unit using the API (every allocator constructor), C++17/20/23, strict warnings$([[ "$tag" == g++* ]] && echo " + -Weffc++"), -Werror"
 
   # ---- impl_strict: the implementation unit, every hook, strict warnings ---------
   # Strict code bases compile their own units with these warnings; the unit that

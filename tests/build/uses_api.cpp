@@ -16,6 +16,14 @@ int UseApi(bool enabled) {
     heapprof::ScopedLabels scope({{"handler", "build_check"}});
     std::vector<int, heapprof::allocator<int>> v(1000, 7);
     if (v[999] != 7) ++bad;
+    // Every constructor a unit may instantiate (check.sh compiles this unit
+    // with strict warnings, g++ -Weffc++ included).
+    const heapprof::allocator<int> labeled(heapprof::LabelSet({{"cache", "build_check"}}));
+    std::vector<int, heapprof::allocator<int>> w(labeled);
+    w.push_back(1);
+    std::vector<long, heapprof::allocator<long>> x{heapprof::allocator<long>(std::allocator<long>())};
+    x.push_back(2);
+    if (w.size() + x.size() != 2) ++bad;
     const heapprof::LabelSet& labels = heapprof::CurrentLabels();
     if ((labels.size() == 1) != enabled) ++bad;
   }

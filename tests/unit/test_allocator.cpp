@@ -141,6 +141,19 @@ TEST_CASE("allocator: rebinds, compares like its upstream, propagates like its u
   static_assert(std::is_same<Traits::rebind_alloc<double>, heapprof::allocator<double, std::allocator<double>>>::value,
                 "rebind");
   static_assert(Traits::is_always_equal::value, "std::allocator is always equal");
+  // Default-constructible exactly when the upstream is, and nothrow when it is.
+  static_assert(std::is_nothrow_default_constructible<A>::value, "as std::allocator");
+  static_assert(std::is_nothrow_default_constructible<heapprof::allocator<int, std::pmr::polymorphic_allocator<int>>>::value ==
+                    std::is_nothrow_default_constructible<std::pmr::polymorphic_allocator<int>>::value,
+                "as the upstream");
+  struct NoDefault {
+    using value_type = int;
+    explicit NoDefault(int) {}
+    int* allocate(std::size_t n) { return std::allocator<int>().allocate(n); }
+    void deallocate(int* p, std::size_t n) noexcept { std::allocator<int>().deallocate(p, n); }
+  };
+  static_assert(!std::is_default_constructible<heapprof::allocator<int, NoDefault>>::value, "as the upstream");
+  static_assert(std::is_constructible<heapprof::allocator<int, NoDefault>, const NoDefault&>::value, "from one");
   CHECK(A() == heapprof::allocator<double>());
 
   using P = heapprof::allocator<int, std::pmr::polymorphic_allocator<int>>;
