@@ -84,9 +84,12 @@ class allocator {
       detail::SuppressHooks quiet;
       p = upstream_traits::allocate(upstream_, n);
     }
+    // Restored, not cleared: a signal handler's allocate may run inside
+    // another's, which then samples with its own labels still.
+    const detail::LabelSetData* outer = detail::tls_allocator_labels;
     detail::tls_allocator_labels = labels_.data();
     detail::OnAlloc(p, static_cast<std::size_t>(n) * sizeof(T), __builtin_return_address(0));
-    detail::tls_allocator_labels = nullptr;
+    detail::tls_allocator_labels = outer;
     return p;
 #else
     return upstream_traits::allocate(upstream_, n);

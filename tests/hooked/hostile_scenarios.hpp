@@ -15,6 +15,7 @@
 #include <new>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <link.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/mman.h>
@@ -589,6 +590,128 @@ inline int RunSeccompCoroutine() {
 }
 
 // Dispatch: `known` is set when `name` is one of these scenarios.
+// ---- a handler's allocations inside heapprof::allocator::allocate ----------
+// The thread single-steps (x86-64 trap flag) through one allocate and one
+// deallocate of a labeled heapprof::allocator at rate 1. At each step whose
+// interrupted PC is in this executable (never inside libc's malloc, which is
+// not reentrant), the SIGTRAP handler allocates through its own labeled
+// allocator and with operator new (phase 1), or frees one of those objects
+// each way (phase 2). So every window of those two calls is hit: between the
+// allocator setting its labels and its sample, and inside its upstream call
+// (SuppressHooks). The profiles after each phase say what was recorded; the
+// handler counts what should have been, from the thread's flags at each step
+// (under the profiler's guard nothing is sampled; an operator new inside the
+// upstream call is taken for the upstream's own and not recorded).
+struct TrapMain {
+  unsigned char bytes[1117];
+};
+struct TrapHandlerObj {
+  unsigned char bytes[1213];
+};
+struct TrapHandlerNew {
+  unsigned char bytes[1319];
+};
+constexpr int kTrapPool = 16384;
+struct TrapState {
+  std::uintptr_t exe_lo = 0, exe_hi = 0;
+  int phase = 0;  // 1: allocate, 2: free
+  heapprof::allocator<TrapHandlerObj>* alloc = nullptr;
+  TrapHandlerObj* objs[kTrapPool];
+  bool obj_sampled[kTrapPool];
+  TrapHandlerNew* news[kTrapPool];
+  bool new_sampled[kTrapPool];
+  int made = 0, freed = 0, steps = 0;
+};
+inline TrapState g_trap;
+
+inline void TrapHandler(int, siginfo_t*, void* uc) {
+  const auto pc = static_cast<std::uintptr_t>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
+  ++g_trap.steps;
+  if (pc < g_trap.exe_lo || pc >= g_trap.exe_hi) return;
+  const heapprof::detail::ThreadFlags& flags = heapprof::detail::tls_thread_flags;
+  if (g_trap.phase == 1 && g_trap.made < kTrapPool) {
+    const int i = g_trap.made++;
+    g_trap.obj_sampled[i] = flags.guard == 0;
+    g_trap.new_sampled[i] = flags.guard == 0 && !flags.suppress;
+    g_trap.news[i] = new TrapHandlerNew;  // first: the interrupted allocator's labels still set
+    g_trap.objs[i] = g_trap.alloc->allocate(1);
+  } else if (g_trap.phase == 2 && g_trap.freed < g_trap.made) {
+    const int i = g_trap.freed++;
+    g_trap.alloc->deallocate(g_trap.objs[i], 1);
+    delete g_trap.news[i];
+  }
+}
+
+inline int PhdrExecutable(dl_phdr_info* info, std::size_t, void* data) {
+  auto* t = static_cast<TrapState*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    const std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+    if (t->exe_lo == 0 || lo < t->exe_lo) t->exe_lo = lo;
+    if (lo + ph.p_memsz > t->exe_hi) t->exe_hi = lo + ph.p_memsz;
+  }
+  return 1;  // the first object is the executable
+}
+
+HEAPPROF_NOINLINE inline void SetTrapFlag() { asm volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc"); }
+HEAPPROF_NOINLINE inline void ClearTrapFlag() {
+  asm volatile("pushfq; andq $-257, (%%rsp); popfq" ::: "memory", "cc");
+}
+
+inline int RunTrapAllocatorLabels() {
+#if defined(__x86_64__)
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  dl_iterate_phdr(&PhdrExecutable, &g_trap);
+  HEAPPROF_HOSTILE_CHECK(g_trap.exe_lo != 0);
+  struct sigaction sa {};
+  sa.sa_sigaction = &TrapHandler;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  HEAPPROF_HOSTILE_CHECK(sigaction(SIGTRAP, &sa, nullptr) == 0);
+  heapprof::allocator<TrapHandlerObj> handler_alloc(heapprof::LabelSet({{"who", "handler"}}));
+  heapprof::allocator<TrapMain> main_alloc(heapprof::LabelSet({{"who", "main"}}));
+  g_trap.alloc = &handler_alloc;
+  // Warm: the thread's slot, the unwind tables, these stacks interned.
+  for (int i = 0; i < 2; ++i) {
+    main_alloc.deallocate(main_alloc.allocate(1), 1);
+    handler_alloc.deallocate(handler_alloc.allocate(1), 1);
+    delete new TrapHandlerNew;
+  }
+  g_trap.phase = 1;
+  SetTrapFlag();
+  TrapMain* kept = main_alloc.allocate(1);
+  ClearTrapFlag();
+  g_trap.phase = 0;
+  int obj_sampled = 0, new_sampled = 0;
+  for (int i = 0; i < g_trap.made; ++i) obj_sampled += g_trap.obj_sampled[i], new_sampled += g_trap.new_sampled[i];
+  std::printf("phase 1: %d steps, %d handler runs, %d + %d sampled\n", g_trap.steps, g_trap.made, obj_sampled,
+              new_sampled);
+  HEAPPROF_HOSTILE_CHECK(heapprof::WriteHeapProfile(std::string(dir) + "/allocated.pb.gz"));
+  g_trap.phase = 2;
+  SetTrapFlag();
+  main_alloc.deallocate(kept, 1);
+  ClearTrapFlag();
+  g_trap.phase = 0;
+  // Still live: those the handler did not free, sampled ones as counted.
+  int obj_left = 0, new_left = 0;
+  for (int i = g_trap.freed; i < g_trap.made; ++i) obj_left += g_trap.obj_sampled[i], new_left += g_trap.new_sampled[i];
+  std::printf("phase 2: %d handler frees\n", g_trap.freed);
+  HEAPPROF_HOSTILE_CHECK(heapprof::WriteHeapProfile(std::string(dir) + "/freed.pb.gz"));
+  for (int i = g_trap.freed; i < g_trap.made; ++i) {
+    handler_alloc.deallocate(g_trap.objs[i], 1);
+    delete g_trap.news[i];
+  }
+  std::printf("expect %d %d %d %d %d\n", obj_sampled, new_sampled, obj_left, new_left, g_trap.made);
+  std::printf("trap_allocator_labels: ok\n");
+  return 0;
+#else
+  std::printf("trap_allocator_labels: x86-64 only\n");
+  return 0;
+#endif
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -602,6 +725,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dlclose_names") == 0) return RunDlcloseNames();
   if (std::strcmp(name, "seccomp_coroutine") == 0) return RunSeccompCoroutine();
   if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
+  if (std::strcmp(name, "trap_allocator_labels") == 0) return RunTrapAllocatorLabels();
   known = false;
   return 2;
 }

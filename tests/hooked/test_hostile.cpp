@@ -327,3 +327,76 @@ TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, u
   CHECK(out.find("daemon_dumps: ok") != std::string::npos);
   RemoveDir(dir);
 }
+
+#if defined(__x86_64__)
+namespace {
+// A profile's samples of objects of `bytes`: live objects, and those of them
+// whose label "who" is `who` ("" for no such label).
+struct SizedCount {
+  std::int64_t inuse = 0, with_who = 0;
+};
+SizedCount CountSized(const heapprof_test::Profile& p, std::int64_t bytes, const std::string& who) {
+  SizedCount c;
+  const int inuse = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+  for (const heapprof_test::Sample& s : p.samples) {
+    bool sized = false;
+    std::string label;
+    for (const auto& l : s.labels) {
+      sized = sized || (l.key == "bytes" && l.num == bytes);
+      if (l.key == "who") label = l.str;
+    }
+    if (!sized) continue;
+    c.inuse += s.values.at(inuse);
+    if (label == who) c.with_who += s.values.at(inuse);
+  }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("hostile: a signal handler allocates and frees at every instruction of a labeled heapprof::allocator") {
+  HEAPPROF_SKIP_UNDER_ASAN();
+#if defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under TSan: it defers signals to its own safe points, so no step is interrupted where it lands");
+  return;
+#endif
+  // Before: the handler's allocate cleared the interrupted one's labels (its
+  // sample had none), its operator new between them took the container's
+  // labels, and what it allocated or freed through a heapprof::allocator
+  // while the interrupted one called its upstream was lost: not counted, a
+  // freed sampled object left live in the profile.
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "trap_allocator_labels", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(out.find("trap_allocator_labels: ok") != std::string::npos);
+  int obj_sampled = -1, new_sampled = -1, obj_left = -1, new_left = -1, made = -1;
+  const std::size_t at = out.find("expect ");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(out.c_str() + at, "expect %d %d %d %d %d", &obj_sampled, &new_sampled, &obj_left, &new_left,
+                      &made) == 5);
+  CHECK(made > 100);  // the handler ran all along both calls
+  CHECK(obj_sampled > 100);
+  heapprof_test::Profile allocated, freed;
+  REQUIRE(heapprof_test::ReadProfileFile(dir + "/allocated.pb.gz", allocated));
+  REQUIRE(heapprof_test::ReadProfileFile(dir + "/freed.pb.gz", freed));
+  // The interrupted allocation: one object, with its allocator's label.
+  const SizedCount main_obj = CountSized(allocated, 1117, "main");
+  CHECK(main_obj.inuse == 1);
+  CHECK(main_obj.with_who == 1);
+  // The handler's: every one the handler counted, with its own labels only.
+  const SizedCount objs = CountSized(allocated, 1213, "handler");
+  CHECK(objs.inuse == obj_sampled);
+  CHECK(objs.with_who == obj_sampled);
+  const SizedCount news = CountSized(allocated, 1319, "");
+  CHECK(news.inuse == new_sampled);
+  CHECK(news.with_who == new_sampled);
+  // After the handler freed some while the thread freed its object: exactly
+  // those not freed are live.
+  CHECK(CountSized(freed, 1117, "main").inuse == 0);
+  CHECK(CountSized(freed, 1213, "handler").inuse == obj_left);
+  CHECK(CountSized(freed, 1319, "").inuse == new_left);
+  RemoveDir(dir);
+}
+#endif

@@ -101,6 +101,7 @@ struct ThreadFlags {
   std::uint32_t guard = 0;  // > 0 while the profiler itself runs on this thread
   bool suppress = false;    // heapprof::allocator is calling its upstream
   bool exiting = false;     // our key destructor ran: do not register again
+  ThreadState* suppressed = nullptr;  // while `suppress`: the thread's own state (SuppressHooks)
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
@@ -207,23 +208,32 @@ HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) no
 // heapprof::allocator calls its upstream inside this scope: any operator new or
 // delete that the upstream reaches is not counted a second time. The fast paths
 // stay unchanged: the thread is pointed at the empty state, which sends them to
-// the slow path, which sees `suppress` and returns.
+// the slow path, which sees `suppress` and returns. What a signal handler does
+// in that window is not the upstream's: the slow paths count its
+// heapprof::allocator blocks, and its frees of sampled objects, on the
+// thread's own state, kept in `suppressed` (2_sampling/engine.hpp).
 #if HEAPPROF_ENABLED
 class SuppressHooks {
  public:
-  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+  SuppressHooks() noexcept
+      : saved_state_(tls_thread_state),
+        saved_suppressed_(tls_thread_flags.suppressed),
+        saved_suppress_(tls_thread_flags.suppress) {
+    if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;  // (nested: the outer one's)
     tls_thread_flags.suppress = true;
     tls_thread_state = &g_empty_thread_state;
   }
   ~SuppressHooks() {
     tls_thread_state = saved_state_;
     tls_thread_flags.suppress = saved_suppress_;
+    tls_thread_flags.suppressed = saved_suppressed_;
   }
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
 
  private:
   ThreadState* saved_state_;
+  ThreadState* saved_suppressed_;
   bool saved_suppress_;
 };
 #else

@@ -328,6 +328,12 @@ inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
 inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   ThreadState* ts = tls_thread_state;
   if (ts != &g_empty_thread_state) return ts;
+  if (HEAPPROF_UNLIKELY(flags.suppress)) {
+    // Inside a heapprof::allocator's upstream call (SuppressHooks): the
+    // thread's own state is saved there (none: not registered now, or the
+    // slot would be lost when the scope restores the empty state).
+    return flags.suppressed != &g_empty_thread_state ? flags.suppressed : nullptr;
+  }
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
@@ -346,7 +352,10 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
 HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  if (flags.suppress) return;  // heapprof::allocator counts this one itself
+  // Inside a heapprof::allocator's upstream call: a global hook's block is
+  // the upstream's own (the allocator counts it itself). A heapprof::allocator's
+  // own sample (how 0) there is a signal handler's: counted and sampled.
+  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kCountBlock) != 0) return;
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
@@ -394,6 +403,16 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     return;
   }
   if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable();
+  const LabelSetData* allocator_labels = tls_allocator_labels;
+  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && allocator_labels != nullptr)) {
+    // A global hook while a heapprof::allocator holds its labels out for its
+    // own sample (allocator.hpp): a signal handler that interrupted it. The
+    // handler's object is not the container's: sampled without those labels.
+    tls_allocator_labels = nullptr;
+    RecordSample(p, n, rate, hook_return, *ts, frame);
+    tls_allocator_labels = allocator_labels;
+    return;
+  }
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
@@ -412,7 +431,16 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 // the caller must not release it.
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  if (flags.suppress) return false;
+  // Inside a heapprof::allocator's upstream call, a global hook's free is of
+  // a block the upstream allocated there, uncounted: unless it is a sampled
+  // object's (a signal handler's free, or an upstream freeing what it did not
+  // allocate), which is never lost. A heapprof::allocator's own free (sized)
+  // there is a signal handler's: counted as any.
+  bool counted = true;
+  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kFreeSized) == 0) {
+    if (!MaybeSampled(p)) return false;
+    counted = false;  // unless the live map has it
+  }
   // What Stats count: the caller's size (heapprof::allocator), or the block's
   // usable size (the global hooks), read while the block is still ours.
   // Start-up first: it decides how BlockSize reads (and warms it up).
@@ -446,10 +474,13 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, R
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) CountSampledFree(b);
+      if (b != nullptr) {
+        CountSampledFree(b);
+        counted = true;
+      }
     }
   }
-  CountFree(flags, n);
+  if (counted) CountFree(flags, n);
   DrainDeferredFrees();
   return false;
 }
