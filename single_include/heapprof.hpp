@@ -422,6 +422,7 @@ struct ThreadFlags {
   std::uint32_t guard = 0;  // > 0 while the profiler itself runs on this thread
   bool suppress = false;    // heapprof::allocator is calling its upstream
   bool exiting = false;     // our key destructor ran: do not register again
+  ThreadState* suppressed = nullptr;  // while `suppress`: the thread's own state (SuppressHooks)
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
@@ -528,23 +529,32 @@ HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) no
 // heapprof::allocator calls its upstream inside this scope: any operator new or
 // delete that the upstream reaches is not counted a second time. The fast paths
 // stay unchanged: the thread is pointed at the empty state, which sends them to
-// the slow path, which sees `suppress` and returns.
+// the slow path, which sees `suppress` and returns. What a signal handler does
+// in that window is not the upstream's: the slow paths count its
+// heapprof::allocator blocks, and its frees of sampled objects, on the
+// thread's own state, kept in `suppressed` (2_sampling/engine.hpp).
 #if HEAPPROF_ENABLED
 class SuppressHooks {
  public:
-  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+  SuppressHooks() noexcept
+      : saved_state_(tls_thread_state),
+        saved_suppressed_(tls_thread_flags.suppressed),
+        saved_suppress_(tls_thread_flags.suppress) {
+    if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;  // (nested: the outer one's)
     tls_thread_flags.suppress = true;
     tls_thread_state = &g_empty_thread_state;
   }
   ~SuppressHooks() {
     tls_thread_state = saved_state_;
     tls_thread_flags.suppress = saved_suppress_;
+    tls_thread_flags.suppressed = saved_suppressed_;
   }
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
 
  private:
   ThreadState* saved_state_;
+  ThreadState* saved_suppressed_;
   bool saved_suppress_;
 };
 #else
@@ -763,9 +773,12 @@ class allocator {
       detail::SuppressHooks quiet;
       p = upstream_traits::allocate(upstream_, n);
     }
+    // Restored, not cleared: a signal handler's allocate may run inside
+    // another's, which then samples with its own labels still.
+    const detail::LabelSetData* outer = detail::tls_allocator_labels;
     detail::tls_allocator_labels = labels_.data();
     detail::OnAlloc(p, static_cast<std::size_t>(n) * sizeof(T), __builtin_return_address(0));
-    detail::tls_allocator_labels = nullptr;
+    detail::tls_allocator_labels = outer;
     return p;
 #else
     return upstream_traits::allocate(upstream_, n);
@@ -3600,7 +3613,13 @@ struct DeferredFree {
   ReleaseFn release;  // heapprof::allocator's upstream; null: the global hooks' real free
   unsigned how;       // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
 };
-constexpr int kMaxDeferredFrees = 32;  // nested frees of sampled objects per interrupted operation
+// Nested frees of sampled objects per interrupted operation; more go on the
+// overflow lists below. 16, not 32: this state is static TLS (initial-exec),
+// and a library with heapprof compiled in that is dlopen'ed must fit in what
+// glibc leaves for such objects (about 1.6 KiB in all with glibc 2.36's
+// defaults). At 32, the hooks plugin test's library needed 1,680 bytes and
+// its dlopen failed ("cannot allocate memory in static TLS block").
+constexpr int kMaxDeferredFrees = 16;
 
 struct LiveMapThreadState {
   const void* held_shard = nullptr;  // the shard this thread locks or holds
@@ -3610,7 +3629,7 @@ struct LiveMapThreadState {
   DeferredFree frees[kMaxDeferredFrees] = {};
   // Full slots: counted up by a push after its slot is full, down by a pop, so
   // the drain after every sample and slow free is one load when none is
-  // queued (scanning the 32 states was ~230 instructions, twice per pair at
+  // queued (scanning 32 states was ~230 instructions, twice per pair at
   // rate 1). Same-thread only (a handler and the code it interrupted): an
   // atomic add, never a lock-prefixed shared line.
   std::uint32_t queued = 0;
@@ -7757,6 +7776,12 @@ inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
 inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   ThreadState* ts = tls_thread_state;
   if (ts != &g_empty_thread_state) return ts;
+  if (HEAPPROF_UNLIKELY(flags.suppress)) {
+    // Inside a heapprof::allocator's upstream call (SuppressHooks): the
+    // thread's own state is saved there (none: not registered now, or the
+    // slot would be lost when the scope restores the empty state).
+    return flags.suppressed != &g_empty_thread_state ? flags.suppressed : nullptr;
+  }
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
@@ -7775,7 +7800,10 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
 HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  if (flags.suppress) return;  // heapprof::allocator counts this one itself
+  // Inside a heapprof::allocator's upstream call: a global hook's block is
+  // the upstream's own (the allocator counts it itself). A heapprof::allocator's
+  // own sample (how 0) there is a signal handler's: counted and sampled.
+  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kCountBlock) != 0) return;
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
@@ -7823,6 +7851,16 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     return;
   }
   if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable();
+  const LabelSetData* allocator_labels = tls_allocator_labels;
+  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && allocator_labels != nullptr)) {
+    // A global hook while a heapprof::allocator holds its labels out for its
+    // own sample (allocator.hpp): a signal handler that interrupted it. The
+    // handler's object is not the container's: sampled without those labels.
+    tls_allocator_labels = nullptr;
+    RecordSample(p, n, rate, hook_return, *ts, frame);
+    tls_allocator_labels = allocator_labels;
+    return;
+  }
   RecordSample(p, n, rate, hook_return, *ts, frame);
 }
 
@@ -7841,7 +7879,16 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
 // the caller must not release it.
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  if (flags.suppress) return false;
+  // Inside a heapprof::allocator's upstream call, a global hook's free is of
+  // a block the upstream allocated there, uncounted: unless it is a sampled
+  // object's (a signal handler's free, or an upstream freeing what it did not
+  // allocate), which is never lost. A heapprof::allocator's own free (sized)
+  // there is a signal handler's: counted as any.
+  bool counted = true;
+  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kFreeSized) == 0) {
+    if (!MaybeSampled(p)) return false;
+    counted = false;  // unless the live map has it
+  }
   // What Stats count: the caller's size (heapprof::allocator), or the block's
   // usable size (the global hooks), read while the block is still ours.
   // Start-up first: it decides how BlockSize reads (and warms it up).
@@ -7875,10 +7922,13 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, R
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
         b = g_live_map.Remove(p);
       }
-      if (b != nullptr) CountSampledFree(b);
+      if (b != nullptr) {
+        CountSampledFree(b);
+        counted = true;
+      }
     }
   }
-  CountFree(flags, n);
+  if (counted) CountFree(flags, n);
   DrainDeferredFrees();
   return false;
 }

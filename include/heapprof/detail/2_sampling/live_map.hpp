@@ -50,7 +50,13 @@ struct DeferredFree {
   ReleaseFn release;  // heapprof::allocator's upstream; null: the global hooks' real free
   unsigned how;       // kFreeSized / kFreeCanDefer, as given to OnFreeSlow
 };
-constexpr int kMaxDeferredFrees = 32;  // nested frees of sampled objects per interrupted operation
+// Nested frees of sampled objects per interrupted operation; more go on the
+// overflow lists below. 16, not 32: this state is static TLS (initial-exec),
+// and a library with heapprof compiled in that is dlopen'ed must fit in what
+// glibc leaves for such objects (about 1.6 KiB in all with glibc 2.36's
+// defaults). At 32, the hooks plugin test's library needed 1,680 bytes and
+// its dlopen failed ("cannot allocate memory in static TLS block").
+constexpr int kMaxDeferredFrees = 16;
 
 struct LiveMapThreadState {
   const void* held_shard = nullptr;  // the shard this thread locks or holds
@@ -60,7 +66,7 @@ struct LiveMapThreadState {
   DeferredFree frees[kMaxDeferredFrees] = {};
   // Full slots: counted up by a push after its slot is full, down by a pop, so
   // the drain after every sample and slow free is one load when none is
-  // queued (scanning the 32 states was ~230 instructions, twice per pair at
+  // queued (scanning 32 states was ~230 instructions, twice per pair at
   // rate 1). Same-thread only (a handler and the code it interrupted): an
   // atomic add, never a lock-prefixed shared line.
   std::uint32_t queued = 0;
