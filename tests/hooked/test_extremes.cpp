@@ -13,10 +13,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -289,6 +291,255 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   munmap(region, stack_size + 2 * page);
   g_switched = nullptr;
   heapprof::SetSampleRate(saved);
+}
+
+namespace {
+
+// ---- a sample in a signal handler: on into the code the signal interrupted ----
+
+struct SignalSample {
+  void* objects[4] = {};
+  std::size_t size = 0;
+  int done = 0;
+};
+SignalSample g_signal_sample;
+
+__attribute__((noinline)) void SignalFrameLeaf(std::size_t size) {
+  g_signal_sample.objects[g_signal_sample.done++] = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+void SignalFrameHandler(int) {
+  SignalFrameLeaf(g_signal_sample.size);
+  asm volatile("" ::: "memory");
+}
+#if defined(__x86_64__)
+// Sends `sig` to this thread with a tgkill system call made here, not in
+// libc (built without frame pointers): the signal is delivered as the call
+// returns, so the interrupted PC is in this function, whose rbp is its
+// frame record.
+__attribute__((noinline)) void SignalSite(int sig) {
+  const long pid = getpid(), tid = syscall(SYS_gettid);
+  long ret = SYS_tgkill;
+  asm volatile("syscall" : "+a"(ret) : "D"(pid), "S"(tid), "d"(static_cast<long>(sig)) : "rcx", "r11", "memory");
+  asm volatile("" ::: "memory");
+}
+#endif
+__attribute__((noinline)) void SignalCaller(int sig) {
+#if defined(__x86_64__)
+  SignalSite(sig);
+#else
+  (void)sig;
+#endif
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+TEST_CASE("a sample in a signal handler: both unwinders step through the signal frame into the interrupted code") {
+  // The frame-pointer walk stopped at the signal frame (or, on the thread's
+  // own stack, went on from the interrupted code's rbp without its PC):
+  // the stack was the handler's frames, then at most the interrupted
+  // function's callers. Now it reads the interrupted registers from the
+  // kernel's signal frame, like the table unwinder: the interrupted
+  // function, then its callers; on the thread's own stack when the handler
+  // ran on its sigaltstack.
+#if !defined(__x86_64__) || defined(HEAPPROF_TSAN)
+  MESSAGE("x86-64 only (the interrupted PC's frame), and not under TSan (the handler allocates)");
+#else
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  std::vector<char> alt(256 * 1024);
+  stack_t ss{}, old_ss{};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  REQUIRE(sigaltstack(&ss, &old_ss) == 0);
+  struct sigaction old_sa {};
+  g_signal_sample = SignalSample{};
+  for (int on_alt = 0; on_alt < 2; ++on_alt) {
+    struct sigaction sa {};
+    sa.sa_handler = &SignalFrameHandler;
+    sa.sa_flags = on_alt != 0 ? SA_ONSTACK : 0;
+    sigemptyset(&sa.sa_mask);
+    REQUIRE(sigaction(SIGUSR2, &sa, on_alt == 0 ? &old_sa : nullptr) == 0);
+    for (int i = 0; i < 2; ++i) {
+      heapprof::SetUnwinder(kUnwinders[i]);
+      g_signal_sample.size = 7171 + static_cast<std::size_t>(2 * on_alt + i);
+      SignalCaller(SIGUSR2);
+    }
+  }
+  REQUIRE(sigaction(SIGUSR2, &old_sa, nullptr) == 0);
+  REQUIRE(sigaltstack(&old_ss, nullptr) == 0);
+  heapprof::SetUnwinder(saved_unwinder);
+  REQUIRE(g_signal_sample.done == 4);
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+  for (int k = 0; k < 4; ++k) {
+    INFO("unwinder " << std::string(k % 2 == 0 ? "fp" : "table") << (k >= 2 ? ", on the sigaltstack" : ""));
+    const auto samples = SamplesOfSize(p, 7171 + k, "SignalFrameLeaf");
+    REQUIRE(samples.size() == 1);
+    const auto names = heapprof_test::FunctionNames(p, *samples[0]);
+    std::string all;
+    for (const std::string& n : names) all += "  " + n + "\n";
+    INFO("stack:\n" << all);
+    REQUIRE(names.size() >= 2);
+    CHECK(names[1].find("SignalFrameHandler") != std::string::npos);
+    // Past the handler (and the trampoline's frame): the interrupted
+    // function, then its caller.
+    std::size_t site = 0;
+    for (std::size_t f = 2; f < names.size() && site == 0; ++f) {
+      if (names[f].find("SignalSite") != std::string::npos) site = f;
+    }
+    REQUIRE(site != 0);
+    CHECK(site <= 3);
+    REQUIRE(site + 1 < names.size());
+    CHECK(names[site + 1].find("SignalCaller") != std::string::npos);
+  }
+  for (void* o : g_signal_sample.objects) ::operator delete(o);
+  heapprof::SetSampleRate(saved);
+#endif
+}
+
+namespace {
+
+// ---- a coroutine stack deeper than the probe's 256 KiB ----
+
+struct DeepCoroutine {
+  ucontext_t caller, coroutine;
+  void* objects[2] = {};
+  std::size_t size = 0;
+  int levels = 0;  // frames of kDeepFrameBytes below the entry
+  int done = 0;
+};
+DeepCoroutine* g_deep = nullptr;
+constexpr std::size_t kDeepFrameBytes = 200 * 1024;
+
+__attribute__((noinline)) void DeepCoroutineLeaf(std::size_t size) {
+  g_deep->objects[g_deep->done++] = ::operator new(size);
+  asm volatile("" ::: "memory");
+}
+// A frame of ~200 KiB of locals.
+__attribute__((noinline)) void DeepCoroutineFrame(int n) {
+  volatile char locals[kDeepFrameBytes];
+  locals[0] = static_cast<char>(n);
+  if (n <= 1) {
+    DeepCoroutineLeaf(g_deep->size);
+  } else {
+    DeepCoroutineFrame(n - 1);
+  }
+  locals[kDeepFrameBytes - 1] = locals[0];
+  asm volatile("" ::: "memory");  // no tail call
+}
+void DeepCoroutineEntry() {
+  DeepCoroutineFrame(g_deep->levels);
+  asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
+TEST_CASE("a coroutine stack deeper than 256 KiB: followed to its entry, or cut with the truncation marker") {
+  // A sample on a stack of unknown extent read at most 256 KiB above the
+  // sample (ForeignStackBounds): the frames beyond were dropped, unmarked,
+  // so the profile showed the innermost frames as if they were the whole
+  // stack. Now the walk asks for the pages up to a frame above that limit
+  // and goes on (2 frames of 200 KiB: the entry is found), up to 8 MiB
+  // (45 such frames, 9 MiB: cut there and marked).
+  const std::size_t saved = heapprof::GetSampleRate();
+  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  heapprof::SetSampleRate(1);
+  DeepCoroutine st;
+  g_deep = &st;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t stack_size = 12 << 20;
+  auto* region = static_cast<char*>(
+      mmap(nullptr, stack_size + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(region != MAP_FAILED);
+  REQUIRE(mprotect(region + page, stack_size, PROT_READ | PROT_WRITE) == 0);
+  const int kLevels[2] = {2, 45};
+  for (int deep = 0; deep < 2; ++deep) {
+    for (int i = 0; i < 2; ++i) {
+      heapprof::SetUnwinder(kUnwinders[i]);
+      st.size = 7181 + static_cast<std::size_t>(2 * deep + i);
+      st.levels = kLevels[deep];
+      REQUIRE(getcontext(&st.coroutine) == 0);
+      st.coroutine.uc_stack.ss_sp = region + page;
+      st.coroutine.uc_stack.ss_size = stack_size;
+      st.coroutine.uc_link = &st.caller;
+      makecontext(&st.coroutine, &DeepCoroutineEntry, 0);
+      st.done = 0;
+      REQUIRE(swapcontext(&st.caller, &st.coroutine) == 0);
+      REQUIRE(st.done == 1);
+      ::operator delete(st.objects[0]);  // (the sample stays in the allocs profile)
+    }
+  }
+  heapprof::SetUnwinder(saved_unwinder);
+  Profile p;
+  std::string why;
+  REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, true, nullptr, &why), why);
+  REQUIRE_MESSAGE(heapprof_test::Validate(p, &why), why);
+  for (int k = 0; k < 4; ++k) {
+    INFO("unwinder " << std::string(k % 2 == 0 ? "fp" : "table") << ", " << kLevels[k / 2] << " frames of 200 KiB");
+    const auto samples = SamplesOfSize(p, 7181 + k, "DeepCoroutineLeaf");
+    REQUIRE(samples.size() == 1);
+    const auto names = heapprof_test::FunctionNames(p, *samples[0]);
+    std::string all;
+    for (const std::string& n : names) all += "  " + n + "\n";
+    INFO("stack:\n" << all);
+    REQUIRE(names.size() >= 3);
+    int frames = 0;
+    bool entry = false;
+    for (const std::string& n : names) {
+      frames += n.find("DeepCoroutineFrame") != std::string::npos;
+      entry |= n.find("DeepCoroutineEntry") != std::string::npos;
+    }
+    if (k < 2) {
+      CHECK(frames == 2);
+      CHECK(entry);
+      CHECK(names.back().find("[heapprof: stack truncated") == std::string::npos);
+    } else {
+      // 8 MiB of 200 KiB frames: 40 of them, give or take the frame below.
+      CHECK(frames >= 38);
+      CHECK(frames <= 41);
+      CHECK_FALSE(entry);
+      CHECK(names.back() == "[heapprof: stack truncated at " + std::to_string(names.size() - 1) + " frames]");
+    }
+  }
+  munmap(region, stack_size + 2 * page);
+  g_deep = nullptr;
+  heapprof::SetSampleRate(saved);
+}
+
+TEST_CASE("the frame-pointer unwinder when only the implementation unit is built without frame pointers") {
+  // tests/hooked/programs/omit_fp_main.cpp (frame pointers) with its
+  // implementation unit built -O2 -fomit-frame-pointer: the hooks' cold
+  // halves and posix_memalign & co. reused rbp as a general register, so the
+  // walk from the slow path found garbage past the leaf and every stack was
+  // one frame. Every hook's sample must now show its callers.
+#if !defined(HEAPPROF_OMIT_FP_PROGRAM_PATH)
+  MESSAGE("HEAPPROF_OMIT_FP_PROGRAM_PATH not defined: the program is not built here");
+#else
+  const std::string profile = heapprof_test::TempPath(".omit_fp.pb.gz");
+  std::string out;
+  REQUIRE(heapprof_test::RunCommand(std::string(HEAPPROF_OMIT_FP_PROGRAM_PATH) + " " + profile, out) == 0);
+  Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(profile, p));
+  std::remove(profile.c_str());
+  for (int k = 0; k < 10; ++k) {
+    CAPTURE(k);
+    const auto samples = SamplesOfSize(p, 9001 + k, "OmitFpLeaf");
+    REQUIRE(samples.size() == 1);
+    const auto names = heapprof_test::FunctionNames(p, *samples[0]);
+    std::string all;
+    for (const std::string& n : names) all += "  " + n + "\n";
+    INFO("stack:\n" << all);
+    REQUIRE(names.size() >= 4);
+    CHECK(names[1].find("OmitFpMiddle") != std::string::npos);
+    CHECK(names[2].find("OmitFpOuter") != std::string::npos);
+    CHECK(names[3] == "main");
+  }
+#endif
 }
 
 TEST_CASE("a tiny-stack thread is the first to sample: unwind tables built there, also after a dlopen") {

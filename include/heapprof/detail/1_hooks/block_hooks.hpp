@@ -269,10 +269,21 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 // the block's usable size in Stats. `n` (the requested size) drives the sampler.
 // `exact`: the allocator was asked for exactly `n` bytes by malloc, calloc or
 // new (not realloc, not an aligned allocation): RequestedBlockSize applies.
+//
+// Its slow branch makes the function it is inlined into (a hook's cold
+// function, or a rare hook: posix_memalign, aligned_alloc, ...) keep a frame
+// pointer, whatever the implementation unit's flags: the frame-pointer
+// unwinder starts at OnAllocSlow's record and follows the saved rbp through
+// that function to the hook's caller. Built with -fomit-frame-pointer (-O2's
+// default) these functions reused rbp as a general register and the walk
+// found garbage there. Taking the frame's address is what keeps one (GCC and
+// clang alike); the cold functions run once a sample, the rare hooks pay a
+// push and a pop.
 HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY(left <= 0)) {
+    asm volatile("" : : "r"(__builtin_frame_address(0)));
     OnAllocSlow(p, n, hook_return, kCountBlock);
     return;
   }

@@ -234,23 +234,60 @@ inline void ForkChild() noexcept {
   if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
 }
 
+// One walk with the chosen unwinder. A frame-pointer walk that did not pass
+// through the hook's frame (the hook's code reused rbp: the implementation
+// unit built without frame pointers, frame_pointers.hpp) is redone with the
+// tables (x86-64), which step through the hook whatever its build.
+inline void UnwindOnce(const void* frame, const void* hook_return, std::uintptr_t lo, std::uintptr_t hi,
+                       std::uintptr_t own_lo, std::uintptr_t own_hi, std::uintptr_t* beyond,
+                       CapturedStack& out) noexcept {
+  if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
+    UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi, beyond);
+    return;
+  }
+  if (HEAPPROF_LIKELY(UnwindFramePointers(frame, hook_return, lo, hi, out, own_lo, own_hi, beyond))) return;
+#if defined(HEAPPROF_ARCH_X86_64)
+  UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi, beyond);
+#endif
+}
+
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
   auto hi = ts.stack_hi;
   std::uintptr_t own_lo = 0, own_hi = 0;  // set when [lo, hi) is another stack than the thread's
+  bool capped = false;
   if (HEAPPROF_UNLIKELY(lo < ts.stack_lo || lo >= hi)) {
     // Not on the thread's own stack (a sigaltstack handler, a coroutine):
     // checked against that stack's bounds, every frame was out of them and
     // the stack was the leaf alone.
-    ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi);
+    ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi, &capped);
     own_lo = ts.stack_lo;
     own_hi = ts.stack_hi;
   }
-  if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
-    UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi);
-  } else {
-    UnwindFramePointers(frame, hook_return, lo, hi, out);
+  if (HEAPPROF_LIKELY(!capped)) {
+    UnwindOnce(frame, hook_return, lo, hi, own_lo, own_hi, nullptr, out);
+    return;
+  }
+  // A stack whose top the probe did not reach (more than its 256 KiB above
+  // the sample, all readable): a walk that stopped only because its next
+  // frame lay above `hi` is walked again with the pages up to that frame,
+  // while they are readable; at kForeignStackMaxBytes the stack is cut, and
+  // marked so, as at HEAPPROF_MAX_FRAMES. (The frames beyond were dropped
+  // silently before.)
+  for (;;) {
+    std::uintptr_t beyond = 0;
+    UnwindOnce(frame, hook_return, lo, hi, own_lo, own_hi, &beyond, out);
+    if (beyond == 0 || out.truncated) return;
+    const Extended e = ExtendForeignStack(lo, hi, beyond);
+    if (e == Extended::kNo) return;  // the chain left this stack: its end
+    if (e == Extended::kCut) break;
+  }
+  out.truncated = true;
+  // Not the stack the table walk recorded (that one was not cut).
+  if (out.interned != nullptr) {
+    *out.interned = nullptr;
+    out.interned = nullptr;
   }
 }
 

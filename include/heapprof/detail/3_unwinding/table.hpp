@@ -951,6 +951,10 @@ struct Cursor {
   // bounds (a handler on its sigaltstack): its registers, for a walk of its
   // own stack (UnwindFrom). pc 0: none.
   std::uintptr_t interrupted_pc = 0, interrupted_sp = 0, interrupted_fp = 0;
+  // Not null on a stack whose top is not known (ForeignStackBounds: the
+  // probe's limit): Walk sets it to the CFA its last step needed when that
+  // lay above stack_hi (see CfaBeyondTop), else 0.
+  std::uintptr_t* beyond = nullptr;
 };
 
 // One aligned word of the stack, if it lies in [lo, hi).
@@ -1514,6 +1518,28 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline ReplayResult Replay(con
   return ReplayResult{last, depth + last - j, truncated, in_place};
 }
 
+// The CFA the step out of frame `r` would need when that lies above
+// stack_hi (aligned): the walk stopped at the bound, not at the end of the
+// stack or at a frame it cannot step. 0 otherwise. Only asked on a stack
+// whose top the profiler did not know (Cursor::beyond), once a walk. The
+// registers by value: were `r` passed by reference, the walk would keep it in
+// memory throughout (2x slower stepped walks, bench_unwind).
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t CfaBeyondTop(Cursor& c, std::uintptr_t pc,
+                                                                                  std::uintptr_t sp,
+                                                                                  std::uintptr_t fp) noexcept {
+  const CachedRule cached = RuleAt(c, pc);
+  const std::uint32_t kind = cached.bits & 7u;
+  std::uintptr_t cfa = 0;
+  if (kind == eh::kCfaSpRel) {
+    cfa = sp + cached.cfa_offset;
+  } else if (kind == eh::kCfaFpRel) {
+    cfa = fp + cached.cfa_offset;
+  } else if (kind == eh::kCfaNone && fp >= sp) {
+    cfa = fp + 16;  // FramePointerStep's record
+  }
+  return (cfa & 7) == 0 && cfa > c.stack_hi ? cfa : 0;
+}
+
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr_t frame, std::uintptr_t leaf,
                                                          CapturedStack& out, WalkRecords* w) noexcept {
   // The slow path's frame record: [frame] = the hook's rbp, [frame + 8] =
@@ -1539,6 +1565,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
       }
       out.pcs[depth++] = r.pc;
     }
+    if (HEAPPROF_UNLIKELY(c.beyond != nullptr) && !truncated) *c.beyond = CfaBeyondTop(c, r.pc, r.sp, r.fp);
     out.depth = depth;
     out.truncated = truncated;
     return true;
@@ -1601,7 +1628,10 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
         ++j;  // the frame that differed (if any) is stepped, and may meet again
       }
     }
-    if (!Step(c, r)) break;
+    if (!Step(c, r)) {
+      if (HEAPPROF_UNLIKELY(c.beyond != nullptr)) *c.beyond = CfaBeyondTop(c, r.pc, r.sp, r.fp);
+      break;
+    }
     if (depth == HEAPPROF_MAX_FRAMES) {
       truncated = true;
       break;
@@ -1676,8 +1706,10 @@ HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintpt
                                                std::uintptr_t stack_lo, std::uintptr_t stack_hi,
                                                CapturedStack& out, std::uintptr_t* unknown_pc = nullptr,
                                                WalkRecords* walks = nullptr, std::uintptr_t own_lo = 0,
-                                               std::uintptr_t own_hi = 0) noexcept {
+                                               std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {
   Cursor c{set, stack_lo, stack_hi};
+  c.beyond = beyond;
+  if (beyond != nullptr) *beyond = 0;
   c.guesses_left = GuessesForWalk(walks);
   const bool ok = Walk(c, frame, leaf, out, walks);
   ScoreGuesses(walks, c.guesses_left);
@@ -1734,9 +1766,11 @@ inline std::uint32_t RuleForPc(const void* pc) noexcept {
 // HEAPPROF_MAX_FRAMES with truncated set). Falls back to the frame-pointer
 // walk when the hook's own frame cannot be stepped with the table.
 // `own_lo`/`own_hi`: see UnwindFrom (0: the bounds given are the thread's own).
+// `beyond`: see UnwindFramePointers (the CFA the last step needed, above
+// `stack_hi`; asked only on a stack whose top is not known).
 inline void UnwindWithTable(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
                             std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
-                            std::uintptr_t own_hi = 0) noexcept {
+                            std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {
 #if defined(HEAPPROF_ARCH_X86_64)
   out.depth = 0;
   out.truncated = false;
@@ -1750,18 +1784,19 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
     const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
     std::uintptr_t unknown = 0;
     ut::WalkRecords* walks = set != nullptr ? ut::ThreadWalks(*reading.slot()) : nullptr;
-    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks, own_lo, own_hi)) {
+    if (set != nullptr &&
+        ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks, own_lo, own_hi, beyond)) {
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
       const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
       if (fresh == nullptr ||
-          ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi))
+          ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi, beyond))
         return;
     }
   }
 #endif
-  UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out);
+  UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out, own_lo, own_hi, beyond);
 }
 
 inline UnwindTableStats GetUnwindTableStats() noexcept {
