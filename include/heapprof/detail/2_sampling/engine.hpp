@@ -255,15 +255,19 @@ inline void CaptureStack(const void* frame, const void* hook_return, const Threa
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
   auto hi = ts.stack_hi;
-  std::uintptr_t own_lo = 0, own_hi = 0;  // set when [lo, hi) is another stack than the thread's
+  // The thread's own stack, where code a signal interrupted runs: past a
+  // signal frame whose interrupted sp is outside [lo, hi) (below the sample:
+  // a sigaltstack handler whose alternate stack is an array on this very
+  // stack, or outside it: a sigaltstack elsewhere), both unwinders go on
+  // there. (Only given for a sample on another stack, the first case's
+  // stack ended at the signal frame.)
+  const std::uintptr_t own_lo = ts.stack_lo, own_hi = ts.stack_hi;
   bool capped = false;
   if (HEAPPROF_UNLIKELY(lo < ts.stack_lo || lo >= hi)) {
     // Not on the thread's own stack (a sigaltstack handler, a coroutine):
     // checked against that stack's bounds, every frame was out of them and
     // the stack was the leaf alone.
     ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi, &capped);
-    own_lo = ts.stack_lo;
-    own_hi = ts.stack_hi;
   }
   if (HEAPPROF_LIKELY(!capped)) {
     UnwindOnce(frame, hook_return, lo, hi, own_lo, own_hi, nullptr, out);
