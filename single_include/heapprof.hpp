@@ -2384,10 +2384,21 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 // the block's usable size in Stats. `n` (the requested size) drives the sampler.
 // `exact`: the allocator was asked for exactly `n` bytes by malloc, calloc or
 // new (not realloc, not an aligned allocation): RequestedBlockSize applies.
+//
+// Its slow branch makes the function it is inlined into (a hook's cold
+// function, or a rare hook: posix_memalign, aligned_alloc, ...) keep a frame
+// pointer, whatever the implementation unit's flags: the frame-pointer
+// unwinder starts at OnAllocSlow's record and follows the saved rbp through
+// that function to the hook's caller. Built with -fomit-frame-pointer (-O2's
+// default) these functions reused rbp as a general register and the walk
+// found garbage there. Taking the frame's address is what keeps one (GCC and
+// clang alike); the cold functions run once a sample, the rare hooks pay a
+// push and a pop.
 HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY(left <= 0)) {
+    asm volatile("" : : "r"(__builtin_frame_address(0)));
     OnAllocSlow(p, n, hook_return, kCountBlock);
     return;
   }
@@ -2501,6 +2512,8 @@ HEAPPROF_ALWAYS_INLINE void HotFreeGlibc(void* p, Release release, Cold cold) no
       return release(p);
     }
   }
+#else
+  (void)release;  // (only the chunk-word path releases here)
 #endif
   return cold(p);
 }
@@ -4104,6 +4117,8 @@ inline int IterateLoadedObjects(int (*callback)(dl_phdr_info*, std::size_t, void
 #include <cstring>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
+#include <ucontext.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -4194,8 +4209,60 @@ inline bool UnderSeccompFilter() noexcept {
   return state == 1;
 }
 
-inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
+// Readable pages from `first` on (page-aligned), at most `pages` of them
+// (<= kForeignStackProbePages): asks the kernel, never faults. 0 when none,
+// or under a seccomp filter.
+inline std::size_t ReadablePages(std::uintptr_t first, std::size_t pages) noexcept {
+  constexpr std::uintptr_t kPage = 4096;
+  if (pages > kForeignStackProbePages) pages = kForeignStackProbePages;
+  char bytes[kForeignStackProbePages];  // one byte of each page, never read
+  iovec local{bytes, pages};
+  iovec remote[kForeignStackProbePages];
+  for (std::size_t i = 0; i < pages; ++i) {
+    remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
+    remote[i].iov_len = 1;
+  }
+  // A partial transfer stops at an element's boundary: `got` pages readable.
+  const ssize_t got = process_vm_readv(getpid(), &local, 1, remote, pages, 0);
+  return got <= 0 ? 0 : static_cast<std::size_t>(got);
+}
+
+// How far above a sample a stack of unknown extent is followed: a walk that
+// reaches the probe's limit (`capped` below) and needs a frame above it asks
+// for the pages up to that frame (ExtendForeignStack) and walks again, up to
+// this many bytes above the sample; past it the stack is cut and marked
+// truncated (engine.hpp: CaptureStack).
+constexpr std::uintptr_t kForeignStackMaxBytes = std::uintptr_t{8} << 20;
+
+enum class Extended { kNo, kYes, kCut };
+
+// Raises `hi`, the top of ForeignStackBounds' stack from `lo` (page-aligned:
+// the probe's limit), so that the record or CFA at `target` lies below it.
+// kYes: done, every page up to there is readable (one probe, at most
+// kForeignStackProbePages pages). kNo: a page between is not, or `target` is
+// farther above `hi` than one probe reaches (no frame is that large): the
+// address is on no stack contiguous with this one, the chain left it.
+// kCut: `target` is within reach but kForeignStackMaxBytes above `lo`.
+inline Extended ExtendForeignStack(std::uintptr_t lo, std::uintptr_t& hi, std::uintptr_t target) noexcept {
+  constexpr std::uintptr_t kPage = 4096;
+  if (target < hi) return Extended::kNo;
+  const std::uintptr_t want = (target + 16 + kPage - 1) & ~(kPage - 1);  // a record's two words
+  if ((want - hi) / kPage > kForeignStackProbePages) return Extended::kNo;
+  if (want - lo > kForeignStackMaxBytes) return Extended::kCut;
+  if ((hi & (kPage - 1)) != 0 || UnderSeccompFilter()) return Extended::kNo;
+  const std::size_t got = ReadablePages(hi, kForeignStackProbePages);
+  if (hi + got * kPage < want) return Extended::kNo;
+  hi += got * kPage;
+  if (hi - lo > kForeignStackMaxBytes) hi = lo + kForeignStackMaxBytes;  // (lo: 8-aligned, the walk's bound)
+  return Extended::kYes;
+}
+
+// `capped` (when not null): set when [lo, hi) ends at the probe's limit
+// rather than where readable memory ends (the stack may go on above).
+inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::uintptr_t& hi,
+                               bool* capped = nullptr) noexcept {
   lo = hi = 0;
+  if (capped != nullptr) *capped = false;
   stack_t alt;
   if (sigaltstack(nullptr, &alt) == 0 && (alt.ss_flags & SS_DISABLE) == 0 && alt.ss_sp != nullptr) {
     const auto base = reinterpret_cast<std::uintptr_t>(alt.ss_sp);
@@ -4208,20 +4275,13 @@ inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::ui
   if (UnderSeccompFilter()) return;
   constexpr std::uintptr_t kPage = 4096;
   const std::uintptr_t first = frame & ~(kPage - 1);
-  char bytes[kForeignStackProbePages];  // one byte of each page, never read
-  iovec local{bytes, sizeof bytes};
-  iovec remote[kForeignStackProbePages];
-  for (std::size_t i = 0; i < kForeignStackProbePages; ++i) {
-    remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
-    remote[i].iov_len = 1;
-  }
-  // A partial transfer stops at an element's boundary: `got` pages readable.
-  const ssize_t got = process_vm_readv(getpid(), &local, 1, remote, kForeignStackProbePages, 0);
-  if (got <= 0) return;
+  const std::size_t got = ReadablePages(first, kForeignStackProbePages);
+  if (got == 0) return;
   const std::uintptr_t end = first + static_cast<std::uintptr_t>(got) * kPage;
   if (end <= frame) return;
   lo = frame;
   hi = end;
+  if (capped != nullptr) *capped = got == kForeignStackProbePages;
 }
 
 // One captured stack: return addresses, leaf first.
@@ -4236,6 +4296,134 @@ struct CapturedStack {
   const void** interned = nullptr;
 };
 
+// The kernel's signal frame on x86-64 Linux, as the frame-pointer walk meets
+// it: a handler built with frame pointers pushed the interrupted code's rbp
+// (the kernel leaves rbp alone) and returned into the signal trampoline
+// (glibc's __restore_rt, the sa_restorer the kernel pushed), and the
+// rt_sigframe's ucontext_t starts right above that return address, at
+// record + 16. Its uc_mcontext.gregs hold the interrupted registers.
+// Offsets: the kernel's ucontext layout (checked against glibc's below).
+constexpr std::uintptr_t kUcFlags = 0, kUcLink = 8;
+constexpr std::uintptr_t kUcGregs = 40;                 // offsetof(ucontext_t, uc_mcontext.gregs)
+constexpr std::uintptr_t kUcRbp = kUcGregs + 10 * 8;    // REG_RBP
+constexpr std::uintptr_t kUcRsp = kUcGregs + 15 * 8;    // REG_RSP
+constexpr std::uintptr_t kUcRip = kUcGregs + 16 * 8;    // REG_RIP
+constexpr std::uintptr_t kUcCsGsFs = kUcGregs + 18 * 8; // REG_CSGSFS: cs in the low 16 bits
+constexpr std::uintptr_t kUcChecked = kUcCsGsFs + 8;    // bytes read from the ucontext
+#if defined(HEAPPROF_ARCH_X86_64)
+static_assert(offsetof(ucontext_t, uc_mcontext) == kUcGregs, "the kernel's ucontext layout");
+static_assert(offsetof(ucontext_t, uc_link) == kUcLink, "the kernel's ucontext layout");
+#endif
+
+// Whether the record at `rec` (saved fp `next`) is a handler's, returning
+// into the trampoline with the kernel's frame above it (its return address
+// is not checked: a handler installed by other means than glibc's sigaction
+// has another trampoline):
+// that frame's uc_flags are the kernel's (UC_FP_XSTATE | UC_SIGCONTEXT_SS |
+// UC_STRICT_RESTORE_SS at most), uc_link is null, the saved rbp is the one the
+// handler pushed and cs is the 64-bit user code segment (0x33). The first
+// test (one load) fails for almost every other record.
+HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool LooksLikeSignalFrame(const std::uintptr_t* rec,
+                                                                            std::uintptr_t next,
+                                                                            std::uintptr_t stack_hi) noexcept {
+#if defined(HEAPPROF_ARCH_X86_64)
+  const auto uc = reinterpret_cast<std::uintptr_t>(rec) + 16;
+  if (stack_hi - uc < kUcChecked) return false;  // (rec is below stack_hi - 16: no wrap)
+  const auto word = [uc](std::uintptr_t off) { return *reinterpret_cast<const std::uintptr_t*>(uc + off); };
+  if (HEAPPROF_LIKELY(word(kUcRbp) != next)) return false;
+  return word(kUcFlags) < 8 && word(kUcLink) == 0 && (word(kUcCsGsFs) & 0xffff) == 0x33;
+#else
+  (void)rec, (void)next, (void)stack_hi;
+  return false;
+#endif
+}
+
+// On the thread's own stack the interrupted code's frame record (at or above
+// its sp) lies above the kernel's signal frame, its ucontext and siginfo and
+// the red zone it skipped: far more than this above the handler's record.
+constexpr std::uintptr_t kMinSignalFrameGap = 512;
+
+template <bool kThroughHook>
+HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool FramePointerChain(
+    std::uintptr_t fp, std::uintptr_t next, std::uintptr_t stack_lo, std::uintptr_t stack_hi, CapturedStack& out,
+    std::uintptr_t own_lo, std::uintptr_t own_hi, std::uintptr_t* beyond) noexcept;
+
+// Out of the handler's record at `fp` (returning to the trampoline) into
+// the interrupted code, from the kernel's frame above it, and on.
+template <bool kThroughHook>
+HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline)) bool FramePointersAfterSignal(
+    std::uintptr_t fp, std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo, std::uintptr_t own_hi,
+    std::uintptr_t* beyond) noexcept {
+#if defined(HEAPPROF_ARCH_X86_64)
+  const std::uintptr_t uc = fp + 16;
+  if (stack_hi - uc < kUcChecked) return kThroughHook;  // (fp + 16 <= stack_hi: the walk checked)
+  const auto word = [uc](std::uintptr_t off) { return *reinterpret_cast<const std::uintptr_t*>(uc + off); };
+  const std::uintptr_t pc = word(kUcRip), sp = word(kUcRsp);
+  if (pc == 0 || pc == ~std::uintptr_t{0} || (sp & 7) != 0) return kThroughHook;
+  if (sp < uc + kUcChecked || sp >= stack_hi) {
+    // Another stack: the thread's own, below the handler's sigaltstack.
+    // Once: from there on, callers lie above; that stack's top is known.
+    if (own_hi == 0 || sp < own_lo || sp >= own_hi) return kThroughHook;
+    stack_hi = own_hi;
+    own_hi = 0;
+    beyond = nullptr;
+  }
+  if (out.depth == HEAPPROF_MAX_FRAMES) {
+    out.truncated = true;
+    return kThroughHook;
+  }
+  out.pcs[out.depth++] = pc + 1;
+  // Its callers, from its rbp: records at or above its sp.
+  return FramePointerChain<kThroughHook>(sp - 8, word(kUcRbp), sp, stack_hi, out, own_lo, own_hi, beyond);
+#else
+  (void)fp, (void)stack_hi, (void)out, (void)own_lo, (void)own_hi, (void)beyond;
+  return kThroughHook;
+#endif
+}
+
+// The chain from the record at `fp` (checked: aligned, at or above
+// `stack_lo`, two words below `stack_hi`), whose saved fp is `next`,
+// appended to `out`; returns kThroughHook (see UnwindFramePointers).
+//
+// A step to a record 8 to 504 bytes above the last one (almost every step)
+// needs two more checks: aligned, and two words below the top; the bottom
+// holds by induction. Anything else (a frame of 512 bytes or more, the end
+// of the chain, a record on another stack) takes the rare branch, which is
+// where a signal frame shows: the handler's record, whose saved fp, the
+// interrupted code's, lies above the kernel's frame (or on the thread's own
+// stack, below its sigaltstack). That leaves through a tail call: the walk
+// needs no registers saved (with the step inline, or called, it saved and
+// restored up to six: 2-3 ns a walk, bench_unwind).
+template <bool kThroughHook>
+HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool FramePointerChain(
+    std::uintptr_t fp, std::uintptr_t next, std::uintptr_t stack_lo, std::uintptr_t stack_hi, CapturedStack& out,
+    std::uintptr_t own_lo, std::uintptr_t own_hi, std::uintptr_t* beyond) noexcept {
+  (void)stack_lo;  // next > fp >= stack_lo
+  const std::uintptr_t top = stack_hi - 2 * sizeof(void*);  // the highest record
+  for (;;) {
+    if (HEAPPROF_UNLIKELY(next - fp - 8 >= kMinSignalFrameGap - 8)) {
+      if (LooksLikeSignalFrame(reinterpret_cast<const std::uintptr_t*>(fp), next, stack_hi)) {
+        return FramePointersAfterSignal<kThroughHook>(fp, stack_hi, out, own_lo, own_hi, beyond);
+      }
+      if (next <= fp) return kThroughHook;
+    }
+    if ((next & 7) != 0 || next > top) {
+      if (beyond != nullptr && (next & 7) == 0 && next >= stack_hi) *beyond = next;
+      return kThroughHook;
+    }
+    fp = next;
+    const auto* rec = reinterpret_cast<const std::uintptr_t*>(fp);
+    const std::uintptr_t ret = rec[1];
+    next = rec[0];
+    if (ret == 0) return kThroughHook;
+    if (out.depth == HEAPPROF_MAX_FRAMES) {
+      out.truncated = true;
+      return kThroughHook;
+    }
+    out.pcs[out.depth++] = ret;
+  }
+}
+
 // Walks the frame-pointer chain starting at `frame`, the frame record of the
 // profiler's slow-path function. `hook_return` is the return address of the
 // hook (operator new, allocator::allocate): it becomes the leaf. The first
@@ -4245,50 +4433,66 @@ struct CapturedStack {
 // the user's compiler built the hook.
 // Not instrumented by ASan: in code without frame pointers rbp can point into
 // a live frame's redzone; the bounds checks keep the read itself safe.
-HEAPPROF_NO_SANITIZE_ADDRESS
-inline void UnwindFramePointers(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
-                                std::uintptr_t stack_hi, CapturedStack& out) noexcept {
+//
+// Returns whether the chain was seen to pass through the hook: a record
+// returning to `hook_return` among the first two. False means the hook's
+// code reused rbp (the implementation unit built without frame pointers, a
+// hook that did not reach its cold function with a tail call): the frames
+// after the leaf may then be wrong, and the caller walks with the tables
+// instead (engine.hpp: CaptureStack).
+//
+// A signal frame (x86-64) is stepped through into the code the signal
+// interrupted, as the table unwinder does: the trampoline's address, then the
+// interrupted PC + 1 (the instruction at it had not run; a frame's pc - 1 is
+// the one looked up), then that code's chain from its rbp. When the handler
+// ran on another stack (its sigaltstack) the interrupted code is walked within
+// [its sp, own_hi) if its sp lies in [own_lo, own_hi), the thread's stack.
+//
+// `beyond`: set (when not null) to the next record's address when the walk
+// stopped only because that record lies at or above `stack_hi` (a stack whose
+// top is not known, ForeignStackBounds), else 0.
+// Out of line: the chain's loop then needs no register saved (see
+// FramePointerChain); inlined into a caller's loop it kept six.
+HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline))
+inline bool UnwindFramePointers(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
+                                std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
+                                std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {
   out.depth = 0;
   out.truncated = false;
+  if (beyond != nullptr) *beyond = 0;
   const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
-  if (leaf == 0) return;
+  if (leaf == 0) return true;
   out.pcs[out.depth++] = leaf;
 
   auto fp = reinterpret_cast<std::uintptr_t>(frame);
   auto valid = [&](std::uintptr_t f) {
     return (f & 7) == 0 && f >= stack_lo && f < stack_hi && stack_hi - f >= 2 * sizeof(void*);
   };
-  if (!valid(fp)) return;
+  if (!valid(fp)) return true;
   // Record layout on x86-64 and aarch64 alike: [fp] = caller's fp, [fp+8] = return address.
   std::uintptr_t next = reinterpret_cast<const std::uintptr_t*>(fp)[0];  // skips our own return
   // The hook's own record, when the hook kept a frame pointer: its return
   // address is the leaf. It may be the second record: a hook's cold function
   // (block_hooks.hpp) that the hook called without a tail call (-O0) has a
   // record of its own first, returning into the hook.
+  bool through_hook = false;
   if (valid(next) && next > fp) {
     const auto* r1 = reinterpret_cast<const std::uintptr_t*>(next);
     if (r1[1] == leaf) {
       fp = next;
       next = r1[0];
+      through_hook = true;
     } else if (valid(r1[0]) && r1[0] > next) {
       const auto* r2 = reinterpret_cast<const std::uintptr_t*>(r1[0]);
       if (r2[1] == leaf) {
         fp = r1[0];
         next = r2[0];
+        through_hook = true;
       }
     }
   }
-  while (valid(next) && next > fp) {
-    fp = next;
-    const std::uintptr_t ret = reinterpret_cast<const std::uintptr_t*>(fp)[1];
-    next = reinterpret_cast<const std::uintptr_t*>(fp)[0];
-    if (ret == 0) break;
-    if (out.depth == HEAPPROF_MAX_FRAMES) {
-      out.truncated = true;
-      break;
-    }
-    out.pcs[out.depth++] = ret;
-  }
+  if (HEAPPROF_LIKELY(through_hook)) return FramePointerChain<true>(fp, next, stack_lo, stack_hi, out, own_lo, own_hi, beyond);
+  return FramePointerChain<false>(fp, next, stack_lo, stack_hi, out, own_lo, own_hi, beyond);
 }
 
 }  // namespace detail
@@ -6658,6 +6862,10 @@ struct Cursor {
   // bounds (a handler on its sigaltstack): its registers, for a walk of its
   // own stack (UnwindFrom). pc 0: none.
   std::uintptr_t interrupted_pc = 0, interrupted_sp = 0, interrupted_fp = 0;
+  // Not null on a stack whose top is not known (ForeignStackBounds: the
+  // probe's limit): Walk sets it to the CFA its last step needed when that
+  // lay above stack_hi (see CfaBeyondTop), else 0.
+  std::uintptr_t* beyond = nullptr;
 };
 
 // One aligned word of the stack, if it lies in [lo, hi).
@@ -7221,6 +7429,28 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline ReplayResult Replay(con
   return ReplayResult{last, depth + last - j, truncated, in_place};
 }
 
+// The CFA the step out of frame `r` would need when that lies above
+// stack_hi (aligned): the walk stopped at the bound, not at the end of the
+// stack or at a frame it cannot step. 0 otherwise. Only asked on a stack
+// whose top the profiler did not know (Cursor::beyond), once a walk. The
+// registers by value: were `r` passed by reference, the walk would keep it in
+// memory throughout (2x slower stepped walks, bench_unwind).
+HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t CfaBeyondTop(Cursor& c, std::uintptr_t pc,
+                                                                                  std::uintptr_t sp,
+                                                                                  std::uintptr_t fp) noexcept {
+  const CachedRule cached = RuleAt(c, pc);
+  const std::uint32_t kind = cached.bits & 7u;
+  std::uintptr_t cfa = 0;
+  if (kind == eh::kCfaSpRel) {
+    cfa = sp + cached.cfa_offset;
+  } else if (kind == eh::kCfaFpRel) {
+    cfa = fp + cached.cfa_offset;
+  } else if (kind == eh::kCfaNone && fp >= sp) {
+    cfa = fp + 16;  // FramePointerStep's record
+  }
+  return (cfa & 7) == 0 && cfa > c.stack_hi ? cfa : 0;
+}
+
 HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr_t frame, std::uintptr_t leaf,
                                                          CapturedStack& out, WalkRecords* w) noexcept {
   // The slow path's frame record: [frame] = the hook's rbp, [frame + 8] =
@@ -7246,6 +7476,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
       }
       out.pcs[depth++] = r.pc;
     }
+    if (HEAPPROF_UNLIKELY(c.beyond != nullptr) && !truncated) *c.beyond = CfaBeyondTop(c, r.pc, r.sp, r.fp);
     out.depth = depth;
     out.truncated = truncated;
     return true;
@@ -7308,7 +7539,10 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
         ++j;  // the frame that differed (if any) is stepped, and may meet again
       }
     }
-    if (!Step(c, r)) break;
+    if (!Step(c, r)) {
+      if (HEAPPROF_UNLIKELY(c.beyond != nullptr)) *c.beyond = CfaBeyondTop(c, r.pc, r.sp, r.fp);
+      break;
+    }
     if (depth == HEAPPROF_MAX_FRAMES) {
       truncated = true;
       break;
@@ -7383,8 +7617,10 @@ HEAPPROF_DETAIL_NO_ASAN inline bool UnwindFrom(const ObjectSet* set, std::uintpt
                                                std::uintptr_t stack_lo, std::uintptr_t stack_hi,
                                                CapturedStack& out, std::uintptr_t* unknown_pc = nullptr,
                                                WalkRecords* walks = nullptr, std::uintptr_t own_lo = 0,
-                                               std::uintptr_t own_hi = 0) noexcept {
+                                               std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {
   Cursor c{set, stack_lo, stack_hi};
+  c.beyond = beyond;
+  if (beyond != nullptr) *beyond = 0;
   c.guesses_left = GuessesForWalk(walks);
   const bool ok = Walk(c, frame, leaf, out, walks);
   ScoreGuesses(walks, c.guesses_left);
@@ -7441,9 +7677,11 @@ inline std::uint32_t RuleForPc(const void* pc) noexcept {
 // HEAPPROF_MAX_FRAMES with truncated set). Falls back to the frame-pointer
 // walk when the hook's own frame cannot be stepped with the table.
 // `own_lo`/`own_hi`: see UnwindFrom (0: the bounds given are the thread's own).
+// `beyond`: see UnwindFramePointers (the CFA the last step needed, above
+// `stack_hi`; asked only on a stack whose top is not known).
 inline void UnwindWithTable(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
                             std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
-                            std::uintptr_t own_hi = 0) noexcept {
+                            std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {
 #if defined(HEAPPROF_ARCH_X86_64)
   out.depth = 0;
   out.truncated = false;
@@ -7457,18 +7695,19 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
     const auto leaf = reinterpret_cast<std::uintptr_t>(hook_return);
     std::uintptr_t unknown = 0;
     ut::WalkRecords* walks = set != nullptr ? ut::ThreadWalks(*reading.slot()) : nullptr;
-    if (set != nullptr && ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks, own_lo, own_hi)) {
+    if (set != nullptr &&
+        ut::UnwindFrom(set, fp, leaf, stack_lo, stack_hi, out, &unknown, walks, own_lo, own_hi, beyond)) {
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
       const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
       if (fresh == nullptr ||
-          ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi))
+          ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi, beyond))
         return;
     }
   }
 #endif
-  UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out);
+  UnwindFramePointers(frame, hook_return, stack_lo, stack_hi, out, own_lo, own_hi, beyond);
 }
 
 inline UnwindTableStats GetUnwindTableStats() noexcept {
@@ -7682,23 +7921,64 @@ inline void ForkChild() noexcept {
   if (void (*hook)() = g_fork_child_symbolizer.load(std::memory_order_acquire)) hook();
 }
 
+// One walk with the chosen unwinder. A frame-pointer walk that did not pass
+// through the hook's frame (the hook's code reused rbp: the implementation
+// unit built without frame pointers, frame_pointers.hpp) is redone with the
+// tables (x86-64), which step through the hook whatever its build.
+inline void UnwindOnce(const void* frame, const void* hook_return, std::uintptr_t lo, std::uintptr_t hi,
+                       std::uintptr_t own_lo, std::uintptr_t own_hi, std::uintptr_t* beyond,
+                       CapturedStack& out) noexcept {
+  if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
+    UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi, beyond);
+    return;
+  }
+  if (HEAPPROF_LIKELY(UnwindFramePointers(frame, hook_return, lo, hi, out, own_lo, own_hi, beyond))) return;
+#if defined(HEAPPROF_ARCH_X86_64)
+  UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi, beyond);
+#endif
+}
+
 inline void CaptureStack(const void* frame, const void* hook_return, const ThreadState& ts,
                          CapturedStack& out) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(frame);  // nothing below our own frame is a caller
   auto hi = ts.stack_hi;
-  std::uintptr_t own_lo = 0, own_hi = 0;  // set when [lo, hi) is another stack than the thread's
+  // The thread's own stack, where code a signal interrupted runs: past a
+  // signal frame whose interrupted sp is outside [lo, hi) (below the sample:
+  // a sigaltstack handler whose alternate stack is an array on this very
+  // stack, or outside it: a sigaltstack elsewhere), both unwinders go on
+  // there. (Only given for a sample on another stack, the first case's
+  // stack ended at the signal frame.)
+  const std::uintptr_t own_lo = ts.stack_lo, own_hi = ts.stack_hi;
+  bool capped = false;
   if (HEAPPROF_UNLIKELY(lo < ts.stack_lo || lo >= hi)) {
     // Not on the thread's own stack (a sigaltstack handler, a coroutine):
     // checked against that stack's bounds, every frame was out of them and
     // the stack was the leaf alone.
-    ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi);
-    own_lo = ts.stack_lo;
-    own_hi = ts.stack_hi;
+    ForeignStackBounds(reinterpret_cast<std::uintptr_t>(frame), lo, hi, &capped);
   }
-  if (g_unwinder.load(std::memory_order_relaxed) == kUnwinderTable) {
-    UnwindWithTable(frame, hook_return, lo, hi, out, own_lo, own_hi);
-  } else {
-    UnwindFramePointers(frame, hook_return, lo, hi, out);
+  if (HEAPPROF_LIKELY(!capped)) {
+    UnwindOnce(frame, hook_return, lo, hi, own_lo, own_hi, nullptr, out);
+    return;
+  }
+  // A stack whose top the probe did not reach (more than its 256 KiB above
+  // the sample, all readable): a walk that stopped only because its next
+  // frame lay above `hi` is walked again with the pages up to that frame,
+  // while they are readable; at kForeignStackMaxBytes the stack is cut, and
+  // marked so, as at HEAPPROF_MAX_FRAMES. (The frames beyond were dropped
+  // silently before.)
+  for (;;) {
+    std::uintptr_t beyond = 0;
+    UnwindOnce(frame, hook_return, lo, hi, own_lo, own_hi, &beyond, out);
+    if (beyond == 0 || out.truncated) return;
+    const Extended e = ExtendForeignStack(lo, hi, beyond);
+    if (e == Extended::kNo) return;  // the chain left this stack: its end
+    if (e == Extended::kCut) break;
+  }
+  out.truncated = true;
+  // Not the stack the table walk recorded (that one was not cut).
+  if (out.interned != nullptr) {
+    *out.interned = nullptr;
+    out.interned = nullptr;
   }
 }
 

@@ -397,6 +397,8 @@ HEAPPROF_ALWAYS_INLINE void HotFreeGlibc(void* p, Release release, Cold cold) no
       return release(p);
     }
   }
+#else
+  (void)release;  // (only the chunk-word path releases here)
 #endif
   return cold(p);
 }
