@@ -297,6 +297,28 @@ TEST_CASE("a relative dump_prefix stays under the start-up directory after the p
   RemoveDir(dir);
 }
 
+TEST_CASE("a relative leak_suppressions is read from the start-up directory after the program's chdir") {
+  // Read at exit, it was opened against the working directory of the moment:
+  // after a daemon's chdir("/") the report said "cannot read sub/leaks.supp"
+  // and reported every leak the file suppresses (and leak_exit_code's status).
+  const std::string dir = DumpsTempDir();
+  REQUIRE(::mkdir((dir + "/sub").c_str(), 0755) == 0);
+  {
+    std::ofstream supp(dir + "/sub/leaks.supp");
+    supp << "leak:NoFrameIsNamedThis\n";
+  }
+  std::string out;
+  const int rc = heapprof_test::RunChildScenario(
+      "cd '" + dir + "' && HEAPPROF=rate=1,leak_report=1,leak_suppressions=sub/leaks.supp,dump_prefix=sub/p",
+      "dump_after_chdir", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("cannot read") == std::string::npos);
+  // The line that only a loaded file with patterns prints.
+  CHECK(out.find("heapprof: leak report: suppressed (leak_suppressions): 0 objects") != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("a write past RLIMIT_FSIZE fails with EFBIG instead of ending the process") {
   // Before: SIGXFSZ's default action killed the program ("File size limit
   // exceeded", status 128 + 25) in WriteHeapProfile(path), leaving the

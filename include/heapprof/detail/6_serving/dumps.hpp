@@ -211,14 +211,18 @@ class Dumper {
   // working directory is the start-up one, the prefix stays as written, and
   // so do the names the "wrote" lines print.
   ArenaString Prefix() const {
-    const ArenaString prefix =
-        cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
-    if (prefix[0] == '/' || start_dir_[0] == '\0') return prefix;
+    return FromStartDir(cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? cfg_->dump_prefix : "heapprof");
+  }
+  // Any other path of HEAPPROF read after start-up (leak_suppressions, read
+  // at exit), resolved the same way; empty stays empty.
+  ArenaString FromStartDir(const char* given) const {
+    const ArenaString path = given;
+    if (path.empty() || path[0] == '/' || start_dir_[0] == '\0') return path;
     char now[sizeof start_dir_];
-    if (::getcwd(now, sizeof now) != nullptr && std::strcmp(now, start_dir_) == 0) return prefix;
-    ArenaString path = start_dir_;
-    if (path.back() != '/') path += '/';
-    return path + prefix;
+    if (::getcwd(now, sizeof now) != nullptr && std::strcmp(now, start_dir_) == 0) return path;
+    ArenaString resolved = start_dir_;
+    if (resolved.back() != '/') resolved += '/';
+    return resolved + path;
   }
 
   // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).

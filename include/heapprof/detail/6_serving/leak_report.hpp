@@ -319,7 +319,11 @@ struct LeakSuppressions {
 
 // The exit-time report. Returns true when unreachable objects (not
 // suppressed) remain: HEAPPROF=leak_exit_code then sets the exit status.
-inline bool LeakReport(const ArenaString& prefix) noexcept {
+// `suppressions`: the leak_suppressions file (empty: none), a relative path
+// already resolved against the start-up directory as the dump prefix is (a
+// daemon's chdir("/") before exit lost it: "cannot read", every suppressed
+// leak reported and leak_exit_code's status).
+inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppressions_path = ArenaString()) noexcept {
   ReentrancyGuard guard;
   bool leaked = false;
   WriteHeadroom headroom;  // built without exceptions: the memory first, or no report
@@ -349,8 +353,7 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
         WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
 
     LeakSuppressions suppressions;
-    const char* suppressions_path = g_env_config.leak_suppressions;
-    if (suppressions_path[0] != '\0' && !suppressions.Load(suppressions_path)) {
+    if (!suppressions_path.empty() && !suppressions.Load(suppressions_path.c_str())) {
       ReportLine("leak report: leak_suppressions: " + suppressions.error);
     }
     // Split: unreachable, reachable (held by its root), suppressed.

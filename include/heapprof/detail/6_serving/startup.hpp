@@ -44,7 +44,8 @@ inline void RunExitActions() {
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
   if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
-  if (cfg.leak_report && LeakReport(g_dumper.Prefix()) && cfg.leak_exit_code >= 0) {
+  if (cfg.leak_report && LeakReport(g_dumper.Prefix(), g_dumper.FromStartDir(cfg.leak_suppressions)) &&
+      cfg.leak_exit_code >= 0) {
     // LeakSanitizer's exitcode: the status says that unreachable objects remain.
     std::fflush(nullptr);
     _exit(cfg.leak_exit_code);
