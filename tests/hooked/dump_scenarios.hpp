@@ -293,6 +293,17 @@ inline int RunDumpAfterChdir() {
   return ::chdir("/") == 0 ? 0 : 10;
 }
 
+// Objects left live at HEAPPROF's rate, then more after SetSampleRate(the
+// rate in HEAPPROF_TEST_RATE_AFTER): the leak report's first line says how
+// its figures were obtained.
+inline int RunLeakRateChange() {
+  for (int i = 0; i < 100; ++i) LeakedByTest(10000);
+  const char* after = std::getenv("HEAPPROF_TEST_RATE_AFTER");
+  heapprof::SetSampleRate(after != nullptr ? std::strtoull(after, nullptr, 10) : 1);
+  for (int i = 0; i < 5; ++i) LeakedByTest(3000);
+  return 0;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
@@ -308,6 +319,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();
   if (std::strcmp(name, "file_size_limit") == 0) return RunFileSizeLimit();
   if (std::strcmp(name, "dump_after_chdir") == 0) return RunDumpAfterChdir();
+  if (std::strcmp(name, "leak_rate_change") == 0) return RunLeakRateChange();
   known = false;
   return 2;
 }

@@ -261,6 +261,36 @@ TEST_CASE("leak_report without dump_prefix writes heapprof.<pid>.leaks.pb.gz in 
   RemoveDir(dir);
 }
 
+TEST_CASE("leak report: its first line says 'every allocation recorded' only when every sample was taken at rate 1") {
+  // It read the rate of the moment: objects estimated from samples at 4096
+  // were "every allocation recorded" after a SetSampleRate(1), and "sampling
+  // off" after a SetSampleRate(0). At 4096, 100 objects of 10000 B give
+  // samples unless all 100 are missed: e^(-10000/4096 * 100), never.
+  struct Case {
+    const char* rate_after;
+    const char* how;
+  };
+  for (const Case& c : {Case{"1", "(estimated from samples, rates 1 to 4096 bytes)"},
+                        Case{"0", "(estimated from samples, rate 4096 bytes; sampling off now)"},
+                        Case{"4096", "(estimated from samples, rate 4096 bytes)"}}) {
+    CAPTURE(c.rate_after);
+    std::string out;
+    const int rc = RunSelf(std::string("HEAPPROF=rate=4096,leak_report=1,dump_prefix=/nonexistent-heapprof-dir/p "
+                                       "HEAPPROF_TEST_RATE_AFTER=") +
+                               c.rate_after + " HEAPPROF_TEST_CHILD=leak_rate_change",
+                           out);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.find(" still in use at exit " + std::string(c.how) + "\n") != std::string::npos);
+    CHECK(out.find("every allocation recorded") == std::string::npos);
+  }
+  std::string out;  // rate 1 throughout: exact
+  CHECK(RunSelf("HEAPPROF=rate=1,leak_report=1,dump_prefix=/nonexistent-heapprof-dir/p HEAPPROF_TEST_RATE_AFTER=1 "
+                "HEAPPROF_TEST_CHILD=leak_rate_change",
+                out) == 0);
+  CHECK(out.find(" still in use at exit (every allocation recorded)\n") != std::string::npos);
+}
+
 TEST_CASE("a dump that cannot be written prints one line and the program exits normally") {
   std::string out;
   const int rc = RunSelf(

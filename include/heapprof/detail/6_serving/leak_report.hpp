@@ -317,6 +317,32 @@ struct LeakSuppressions {
   }
 };
 
+// How the report's figures were obtained, said in its first line. Exact
+// only when the rate is 1 and every bucket was sampled at 1: a period at
+// another rate (before a SetSampleRate(1), say) left allocations unrecorded
+// and its samples are estimates. The rate of the moment alone said "every
+// allocation recorded" of estimates, and "sampling off" of samples taken
+// before a SetSampleRate(0).
+inline ArenaString LeakFiguresHow() {
+  const std::uint64_t now = RateOf(g_rate_state.load(std::memory_order_acquire));
+  bool exact = now == 1;
+  std::uint64_t lo = 0, hi = 0;  // the rates of the buckets with live objects
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+    if (b->rate != 1) exact = false;
+    const BucketCounts c = ReadCounts(b);
+    if (c.allocs <= c.frees) continue;
+    if (hi == 0 || b->rate < lo) lo = b->rate;
+    if (b->rate > hi) hi = b->rate;
+  }
+  if (exact) return "every allocation recorded";
+  if (hi == 0) return now == 0 ? ArenaString("sampling off") : "estimated from samples, rate " + ArenaDecimal(now) + " bytes";
+  ArenaString how = hi == 1 ? ArenaString("not every allocation recorded: the rate was not 1 throughout")
+                    : lo == hi ? "estimated from samples, rate " + ArenaDecimal(hi) + " bytes"
+                               : "estimated from samples, rates " + ArenaDecimal(lo) + " to " + ArenaDecimal(hi) + " bytes";
+  if (now == 0) how += "; sampling off now";
+  return how;
+}
+
 // The exit-time report. Returns true when unreachable objects (not
 // suppressed) remain: HEAPPROF=leak_exit_code then sets the exit status.
 // `suppressions`: the leak_suppressions file (empty: none), a relative path
@@ -381,9 +407,7 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     const ArenaVector<ArenaString> r_table =
         FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
     FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
-    const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-    ArenaString how = rate <= 1 ? ArenaString(rate == 1 ? "every allocation recorded" : "sampling off")
-                                : "estimated from samples, rate " + ArenaDecimal(rate) + " bytes";
+    const ArenaString how = LeakFiguresHow();
     // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
     ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
                       " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
