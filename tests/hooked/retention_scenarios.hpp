@@ -380,9 +380,27 @@ inline int RunRetentionMainTlsExit() {
   return 8;
 }
 
+// A leak made on the thread that then writes the profile, by a call that
+// leaves copies of its address all over its dead frames (as printf-family
+// calls and deep helpers do), then dropped. WriteRetentionProfile, called
+// from the same depth, builds its frames over those copies.
+__attribute__((noinline)) inline void SprayDeadStack() {
+  volatile std::uintptr_t slots[2048];
+  for (auto& slot : slots) slot = reinterpret_cast<std::uintptr_t>(g_retention_sink);
+}
+inline int RunRetentionStaleStack() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  g_retention_sink = MakeLeakedBuffer();
+  SprayDeadStack();
+  g_retention_sink = nullptr;
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
+
 inline int RunRetentionScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "retention_paths") == 0) return RunRetentionPaths();
+  if (std::strcmp(name, "retention_stale_stack") == 0) return RunRetentionStaleStack();
   if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();

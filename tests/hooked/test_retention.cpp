@@ -190,6 +190,26 @@ TEST_CASE("retention profile at rate 1: global container, another thread's stack
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile: a leak whose address the writing thread's dead frames still hold is unreachable") {
+  // The scan reads the writing thread's stack from its own frame up, over
+  // the profiler's frames, built where the program's dead frames were: a
+  // slot they left unwritten kept the stale address, and the leak was
+  // "[stack] thread N" (examples/retention: 19 of its 20 log lines).
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_stale_stack", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  const std::vector<Path> leaked = PathsOf(p, "MakeLeakedBuffer");
+  REQUIRE(leaked.size() == 1);
+  CHECK(leaked[0].objects == 1);
+  CHECK(leaked[0].frames.back() == "[unreachable]");
+  RemoveDir(dir);
+}
+
 TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak_suppressions") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();

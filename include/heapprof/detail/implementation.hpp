@@ -196,6 +196,7 @@ bool WriteRetentionProfile(std::ostream& out) {
     return HEAPPROF_ENGINE_HAS(e, write_retention_stream) && e->write_retention_stream(out);
   }
   detail::ReentrancyGuard guard;
+  detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
   return detail::WriteRetentionProfile(out);
 }
 bool WriteRetentionProfile(const char* path) {
@@ -203,6 +204,7 @@ bool WriteRetentionProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_retention_path) && e->write_retention_path(path);
   }
   detail::ReentrancyGuard guard;
+  detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
   if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
