@@ -92,10 +92,20 @@ extern "C" const char* __tsan_default_options() { return "allocator_may_return_n
 // unit's static initialisation) installs dump_signal's (dump_signal_handler).
 __attribute__((constructor(101))) static void InstallEarlyHandlers() { heapprof_test::InstallEarlyTermHandler(); }
 
+// Out of main, so that main's own frame stays small (see below).
+__attribute__((noinline)) static int RunDoctest(int argc, char** argv) {
+  doctest::Context context(argc, argv);
+  return context.run();
+}
+
 int main(int argc, char** argv) {
   // Some scenarios (allocation in static destructors, fork) need a process of
   // their own: the tests re-run this binary with HEAPPROF_TEST_CHILD set.
-  if (const char* child = std::getenv("HEAPPROF_TEST_CHILD")) return heapprof_test::RunChild(child);
-  doctest::Context context(argc, argv);
-  return context.run();
+  if (const char* child = std::getenv("HEAPPROF_TEST_CHILD")) {
+    // Called from main itself: its dead frame is where exit()'s frames go
+    // once main returns (test_retention.cpp).
+    if (std::strcmp(child, "retention_stale_stack_main") == 0) return heapprof_test::RunRetentionStaleStackMain();
+    return heapprof_test::RunChild(child);
+  }
+  return RunDoctest(argc, argv);
 }

@@ -397,10 +397,41 @@ inline int RunRetentionStaleStack() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+// The same leak, made by a call from main, which then returns: exit()'s
+// frames, built where that call's frames were, are on the stack the leak
+// report (HEAPPROF=leak_report=1) scans.
+__attribute__((noinline)) inline int RunRetentionStaleStackMain() {
+  g_retention_sink = MakeLeakedBuffer();
+  SprayDeadStack();
+  g_retention_sink = nullptr;
+  return 0;
+}
+
+#if defined(__x86_64__)
+// exit() called with the only pointer to a buffer in a callee-saved
+// register (rbx) of its caller: libc's exit frames may save rbx and reuse
+// it, and the leak report, which skips those frames, must still see it.
+__attribute__((noinline)) inline int RunRetentionExitRegister() {
+  char* held = MakeKeptBuffer();
+  asm volatile(
+      "mov %0, %%rbx\n\t"
+      "and $-16, %%rsp\n\t"
+      "xor %%edi, %%edi\n\t"
+      "call exit"
+      :
+      : "r"(held)
+      : "rbx", "rdi", "memory");
+  return 1;  // not reached
+}
+#endif
+
 inline int RunRetentionScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "retention_paths") == 0) return RunRetentionPaths();
   if (std::strcmp(name, "retention_stale_stack") == 0) return RunRetentionStaleStack();
+#if defined(__x86_64__)
+  if (std::strcmp(name, "retention_exit_register") == 0) return RunRetentionExitRegister();
+#endif
   if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();

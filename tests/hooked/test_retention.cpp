@@ -210,6 +210,46 @@ TEST_CASE("retention profile: a leak whose address the writing thread's dead fra
   RemoveDir(dir);
 }
 
+TEST_CASE("leak report: a leak whose address the frames of exit() still hold is unreachable, and sets the status") {
+  // Once main has returned, exit()'s own frames (libc's) are built over the
+  // program's dead frames; slots they leave unwritten kept the address, and
+  // the leak was reachable from "[stack] thread N", with exit status 0
+  // despite leak_exit_code. The report's scan of this thread now starts
+  // above them, at exit()'s caller (libc's start-up code here).
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/s",
+                                  "retention_stale_stack_main", out);
+  INFO(out);
+  CHECK(rc == 42);
+  const std::size_t unreachable = out.find("unreachable (leaked):");
+  const std::size_t reachable = out.find("reachable (held by a root");
+  REQUIRE(unreachable != std::string::npos);
+  REQUIRE(reachable != std::string::npos);
+  CHECK(out.substr(unreachable, reachable - unreachable).find("MakeLeakedBuffer") != std::string::npos);
+  CHECK(out.substr(reachable).find("MakeLeakedBuffer") == std::string::npos);
+  RemoveDir(dir);
+}
+
+#if defined(__x86_64__)
+TEST_CASE("leak report: a buffer held only in a register of exit()'s caller is reachable") {
+  // The report's scan skips exit()'s own frames (above), where libc may
+  // have saved that register: the registers come from the unwinder instead.
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/r",
+                                  "retention_exit_register", out);
+  INFO(out);
+  CHECK(rc == 0);
+  const std::size_t reachable = out.find("reachable (held by a root");
+  REQUIRE(reachable != std::string::npos);
+  CHECK(out.substr(reachable).find("MakeKeptBuffer") != std::string::npos);
+  RemoveDir(dir);
+}
+#endif
+
 TEST_CASE("leak report at rate 1: unreachable vs reachable, leak_exit_code, leak_suppressions") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();

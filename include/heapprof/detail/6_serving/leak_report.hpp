@@ -5,7 +5,9 @@
 // to <prefix>.<pid>.retention.pb.gz.
 #pragma once
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <unwind.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -343,6 +345,72 @@ inline ArenaString LeakFiguresHow() {
   return how;
 }
 
+// The leak report runs inside exit(): above its frames are libc's exit
+// machinery (exit, __run_exit_handlers), then whoever called exit(): a
+// function of the program, or, once main has returned, libc's start-up
+// code (__libc_start_call_main), with nothing of the program live on the
+// stack. The frames of exit() itself are live but hold nothing of the
+// program's, and their slots left unwritten still hold what the program's
+// last calls left there: a leak at rate 1 was "reachable <== [stack]
+// thread N" from one, and leak_exit_code missed it (LeakSanitizer misses
+// it the same way). The lowest address of the first frame above that run
+// of frames of the module that called the exit handlers (libc); 0 when the
+// walk does not get there (no unwind info, libc linked in statically): the
+// scan then starts at its own frame as elsewhere. What those frames saved
+// of their caller's registers is not lost: the unwinder gives the caller's
+// callee-saved registers as they were at its call, and the scan reads them
+// (ScanResult::saved_registers).
+#if defined(__x86_64__)
+constexpr int kExitCallerRegisters[] = {3, 6, 12, 13, 14, 15};  // DWARF: rbx rbp r12-r15
+#elif defined(__aarch64__)
+constexpr int kExitCallerRegisters[] = {19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29};  // x19-x29
+#endif
+static_assert(sizeof kExitCallerRegisters / sizeof kExitCallerRegisters[0] <= 16, "ScanResult::saved_registers");
+struct ExitCallerWalk {
+  const void* own_base = nullptr;   // the module of the report's own code
+  const void* exit_base = nullptr;  // the module of the frames above ours (libc)
+  std::uintptr_t last_exit_cfa = 0, floor = 0;
+  std::uintptr_t* registers = nullptr;  // the caller's callee-saved registers, out
+  std::size_t register_count = 0;
+  int frames = 0;
+};
+inline _Unwind_Reason_Code ExitCallerStep(_Unwind_Context* ctx, void* arg) {
+  auto& w = *static_cast<ExitCallerWalk*>(arg);
+  const std::uintptr_t ip = _Unwind_GetIP(ctx);
+  if (ip == 0 || ++w.frames > 256) return _URC_END_OF_STACK;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(ip - 1), &info) == 0 || info.dli_fbase == nullptr) return _URC_END_OF_STACK;
+  if (w.exit_base == nullptr) {
+    if (info.dli_fbase == w.own_base) return _URC_NO_REASON;  // the profiler's frames, RunExitHook's
+    w.exit_base = info.dli_fbase;
+  }
+  if (info.dli_fbase == w.exit_base) {
+    w.last_exit_cfa = _Unwind_GetCFA(ctx);
+    return _URC_NO_REASON;
+  }
+  w.floor = w.last_exit_cfa;  // the caller of exit() (or start-up code past libc's own)
+  w.register_count = 0;
+  for (const int reg : kExitCallerRegisters) w.registers[w.register_count++] = _Unwind_GetGR(ctx, reg);
+  return _URC_END_OF_STACK;
+}
+// `registers` (16 words) and `count`: out, the caller's callee-saved registers.
+__attribute__((noinline)) inline std::uintptr_t ExitCallerFrame(std::uintptr_t* registers, std::size_t& count) noexcept {
+  count = 0;
+  ExitCallerWalk w;
+  w.registers = registers;
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&ExitCallerFrame), &self) == 0 || self.dli_fbase == nullptr) return 0;
+  w.own_base = self.dli_fbase;
+  _Unwind_Backtrace(&ExitCallerStep, &w);
+  if (w.floor == 0 && w.exit_base != nullptr && w.exit_base != w.own_base) {
+    w.floor = w.last_exit_cfa;  // libc to the end of the stack (a thread's start): no caller, no registers
+  }
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (w.floor <= here) return 0;
+  count = w.register_count;
+  return w.floor;
+}
+
 // The exit-time report. Returns true when unreachable objects (not
 // suppressed) remain: HEAPPROF=leak_exit_code then sets the exit status.
 // `suppressions`: the leak_suppressions file (empty: none), a relative path
@@ -363,7 +431,8 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     const ArenaString path = prefix + name;
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
-    retention::ScanWithRegisters(scan);
+    const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
+    retention::ScanWithRegisters(scan, floor);
     // One snapshot and one symbolizer for the files and the tables, so they
     // agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);

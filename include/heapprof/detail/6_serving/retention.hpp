@@ -205,6 +205,12 @@ struct ScanResult {
   std::uint64_t bytes_scanned = 0;
   std::uint64_t scan_nanos = 0;
   std::uint64_t memory_bytes = 0;   // arena bytes the scan's own tables took
+  // Where the scan of this thread's stack starts above its own frame (the
+  // leak report skips exit()'s frames: leak_report.hpp), the registers
+  // those frames may have saved are scanned from here instead: the
+  // callee-saved registers of the frame above them.
+  std::uintptr_t saved_registers[16] = {};
+  std::size_t saved_register_count = 0;
 };
 
 // The main thread's pthread_self(), noted on the main thread. glibc puts a
@@ -602,6 +608,10 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   };
   if (const Mapping* m = MappingOf(maps, own_sp)) {
     r.roots.push_back(RootRegion{own_sp, stack_top(*m, own_sp), RootKind::kStack, self, -1});
+  }
+  if (r.saved_register_count != 0) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(r.saved_registers);
+    r.roots.push_back(RootRegion{lo, lo + r.saved_register_count * sizeof(std::uintptr_t), RootKind::kStack, self, -1});
   }
   ArenaVector<ThreadSp> threads;
   OtherThreads(self, threads, r.threads_running);
@@ -1064,11 +1074,13 @@ __attribute__((noinline)) inline std::uintptr_t CurrentFrame() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
-__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r) {
+// `floor`: where this thread's stack starts to be scanned instead, when it
+// is above our own frame (the leak report at exit: ExitCallerFrame).
+__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
   __builtin_unwind_init();
   volatile std::uintptr_t keep = 0;  // a frame that stays
   const std::uintptr_t sp = CurrentFrame();
-  Scan(r, sp);
+  Scan(r, floor > sp ? floor : sp);
   keep = keep + 1;
 }
 
