@@ -187,8 +187,13 @@ class Dumper {
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     ReleaseOomReserve();
     char why[160];
-    std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
-                  static_cast<unsigned long long>(oom_reserve_bytes_released_));
+    if (oom_reserve_bytes_released_ != 0) {
+      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
+                    static_cast<unsigned long long>(oom_reserve_bytes_released_));
+    } else {  // (it said "released the 0-byte reserve")
+      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; no reserve (it could not be mapped)",
+                    n);
+    }
     DumpNamed("oom", false, why);
   }
 
