@@ -382,6 +382,21 @@ TEST_CASE("bad dump and http values in HEAPPROF are reported one line each and i
   CHECK(out.find("rate=4096") != std::string::npos);  // the good pair still applies
 }
 
+TEST_CASE("leak_exit_code, leak_suppressions or leak_frames without leak_report=1: one line says they do nothing") {
+  for (const char* pair : {"leak_exit_code=23", "leak_suppressions=/dev/null", "leak_frames=3"}) {
+    CAPTURE(pair);
+    std::string out;
+    const int rc = RunSelf(std::string("HEAPPROF=rate=4k,") + pair + " HEAPPROF_TEST_CHILD=print_rate", out);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.find("heapprof: HEAPPROF: leak_exit_code, leak_suppressions and leak_frames have no effect without "
+                   "leak_report=1\n") != std::string::npos);
+  }
+  std::string out;  // with it: no such line
+  CHECK(RunSelf("HEAPPROF=rate=4k,leak_frames=3,leak_report=1 HEAPPROF_TEST_CHILD=print_rate", out) == 0);
+  CHECK(out.find("have no effect") == std::string::npos);
+}
+
 TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops before the leak report") {
   std::string out;
   const int rc = RunSelf("HEAPPROF=rate=1,http=127.0.0.1:0,leak_report=1,dump_prefix=/tmp/heapprof_http_env "

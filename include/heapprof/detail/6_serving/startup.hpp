@@ -79,6 +79,12 @@ inline bool StartFromEnv() noexcept {
   if (secure_getenv("HEAPPROF") == nullptr) return false;  // see engine.hpp: not in setuid programs
   EnsureInit();  // parses HEAPPROF unless the first allocation already did
   const EnvConfig& cfg = g_env_config;
+  // These only shape the leak report: without it they did nothing, silently
+  // (a CI job with leak_exit_code=23 and no leak_report=1 never failed).
+  if (!cfg.leak_report && (cfg.leak_exit_code >= 0 || cfg.leak_suppressions[0] != '\0' || cfg.leak_frames != 0)) {
+    ReportRaw("heapprof: HEAPPROF: leak_exit_code, leak_suppressions and leak_frames have no effect without "
+              "leak_report=1\n");
+  }
   g_dumper.Start(cfg);
   StartHttpFromEnv();
   if (cfg.dump_at_exit || cfg.peak_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
