@@ -5,6 +5,7 @@
 #include <heapprof.hpp>
 #include "heapprof/detail/6_serving/startup.hpp"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -304,6 +305,20 @@ inline int RunLeakRateChange() {
   return 0;
 }
 
+// A thread still running (never in a system call) when the process exits,
+// holding a buffer only on its stack.
+inline std::atomic<bool> g_spinner_started{false};
+inline int RunLeakRunningThread() {
+  std::thread([] {
+    char* volatile mine = new char[4096];
+    g_spinner_started.store(true);
+    for (;;) mine[0] = static_cast<char>(mine[0] + 1);
+  }).detach();
+  while (!g_spinner_started.load()) {
+  }
+  return 0;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
@@ -320,6 +335,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "file_size_limit") == 0) return RunFileSizeLimit();
   if (std::strcmp(name, "dump_after_chdir") == 0) return RunDumpAfterChdir();
   if (std::strcmp(name, "leak_rate_change") == 0) return RunLeakRateChange();
+  if (std::strcmp(name, "leak_running_thread") == 0) return RunLeakRunningThread();
   known = false;
   return 2;
 }

@@ -291,6 +291,21 @@ TEST_CASE("leak report: its first line says 'every allocation recorded' only whe
   CHECK(out.find(" still in use at exit (every allocation recorded)\n") != std::string::npos);
 }
 
+TEST_CASE("leak report: a thread running during its scan is said on stderr") {
+  // Its stack cannot be read, so its buffer is "unreachable": the report
+  // now says why, where before only the retention profile's comment did.
+  std::string out;
+  const int rc = RunSelf("timeout -s KILL 60 env HEAPPROF=rate=1,leak_report=1,dump_prefix=/nonexistent-heapprof-dir/p "
+                         "HEAPPROF_TEST_CHILD=leak_running_thread",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);
+  // (1 thread: the spinning one; a sanitizer's own thread may add one.)
+  const std::regex line(R"(heapprof: leak report: [1-9][0-9]* threads? (was|were) running during the scan: (its|their) )"
+                        R"(stacks? and registers were not read, so what only (it|they) holds? is counted as unreachable\n)");
+  CHECK(std::regex_search(out, line));
+}
+
 TEST_CASE("a dump that cannot be written prints one line and the program exits normally") {
   std::string out;
   const int rc = RunSelf(

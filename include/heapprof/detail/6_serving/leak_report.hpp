@@ -486,6 +486,17 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     if (objects_in_use != 0) {
       ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
                  " objects, " + FormatBytes(static_cast<double>(u_bytes)));
+      if (scan.threads_running != 0) {
+        // Said only in the retention profile's comments before: a running
+        // thread's buffer was "leaked" (and leak_exit_code's status) with
+        // nothing on stderr to say why.
+        const bool one = scan.threads_running == 1;
+        ReportLine("leak report: " + ArenaDecimal(scan.threads_running) +
+                   (one ? " thread was running during the scan: its stack and registers were not read, so what only "
+                          "it holds is counted as unreachable"
+                        : " threads were running during the scan: their stacks and registers were not read, so what "
+                          "only they hold is counted as unreachable"));
+      }
       if (u_objects != 0) {
         for (const ArenaString& line : u_table) ReportLine("  " + line);
       }
