@@ -6,6 +6,7 @@
 
 #include <heapprof.hpp>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -138,6 +139,27 @@ inline int RunNearOom() {
   return rc;
 }
 
+// dump_near_oom=0.8, then one step from below 80% of the limit to 95.5%:
+// one dump stands for the 80%, 90% and 95% thresholds.
+inline int RunNearOomJump() {
+  if (!WaitForWarmDumper()) return 8;
+  if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 9;
+  const std::uint64_t limit = AddressSpaceBytes() + (std::uint64_t{2048} << 20);
+  if (!SetAddressSpaceLimit(limit)) return 10;
+  const std::uint64_t now = AddressSpaceBytes();
+  const std::uint64_t target = limit - limit / 1000 * 45;  // 95.5%
+  if (now >= limit - limit / 5) return 11;                 // already past 80%
+  // One mapping, untouched: address space only. MAP_NORESERVE: a host with
+  // little memory refuses a single 2 GiB request under the overcommit
+  // heuristic (mode 0); steps small enough for it could straddle a poll.
+  const auto bytes = static_cast<std::size_t>(target - now);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return 12;
+  const int rc = WaitForFile(DumpPath(1)) ? 0 : 13;
+  ::munmap(p, bytes);
+  return rc;
+}
+
 // rss_interval=16m: 20 MiB more touched each step; each step is a new RSS
 // high 16 MiB above the last dump's, so each gives (at least) one dump.
 inline int RunRssInterval() {
@@ -267,6 +289,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
   if (std::strcmp(name, "near_oom") == 0) return RunNearOom();
+  if (std::strcmp(name, "near_oom_jump") == 0) return RunNearOomJump();
   if (std::strcmp(name, "rss_interval") == 0) return RunRssInterval();
   if (std::strcmp(name, "quiet_watch") == 0) return RunQuietWatch();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();

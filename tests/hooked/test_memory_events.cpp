@@ -279,6 +279,22 @@ TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at
   RemoveDir(dir);
 }
 
+TEST_CASE("dump_near_oom: a dump that stands for several thresholds names them all") {
+  // One step from below 80% to 95.5%: the line said "threshold 80.0%" only,
+  // and the next dump's "threshold 97.5%" read as if 90% and 95% had none.
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "near_oom_jump", out);
+  INFO(out);
+  CHECK(rc == 0);
+  // To 95.0% (97.5% too, should a thread's arena have added 64 MiB meanwhile).
+  const std::regex line(R"(\(dump_near_oom: address space .* of RLIMIT_AS .* \(9[5-9]\.[0-9]%\), thresholds 80\.0% to 9[57]\.[05]%\))");
+  CHECK(std::regex_search(out, line));
+  RemoveDir(dir);
+}
+
 TEST_CASE("rss_interval: a dump at each new RSS high SIZE above the last") {
   const std::string dir = MemoryEventsTempDir();
   std::string out;

@@ -571,11 +571,21 @@ class Dumper {
       const unsigned first = halvings;
       while (halvings < 64 && usage >= threshold(halvings)) ++halvings;
       if (halvings >= 64 || (headroom >> halvings) < kNearOomMinHeadroom) near_oom_done = true;
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "dump_near_oom: %s %s of %s %s (%.1f%%), threshold %.1f%%%s", limit.UsageName(),
+      // Every threshold this dump stands for: growth faster than the polls
+      // passes several at once, and naming only the first ("95.1%,
+      // threshold 90.0%", then "threshold 97.5%") read as if 95% had no dump.
+      const unsigned last = halvings - 1;
+      char range[48] = "";
+      if (last != first) {
+        std::snprintf(range, sizeof range, " to %.1f%%",
+                      100.0 * static_cast<double>(threshold(last)) / static_cast<double>(limit.limit));
+      }
+      char buf[288];
+      std::snprintf(buf, sizeof buf, "dump_near_oom: %s %s of %s %s (%.1f%%), %s %.1f%%%s%s", limit.UsageName(),
                     MiBText(usage).c_str(), limit.Name(), MiBText(limit.limit).c_str(),
                     100.0 * static_cast<double>(usage) / static_cast<double>(limit.limit),
-                    100.0 * static_cast<double>(threshold(first)) / static_cast<double>(limit.limit),
+                    last != first ? "thresholds" : "threshold",
+                    100.0 * static_cast<double>(threshold(first)) / static_cast<double>(limit.limit), range,
                     first == 0 ? "" : " (headroom halved)");
       why = buf;
       return true;
