@@ -3925,6 +3925,7 @@ inline LiveMap g_live_map;
 // OnAllocSlow and OnFreeSlow themselves are defined by the implementation
 // unit (detail/implementation.hpp) around AllocSlowPath and FreeSlowPath.
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstddef>
@@ -7771,6 +7772,26 @@ inline std::atomic<int> g_init_state{0};  // 0 not started, 1 running, 2 done
 inline pthread_key_t g_thread_key;
 // HEAPPROF as parsed at start-up (dumps.hpp, http.hpp read the rest of it).
 inline EnvConfig g_env_config;
+// Zeroes up to 64 KiB of the calling thread's stack below the caller's
+// frame. There lie the dead frames of what the program ran last, their
+// slots still holding its pointers; the frames a retention scan (the leak
+// report, WriteRetentionProfile) then builds there are scanned as this
+// thread's stack, and a slot they leave unwritten made the stale pointer a
+// root: a true leak at rate 1 was "reachable <== [stack] thread N" and
+// leak_exit_code missed it. Called before those frames are built. Within
+// the thread's known stack only, leaving 16 KiB above its end; nothing on a
+// stack the profiler does not know (a sigaltstack, a coroutine's).
+__attribute__((noinline)) inline void ClearDeadStack() noexcept {
+  constexpr std::uintptr_t kClear = std::uintptr_t{64} << 10, kMargin = std::uintptr_t{16} << 10;
+  const ThreadState* ts = tls_thread_state;
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (sp <= ts->stack_lo + kMargin || sp >= ts->stack_hi) return;
+  const std::size_t n = std::min(kClear, sp - ts->stack_lo - kMargin) & ~std::uintptr_t{15};
+  void* area = __builtin_alloca(n);
+  std::memset(area, 0, n);
+  asm volatile("" : : "r"(area) : "memory");  // the stores are the point
+}
+
 // What runs at exit (dumps.hpp sets it). Registered with atexit() by the very
 // first allocation, so it runs after the destructors of every static object
 // that allocated: the latest moment a leak report can look.
@@ -7790,6 +7811,7 @@ inline void RunExitHook() {
   }
   if (void (*hook)() = g_exit_hook.exchange(nullptr)) {
     ReentrancyGuard guard;
+    ClearDeadStack();  // before the leak report's frames
     hook();
   }
 }
@@ -14301,6 +14323,12 @@ struct ScanResult {
   std::uint64_t bytes_scanned = 0;
   std::uint64_t scan_nanos = 0;
   std::uint64_t memory_bytes = 0;   // arena bytes the scan's own tables took
+  // Where the scan of this thread's stack starts above its own frame (the
+  // leak report skips exit()'s frames: leak_report.hpp), the registers
+  // those frames may have saved are scanned from here instead: the
+  // callee-saved registers of the frame above them.
+  std::uintptr_t saved_registers[16] = {};
+  std::size_t saved_register_count = 0;
 };
 
 // The main thread's pthread_self(), noted on the main thread. glibc puts a
@@ -14698,6 +14726,10 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   };
   if (const Mapping* m = MappingOf(maps, own_sp)) {
     r.roots.push_back(RootRegion{own_sp, stack_top(*m, own_sp), RootKind::kStack, self, -1});
+  }
+  if (r.saved_register_count != 0) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(r.saved_registers);
+    r.roots.push_back(RootRegion{lo, lo + r.saved_register_count * sizeof(std::uintptr_t), RootKind::kStack, self, -1});
   }
   ArenaVector<ThreadSp> threads;
   OtherThreads(self, threads, r.threads_running);
@@ -15160,11 +15192,13 @@ __attribute__((noinline)) inline std::uintptr_t CurrentFrame() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
-__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r) {
+// `floor`: where this thread's stack starts to be scanned instead, when it
+// is above our own frame (the leak report at exit: ExitCallerFrame).
+__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
   __builtin_unwind_init();
   volatile std::uintptr_t keep = 0;  // a frame that stays
   const std::uintptr_t sp = CurrentFrame();
-  Scan(r, sp);
+  Scan(r, floor > sp ? floor : sp);
   keep = keep + 1;
 }
 
@@ -15897,8 +15931,13 @@ class Dumper {
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     ReleaseOomReserve();
     char why[160];
-    std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
-                  static_cast<unsigned long long>(oom_reserve_bytes_released_));
+    if (oom_reserve_bytes_released_ != 0) {
+      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
+                    static_cast<unsigned long long>(oom_reserve_bytes_released_));
+    } else {  // (it said "released the 0-byte reserve")
+      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; no reserve (it could not be mapped)",
+                    n);
+    }
     DumpNamed("oom", false, why);
   }
 
@@ -15921,14 +15960,18 @@ class Dumper {
   // working directory is the start-up one, the prefix stays as written, and
   // so do the names the "wrote" lines print.
   ArenaString Prefix() const {
-    const ArenaString prefix =
-        cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? ArenaString(cfg_->dump_prefix) : ArenaString("heapprof");
-    if (prefix[0] == '/' || start_dir_[0] == '\0') return prefix;
+    return FromStartDir(cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? cfg_->dump_prefix : "heapprof");
+  }
+  // Any other path of HEAPPROF read after start-up (leak_suppressions, read
+  // at exit), resolved the same way; empty stays empty.
+  ArenaString FromStartDir(const char* given) const {
+    const ArenaString path = given;
+    if (path.empty() || path[0] == '/' || start_dir_[0] == '\0') return path;
     char now[sizeof start_dir_];
-    if (::getcwd(now, sizeof now) != nullptr && std::strcmp(now, start_dir_) == 0) return prefix;
-    ArenaString path = start_dir_;
-    if (path.back() != '/') path += '/';
-    return path + prefix;
+    if (::getcwd(now, sizeof now) != nullptr && std::strcmp(now, start_dir_) == 0) return path;
+    ArenaString resolved = start_dir_;
+    if (resolved.back() != '/') resolved += '/';
+    return resolved + path;
   }
 
   // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).
@@ -16272,11 +16315,21 @@ class Dumper {
       const unsigned first = halvings;
       while (halvings < 64 && usage >= threshold(halvings)) ++halvings;
       if (halvings >= 64 || (headroom >> halvings) < kNearOomMinHeadroom) near_oom_done = true;
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "dump_near_oom: %s %s of %s %s (%.1f%%), threshold %.1f%%%s", limit.UsageName(),
+      // Every threshold this dump stands for: growth faster than the polls
+      // passes several at once, and naming only the first ("95.1%,
+      // threshold 90.0%", then "threshold 97.5%") read as if 95% had no dump.
+      const unsigned last = halvings - 1;
+      char range[48] = "";
+      if (last != first) {
+        std::snprintf(range, sizeof range, " to %.1f%%",
+                      100.0 * static_cast<double>(threshold(last)) / static_cast<double>(limit.limit));
+      }
+      char buf[288];
+      std::snprintf(buf, sizeof buf, "dump_near_oom: %s %s of %s %s (%.1f%%), %s %.1f%%%s%s", limit.UsageName(),
                     MiBText(usage).c_str(), limit.Name(), MiBText(limit.limit).c_str(),
                     100.0 * static_cast<double>(usage) / static_cast<double>(limit.limit),
-                    100.0 * static_cast<double>(threshold(first)) / static_cast<double>(limit.limit),
+                    last != first ? "thresholds" : "threshold",
+                    100.0 * static_cast<double>(threshold(first)) / static_cast<double>(limit.limit), range,
                     first == 0 ? "" : " (headroom halved)");
       why = buf;
       return true;
@@ -16335,7 +16388,9 @@ inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed
 // (leaked) and reachable (with the root that holds it); the retention profile
 // to <prefix>.<pid>.retention.pb.gz.
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <unwind.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16640,9 +16695,105 @@ struct LeakSuppressions {
   }
 };
 
+// How the report's figures were obtained, said in its first line. Exact
+// only when the rate is 1 and every bucket was sampled at 1: a period at
+// another rate (before a SetSampleRate(1), say) left allocations unrecorded
+// and its samples are estimates. The rate of the moment alone said "every
+// allocation recorded" of estimates, and "sampling off" of samples taken
+// before a SetSampleRate(0).
+inline ArenaString LeakFiguresHow() {
+  const std::uint64_t now = RateOf(g_rate_state.load(std::memory_order_acquire));
+  bool exact = now == 1;
+  std::uint64_t lo = 0, hi = 0;  // the rates of the buckets with live objects
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
+    if (b->rate != 1) exact = false;
+    const BucketCounts c = ReadCounts(b);
+    if (c.allocs <= c.frees) continue;
+    if (hi == 0 || b->rate < lo) lo = b->rate;
+    if (b->rate > hi) hi = b->rate;
+  }
+  if (exact) return "every allocation recorded";
+  if (hi == 0) return now == 0 ? ArenaString("sampling off") : "estimated from samples, rate " + ArenaDecimal(now) + " bytes";
+  ArenaString how = hi == 1 ? ArenaString("not every allocation recorded: the rate was not 1 throughout")
+                    : lo == hi ? "estimated from samples, rate " + ArenaDecimal(hi) + " bytes"
+                               : "estimated from samples, rates " + ArenaDecimal(lo) + " to " + ArenaDecimal(hi) + " bytes";
+  if (now == 0) how += "; sampling off now";
+  return how;
+}
+
+// The leak report runs inside exit(): above its frames are libc's exit
+// machinery (exit, __run_exit_handlers), then whoever called exit(): a
+// function of the program, or, once main has returned, libc's start-up
+// code (__libc_start_call_main), with nothing of the program live on the
+// stack. The frames of exit() itself are live but hold nothing of the
+// program's, and their slots left unwritten still hold what the program's
+// last calls left there: a leak at rate 1 was "reachable <== [stack]
+// thread N" from one, and leak_exit_code missed it (LeakSanitizer misses
+// it the same way). The lowest address of the first frame above that run
+// of frames of the module that called the exit handlers (libc); 0 when the
+// walk does not get there (no unwind info, libc linked in statically): the
+// scan then starts at its own frame as elsewhere. What those frames saved
+// of their caller's registers is not lost: the unwinder gives the caller's
+// callee-saved registers as they were at its call, and the scan reads them
+// (ScanResult::saved_registers).
+#if defined(__x86_64__)
+constexpr int kExitCallerRegisters[] = {3, 6, 12, 13, 14, 15};  // DWARF: rbx rbp r12-r15
+#elif defined(__aarch64__)
+constexpr int kExitCallerRegisters[] = {19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29};  // x19-x29
+#endif
+static_assert(sizeof kExitCallerRegisters / sizeof kExitCallerRegisters[0] <= 16, "ScanResult::saved_registers");
+struct ExitCallerWalk {
+  const void* own_base = nullptr;   // the module of the report's own code
+  const void* exit_base = nullptr;  // the module of the frames above ours (libc)
+  std::uintptr_t last_exit_cfa = 0, floor = 0;
+  std::uintptr_t* registers = nullptr;  // the caller's callee-saved registers, out
+  std::size_t register_count = 0;
+  int frames = 0;
+};
+inline _Unwind_Reason_Code ExitCallerStep(_Unwind_Context* ctx, void* arg) {
+  auto& w = *static_cast<ExitCallerWalk*>(arg);
+  const std::uintptr_t ip = _Unwind_GetIP(ctx);
+  if (ip == 0 || ++w.frames > 256) return _URC_END_OF_STACK;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(ip - 1), &info) == 0 || info.dli_fbase == nullptr) return _URC_END_OF_STACK;
+  if (w.exit_base == nullptr) {
+    if (info.dli_fbase == w.own_base) return _URC_NO_REASON;  // the profiler's frames, RunExitHook's
+    w.exit_base = info.dli_fbase;
+  }
+  if (info.dli_fbase == w.exit_base) {
+    w.last_exit_cfa = _Unwind_GetCFA(ctx);
+    return _URC_NO_REASON;
+  }
+  w.floor = w.last_exit_cfa;  // the caller of exit() (or start-up code past libc's own)
+  w.register_count = 0;
+  for (const int reg : kExitCallerRegisters) w.registers[w.register_count++] = _Unwind_GetGR(ctx, reg);
+  return _URC_END_OF_STACK;
+}
+// `registers` (16 words) and `count`: out, the caller's callee-saved registers.
+__attribute__((noinline)) inline std::uintptr_t ExitCallerFrame(std::uintptr_t* registers, std::size_t& count) noexcept {
+  count = 0;
+  ExitCallerWalk w;
+  w.registers = registers;
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&ExitCallerFrame), &self) == 0 || self.dli_fbase == nullptr) return 0;
+  w.own_base = self.dli_fbase;
+  _Unwind_Backtrace(&ExitCallerStep, &w);
+  if (w.floor == 0 && w.exit_base != nullptr && w.exit_base != w.own_base) {
+    w.floor = w.last_exit_cfa;  // libc to the end of the stack (a thread's start): no caller, no registers
+  }
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (w.floor <= here) return 0;
+  count = w.register_count;
+  return w.floor;
+}
+
 // The exit-time report. Returns true when unreachable objects (not
 // suppressed) remain: HEAPPROF=leak_exit_code then sets the exit status.
-inline bool LeakReport(const ArenaString& prefix) noexcept {
+// `suppressions`: the leak_suppressions file (empty: none), a relative path
+// already resolved against the start-up directory as the dump prefix is (a
+// daemon's chdir("/") before exit lost it: "cannot read", every suppressed
+// leak reported and leak_exit_code's status).
+inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppressions_path = ArenaString()) noexcept {
   ReentrancyGuard guard;
   bool leaked = false;
   WriteHeadroom headroom;  // built without exceptions: the memory first, or no report
@@ -16656,7 +16807,8 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     const ArenaString path = prefix + name;
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
-    retention::ScanWithRegisters(scan);
+    const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
+    retention::ScanWithRegisters(scan, floor);
     // One snapshot and one symbolizer for the files and the tables, so they
     // agree and the ELF files are read once.
     const ProfileData data = SnapshotProfile(false);
@@ -16672,8 +16824,7 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
         WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
 
     LeakSuppressions suppressions;
-    const char* suppressions_path = g_env_config.leak_suppressions;
-    if (suppressions_path[0] != '\0' && !suppressions.Load(suppressions_path)) {
+    if (!suppressions_path.empty() && !suppressions.Load(suppressions_path.c_str())) {
       ReportLine("leak report: leak_suppressions: " + suppressions.error);
     }
     // Split: unreachable, reachable (held by its root), suppressed.
@@ -16701,9 +16852,7 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     const ArenaVector<ArenaString> r_table =
         FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
     FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
-    const std::uint64_t rate = RateOf(g_rate_state.load(std::memory_order_acquire));
-    ArenaString how = rate <= 1 ? ArenaString(rate == 1 ? "every allocation recorded" : "sampling off")
-                                : "estimated from samples, rate " + ArenaDecimal(rate) + " bytes";
+    const ArenaString how = LeakFiguresHow();
     // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
     ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
                       " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
@@ -16713,6 +16862,17 @@ inline bool LeakReport(const ArenaString& prefix) noexcept {
     if (objects_in_use != 0) {
       ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
                  " objects, " + FormatBytes(static_cast<double>(u_bytes)));
+      if (scan.threads_running != 0) {
+        // Said only in the retention profile's comments before: a running
+        // thread's buffer was "leaked" (and leak_exit_code's status) with
+        // nothing on stderr to say why.
+        const bool one = scan.threads_running == 1;
+        ReportLine("leak report: " + ArenaDecimal(scan.threads_running) +
+                   (one ? " thread was running during the scan: its stack and registers were not read, so what only "
+                          "it holds is counted as unreachable"
+                        : " threads were running during the scan: their stacks and registers were not read, so what "
+                          "only they hold is counted as unreachable"));
+      }
       if (u_objects != 0) {
         for (const ArenaString& line : u_table) ReportLine("  " + line);
       }
@@ -18448,7 +18608,8 @@ inline void RunExitActions() {
   const EnvConfig& cfg = g_env_config;
   if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
   if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
-  if (cfg.leak_report && LeakReport(g_dumper.Prefix()) && cfg.leak_exit_code >= 0) {
+  if (cfg.leak_report && LeakReport(g_dumper.Prefix(), g_dumper.FromStartDir(cfg.leak_suppressions)) &&
+      cfg.leak_exit_code >= 0) {
     // LeakSanitizer's exitcode: the status says that unreachable objects remain.
     std::fflush(nullptr);
     _exit(cfg.leak_exit_code);
@@ -18482,6 +18643,12 @@ inline bool StartFromEnv() noexcept {
   if (secure_getenv("HEAPPROF") == nullptr) return false;  // see engine.hpp: not in setuid programs
   EnsureInit();  // parses HEAPPROF unless the first allocation already did
   const EnvConfig& cfg = g_env_config;
+  // These only shape the leak report: without it they did nothing, silently
+  // (a CI job with leak_exit_code=23 and no leak_report=1 never failed).
+  if (!cfg.leak_report && (cfg.leak_exit_code >= 0 || cfg.leak_suppressions[0] != '\0' || cfg.leak_frames != 0)) {
+    ReportRaw("heapprof: HEAPPROF: leak_exit_code, leak_suppressions and leak_frames have no effect without "
+              "leak_report=1\n");
+  }
   g_dumper.Start(cfg);
   StartHttpFromEnv();
   if (cfg.dump_at_exit || cfg.peak_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
@@ -18768,6 +18935,7 @@ bool WriteRetentionProfile(std::ostream& out) {
     return HEAPPROF_ENGINE_HAS(e, write_retention_stream) && e->write_retention_stream(out);
   }
   detail::ReentrancyGuard guard;
+  detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
   return detail::WriteRetentionProfile(out);
 }
 bool WriteRetentionProfile(const char* path) {
@@ -18775,6 +18943,7 @@ bool WriteRetentionProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_retention_path) && e->write_retention_path(path);
   }
   detail::ReentrancyGuard guard;
+  detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
   if (!headroom.ok()) return false;
   HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
