@@ -536,25 +536,22 @@ HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) no
 #if HEAPPROF_ENABLED
 class SuppressHooks {
  public:
-  SuppressHooks() noexcept
-      : saved_state_(tls_thread_state),
-        saved_suppressed_(tls_thread_flags.suppressed),
-        saved_suppress_(tls_thread_flags.suppress) {
-    if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;  // (nested: the outer one's)
+  // `suppressed` is set by the outermost scope only (a nested one's state is
+  // the empty one) and never restored: it is read only while `suppress` is.
+  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+    if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;
     tls_thread_flags.suppress = true;
     tls_thread_state = &g_empty_thread_state;
   }
   ~SuppressHooks() {
     tls_thread_state = saved_state_;
     tls_thread_flags.suppress = saved_suppress_;
-    tls_thread_flags.suppressed = saved_suppressed_;
   }
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
 
  private:
   ThreadState* saved_state_;
-  ThreadState* saved_suppressed_;
   bool saved_suppress_;
 };
 #else
@@ -18978,6 +18975,9 @@ HEAPPROF_LINKED_BEGIN
 // Both keep errno: a successful malloc or a free must not change it (free
 // keeps it by POSIX 2024), and the slow paths make system calls.
 HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
+  // A heapprof::allocator's upstream calling operator new (AllocSlowPath):
+  // nothing to do, so before errno is saved (every such allocator call).
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return;
   const int saved_errno = errno;
   AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
   errno = saved_errno;
@@ -18986,11 +18986,18 @@ HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   asm volatile("" ::: "memory");
 }
 
-HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
+HEAPPROF_NOINLINE inline bool FreeSlowKeepingErrno(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   const int saved_errno = errno;
   const bool kept = FreeSlowPath(p, n, how, release);
   errno = saved_errno;
   return kept;
+}
+
+HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
+  // The same for its operator delete of a block no sampled object holds
+  // (FreeSlowPath): here, not in the function that saves registers for the rest.
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kFreeSized) == 0 && !MaybeSampled(p)) return false;
+  return FreeSlowKeepingErrno(p, n, how, release);
 }
 
 // ---------------------------------------------------------------- labels

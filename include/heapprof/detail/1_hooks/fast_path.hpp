@@ -215,25 +215,22 @@ HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) no
 #if HEAPPROF_ENABLED
 class SuppressHooks {
  public:
-  SuppressHooks() noexcept
-      : saved_state_(tls_thread_state),
-        saved_suppressed_(tls_thread_flags.suppressed),
-        saved_suppress_(tls_thread_flags.suppress) {
-    if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;  // (nested: the outer one's)
+  // `suppressed` is set by the outermost scope only (a nested one's state is
+  // the empty one) and never restored: it is read only while `suppress` is.
+  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+    if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;
     tls_thread_flags.suppress = true;
     tls_thread_state = &g_empty_thread_state;
   }
   ~SuppressHooks() {
     tls_thread_state = saved_state_;
     tls_thread_flags.suppress = saved_suppress_;
-    tls_thread_flags.suppressed = saved_suppressed_;
   }
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
 
  private:
   ThreadState* saved_state_;
-  ThreadState* saved_suppressed_;
   bool saved_suppress_;
 };
 #else
