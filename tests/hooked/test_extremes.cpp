@@ -428,17 +428,19 @@ __attribute__((noinline)) void DeepCoroutineLeaf(std::size_t size) {
   g_deep->objects[g_deep->done++] = ::operator new(size);
   asm volatile("" ::: "memory");
 }
-// A frame of ~200 KiB of locals.
+// A frame of ~200 KiB of locals. Their address escapes: clang -O2 shrank a
+// volatile array of which two bytes were used to those bytes (an 8-byte
+// frame), and the 9 MiB stack was 400 bytes.
 __attribute__((noinline)) void DeepCoroutineFrame(int n) {
-  volatile char locals[kDeepFrameBytes];
+  char locals[kDeepFrameBytes];
   locals[0] = static_cast<char>(n);
+  asm volatile("" : : "r"(locals) : "memory");
   if (n <= 1) {
     DeepCoroutineLeaf(g_deep->size);
   } else {
     DeepCoroutineFrame(n - 1);
   }
-  locals[kDeepFrameBytes - 1] = locals[0];
-  asm volatile("" ::: "memory");  // no tail call
+  asm volatile("" : : "r"(locals) : "memory");  // no tail call
 }
 void DeepCoroutineEntry() {
   DeepCoroutineFrame(g_deep->levels);

@@ -228,9 +228,12 @@ HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool LooksLikeSignalFrame(co
 #if defined(HEAPPROF_ARCH_X86_64)
   const auto uc = reinterpret_cast<std::uintptr_t>(rec) + 16;
   if (stack_hi - uc < kUcChecked) return false;  // (rec is below stack_hi - 16: no wrap)
-  const auto word = [uc](std::uintptr_t off) { return *reinterpret_cast<const std::uintptr_t*>(uc + off); };
-  if (HEAPPROF_LIKELY(word(kUcRbp) != next)) return false;
-  return word(kUcFlags) < 8 && word(kUcLink) == 0 && (word(kUcCsGsFs) & 0xffff) == 0x33;
+  // Plain loads in this function, not in a lambda: a lambda is a function of
+  // its own, without the no_sanitize_address above, and ASan reported these
+  // reads of other frames' words as stack-buffer-overflows.
+  const auto* ctx = reinterpret_cast<const std::uintptr_t*>(uc);
+  if (HEAPPROF_LIKELY(ctx[kUcRbp / 8] != next)) return false;
+  return ctx[kUcFlags / 8] < 8 && ctx[kUcLink / 8] == 0 && (ctx[kUcCsGsFs / 8] & 0xffff) == 0x33;
 #else
   (void)rec, (void)next, (void)stack_hi;
   return false;
@@ -256,8 +259,8 @@ HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline)) bool FramePointersAfterSi
 #if defined(HEAPPROF_ARCH_X86_64)
   const std::uintptr_t uc = fp + 16;
   if (stack_hi - uc < kUcChecked) return kThroughHook;  // (fp + 16 <= stack_hi: the walk checked)
-  const auto word = [uc](std::uintptr_t off) { return *reinterpret_cast<const std::uintptr_t*>(uc + off); };
-  const std::uintptr_t pc = word(kUcRip), sp = word(kUcRsp);
+  const auto* ctx = reinterpret_cast<const std::uintptr_t*>(uc);  // (not a lambda: see LooksLikeSignalFrame)
+  const std::uintptr_t pc = ctx[kUcRip / 8], sp = ctx[kUcRsp / 8];
   if (pc == 0 || pc == ~std::uintptr_t{0} || (sp & 7) != 0) return kThroughHook;
   if (sp < uc + kUcChecked || sp >= stack_hi) {
     // Another stack: the thread's own, below the handler's sigaltstack.
@@ -273,7 +276,7 @@ HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline)) bool FramePointersAfterSi
   }
   out.pcs[out.depth++] = pc + 1;
   // Its callers, from its rbp: records at or above its sp.
-  return FramePointerChain<kThroughHook>(sp - 8, word(kUcRbp), sp, stack_hi, out, own_lo, own_hi, beyond);
+  return FramePointerChain<kThroughHook>(sp - 8, ctx[kUcRbp / 8], sp, stack_hi, out, own_lo, own_hi, beyond);
 #else
   (void)fp, (void)stack_hi, (void)out, (void)own_lo, (void)own_hi, (void)beyond;
   return kThroughHook;
