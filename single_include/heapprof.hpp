@@ -8102,10 +8102,10 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
 HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  // Inside a heapprof::allocator's upstream call: a global hook's block is
-  // the upstream's own (the allocator counts it itself). A heapprof::allocator's
-  // own sample (how 0) there is a signal handler's: counted and sampled.
-  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kCountBlock) != 0) return;
+  // (Inside a heapprof::allocator's upstream call, a global hook's block is
+  // the upstream's own: OnAllocSlow returned before this, implementation.hpp.
+  // A heapprof::allocator's own sample there is a signal handler's: counted
+  // and sampled, on the state CurrentThreadSlot finds.)
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
@@ -18978,8 +18978,9 @@ HEAPPROF_LINKED_BEGIN
 // Both keep errno: a successful malloc or a free must not change it (free
 // keeps it by POSIX 2024), and the slow paths make system calls.
 HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
-  // A heapprof::allocator's upstream calling operator new (AllocSlowPath):
-  // nothing to do, so before errno is saved (every such allocator call).
+  // A heapprof::allocator's upstream calling operator new: the upstream's own
+  // block, which the allocator counts itself. Checked here, before errno is
+  // saved (every such allocator call), and only here: AllocSlowPath's one caller.
   if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return;
   const int saved_errno = errno;
   AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));

@@ -239,8 +239,9 @@ HEAPPROF_LINKED_BEGIN
 // Both keep errno: a successful malloc or a free must not change it (free
 // keeps it by POSIX 2024), and the slow paths make system calls.
 HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
-  // A heapprof::allocator's upstream calling operator new (AllocSlowPath):
-  // nothing to do, so before errno is saved (every such allocator call).
+  // A heapprof::allocator's upstream calling operator new: the upstream's own
+  // block, which the allocator counts itself. Checked here, before errno is
+  // saved (every such allocator call), and only here: AllocSlowPath's one caller.
   if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return;
   const int saved_errno = errno;
   AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));

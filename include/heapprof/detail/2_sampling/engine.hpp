@@ -415,10 +415,10 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
 HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  // Inside a heapprof::allocator's upstream call: a global hook's block is
-  // the upstream's own (the allocator counts it itself). A heapprof::allocator's
-  // own sample (how 0) there is a signal handler's: counted and sampled.
-  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kCountBlock) != 0) return;
+  // (Inside a heapprof::allocator's upstream call, a global hook's block is
+  // the upstream's own: OnAllocSlow returned before this, implementation.hpp.
+  // A heapprof::allocator's own sample there is a signal handler's: counted
+  // and sampled, on the state CurrentThreadSlot finds.)
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   if (ts == nullptr) {
