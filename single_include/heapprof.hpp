@@ -344,6 +344,7 @@ HEAPPROF_LINKED_END
 
 #if defined(HEAPPROF_CXX17)
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -425,6 +426,17 @@ struct ThreadFlags {
   ThreadState* suppressed = nullptr;  // while `suppress`: the thread's own state (SuppressHooks)
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
+
+// ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
+// The epoch tells a thread its countdown was drawn at an older rate (the
+// slow path draws a fresh one: 2_sampling/engine.hpp). Read by the hooks'
+// cold paths too (block_hooks.hpp: SampledRequest).
+constexpr int kRateBits = 40;
+constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
+inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
+
+inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
+inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
 // The calling thread's current label set (nullptr = empty), and the set a
 // heapprof::allocator carries while it records an allocation.
@@ -2357,17 +2369,31 @@ constexpr std::uint64_t kPaddedSamplingMinRate = 64 * 1024;
 inline std::atomic<std::uint64_t> g_sampled_min{HEAPPROF_DEFAULT_SAMPLE_RATE >= kPaddedSamplingMinRate ? kSampledMinBlock
                                                                                                        : 0};
 
+// Whether the slow path (engine.hpp: AllocSlowPath) will sample an
+// allocation that runs the thread's countdown out: not with sampling off
+// (the countdown is then the 64 MiB recheck), not when the countdown is 0
+// because the rate changed (ApplyRate pokes every thread: the slow path
+// draws a fresh countdown instead), not inside the profiler. A block padded
+// for a sample that is not taken broke Stats under jemalloc and tcmalloc:
+// counted at its padded size when allocated, at its request's class by a
+// sized delete (HotFreeSized), which cannot tell it from an unpadded one.
+HEAPPROF_NOINLINE inline bool SampleDue(const ThreadState& ts) noexcept {
+  const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
+  const ThreadFlags& flags = tls_thread_flags;
+  return RateOf(state) != 0 && ts.rate_epoch == EpochOf(state) && flags.guard == 0;
+}
+
 // What a global hook asks the allocator for, for a request of `n` bytes: `n`,
-// unless the countdown is about to run out (then the sample's block must be
-// at least sampled_min). Read twice (here and in OnAllocBlock), on the line
-// the fast path reads anyway. If the two disagree (a signal handler allocated
-// in between, or the thread had no slot yet) the sample moves to the
-// thread's next allocation (engine.hpp).
+// unless the countdown is about to run out for a sample (then the sample's
+// block must be at least sampled_min). Read twice (here and in OnAllocBlock),
+// on the line the fast path reads anyway. If the two disagree (a signal
+// handler allocated in between, or the thread had no slot yet) the sample
+// moves to the thread's next allocation (engine.hpp).
 HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n) noexcept {
   const ThreadState* ts = tls_thread_state;
   if (HEAPPROF_LIKELY(LoadRelaxed(ts->countdown) > static_cast<std::int64_t>(n))) return n;
   const std::size_t min = LoadRelaxed(ts->sampled_min);
-  return n < min ? min : n;
+  return n < min && SampleDue(*ts) ? min : n;
 }
 // The same for an aligned allocation (aligned_alloc wants a multiple of the
 // alignment, a power of two).
@@ -7728,18 +7754,10 @@ inline UnwindTableStats GetUnwindTableStats() noexcept {
 namespace heapprof {
 namespace detail {
 
-// ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
-// The epoch tells a thread its countdown was drawn at an older rate.
-constexpr int kRateBits = 40;
-constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
+// ---- sample rate: g_rate_state (1_hooks/fast_path.hpp) ----
 // With sampling off a thread still looks at the rate every 64 MiB it allocates,
 // so turning sampling on reaches threads whose wake-up poke was lost.
 constexpr std::int64_t kRateRecheckBytes = std::int64_t{1} << 26;
-
-inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
-
-inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
-inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
 // gperftools' malloc_usable_size answers 0 for new blocks while tcmalloc is
 // still starting (our start-up, and the first samples, can run inside its

@@ -245,17 +245,31 @@ constexpr std::uint64_t kPaddedSamplingMinRate = 64 * 1024;
 inline std::atomic<std::uint64_t> g_sampled_min{HEAPPROF_DEFAULT_SAMPLE_RATE >= kPaddedSamplingMinRate ? kSampledMinBlock
                                                                                                        : 0};
 
+// Whether the slow path (engine.hpp: AllocSlowPath) will sample an
+// allocation that runs the thread's countdown out: not with sampling off
+// (the countdown is then the 64 MiB recheck), not when the countdown is 0
+// because the rate changed (ApplyRate pokes every thread: the slow path
+// draws a fresh countdown instead), not inside the profiler. A block padded
+// for a sample that is not taken broke Stats under jemalloc and tcmalloc:
+// counted at its padded size when allocated, at its request's class by a
+// sized delete (HotFreeSized), which cannot tell it from an unpadded one.
+HEAPPROF_NOINLINE inline bool SampleDue(const ThreadState& ts) noexcept {
+  const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
+  const ThreadFlags& flags = tls_thread_flags;
+  return RateOf(state) != 0 && ts.rate_epoch == EpochOf(state) && flags.guard == 0;
+}
+
 // What a global hook asks the allocator for, for a request of `n` bytes: `n`,
-// unless the countdown is about to run out (then the sample's block must be
-// at least sampled_min). Read twice (here and in OnAllocBlock), on the line
-// the fast path reads anyway. If the two disagree (a signal handler allocated
-// in between, or the thread had no slot yet) the sample moves to the
-// thread's next allocation (engine.hpp).
+// unless the countdown is about to run out for a sample (then the sample's
+// block must be at least sampled_min). Read twice (here and in OnAllocBlock),
+// on the line the fast path reads anyway. If the two disagree (a signal
+// handler allocated in between, or the thread had no slot yet) the sample
+// moves to the thread's next allocation (engine.hpp).
 HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n) noexcept {
   const ThreadState* ts = tls_thread_state;
   if (HEAPPROF_LIKELY(LoadRelaxed(ts->countdown) > static_cast<std::int64_t>(n))) return n;
   const std::size_t min = LoadRelaxed(ts->sampled_min);
-  return n < min ? min : n;
+  return n < min && SampleDue(*ts) ? min : n;
 }
 // The same for an aligned allocation (aligned_alloc wants a multiple of the
 // alignment, a power of two).

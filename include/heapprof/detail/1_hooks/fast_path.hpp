@@ -23,6 +23,7 @@
 
 #if defined(HEAPPROF_CXX17)
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -104,6 +105,17 @@ struct ThreadFlags {
   ThreadState* suppressed = nullptr;  // while `suppress`: the thread's own state (SuppressHooks)
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
+
+// ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
+// The epoch tells a thread its countdown was drawn at an older rate (the
+// slow path draws a fresh one: 2_sampling/engine.hpp). Read by the hooks'
+// cold paths too (block_hooks.hpp: SampledRequest).
+constexpr int kRateBits = 40;
+constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
+inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
+
+inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
+inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
 // The calling thread's current label set (nullptr = empty), and the set a
 // heapprof::allocator carries while it records an allocation.

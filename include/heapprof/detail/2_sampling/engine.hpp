@@ -41,18 +41,10 @@
 namespace heapprof {
 namespace detail {
 
-// ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
-// The epoch tells a thread its countdown was drawn at an older rate.
-constexpr int kRateBits = 40;
-constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
+// ---- sample rate: g_rate_state (1_hooks/fast_path.hpp) ----
 // With sampling off a thread still looks at the rate every 64 MiB it allocates,
 // so turning sampling on reaches threads whose wake-up poke was lost.
 constexpr std::int64_t kRateRecheckBytes = std::int64_t{1} << 26;
-
-inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
-
-inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
-inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
 // gperftools' malloc_usable_size answers 0 for new blocks while tcmalloc is
 // still starting (our start-up, and the first samples, can run inside its
