@@ -8135,14 +8135,21 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   const std::uint64_t rate = RateOf(state);
   std::int64_t left = LoadRelaxed(ts->countdown);
+  bool restarted = false;
   if (ts->rate_epoch != EpochOf(state)) {
     // The rate changed: restart the sampling process at the new rate from
     // this allocation on (memorylessness makes the restart unbiased).
     ts->rate_epoch = EpochOf(state);
     left = FreshCountdown(*ts, rate);
+    restarted = true;
   }
   left -= static_cast<std::int64_t>(n);
-  if (left > 0) {
+  // Unless the hook already padded the block for a sample (block_hooks.hpp:
+  // SampledRequest saw the old epoch: another thread changed the rate during
+  // the allocation). It must be sampled: under the class table its sized
+  // delete would count its request's class, not the padded size.
+  if (left > 0 && !(restarted && rate != 0 && (how & kCountBlock) != 0 && n < LoadRelaxed(ts->sampled_min) &&
+                    counted >= LoadRelaxed(ts->sampled_min))) {
     StoreRelaxed(ts->countdown, left);
     return;
   }
