@@ -10,7 +10,9 @@
 // reader, 8 two-byte lengths cut the rest into .debug_info, .debug_abbrev,
 // .debug_line, .debug_str, .debug_line_str, .debug_str_offsets, .debug_addr
 // and .debug_rnglists (.debug_ranges shares the last); a few addresses from
-// the input are then looked up. The check: no crash, no UB, no read outside
+// the input are then looked up. The same sections also stand for the file
+// that dwz -m's DW_FORM_GNU_ref_alt / GNU_strp_alt and DWARF 5's ref_sup /
+// strp_sup point into. The check: no crash, no UB, no read outside
 // the sections (exact-size buffers: ASan sees any overread), and every frame
 // returned points at a NUL-terminated name.
 #include <cstddef>
@@ -46,7 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     at += len;
   }
   s.ranges = s.rnglists;
+  dw::DwarfInfo sup(s);  // (before info, which points at it)
+  s.sup_str = s.str;
   dw::DwarfInfo info(s);
+  info.SetSupplementary(&sup);
   for (std::size_t k = 0; k < 8 && k * 8 + 8 <= size; ++k) {
     std::uint64_t address = 0;
     std::memcpy(&address, data + k * 8, 8);

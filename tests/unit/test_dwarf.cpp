@@ -597,12 +597,13 @@ TEST_CASE("dwarf: an inline chain deeper than the frames asked for keeps the rea
   RunCommand("rm -rf " + dir, out);
 }
 
-TEST_CASE("dwarf: dwz -m's references into the shared file are not read as local ones; unnamed frames keep their lines") {
+TEST_CASE("dwarf: dwz -m's references into the shared file are read there; without it, unnamed frames keep their lines") {
   // dwz -m moves the DIEs two binaries share (inline functions' abstract
   // origins among them) into one file (.gnu_debugaltlink), and refers to
   // them with DW_FORM_GNU_ref_alt: an offset in that file, not in ours.
-  // heapprof does not read the shared file: those frames have their lines
-  // but no name, and must not take another DIE's.
+  // With the shared file beside the binary, every frame is named as in the
+  // original; without it, those frames have their lines but no name, and
+  // must not take another DIE's.
   const std::string fixture = FixturePath();
   if (fixture.empty() || !HaveTool("g++") || !HaveTool("dwz") || !HaveTool("nm")) {
     MESSAGE("fixture, g++, dwz or nm missing: skipped");
@@ -614,18 +615,34 @@ TEST_CASE("dwarf: dwz -m's references into the shared file are not read as local
   const std::string a = dir + "/a", b = dir + "/b";
   REQUIRE(RunCommand("g++ -std=c++17 -O2 -gdwarf-4 " + fixture + " -o " + a + " && g++ -std=c++17 -O1 -gdwarf-4 " +
                          fixture + " -o " + b + " && cp " + a + " " + a + ".orig && cd " + dir +
-                         " && dwz -m common.debug -M common.debug a b",
+                         " && dwz -m common.debug -M common.debug a b && mkdir alone && cp a alone/a",
                      out) == 0);
   RunCommand("readelf -wi " + a + " | grep -c 'DW_AT_abstract_origin: <alt'", out);
   REQUIRE(std::atoi(out.c_str()) > 0);  // the case under test is there
 
   heapprof::detail::ArenaVector<LoadedObject> orig_objects = WholeFile(a + ".orig");
   Symbolizer reference(orig_objects);
-  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(a);
-  Symbolizer symbolizer(objects);
-  REQUIRE(symbolizer.HasDebugInfo(0));
   const std::vector<std::uint64_t> addresses = FunctionAddresses(a);
   REQUIRE(!addresses.empty());
+  {
+    // With the shared file: the same frames as the original, all named.
+    heapprof::detail::ArenaVector<LoadedObject> with_objects = WholeFile(a);
+    Symbolizer with(with_objects);
+    REQUIRE(with.HasDebugInfo(0));
+    std::size_t differ = 0;
+    for (std::uint64_t address : addresses) {
+      const Frames ours = Ours(with, address), ref = Ours(reference, address);
+      if (Show(ours) != Show(ref) && ++differ <= 5) {
+        MESSAGE("address 0x" << std::hex << address << std::dec << ": dwz " << Show(ours) << "| original "
+                             << Show(ref));
+      }
+    }
+    CHECK(differ == 0);
+  }
+  // A copy alone in another directory: no shared file.
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(dir + "/alone/a");
+  Symbolizer symbolizer(objects);
+  REQUIRE(symbolizer.HasDebugInfo(0));
   std::size_t wrong = 0, unnamed = 0;
   std::vector<std::uint64_t> unnamed_addresses;
   for (std::uint64_t address : addresses) {

@@ -27,12 +27,14 @@ using heapprof_test::HaveTool;
 using heapprof_test::RunCommand;
 
 // The program: each argument pair or triple is a step ("dlopen <path>",
-// "chdir <dir>", "rename <from> <to>", "whole <file> <build id> <hex address>"),
+// "chdir <dir>", "rename <from> <to>", "whole <file> <build id> <hex address>",
+// "scan <file> <build id> <debug directory> <hex address> <hex size>"),
 // then one report for probe_main_fn and, after a dlopen, one for probe_lib_fn.
 constexpr const char kProbeSource[] = R"(
 #include <dlfcn.h>
 #include <unistd.h>
 #include <cstdio>
+#include <string>
 #include <cstdlib>
 #include <cstring>
 #include "heapprof/detail/4_symbolization/symbolizer.hpp"
@@ -81,6 +83,38 @@ int main(int argc, char** argv) {
       Symbolizer symbolizer(objects, "/nonexistent");
       std::printf("whole symbols=%d\n", symbolizer.HasSymbols(0) ? 1 : 0);
       PrintFrame("whole", symbolizer, static_cast<std::uintptr_t>(std::strtoull(argv[i + 3], nullptr, 16)));
+      return 0;
+    } else if (std::strcmp(op, "scan") == 0 && i + 5 < argc) {
+      // A file on its own under debug directory argv[i + 3]: the inline chain
+      // of every address of [lo, lo + size), each distinct chain once, as
+      // "name[function file:start line]@file:line < caller... " (base names).
+      ArenaVector<LoadedObject> objects(1);
+      objects[0].start = 1;
+      objects[0].limit = ~std::uintptr_t{0} >> 1;
+      objects[0].path = argv[i + 1];
+      objects[0].build_id = argv[i + 2];
+      Symbolizer symbolizer(objects, argv[i + 3]);
+      const std::uintptr_t lo = static_cast<std::uintptr_t>(std::strtoull(argv[i + 4], nullptr, 16));
+      const std::uintptr_t size = static_cast<std::uintptr_t>(std::strtoull(argv[i + 5], nullptr, 16));
+      std::string seen = "\n";
+      for (std::uintptr_t pc = lo; pc < lo + size; ++pc) {
+        SymbolizedFrame frames[8];
+        SymbolizedQuality q;
+        const int n = symbolizer.Symbolize(pc, frames, 8, &q);
+        auto base = [](std::string_view f) {
+          const std::size_t slash = f.rfind('/');
+          return std::string(slash == std::string_view::npos ? f : f.substr(slash + 1));
+        };
+        std::string chain = "chain";
+        for (int k = 0; k < n; ++k) {
+          chain += (k == 0 ? " " : " < ") + std::string(frames[k].name) + "[" + base(frames[k].function_file) + ":" +
+                   std::to_string(frames[k].start_line) + "]@" + base(frames[k].file) + ":" +
+                   std::to_string(frames[k].line);
+        }
+        if (seen.find("\n" + chain + "\n") != std::string::npos) continue;
+        seen += chain + "\n";
+        std::printf("%s\n", chain.c_str());
+      }
       return 0;
     } else {
       return 5;
@@ -288,4 +322,101 @@ TEST_CASE("symbol files: a stripped binary reads the .symtab of its .gnu_debugli
   INFO(out);
   CHECK(out.find("whole symbols=1\n") != std::string::npos);
   CHECK(out.find("whole name=_start line=0\n") != std::string::npos);
+}
+
+namespace {
+
+// Two programs sharing a header's inline functions: what dwz -m moves to the
+// common file (the class, the functions' declarations and abstract DIEs,
+// their names in its .debug_str), referred to from each program's DWARF by
+// DW_FORM_GNU_ref_alt / GNU_strp_alt (or DWARF 5's ref_sup4 / strp_sup).
+constexpr const char kDwzHeader[] = R"(namespace shared_ns {
+struct Widget {
+  int v;
+  __attribute__((always_inline)) inline int Grow(int x) {
+    volatile int s = v;
+    for (int i = 0; i < x; ++i) s = s + i * 3;
+    return s;
+  }
+  __attribute__((noinline)) int Slow(int x) {
+    volatile int s = x;
+    return s * 5;
+  }
+};
+__attribute__((always_inline)) inline int Twice(Widget& w, int x) { return w.Grow(x) + w.Grow(x + 1); }
+}  // namespace shared_ns
+)";
+
+std::string DwzProgram(const char* name) {
+  return std::string("#include \"shared.h\"\n") + "extern \"C\" __attribute__((noinline)) int outer_" + name +
+         "(int x) {\n  shared_ns::Widget w{x};\n  return shared_ns::Twice(w, x) + w.Slow(x);\n}\n" +
+         "int main(int argc, char**) { return outer_" + name + "(argc) & 1; }\n";
+}
+
+// Every inline chain in outer_a and Widget::Slow of `file` (see "scan").
+std::string ScanDwzProgram(const Programs& p, const std::string& file, const std::string& debug_directory) {
+  std::string id, ranges;
+  RunCommand("readelf -n '" + file + "' | sed -n 's/.*Build ID: *//p'", id);
+  RunCommand("nm -S '" + file + "' | awk '$4 == \"outer_a\" || $4 ~ /Widget4Slow/ {print $1 \" \" $2}'", ranges);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  std::string out;
+  std::size_t at = 0;
+  for (std::size_t end; (end = ranges.find('\n', at)) != std::string::npos; at = end + 1) {
+    out += Run(p.dir, "./probe scan '" + file + "' '" + id + "' '" + debug_directory + "' " +
+                          ranges.substr(at, end - at));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("symbol files: inline frames named from the common file of dwz -m (.gnu_debugaltlink, .debug_sup)") {
+  HEAPPROF_SYMFILES_PROGRAMS(p);
+  if (!HaveTool("dwz") || !HaveTool("nm") || !HaveTool("readelf") || !HaveTool("awk")) {
+    MESSAGE("dwz, nm, readelf or awk missing: skipped (apt-get install dwz)");
+    return;
+  }
+  const std::string d = p.dir + "/dwz";
+  std::string out;
+  REQUIRE(RunCommand("mkdir -p '" + d + "'", out) == 0);
+  REQUIRE(heapprof_test::WriteFile(d + "/shared.h", kDwzHeader));
+  REQUIRE(heapprof_test::WriteFile(d + "/a.cc", DwzProgram("a")));
+  REQUIRE(heapprof_test::WriteFile(d + "/b.cc", DwzProgram("b")));
+  // The common file named relative to the programs (dwz -M), as gdb reads it:
+  // from the directory of the file holding the link, not the current one.
+  const std::string build = "cd '" + d + "' && g++ -O2 -g -Wl,--build-id a.cc -o a && " +
+                            "g++ -O2 -g -Wl,--build-id b.cc -o b && mkdir gnu v5 byid wrong && " +
+                            "cp a b gnu/ && cp a b v5/ && (cd gnu && dwz -m common.debug -M common.debug a b) && " +
+                            "(cd v5 && dwz -5 -m sup.debug -M sup.debug a b) && cp gnu/a byid/a && cp gnu/a wrong/a && " +
+                            "cp v5/sup.debug wrong/common.debug";
+  INFO(out);
+  REQUIRE(RunCommand(build, out) == 0);
+  std::string common_id;
+  RunCommand("readelf -n '" + d + "/gnu/common.debug' | sed -n 's/.*Build ID: *//p'", common_id);
+  while (!common_id.empty() && (common_id.back() == '\n' || common_id.back() == ' ')) common_id.pop_back();
+  REQUIRE(common_id.size() > 2);
+  REQUIRE(RunCommand("mkdir -p '" + d + "/debug/.build-id/" + common_id.substr(0, 2) + "' && cp '" + d +
+                         "/gnu/common.debug' '" + d + "/debug/.build-id/" + common_id.substr(0, 2) + "/" +
+                         common_id.substr(2) + ".debug'",
+                     out) == 0);
+
+  // The program as the compiler wrote it: the frames the others must match.
+  const std::string whole = ScanDwzProgram(p, d + "/a", "/nonexistent");
+  INFO("before dwz:\n" << whole);
+  REQUIRE(whole.find("chain shared_ns::Widget::Grow[shared.h:4]@shared.h:6 < shared_ns::Twice[shared.h:14]@shared.h:14 "
+                     "< outer_a[a.cc:2]@a.cc:4\n") != std::string::npos);
+  REQUIRE(whole.find("chain shared_ns::Widget::Slow[shared.h:9]@shared.h:11\n") != std::string::npos);
+  // .gnu_debugaltlink with DW_FORM_GNU_ref_alt / GNU_strp_alt.
+  CHECK(ScanDwzProgram(p, d + "/gnu/a", "/nonexistent") == whole);
+  // DWARF 5: .debug_sup with DW_FORM_ref_sup4 / strp_sup.
+  CHECK(ScanDwzProgram(p, d + "/v5/a", "/nonexistent") == whole);
+  // Not beside it: by its build id under the debug directory.
+  CHECK(ScanDwzProgram(p, d + "/byid/a", d + "/debug") == whole);
+  // A file of that name with another build id (none, here) is not used: the
+  // names it would give are not trusted; the lines stay.
+  const std::string wrong = ScanDwzProgram(p, d + "/wrong/a", "/nonexistent");
+  INFO("with the wrong common file:\n" << wrong);
+  CHECK(wrong.find("Widget::Grow") == std::string::npos);
+  CHECK(wrong.find("@shared.h:6 < ") != std::string::npos);
+  CHECK(wrong.find("< outer_a[a.cc:2]@a.cc:4\n") != std::string::npos);
 }

@@ -1,10 +1,14 @@
 // heapprof: where an object's DWARF is (its own sections, compressed or not;
-// a separate debug file by build id or by .gnu_debuglink), and the process-wide
-// cache of what has been decoded from it, kept across profile writes.
+// a separate debug file by build id or by .gnu_debuglink; the common file
+// dwz -m moved shared DIEs and strings into, by .gnu_debugaltlink or DWARF 5's
+// .debug_sup), and the process-wide cache of what has been decoded from it,
+// kept across profile writes.
 #pragma once
 
 #include <elf.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include <unistd.h>
 
@@ -89,11 +93,22 @@ class DebugObject {
     std::size_t size;
   };
 
-  bool UseFile(elf::MappedFile& file, const char* build_id);
+  // The DWARF sections of a file; a .gnu_debugaltlink or .debug_sup to *link.
+  bool ReadSections(const elf::SectionTable& sections, const elf::ByteView& view, dwarf::Sections* out,
+                    elf::ByteView* altlink, elf::ByteView* sup);
+  // `name`: the file's name; `file` its bytes, and the build id it must have.
+  bool UseFile(elf::MappedFile& file, const char* build_id, const char* name, const char* debug_directory);
+  // The file file_'s `altlink` or `sup` names, with its DWARF in sup_info_.
+  void UseSupplementary(const char* name, const elf::ByteView& altlink, const elf::ByteView& sup,
+                        const char* debug_directory);
   // Back to the state before EnsureLoaded: nothing read, everything given back.
   void Unload() noexcept {
     DebugDelete(info_);
     info_ = nullptr;
+    DebugDelete(sup_info_);  // (after info_, which points at it)
+    sup_info_ = nullptr;
+    sup_sections_ = dwarf::Sections{};
+    sup_file_ = elf::MappedFile{};
     for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
     inflated_count_ = 0;
     sections_ = dwarf::Sections{};
@@ -104,7 +119,11 @@ class DebugObject {
 
   elf::MappedFile file_;
   dwarf::Sections sections_{};
-  Inflated inflated_[16] = {};
+  elf::MappedFile sup_file_;  // dwz -m's common file (.gnu_debugaltlink) or a DWARF 5 supplementary file
+  dwarf::Sections sup_sections_{};
+  dwarf::DwarfInfo* sup_info_ = nullptr;
+  static constexpr int kMaxInflated = 24;  // the sections of both files
+  Inflated inflated_[kMaxInflated] = {};
   int inflated_count_ = 0;
   dwarf::DwarfInfo* info_ = nullptr;
   bool loaded_ = false;
@@ -211,18 +230,21 @@ inline bool OpenDebugLink(const char* path, const elf::ByteView& own, const char
 
 }  // namespace debug_files
 
-inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
-  elf::SectionTable sections;
-  if (!sections.Init(file.view())) return false;
-  if (!debug_files::BuildIdMatches(sections, build_id)) return false;  // replaced on disk since it was loaded
-  if (!debug_files::HasDwarf(file)) return false;
-  file_ = static_cast<elf::MappedFile&&>(file);
-  const elf::ByteView view = file_.view();
+inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const elf::ByteView& view,
+                                      dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
     const char* name = debug_files::SectionName(view, sections, sh);
     if (name == nullptr) continue;
+    if (std::strcmp(name, ".gnu_debugaltlink") == 0) {
+      *altlink = sections.Contents(sh);
+      continue;
+    }
+    if (std::strcmp(name, ".debug_sup") == 0) {
+      *sup = sections.Contents(sh);
+      continue;
+    }
     bool gnu_compressed = false;
     if (std::strncmp(name, ".zdebug_", 8) == 0) {
       gnu_compressed = true;
@@ -233,15 +255,15 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
       continue;
     }
     elf::ByteView* target = nullptr;
-    if (std::strcmp(name, "debug_info") == 0) target = &sections_.info;
-    else if (std::strcmp(name, "debug_abbrev") == 0) target = &sections_.abbrev;
-    else if (std::strcmp(name, "debug_line") == 0) target = &sections_.line;
-    else if (std::strcmp(name, "debug_str") == 0) target = &sections_.str;
-    else if (std::strcmp(name, "debug_line_str") == 0) target = &sections_.line_str;
-    else if (std::strcmp(name, "debug_str_offsets") == 0) target = &sections_.str_offsets;
-    else if (std::strcmp(name, "debug_addr") == 0) target = &sections_.addr;
-    else if (std::strcmp(name, "debug_ranges") == 0) target = &sections_.ranges;
-    else if (std::strcmp(name, "debug_rnglists") == 0) target = &sections_.rnglists;
+    if (std::strcmp(name, "debug_info") == 0) target = &out_sections->info;
+    else if (std::strcmp(name, "debug_abbrev") == 0) target = &out_sections->abbrev;
+    else if (std::strcmp(name, "debug_line") == 0) target = &out_sections->line;
+    else if (std::strcmp(name, "debug_str") == 0) target = &out_sections->str;
+    else if (std::strcmp(name, "debug_line_str") == 0) target = &out_sections->line_str;
+    else if (std::strcmp(name, "debug_str_offsets") == 0) target = &out_sections->str_offsets;
+    else if (std::strcmp(name, "debug_addr") == 0) target = &out_sections->addr;
+    else if (std::strcmp(name, "debug_ranges") == 0) target = &out_sections->ranges;
+    else if (std::strcmp(name, "debug_rnglists") == 0) target = &out_sections->rnglists;
     if (target == nullptr) continue;
     elf::ByteView bytes = sections.Contents(sh);
     if (bytes.size == 0) continue;
@@ -263,7 +285,7 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
       *target = bytes;
       continue;
     }
-    if (inflated_count_ == 16 || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
+    if (inflated_count_ == kMaxInflated || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
     auto* out = static_cast<unsigned char*>(DebugAllocate(size));
     if (out == nullptr) continue;
     if (!inflate::ZlibInflate(packed, packed_size, out, size)) {
@@ -273,13 +295,120 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
     inflated_[inflated_count_++] = Inflated{out, size};
     *target = elf::ByteView{out, size};
   }
-  if (sections_.info.size == 0 || sections_.abbrev.size == 0) {
-    // Without units there is nothing to find a line program through.
+  // Without units there is nothing to find a line program through.
+  return out_sections->info.size != 0 && out_sections->abbrev.size != 0;
+}
+
+inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, const char* name,
+                                 const char* debug_directory) {
+  elf::SectionTable sections;
+  if (!sections.Init(file.view())) return false;
+  if (!debug_files::BuildIdMatches(sections, build_id)) return false;  // replaced on disk since it was loaded
+  if (!debug_files::HasDwarf(file)) return false;
+  file_ = static_cast<elf::MappedFile&&>(file);
+  elf::ByteView altlink, sup;
+  if (!ReadSections(sections, file_.view(), &sections_, &altlink, &sup)) {
     sections_ = dwarf::Sections{};
     return false;
   }
+  UseSupplementary(name, altlink, sup, debug_directory);
   info_ = DebugNew<dwarf::DwarfInfo>(sections_);
-  return info_ != nullptr;
+  if (info_ == nullptr) {
+    DebugDelete(sup_info_);
+    sup_info_ = nullptr;
+    sup_file_.Reset();
+    return false;
+  }
+  info_->SetSupplementary(sup_info_);
+  return true;
+}
+
+// .gnu_debugaltlink (what dwz -m writes): the common file's name, NUL, then
+// its build id (the bytes of its NT_GNU_BUILD_ID note). .debug_sup (DWARF 5,
+// 7.3.6; dwz -m -5): version (2 bytes), is_supplementary (1 byte, 0 here),
+// the file's name, then a ULEB128 length and that many checksum bytes, which
+// the supplementary file's own .debug_sup (is_supplementary 1) repeats.
+// The name as written (absolute, or relative to the directory of `name`, the
+// file holding the link, or of the file it is a symbolic link to), then by
+// the id under the debug directory (.build-id/xx/yyyy.debug, as gdb looks),
+// then the absolute name under the debug directory. A candidate whose id or
+// checksum differs is some other build's: its DIE offsets would name the
+// wrong functions. Not found: the names it holds stay unknown.
+inline void DebugObject::UseSupplementary(const char* name, const elf::ByteView& altlink,
+                                          const elf::ByteView& sup, const char* debug_directory) {
+  const char* link = nullptr;
+  std::size_t link_length = 0;
+  elf::ByteView id;
+  const bool standard = altlink.size == 0;
+  if (!standard) {
+    link = altlink.CString(0, &link_length);
+    if (link != nullptr) id = altlink.Sub(link_length + 1, altlink.size - link_length - 1);
+  } else if (sup.size != 0) {
+    dwarf::Cursor c(sup, 0);
+    const std::uint16_t version = c.U16();
+    const std::uint8_t is_supplementary = c.U8();
+    link = c.CString();
+    const std::uint64_t checksum_length = c.Uleb();
+    if (!c.ok() || version < 2 || version > 5 || is_supplementary != 0 || checksum_length > sup.size - c.pos()) return;
+    id = sup.Sub(c.pos(), checksum_length);
+    if (link != nullptr) link_length = std::strlen(link);
+  }
+  if (link == nullptr || link_length == 0 || id.size == 0 || id.size > 64) return;
+  char hex[129];
+  for (std::uint64_t i = 0; i < id.size; ++i) std::snprintf(hex + 2 * i, 3, "%02x", id.data[i]);
+  char real[PATH_MAX];
+  const char* real_name = ::realpath(name, real) != nullptr ? real : nullptr;
+  char candidate[1024];
+  for (int where = 0; where < 4; ++where) {
+    const char* dir_of = where == 0 ? name : real_name;
+    if (link[0] == '/' && where <= 1) {
+      if (where == 1) continue;
+      std::snprintf(candidate, sizeof candidate, "%s", link);
+    } else if (where <= 1) {
+      if (dir_of == nullptr || (where == 1 && std::strcmp(real_name, name) == 0)) continue;
+      const char* slash = std::strrchr(dir_of, '/');
+      if (slash == nullptr) std::snprintf(candidate, sizeof candidate, "%s", link);
+      else std::snprintf(candidate, sizeof candidate, "%.*s/%s", static_cast<int>(slash - dir_of), dir_of, link);
+    } else if (where == 2) {
+      if (debug_directory == nullptr || standard || id.size < 2) continue;
+      std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, hex, hex + 2);
+    } else {
+      if (debug_directory == nullptr || link[0] != '/') continue;
+      std::snprintf(candidate, sizeof candidate, "%s%s", debug_directory, link);
+    }
+    elf::MappedFile f;
+    elf::SectionTable sections;
+    if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) continue;
+    const int inflated_before = inflated_count_;
+    dwarf::Sections found{};
+    elf::ByteView its_altlink, its_sup;
+    bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
+    if (matches && !standard) {
+      matches = elf::FileBuildId(sections) == hex;
+    } else if (matches) {
+      dwarf::Cursor c(its_sup, 0);
+      c.U16();
+      const std::uint8_t is_supplementary = c.U8();
+      c.CString();
+      const std::uint64_t checksum_length = c.Uleb();
+      matches = c.ok() && is_supplementary == 1 && checksum_length == id.size &&
+                its_sup.Contains(c.pos(), checksum_length) &&
+                std::memcmp(its_sup.data + c.pos(), id.data, static_cast<std::size_t>(id.size)) == 0;
+    }
+    dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
+    if (info == nullptr) {
+      while (inflated_count_ > inflated_before) {
+        --inflated_count_;
+        DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
+      }
+      continue;
+    }
+    sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
+    sup_sections_ = found;
+    sup_info_ = info;
+    sections_.sup_str = found.str;
+    return;
+  }
 }
 
 inline void DebugObject::Load(const char* path, const char* file, const char* build_id,
@@ -292,7 +421,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
   elf::MappedFile own;
   if (own.Open(own_file)) {
     // The own file, if it still has its DWARF.
-    if (UseFile(own, build_id)) {
+    if (UseFile(own, build_id, path, debug_directory)) {
       remember(path);
       return;
     }
@@ -305,7 +434,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
     std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, build_id,
                   build_id + 2);
     elf::MappedFile debug;
-    if (debug.Open(candidate) && UseFile(debug, build_id)) {
+    if (debug.Open(candidate) && UseFile(debug, build_id, candidate, debug_directory)) {
       remember(candidate);
       return;
     }
@@ -314,7 +443,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
   if (!own.Open(own_file)) return;
   elf::MappedFile debug;
   if (debug_files::OpenDebugLink(path, own.view(), debug_directory, debug, candidate, sizeof candidate) &&
-      UseFile(debug, build_id)) {
+      UseFile(debug, build_id, candidate, debug_directory)) {
     remember(candidate);
   }
 }

@@ -57,13 +57,20 @@ class DwarfInfo {
   // whether .debug_info described the address (so the chain is complete).
   int Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known);
 
+  // The DWARF of the file this one's DW_FORM_GNU_ref_alt / ref_sup4/8 point
+  // into (dwz -m's common file, a DWARF 5 supplementary file): names of
+  // functions whose DIEs were moved there are read from it. Not owned; it
+  // outlives this one, and has no such file of its own.
+  void SetSupplementary(DwarfInfo* sup) { sup_ = sup; }
+
   bool has_lines() const { return s_.line.size != 0; }
   bool has_info() const { return s_.info.size != 0; }
 
  private:
   struct Scope {
     std::uint64_t lo, hi;
-    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined); 0 = unknown
+    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined); 0 = unknown;
+                                 // with kSupDie set, a DIE of the supplementary file
     std::uint32_t depth;
     std::uint32_t call_file;
     std::uint32_t call_line;
@@ -118,7 +125,10 @@ class DwarfInfo {
   bool DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
                  DebugArray<Scope>& out, const Scope& proto);
 
+  static constexpr std::uint64_t kSupDie = std::uint64_t{1} << 63;
+
   Sections s_;
+  DwarfInfo* sup_ = nullptr;
   bool indexed_ = false;
   DebugArray<Unit> units_;             // by offset
   DebugArray<UnitRange> unit_ranges_;  // by lo
@@ -324,9 +334,14 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
         case at::kHighPc: high = v; has_high = true; break;
         case at::kRanges: ranges = v; has_ranges = true; break;
         case at::kAbstractOrigin:
-          // An origin in another file (dwz -m's shared one) is no offset in
-          // ours: the frame stays, with its lines but no function (0).
-          if (proto.inlined) proto.function_die = IsLocalReference(v.form) ? v.u : 0;
+          // An origin in another file (dwz -m's shared one) is named from
+          // that file; without it, the frame stays with its lines but no
+          // function (0).
+          if (proto.inlined) {
+            proto.function_die = IsLocalReference(v.form)                                      ? v.u
+                                 : IsSupReference(v.form) && sup_ != nullptr && v.u < kSupDie ? v.u | kSupDie
+                                                                                              : 0;
+          }
           break;
         case at::kCallFile: proto.call_file = static_cast<std::uint32_t>(v.u); break;
         case at::kCallLine: proto.call_line = static_cast<std::uint32_t>(v.u); break;
@@ -412,18 +427,22 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
   const char* linkage = nullptr;
   const char* plain = nullptr;
   std::uint64_t plain_die = 0;
+  DwarfInfo* plain_in = this;
   const char* decl_file = nullptr;
   std::uint32_t decl_line = 0;
   std::uint64_t at = die;
+  DwarfInfo* in = this;  // the file whose .debug_info `at` is an offset in: this one or sup_
   for (int hop = 0; hop < 8 && at != 0; ++hop) {
-    Unit* u = UnitOfOffset(at);
+    if (!in->indexed_ && !in->IndexUnits()) break;  // the supplementary file's, on first use
+    Unit* u = in->UnitOfOffset(at);
     if (u == nullptr) break;
-    AbbrevTable* abbrevs = Abbrevs(*u);
+    AbbrevTable* abbrevs = in->Abbrevs(*u);
     if (abbrevs == nullptr) break;
-    Cursor c(s_.info, at);
+    Cursor c(in->s_.info, at);
     const Abbrev* a = abbrevs->Find(c.Uleb());
     if (a == nullptr) break;
     std::uint64_t next = 0;
+    DwarfInfo* next_in = in;
     bool has_decl_file = false;
     std::uint64_t file_index = 0;
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
@@ -432,12 +451,13 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
       if (!ReadAttr(c, u->header, spec.form, spec.implicit_const, &v)) break;
       switch (spec.name) {
         case at::kLinkageName: case at::kMipsLinkageName:
-          if (linkage == nullptr) linkage = ResolveString(s_, u->header, u->bases, v);
+          if (linkage == nullptr) linkage = ResolveString(in->s_, u->header, u->bases, v);
           break;
         case at::kName:
           if (plain == nullptr) {
-            plain = ResolveString(s_, u->header, u->bases, v);
+            plain = ResolveString(in->s_, u->header, u->bases, v);
             plain_die = at;
+            plain_in = in;
           }
           break;
         case at::kDeclFile: file_index = v.u; has_decl_file = true; break;
@@ -445,13 +465,19 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
           if (decl_line == 0) decl_line = static_cast<std::uint32_t>(v.u);
           break;
         case at::kAbstractOrigin: case at::kSpecification:
-          if (IsLocalReference(v.form)) next = v.u;
+          if (IsLocalReference(v.form)) {
+            next = v.u;
+            next_in = in;
+          } else if (IsSupReference(v.form) && in->sup_ != nullptr) {
+            next = v.u;
+            next_in = in->sup_;
+          }
           break;
         default: break;
       }
     }
     if (has_decl_file && decl_file == nullptr) {
-      if (LineTable* lines = Lines(*u)) decl_file = lines->FileName(file_index);
+      if (LineTable* lines = in->Lines(*u)) decl_file = lines->FileName(file_index);
     }
     // The linkage name is enough to name the function, but its declaration
     // may still be one hop on: clang puts a method defined in its class, and
@@ -459,6 +485,7 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     // a DW_AT_specification whose DIE alone has decl_file/decl_line.
     if (linkage != nullptr && decl_line != 0 && decl_file != nullptr) break;
     at = next;
+    in = next_in;
   }
   const char* system = linkage != nullptr ? linkage : plain;
   if (system == nullptr) return nullptr;
@@ -487,9 +514,11 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     // stays the DWARF name too: pprof takes a name equal to its system name
     // for one not yet demangled, and its simplifier would cut the
     // "(anonymous namespace)" of "(anonymous namespace)::Pool::Grow".
-    Unit* owner = UnitOfOffset(plain_die);
+    // (Qualified in the file that holds the DIE: its namespaces and classes.)
+    Unit* owner = plain_in->UnitOfOffset(plain_die);
     char qualified[1024];
-    const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
+    const std::size_t n =
+        owner != nullptr ? plain_in->Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
     const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
     if (kept != nullptr) f->name = kept;
     return f;
@@ -597,6 +626,11 @@ inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* na
 }
 
 inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
+  if ((die & kSupDie) != 0) {
+    // Made and kept by the supplementary file's DwarfInfo.
+    const std::uint64_t offset = die & ~kSupDie;
+    return sup_ != nullptr && offset != 0 ? sup_->Function(offset) : nullptr;
+  }
   if ((function_count_ + 1) * 2 > functions_.size()) {
     DebugArray<FunctionSlot> bigger;
     if (!bigger.Resize(functions_.size() < 64 ? 128 : functions_.size() * 2)) return nullptr;

@@ -47,9 +47,12 @@ constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0
                         kGnuRefAlt = 0x1f20, kGnuStrpAlt = 0x1f21;
 }
 
-// The debug sections of one file, as bytes (mapped, or inflated into debug memory).
+// The debug sections of one file, as bytes (mapped, or inflated into debug
+// memory). `sup_str`: the .debug_str of the file its DW_FORM_GNU_strp_alt and
+// DW_FORM_strp_sup point into (.gnu_debugaltlink, .debug_sup), if found.
 struct Sections {
   ByteView info, abbrev, line, str, line_str, str_offsets, addr, ranges, rnglists;
+  ByteView sup_str;
 };
 
 class Cursor {
@@ -285,10 +288,14 @@ inline bool IsConstantForm(std::uint32_t f) {
 // A reference to a DIE of this file's .debug_info. The others point
 // elsewhere: DW_FORM_GNU_ref_alt into the file dwz -m shares between
 // binaries (.gnu_debugaltlink), ref_sup4/8 into a DWARF 5 supplementary
-// file, ref_sig8 to a type unit by its signature.
+// file (both: IsSupReference, an offset into that file's .debug_info),
+// ref_sig8 to a type unit by its signature.
 inline bool IsLocalReference(std::uint32_t f) {
   return f == form::kRef1 || f == form::kRef2 || f == form::kRef4 || f == form::kRef8 || f == form::kRefUdata ||
          f == form::kRefAddr;
+}
+inline bool IsSupReference(std::uint32_t f) {
+  return f == form::kGnuRefAlt || f == form::kRefSup4 || f == form::kRefSup8;
 }
 
 // Reads (or, with out == nullptr, skips) one value. References within the
@@ -351,6 +358,7 @@ inline const char* ResolveString(const Sections& s, const UnitHeader& u, const U
     case form::kString: return v.str;
     case form::kStrp: return StringAt(s.str, v.u);
     case form::kLineStrp: return StringAt(s.line_str, v.u);
+    case form::kGnuStrpAlt: case form::kStrpSup: return StringAt(s.sup_str, v.u);
     case form::kStrx: case form::kStrx1: case form::kStrx2: case form::kStrx3: case form::kStrx4:
     case form::kGnuStrIndex: {
       // A v5 unit without DW_AT_str_offsets_base points past the section header.

@@ -116,7 +116,9 @@ constexpr Elf64_Half kNativeMachine = EM_AARCH64;
 constexpr Elf64_Half kNativeMachine = EM_NONE;  // unchecked
 #endif
 
-inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
+// `relocatable`: ET_REL is accepted too (the DWARF-only file dwz -m writes
+// for what several binaries share is one).
+inline bool IsNativeElfHeader(const Elf64_Ehdr& eh, bool relocatable = false) {
   if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return false;
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_VERSION] != EV_CURRENT) return false;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -124,7 +126,7 @@ inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
 #else
   if (eh.e_ident[EI_DATA] != ELFDATA2LSB) return false;
 #endif
-  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return false;
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN && !(relocatable && eh.e_type == ET_REL)) return false;
   // A file for another machine at the same path cannot describe our code.
   return kNativeMachine == EM_NONE || eh.e_machine == kNativeMachine;
 }
@@ -133,10 +135,10 @@ inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
 // entirely inside the file; the data a header points at is checked by its user.
 class SectionTable {
  public:
-  bool Init(const ByteView& file) {
+  bool Init(const ByteView& file, bool relocatable = false) {
     count_ = 0;
     Elf64_Ehdr eh;
-    if (!file.Read(0, &eh) || !IsNativeElfHeader(eh)) return false;
+    if (!file.Read(0, &eh) || !IsNativeElfHeader(eh, relocatable)) return false;
     if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr)) return false;
     file_ = file;
     offset_ = eh.e_shoff;
