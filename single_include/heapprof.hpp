@@ -8430,7 +8430,9 @@ constexpr Elf64_Half kNativeMachine = EM_AARCH64;
 constexpr Elf64_Half kNativeMachine = EM_NONE;  // unchecked
 #endif
 
-inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
+// `relocatable`: ET_REL is accepted too (the DWARF-only file dwz -m writes
+// for what several binaries share is one).
+inline bool IsNativeElfHeader(const Elf64_Ehdr& eh, bool relocatable = false) {
   if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return false;
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_VERSION] != EV_CURRENT) return false;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -8438,7 +8440,7 @@ inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
 #else
   if (eh.e_ident[EI_DATA] != ELFDATA2LSB) return false;
 #endif
-  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return false;
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN && !(relocatable && eh.e_type == ET_REL)) return false;
   // A file for another machine at the same path cannot describe our code.
   return kNativeMachine == EM_NONE || eh.e_machine == kNativeMachine;
 }
@@ -8447,10 +8449,10 @@ inline bool IsNativeElfHeader(const Elf64_Ehdr& eh) {
 // entirely inside the file; the data a header points at is checked by its user.
 class SectionTable {
  public:
-  bool Init(const ByteView& file) {
+  bool Init(const ByteView& file, bool relocatable = false) {
     count_ = 0;
     Elf64_Ehdr eh;
-    if (!file.Read(0, &eh) || !IsNativeElfHeader(eh)) return false;
+    if (!file.Read(0, &eh) || !IsNativeElfHeader(eh, relocatable)) return false;
     if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr)) return false;
     file_ = file;
     offset_ = eh.e_shoff;
@@ -8556,11 +8558,15 @@ inline ArenaString FileBuildId(const SectionTable& sections) {
 
 // ---- begin heapprof/detail/4_symbolization/debug_info.hpp ----
 // heapprof: where an object's DWARF is (its own sections, compressed or not;
-// a separate debug file by build id or by .gnu_debuglink), and the process-wide
-// cache of what has been decoded from it, kept across profile writes.
+// a separate debug file by build id or by .gnu_debuglink; the common file
+// dwz -m moved shared DIEs and strings into, by .gnu_debugaltlink or DWARF 5's
+// .debug_sup), and the process-wide cache of what has been decoded from it,
+// kept across profile writes.
 
 #include <elf.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include <unistd.h>
 
@@ -8864,9 +8870,12 @@ constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0
                         kGnuRefAlt = 0x1f20, kGnuStrpAlt = 0x1f21;
 }
 
-// The debug sections of one file, as bytes (mapped, or inflated into debug memory).
+// The debug sections of one file, as bytes (mapped, or inflated into debug
+// memory). `sup_str`: the .debug_str of the file its DW_FORM_GNU_strp_alt and
+// DW_FORM_strp_sup point into (.gnu_debugaltlink, .debug_sup), if found.
 struct Sections {
   ByteView info, abbrev, line, str, line_str, str_offsets, addr, ranges, rnglists;
+  ByteView sup_str;
 };
 
 class Cursor {
@@ -9102,10 +9111,14 @@ inline bool IsConstantForm(std::uint32_t f) {
 // A reference to a DIE of this file's .debug_info. The others point
 // elsewhere: DW_FORM_GNU_ref_alt into the file dwz -m shares between
 // binaries (.gnu_debugaltlink), ref_sup4/8 into a DWARF 5 supplementary
-// file, ref_sig8 to a type unit by its signature.
+// file (both: IsSupReference, an offset into that file's .debug_info),
+// ref_sig8 to a type unit by its signature.
 inline bool IsLocalReference(std::uint32_t f) {
   return f == form::kRef1 || f == form::kRef2 || f == form::kRef4 || f == form::kRef8 || f == form::kRefUdata ||
          f == form::kRefAddr;
+}
+inline bool IsSupReference(std::uint32_t f) {
+  return f == form::kGnuRefAlt || f == form::kRefSup4 || f == form::kRefSup8;
 }
 
 // Reads (or, with out == nullptr, skips) one value. References within the
@@ -9168,6 +9181,7 @@ inline const char* ResolveString(const Sections& s, const UnitHeader& u, const U
     case form::kString: return v.str;
     case form::kStrp: return StringAt(s.str, v.u);
     case form::kLineStrp: return StringAt(s.line_str, v.u);
+    case form::kGnuStrpAlt: case form::kStrpSup: return StringAt(s.sup_str, v.u);
     case form::kStrx: case form::kStrx1: case form::kStrx2: case form::kStrx3: case form::kStrx4:
     case form::kGnuStrIndex: {
       // A v5 unit without DW_AT_str_offsets_base points past the section header.
@@ -9720,13 +9734,20 @@ class DwarfInfo {
   // whether .debug_info described the address (so the chain is complete).
   int Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known);
 
+  // The DWARF of the file this one's DW_FORM_GNU_ref_alt / ref_sup4/8 point
+  // into (dwz -m's common file, a DWARF 5 supplementary file): names of
+  // functions whose DIEs were moved there are read from it. Not owned; it
+  // outlives this one, and has no such file of its own.
+  void SetSupplementary(DwarfInfo* sup) { sup_ = sup; }
+
   bool has_lines() const { return s_.line.size != 0; }
   bool has_info() const { return s_.info.size != 0; }
 
  private:
   struct Scope {
     std::uint64_t lo, hi;
-    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined); 0 = unknown
+    std::uint64_t function_die;  // the DIE naming the function (abstract origin for inlined); 0 = unknown;
+                                 // with kSupDie set, a DIE of the supplementary file
     std::uint32_t depth;
     std::uint32_t call_file;
     std::uint32_t call_line;
@@ -9781,7 +9802,10 @@ class DwarfInfo {
   bool DieRanges(Unit& u, const AttrValue* low, const AttrValue* high, const AttrValue* ranges,
                  DebugArray<Scope>& out, const Scope& proto);
 
+  static constexpr std::uint64_t kSupDie = std::uint64_t{1} << 63;
+
   Sections s_;
+  DwarfInfo* sup_ = nullptr;
   bool indexed_ = false;
   DebugArray<Unit> units_;             // by offset
   DebugArray<UnitRange> unit_ranges_;  // by lo
@@ -9987,9 +10011,14 @@ inline DebugArray<DwarfInfo::Scope>* DwarfInfo::Scopes(Unit& u) {
         case at::kHighPc: high = v; has_high = true; break;
         case at::kRanges: ranges = v; has_ranges = true; break;
         case at::kAbstractOrigin:
-          // An origin in another file (dwz -m's shared one) is no offset in
-          // ours: the frame stays, with its lines but no function (0).
-          if (proto.inlined) proto.function_die = IsLocalReference(v.form) ? v.u : 0;
+          // An origin in another file (dwz -m's shared one) is named from
+          // that file; without it, the frame stays with its lines but no
+          // function (0).
+          if (proto.inlined) {
+            proto.function_die = IsLocalReference(v.form)                                      ? v.u
+                                 : IsSupReference(v.form) && sup_ != nullptr && v.u < kSupDie ? v.u | kSupDie
+                                                                                              : 0;
+          }
           break;
         case at::kCallFile: proto.call_file = static_cast<std::uint32_t>(v.u); break;
         case at::kCallLine: proto.call_line = static_cast<std::uint32_t>(v.u); break;
@@ -10075,18 +10104,22 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
   const char* linkage = nullptr;
   const char* plain = nullptr;
   std::uint64_t plain_die = 0;
+  DwarfInfo* plain_in = this;
   const char* decl_file = nullptr;
   std::uint32_t decl_line = 0;
   std::uint64_t at = die;
+  DwarfInfo* in = this;  // the file whose .debug_info `at` is an offset in: this one or sup_
   for (int hop = 0; hop < 8 && at != 0; ++hop) {
-    Unit* u = UnitOfOffset(at);
+    if (!in->indexed_ && !in->IndexUnits()) break;  // the supplementary file's, on first use
+    Unit* u = in->UnitOfOffset(at);
     if (u == nullptr) break;
-    AbbrevTable* abbrevs = Abbrevs(*u);
+    AbbrevTable* abbrevs = in->Abbrevs(*u);
     if (abbrevs == nullptr) break;
-    Cursor c(s_.info, at);
+    Cursor c(in->s_.info, at);
     const Abbrev* a = abbrevs->Find(c.Uleb());
     if (a == nullptr) break;
     std::uint64_t next = 0;
+    DwarfInfo* next_in = in;
     bool has_decl_file = false;
     std::uint64_t file_index = 0;
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
@@ -10095,12 +10128,13 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
       if (!ReadAttr(c, u->header, spec.form, spec.implicit_const, &v)) break;
       switch (spec.name) {
         case at::kLinkageName: case at::kMipsLinkageName:
-          if (linkage == nullptr) linkage = ResolveString(s_, u->header, u->bases, v);
+          if (linkage == nullptr) linkage = ResolveString(in->s_, u->header, u->bases, v);
           break;
         case at::kName:
           if (plain == nullptr) {
-            plain = ResolveString(s_, u->header, u->bases, v);
+            plain = ResolveString(in->s_, u->header, u->bases, v);
             plain_die = at;
+            plain_in = in;
           }
           break;
         case at::kDeclFile: file_index = v.u; has_decl_file = true; break;
@@ -10108,13 +10142,19 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
           if (decl_line == 0) decl_line = static_cast<std::uint32_t>(v.u);
           break;
         case at::kAbstractOrigin: case at::kSpecification:
-          if (IsLocalReference(v.form)) next = v.u;
+          if (IsLocalReference(v.form)) {
+            next = v.u;
+            next_in = in;
+          } else if (IsSupReference(v.form) && in->sup_ != nullptr) {
+            next = v.u;
+            next_in = in->sup_;
+          }
           break;
         default: break;
       }
     }
     if (has_decl_file && decl_file == nullptr) {
-      if (LineTable* lines = Lines(*u)) decl_file = lines->FileName(file_index);
+      if (LineTable* lines = in->Lines(*u)) decl_file = lines->FileName(file_index);
     }
     // The linkage name is enough to name the function, but its declaration
     // may still be one hop on: clang puts a method defined in its class, and
@@ -10122,6 +10162,7 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     // a DW_AT_specification whose DIE alone has decl_file/decl_line.
     if (linkage != nullptr && decl_line != 0 && decl_file != nullptr) break;
     at = next;
+    in = next_in;
   }
   const char* system = linkage != nullptr ? linkage : plain;
   if (system == nullptr) return nullptr;
@@ -10150,9 +10191,11 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     // stays the DWARF name too: pprof takes a name equal to its system name
     // for one not yet demangled, and its simplifier would cut the
     // "(anonymous namespace)" of "(anonymous namespace)::Pool::Grow".
-    Unit* owner = UnitOfOffset(plain_die);
+    // (Qualified in the file that holds the DIE: its namespaces and classes.)
+    Unit* owner = plain_in->UnitOfOffset(plain_die);
     char qualified[1024];
-    const std::size_t n = owner != nullptr ? Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
+    const std::size_t n =
+        owner != nullptr ? plain_in->Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
     const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
     if (kept != nullptr) f->name = kept;
     return f;
@@ -10260,6 +10303,11 @@ inline std::size_t DwarfInfo::Qualify(Unit& u, std::uint64_t die, const char* na
 }
 
 inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
+  if ((die & kSupDie) != 0) {
+    // Made and kept by the supplementary file's DwarfInfo.
+    const std::uint64_t offset = die & ~kSupDie;
+    return sup_ != nullptr && offset != 0 ? sup_->Function(offset) : nullptr;
+  }
   if ((function_count_ + 1) * 2 > functions_.size()) {
     DebugArray<FunctionSlot> bigger;
     if (!bigger.Resize(functions_.size() < 64 ? 128 : functions_.size() * 2)) return nullptr;
@@ -10776,11 +10824,22 @@ class DebugObject {
     std::size_t size;
   };
 
-  bool UseFile(elf::MappedFile& file, const char* build_id);
+  // The DWARF sections of a file; a .gnu_debugaltlink or .debug_sup to *link.
+  bool ReadSections(const elf::SectionTable& sections, const elf::ByteView& view, dwarf::Sections* out,
+                    elf::ByteView* altlink, elf::ByteView* sup);
+  // `name`: the file's name; `file` its bytes, and the build id it must have.
+  bool UseFile(elf::MappedFile& file, const char* build_id, const char* name, const char* debug_directory);
+  // The file file_'s `altlink` or `sup` names, with its DWARF in sup_info_.
+  void UseSupplementary(const char* name, const elf::ByteView& altlink, const elf::ByteView& sup,
+                        const char* debug_directory);
   // Back to the state before EnsureLoaded: nothing read, everything given back.
   void Unload() noexcept {
     DebugDelete(info_);
     info_ = nullptr;
+    DebugDelete(sup_info_);  // (after info_, which points at it)
+    sup_info_ = nullptr;
+    sup_sections_ = dwarf::Sections{};
+    sup_file_ = elf::MappedFile{};
     for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
     inflated_count_ = 0;
     sections_ = dwarf::Sections{};
@@ -10791,7 +10850,11 @@ class DebugObject {
 
   elf::MappedFile file_;
   dwarf::Sections sections_{};
-  Inflated inflated_[16] = {};
+  elf::MappedFile sup_file_;  // dwz -m's common file (.gnu_debugaltlink) or a DWARF 5 supplementary file
+  dwarf::Sections sup_sections_{};
+  dwarf::DwarfInfo* sup_info_ = nullptr;
+  static constexpr int kMaxInflated = 24;  // the sections of both files
+  Inflated inflated_[kMaxInflated] = {};
   int inflated_count_ = 0;
   dwarf::DwarfInfo* info_ = nullptr;
   bool loaded_ = false;
@@ -10898,18 +10961,21 @@ inline bool OpenDebugLink(const char* path, const elf::ByteView& own, const char
 
 }  // namespace debug_files
 
-inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
-  elf::SectionTable sections;
-  if (!sections.Init(file.view())) return false;
-  if (!debug_files::BuildIdMatches(sections, build_id)) return false;  // replaced on disk since it was loaded
-  if (!debug_files::HasDwarf(file)) return false;
-  file_ = static_cast<elf::MappedFile&&>(file);
-  const elf::ByteView view = file_.view();
+inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const elf::ByteView& view,
+                                      dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
     const char* name = debug_files::SectionName(view, sections, sh);
     if (name == nullptr) continue;
+    if (std::strcmp(name, ".gnu_debugaltlink") == 0) {
+      *altlink = sections.Contents(sh);
+      continue;
+    }
+    if (std::strcmp(name, ".debug_sup") == 0) {
+      *sup = sections.Contents(sh);
+      continue;
+    }
     bool gnu_compressed = false;
     if (std::strncmp(name, ".zdebug_", 8) == 0) {
       gnu_compressed = true;
@@ -10920,15 +10986,15 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
       continue;
     }
     elf::ByteView* target = nullptr;
-    if (std::strcmp(name, "debug_info") == 0) target = &sections_.info;
-    else if (std::strcmp(name, "debug_abbrev") == 0) target = &sections_.abbrev;
-    else if (std::strcmp(name, "debug_line") == 0) target = &sections_.line;
-    else if (std::strcmp(name, "debug_str") == 0) target = &sections_.str;
-    else if (std::strcmp(name, "debug_line_str") == 0) target = &sections_.line_str;
-    else if (std::strcmp(name, "debug_str_offsets") == 0) target = &sections_.str_offsets;
-    else if (std::strcmp(name, "debug_addr") == 0) target = &sections_.addr;
-    else if (std::strcmp(name, "debug_ranges") == 0) target = &sections_.ranges;
-    else if (std::strcmp(name, "debug_rnglists") == 0) target = &sections_.rnglists;
+    if (std::strcmp(name, "debug_info") == 0) target = &out_sections->info;
+    else if (std::strcmp(name, "debug_abbrev") == 0) target = &out_sections->abbrev;
+    else if (std::strcmp(name, "debug_line") == 0) target = &out_sections->line;
+    else if (std::strcmp(name, "debug_str") == 0) target = &out_sections->str;
+    else if (std::strcmp(name, "debug_line_str") == 0) target = &out_sections->line_str;
+    else if (std::strcmp(name, "debug_str_offsets") == 0) target = &out_sections->str_offsets;
+    else if (std::strcmp(name, "debug_addr") == 0) target = &out_sections->addr;
+    else if (std::strcmp(name, "debug_ranges") == 0) target = &out_sections->ranges;
+    else if (std::strcmp(name, "debug_rnglists") == 0) target = &out_sections->rnglists;
     if (target == nullptr) continue;
     elf::ByteView bytes = sections.Contents(sh);
     if (bytes.size == 0) continue;
@@ -10950,7 +11016,7 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
       *target = bytes;
       continue;
     }
-    if (inflated_count_ == 16 || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
+    if (inflated_count_ == kMaxInflated || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
     auto* out = static_cast<unsigned char*>(DebugAllocate(size));
     if (out == nullptr) continue;
     if (!inflate::ZlibInflate(packed, packed_size, out, size)) {
@@ -10960,13 +11026,120 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id) {
     inflated_[inflated_count_++] = Inflated{out, size};
     *target = elf::ByteView{out, size};
   }
-  if (sections_.info.size == 0 || sections_.abbrev.size == 0) {
-    // Without units there is nothing to find a line program through.
+  // Without units there is nothing to find a line program through.
+  return out_sections->info.size != 0 && out_sections->abbrev.size != 0;
+}
+
+inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, const char* name,
+                                 const char* debug_directory) {
+  elf::SectionTable sections;
+  if (!sections.Init(file.view())) return false;
+  if (!debug_files::BuildIdMatches(sections, build_id)) return false;  // replaced on disk since it was loaded
+  if (!debug_files::HasDwarf(file)) return false;
+  file_ = static_cast<elf::MappedFile&&>(file);
+  elf::ByteView altlink, sup;
+  if (!ReadSections(sections, file_.view(), &sections_, &altlink, &sup)) {
     sections_ = dwarf::Sections{};
     return false;
   }
+  UseSupplementary(name, altlink, sup, debug_directory);
   info_ = DebugNew<dwarf::DwarfInfo>(sections_);
-  return info_ != nullptr;
+  if (info_ == nullptr) {
+    DebugDelete(sup_info_);
+    sup_info_ = nullptr;
+    sup_file_.Reset();
+    return false;
+  }
+  info_->SetSupplementary(sup_info_);
+  return true;
+}
+
+// .gnu_debugaltlink (what dwz -m writes): the common file's name, NUL, then
+// its build id (the bytes of its NT_GNU_BUILD_ID note). .debug_sup (DWARF 5,
+// 7.3.6; dwz -m -5): version (2 bytes), is_supplementary (1 byte, 0 here),
+// the file's name, then a ULEB128 length and that many checksum bytes, which
+// the supplementary file's own .debug_sup (is_supplementary 1) repeats.
+// The name as written (absolute, or relative to the directory of `name`, the
+// file holding the link, or of the file it is a symbolic link to), then by
+// the id under the debug directory (.build-id/xx/yyyy.debug, as gdb looks),
+// then the absolute name under the debug directory. A candidate whose id or
+// checksum differs is some other build's: its DIE offsets would name the
+// wrong functions. Not found: the names it holds stay unknown.
+inline void DebugObject::UseSupplementary(const char* name, const elf::ByteView& altlink,
+                                          const elf::ByteView& sup, const char* debug_directory) {
+  const char* link = nullptr;
+  std::size_t link_length = 0;
+  elf::ByteView id;
+  const bool standard = altlink.size == 0;
+  if (!standard) {
+    link = altlink.CString(0, &link_length);
+    if (link != nullptr) id = altlink.Sub(link_length + 1, altlink.size - link_length - 1);
+  } else if (sup.size != 0) {
+    dwarf::Cursor c(sup, 0);
+    const std::uint16_t version = c.U16();
+    const std::uint8_t is_supplementary = c.U8();
+    link = c.CString();
+    const std::uint64_t checksum_length = c.Uleb();
+    if (!c.ok() || version < 2 || version > 5 || is_supplementary != 0 || checksum_length > sup.size - c.pos()) return;
+    id = sup.Sub(c.pos(), checksum_length);
+    if (link != nullptr) link_length = std::strlen(link);
+  }
+  if (link == nullptr || link_length == 0 || id.size == 0 || id.size > 64) return;
+  char hex[129];
+  for (std::uint64_t i = 0; i < id.size; ++i) std::snprintf(hex + 2 * i, 3, "%02x", id.data[i]);
+  char real[PATH_MAX];
+  const char* real_name = ::realpath(name, real) != nullptr ? real : nullptr;
+  char candidate[1024];
+  for (int where = 0; where < 4; ++where) {
+    const char* dir_of = where == 0 ? name : real_name;
+    if (link[0] == '/' && where <= 1) {
+      if (where == 1) continue;
+      std::snprintf(candidate, sizeof candidate, "%s", link);
+    } else if (where <= 1) {
+      if (dir_of == nullptr || (where == 1 && std::strcmp(real_name, name) == 0)) continue;
+      const char* slash = std::strrchr(dir_of, '/');
+      if (slash == nullptr) std::snprintf(candidate, sizeof candidate, "%s", link);
+      else std::snprintf(candidate, sizeof candidate, "%.*s/%s", static_cast<int>(slash - dir_of), dir_of, link);
+    } else if (where == 2) {
+      if (debug_directory == nullptr || standard || id.size < 2) continue;
+      std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, hex, hex + 2);
+    } else {
+      if (debug_directory == nullptr || link[0] != '/') continue;
+      std::snprintf(candidate, sizeof candidate, "%s%s", debug_directory, link);
+    }
+    elf::MappedFile f;
+    elf::SectionTable sections;
+    if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) continue;
+    const int inflated_before = inflated_count_;
+    dwarf::Sections found{};
+    elf::ByteView its_altlink, its_sup;
+    bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
+    if (matches && !standard) {
+      matches = elf::FileBuildId(sections) == hex;
+    } else if (matches) {
+      dwarf::Cursor c(its_sup, 0);
+      c.U16();
+      const std::uint8_t is_supplementary = c.U8();
+      c.CString();
+      const std::uint64_t checksum_length = c.Uleb();
+      matches = c.ok() && is_supplementary == 1 && checksum_length == id.size &&
+                its_sup.Contains(c.pos(), checksum_length) &&
+                std::memcmp(its_sup.data + c.pos(), id.data, static_cast<std::size_t>(id.size)) == 0;
+    }
+    dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
+    if (info == nullptr) {
+      while (inflated_count_ > inflated_before) {
+        --inflated_count_;
+        DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
+      }
+      continue;
+    }
+    sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
+    sup_sections_ = found;
+    sup_info_ = info;
+    sections_.sup_str = found.str;
+    return;
+  }
 }
 
 inline void DebugObject::Load(const char* path, const char* file, const char* build_id,
@@ -10979,7 +11152,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
   elf::MappedFile own;
   if (own.Open(own_file)) {
     // The own file, if it still has its DWARF.
-    if (UseFile(own, build_id)) {
+    if (UseFile(own, build_id, path, debug_directory)) {
       remember(path);
       return;
     }
@@ -10992,7 +11165,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
     std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, build_id,
                   build_id + 2);
     elf::MappedFile debug;
-    if (debug.Open(candidate) && UseFile(debug, build_id)) {
+    if (debug.Open(candidate) && UseFile(debug, build_id, candidate, debug_directory)) {
       remember(candidate);
       return;
     }
@@ -11001,7 +11174,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
   if (!own.Open(own_file)) return;
   elf::MappedFile debug;
   if (debug_files::OpenDebugLink(path, own.view(), debug_directory, debug, candidate, sizeof candidate) &&
-      UseFile(debug, build_id)) {
+      UseFile(debug, build_id, candidate, debug_directory)) {
     remember(candidate);
   }
 }
