@@ -62,6 +62,16 @@ struct Bucket {
   Bucket* next;                       // the all-buckets list, newest first
 };
 
+// The live map's bucket for an object whose sample the tables had no room for
+// (RecordAlloc returned nullptr: samples_dropped). No profile shows it (it is
+// on no list) and no count moves with it (peak.hpp: CountSampledFree), but the
+// object stays in the live map so that its free is still a sampled object's:
+// a small block padded to 1 KiB for its sample was counted at its padded size,
+// and a sized delete under jemalloc or tcmalloc (block_hooks.hpp:
+// HotFreeSized) would count its request's class unless the free filter sends
+// it to the slow path, which reads the block's real size.
+inline Bucket g_dropped_sample_bucket{};
+
 class BucketTable {
  public:
   constexpr BucketTable() noexcept = default;

@@ -339,7 +339,12 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   if (HEAPPROF_UNLIKELY(new_stack) && g_unwinder.load(std::memory_order_relaxed) == kUnwinderFramePointer) {
     unwind_table::NoteStackObjects(stack.pcs, static_cast<std::uint32_t>(stack.depth));
   }
-  if (b == nullptr) return;
+  if (b == nullptr) {
+    // Dropped (the tables are full): the object is still remembered, so that
+    // its free is found as a sampled object's (buckets.hpp: g_dropped_sample_bucket).
+    (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
+    return;
+  }
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.

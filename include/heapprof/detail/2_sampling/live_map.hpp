@@ -166,13 +166,16 @@ class LiveMap {
       if (e.key == 0) break;
       if (e.key == key) {
         CountSampledFree(e.bucket);
+        if (e.bucket == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
         e.bucket = bucket;
+        if (bucket == &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
         return true;
       }
     }
     s.entries[i] = Entry{key, bucket};
     ++s.size;
-    live_.fetch_add(1, std::memory_order_relaxed);
+    // (A dropped sample's object is not one the profile tracks: Stats::sampled_live_objects.)
+    if (bucket != &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
     FilterAdd(p, +1);
     return true;
   }
@@ -205,7 +208,7 @@ class LiveMap {
       }
     }
     --s.size;
-    live_.fetch_sub(1, std::memory_order_relaxed);
+    if (bucket != &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
     FilterAdd(p, -1);
     return bucket;
   }

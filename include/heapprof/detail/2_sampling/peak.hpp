@@ -223,6 +223,7 @@ inline void CountSampledPeak(const Bucket* b) noexcept {
 // Every free of a sampled object goes through here: its bucket, then the
 // in-use estimate.
 inline void CountSampledFree(Bucket* b) noexcept {
+  if (b == &g_dropped_sample_bucket) return;  // never counted as sampled (buckets.hpp)
   b->frees.fetch_add(1, std::memory_order_relaxed);
   g_inuse_estimate.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
 }

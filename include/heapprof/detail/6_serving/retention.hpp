@@ -545,7 +545,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
       bool overflow = false;
       g_live_map.ForEach([&](std::uintptr_t key, Bucket* b) {
         // Zero-size objects too: the heap profile counts them (see Find).
-        if (b == nullptr) return;
+        if (b == nullptr || b == &g_dropped_sample_bucket) return;  // (a dropped sample: in no profile)
         if (objects.size() == objects.capacity()) {
           overflow = true;
           return;
