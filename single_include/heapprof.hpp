@@ -3204,6 +3204,16 @@ struct Bucket {
   Bucket* next;                       // the all-buckets list, newest first
 };
 
+// The live map's bucket for an object whose sample the tables had no room for
+// (RecordAlloc returned nullptr: samples_dropped). No profile shows it (it is
+// on no list) and no count moves with it (peak.hpp: CountSampledFree), but the
+// object stays in the live map so that its free is still a sampled object's:
+// a small block padded to 1 KiB for its sample was counted at its padded size,
+// and a sized delete under jemalloc or tcmalloc (block_hooks.hpp:
+// HotFreeSized) would count its request's class unless the free filter sends
+// it to the slow path, which reads the block's real size.
+inline Bucket g_dropped_sample_bucket{};
+
 class BucketTable {
  public:
   constexpr BucketTable() noexcept = default;
@@ -3596,6 +3606,7 @@ inline void CountSampledPeak(const Bucket* b) noexcept {
 // Every free of a sampled object goes through here: its bucket, then the
 // in-use estimate.
 inline void CountSampledFree(Bucket* b) noexcept {
+  if (b == &g_dropped_sample_bucket) return;  // never counted as sampled (buckets.hpp)
   b->frees.fetch_add(1, std::memory_order_relaxed);
   g_inuse_estimate.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
 }
@@ -3765,13 +3776,16 @@ class LiveMap {
       if (e.key == 0) break;
       if (e.key == key) {
         CountSampledFree(e.bucket);
+        if (e.bucket == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
         e.bucket = bucket;
+        if (bucket == &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
         return true;
       }
     }
     s.entries[i] = Entry{key, bucket};
     ++s.size;
-    live_.fetch_add(1, std::memory_order_relaxed);
+    // (A dropped sample's object is not one the profile tracks: Stats::sampled_live_objects.)
+    if (bucket != &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
     FilterAdd(p, +1);
     return true;
   }
@@ -3804,7 +3818,7 @@ class LiveMap {
       }
     }
     --s.size;
-    live_.fetch_sub(1, std::memory_order_relaxed);
+    if (bucket != &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
     FilterAdd(p, -1);
     return bucket;
   }
@@ -8052,7 +8066,12 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   if (HEAPPROF_UNLIKELY(new_stack) && g_unwinder.load(std::memory_order_relaxed) == kUnwinderFramePointer) {
     unwind_table::NoteStackObjects(stack.pcs, static_cast<std::uint32_t>(stack.depth));
   }
-  if (b == nullptr) return;
+  if (b == nullptr) {
+    // Dropped (the tables are full): the object is still remembered, so that
+    // its free is found as a sampled object's (buckets.hpp: g_dropped_sample_bucket).
+    (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
+    return;
+  }
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
@@ -14861,7 +14880,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
       bool overflow = false;
       g_live_map.ForEach([&](std::uintptr_t key, Bucket* b) {
         // Zero-size objects too: the heap profile counts them (see Find).
-        if (b == nullptr) return;
+        if (b == nullptr || b == &g_dropped_sample_bucket) return;  // (a dropped sample: in no profile)
         if (objects.size() == objects.capacity()) {
           overflow = true;
           return;
