@@ -8046,6 +8046,14 @@ HEAPPROF_ALWAYS_INLINE void DrainDeferredFrees() noexcept {
   DrainDeferredFreesNow();
 }
 
+// A block that must be found at its free although no profile shows it
+// (AllocSlowPath: padded for a sample that the rate, set to 0 meanwhile, no
+// longer takes).
+HEAPPROF_NOINLINE inline void RememberUnsampledObject(void* p) noexcept {
+  ReentrancyGuard guard;
+  (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
+}
+
 // The work of one sample: unwind, intern, remember the object.
 HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                                                const ThreadState& ts, const void* frame) noexcept {
@@ -8163,12 +8171,21 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     restarted = true;
   }
   left -= static_cast<std::int64_t>(n);
-  // Unless the hook already padded the block for a sample (block_hooks.hpp:
+  // The hook may have padded the block for a sample already (block_hooks.hpp:
   // SampledRequest saw the old epoch: another thread changed the rate during
-  // the allocation). It must be sampled: under the class table its sized
-  // delete would count its request's class, not the padded size.
-  if (left > 0 && !(restarted && rate != 0 && (how & kCountBlock) != 0 && n < LoadRelaxed(ts->sampled_min) &&
-                    counted >= LoadRelaxed(ts->sampled_min))) {
+  // the allocation). Its free must then find it: under the class table a
+  // sized delete would count its request's class, not the padded size. So it
+  // is sampled, or with sampling now off remembered as a dropped sample's
+  // object is (buckets.hpp: g_dropped_sample_bucket).
+  const std::uint64_t min = LoadRelaxed(ts->sampled_min);
+  if (HEAPPROF_UNLIKELY(restarted && (how & kCountBlock) != 0 && n < min && counted >= min)) {
+    if (rate == 0) {
+      RememberUnsampledObject(p);
+    } else if (left > 0) {
+      left = 0;  // sampled below
+    }
+  }
+  if (left > 0) {
     StoreRelaxed(ts->countdown, left);
     return;
   }
