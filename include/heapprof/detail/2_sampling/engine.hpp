@@ -319,9 +319,10 @@ HEAPPROF_ALWAYS_INLINE void DrainDeferredFrees() noexcept {
   DrainDeferredFreesNow();
 }
 
-// A block that must be found at its free although no profile shows it
-// (AllocSlowPath: padded for a sample that the rate, set to 0 meanwhile, no
-// longer takes).
+// A block that must be found at its free although no profile shows it: a
+// sample the tables had no room for (RecordSampleHere), or a block padded for
+// a sample that the rate, set to 0 meanwhile, no longer takes (AllocSlowPath).
+// See buckets.hpp: g_dropped_sample_bucket.
 HEAPPROF_NOINLINE inline void RememberUnsampledObject(void* p) noexcept {
   ReentrancyGuard guard;
   (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
@@ -349,8 +350,8 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   }
   if (b == nullptr) {
     // Dropped (the tables are full): the object is still remembered, so that
-    // its free is found as a sampled object's (buckets.hpp: g_dropped_sample_bucket).
-    (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
+    // its free is found as a sampled object's.
+    RememberUnsampledObject(p);
     return;
   }
   if (!g_live_map.Insert(p, b)) {
@@ -435,29 +436,27 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   const std::uint64_t state = g_rate_state.load(std::memory_order_acquire);
   const std::uint64_t rate = RateOf(state);
   std::int64_t left = LoadRelaxed(ts->countdown);
-  bool restarted = false;
   if (ts->rate_epoch != EpochOf(state)) {
     // The rate changed: restart the sampling process at the new rate from
     // this allocation on (memorylessness makes the restart unbiased).
     ts->rate_epoch = EpochOf(state);
     left = FreshCountdown(*ts, rate);
-    restarted = true;
-  }
-  left -= static_cast<std::int64_t>(n);
-  // The hook may have padded the block for a sample already (block_hooks.hpp:
-  // SampledRequest saw the old epoch: another thread changed the rate during
-  // the allocation). Its free must then find it: under the class table a
-  // sized delete would count its request's class, not the padded size. So it
-  // is sampled, or with sampling now off remembered as a dropped sample's
-  // object is (buckets.hpp: g_dropped_sample_bucket).
-  const std::uint64_t min = LoadRelaxed(ts->sampled_min);
-  if (HEAPPROF_UNLIKELY(restarted && (how & kCountBlock) != 0 && n < min && counted >= min)) {
-    if (rate == 0) {
-      RememberUnsampledObject(p);
-    } else if (left > 0) {
-      left = 0;  // sampled below
+    // Unless the hook padded the block for a sample already (block_hooks.hpp:
+    // SampledRequest saw the old epoch: another thread changed the rate
+    // during the allocation). Its free must then find it: under the class
+    // table a sized delete would count its request's class, not the padded
+    // size. So it is sampled, or with sampling now off remembered as a
+    // dropped sample's object is.
+    const std::uint64_t min = LoadRelaxed(ts->sampled_min);
+    if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min)) {
+      if (rate == 0) {
+        RememberUnsampledObject(p);
+      } else {
+        left = static_cast<std::int64_t>(n);  // runs out just below: sampled
+      }
     }
   }
+  left -= static_cast<std::int64_t>(n);
   if (left > 0) {
     StoreRelaxed(ts->countdown, left);
     return;
