@@ -101,6 +101,7 @@ class DebugObject {
   // The file file_'s `altlink` or `sup` names, with its DWARF in sup_info_.
   void UseSupplementary(const char* name, const elf::ByteView& altlink, const elf::ByteView& sup,
                         const char* debug_directory);
+  bool TrySupplementary(const char* candidate, bool standard, const ArenaString& hex, const elf::ByteView& id);
   // Back to the state before EnsureLoaded: nothing read, everything given back.
   void Unload() noexcept {
     DebugDelete(info_);
@@ -228,6 +229,33 @@ inline bool OpenDebugLink(const char* path, const elf::ByteView& own, const char
   return false;
 }
 
+// gdb's place for a separate debug file: <dir>/.build-id/xx/yyyy.debug for
+// the id xxyyyy (lowercase hex, at least 2 digits).
+inline void BuildIdPath(char* out, std::size_t size, const char* debug_directory, const char* hex) {
+  std::snprintf(out, size, "%s/.build-id/%.2s/%s.debug", debug_directory, hex, hex + 2);
+}
+
+// A .debug_sup section (DWARF 5, 7.3.6; dwz -m -5): version (2 bytes),
+// is_supplementary (1 byte: 0 in a file that uses the supplementary file, 1
+// in that file), the supplementary file's name, then a ULEB128 length and
+// that many checksum bytes, the same in both files. False when damaged.
+struct DebugSup {
+  std::uint16_t version = 0;
+  std::uint8_t is_supplementary = 0;
+  const char* name = nullptr;
+  elf::ByteView checksum;
+};
+inline bool ReadDebugSup(const elf::ByteView& sup, DebugSup* out) {
+  dwarf::Cursor c(sup, 0);
+  out->version = c.U16();
+  out->is_supplementary = c.U8();
+  out->name = c.CString();
+  const std::uint64_t length = c.Uleb();
+  if (!c.ok() || !sup.Contains(c.pos(), length)) return false;
+  out->checksum = sup.Sub(c.pos(), length);
+  return true;
+}
+
 }  // namespace debug_files
 
 inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const elf::ByteView& view,
@@ -324,16 +352,48 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, co
 }
 
 // .gnu_debugaltlink (what dwz -m writes): the common file's name, NUL, then
-// its build id (the bytes of its NT_GNU_BUILD_ID note). .debug_sup (DWARF 5,
-// 7.3.6; dwz -m -5): version (2 bytes), is_supplementary (1 byte, 0 here),
-// the file's name, then a ULEB128 length and that many checksum bytes, which
-// the supplementary file's own .debug_sup (is_supplementary 1) repeats.
-// The name as written (absolute, or relative to the directory of `name`, the
-// file holding the link, or of the file it is a symbolic link to), then by
-// the id under the debug directory (.build-id/xx/yyyy.debug, as gdb looks),
-// then the absolute name under the debug directory. A candidate whose id or
-// checksum differs is some other build's: its DIE offsets would name the
-// wrong functions. Not found: the names it holds stay unknown.
+// its build id (the bytes of its NT_GNU_BUILD_ID note). .debug_sup: see
+// debug_files::ReadDebugSup; the checksum stands for the id. `candidate` is
+// the common file when its sections read, it has strings and its id (or
+// checksum) is `id`: a file of another build would have DIE offsets naming
+// the wrong functions. Then it is kept, with its DWARF in sup_info_.
+inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, const ArenaString& hex,
+                                          const elf::ByteView& id) {
+  elf::MappedFile f;
+  elf::SectionTable sections;
+  if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) return false;
+  const int inflated_before = inflated_count_;
+  dwarf::Sections found{};
+  elf::ByteView its_altlink, its_sup;
+  bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
+  if (matches && !standard) {
+    matches = elf::FileBuildId(sections) == hex;
+  } else if (matches) {
+    debug_files::DebugSup theirs;
+    matches = debug_files::ReadDebugSup(its_sup, &theirs) && theirs.is_supplementary == 1 &&
+              theirs.checksum.size == id.size &&
+              std::memcmp(theirs.checksum.data, id.data, static_cast<std::size_t>(id.size)) == 0;
+  }
+  dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
+  if (info == nullptr) {
+    while (inflated_count_ > inflated_before) {
+      --inflated_count_;
+      DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
+    }
+    return false;
+  }
+  sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
+  sup_sections_ = found;
+  sup_info_ = info;
+  sections_.sup_str = found.str;
+  return true;
+}
+
+// Where the common file is looked for: the name as written (absolute, or
+// relative to the directory of `name`, the file holding the link, then of the
+// file it is a symbolic link to), then by the id under the debug directory
+// (.build-id/xx/yyyy.debug, as gdb looks), then the absolute name under the
+// debug directory. Not found: the names it holds stay unknown.
 inline void DebugObject::UseSupplementary(const char* name, const elf::ByteView& altlink,
                                           const elf::ByteView& sup, const char* debug_directory) {
   const char* link = nullptr;
@@ -344,70 +404,42 @@ inline void DebugObject::UseSupplementary(const char* name, const elf::ByteView&
     link = altlink.CString(0, &link_length);
     if (link != nullptr) id = altlink.Sub(link_length + 1, altlink.size - link_length - 1);
   } else if (sup.size != 0) {
-    dwarf::Cursor c(sup, 0);
-    const std::uint16_t version = c.U16();
-    const std::uint8_t is_supplementary = c.U8();
-    link = c.CString();
-    const std::uint64_t checksum_length = c.Uleb();
-    if (!c.ok() || version < 2 || version > 5 || is_supplementary != 0 || checksum_length > sup.size - c.pos()) return;
-    id = sup.Sub(c.pos(), checksum_length);
+    debug_files::DebugSup ours;
+    if (!debug_files::ReadDebugSup(sup, &ours) || ours.version < 2 || ours.version > 5 || ours.is_supplementary != 0) {
+      return;
+    }
+    link = ours.name;
+    id = ours.checksum;
     if (link != nullptr) link_length = std::strlen(link);
   }
   if (link == nullptr || link_length == 0 || id.size == 0 || id.size > 64) return;
-  char hex[129];
-  for (std::uint64_t i = 0; i < id.size; ++i) std::snprintf(hex + 2 * i, 3, "%02x", id.data[i]);
-  char real[PATH_MAX];
-  const char* real_name = ::realpath(name, real) != nullptr ? real : nullptr;
+  const ArenaString hex = elf::HexLower(id.data, static_cast<std::size_t>(id.size));
   char candidate[1024];
-  for (int where = 0; where < 4; ++where) {
-    const char* dir_of = where == 0 ? name : real_name;
-    if (link[0] == '/' && where <= 1) {
-      if (where == 1) continue;
+  // The link relative to the directory of `holder`.
+  auto beside = [&](const char* holder) {
+    const char* slash = std::strrchr(holder, '/');
+    if (slash == nullptr) {
       std::snprintf(candidate, sizeof candidate, "%s", link);
-    } else if (where <= 1) {
-      if (dir_of == nullptr || (where == 1 && std::strcmp(real_name, name) == 0)) continue;
-      const char* slash = std::strrchr(dir_of, '/');
-      if (slash == nullptr) std::snprintf(candidate, sizeof candidate, "%s", link);
-      else std::snprintf(candidate, sizeof candidate, "%.*s/%s", static_cast<int>(slash - dir_of), dir_of, link);
-    } else if (where == 2) {
-      if (debug_directory == nullptr || standard || id.size < 2) continue;
-      std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, hex, hex + 2);
     } else {
-      if (debug_directory == nullptr || link[0] != '/') continue;
-      std::snprintf(candidate, sizeof candidate, "%s%s", debug_directory, link);
+      std::snprintf(candidate, sizeof candidate, "%.*s/%s", static_cast<int>(slash - holder), holder, link);
     }
-    elf::MappedFile f;
-    elf::SectionTable sections;
-    if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) continue;
-    const int inflated_before = inflated_count_;
-    dwarf::Sections found{};
-    elf::ByteView its_altlink, its_sup;
-    bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
-    if (matches && !standard) {
-      matches = elf::FileBuildId(sections) == hex;
-    } else if (matches) {
-      dwarf::Cursor c(its_sup, 0);
-      c.U16();
-      const std::uint8_t is_supplementary = c.U8();
-      c.CString();
-      const std::uint64_t checksum_length = c.Uleb();
-      matches = c.ok() && is_supplementary == 1 && checksum_length == id.size &&
-                its_sup.Contains(c.pos(), checksum_length) &&
-                std::memcmp(its_sup.data + c.pos(), id.data, static_cast<std::size_t>(id.size)) == 0;
-    }
-    dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
-    if (info == nullptr) {
-      while (inflated_count_ > inflated_before) {
-        --inflated_count_;
-        DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
-      }
-      continue;
-    }
-    sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
-    sup_sections_ = found;
-    sup_info_ = info;
-    sections_.sup_str = found.str;
-    return;
+    return TrySupplementary(candidate, standard, hex, id);
+  };
+  if (link[0] == '/') {
+    if (TrySupplementary(link, standard, hex, id)) return;
+  } else {
+    if (beside(name)) return;
+    char real[PATH_MAX];
+    if (::realpath(name, real) != nullptr && std::strcmp(real, name) != 0 && beside(real)) return;
+  }
+  if (debug_directory == nullptr) return;
+  if (!standard && id.size >= 2) {
+    debug_files::BuildIdPath(candidate, sizeof candidate, debug_directory, hex.c_str());
+    if (TrySupplementary(candidate, standard, hex, id)) return;
+  }
+  if (link[0] == '/') {
+    std::snprintf(candidate, sizeof candidate, "%s%s", debug_directory, link);
+    (void)TrySupplementary(candidate, standard, hex, id);
   }
 }
 
@@ -431,8 +463,7 @@ inline void DebugObject::Load(const char* path, const char* file, const char* bu
   // 1. By build id (gdb's /usr/lib/debug/.build-id/xx/yyyy.debug).
   const std::size_t id_length = build_id != nullptr ? std::strlen(build_id) : 0;
   if (id_length > 2) {
-    std::snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug", debug_directory, build_id,
-                  build_id + 2);
+    debug_files::BuildIdPath(candidate, sizeof candidate, debug_directory, build_id);
     elf::MappedFile debug;
     if (debug.Open(candidate) && UseFile(debug, build_id, candidate, debug_directory)) {
       remember(candidate);
