@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,3 +139,43 @@ TEST_CASE("exact Stats: threads that exit after allocating and freeing") {
   CHECK(d.live_objects() == 0);
   CHECK(d.live_bytes() == 0);
 }
+
+#if defined(HEAPPROF_STARTUP_BLOCKS_PATH)
+// Blocks a library's constructor allocated before the allocator's own
+// start-up (under LD_PRELOAD, every library's constructor runs before the
+// preloaded allocator's): gperftools' malloc_usable_size answered 0 then, so
+// they were counted 0 bytes when allocated (live_bytes 0 below) and their
+// real size when freed. The program prints what its constructor counted,
+// what the allocator says now, and what main's frees counted; it inherits
+// this run's LD_PRELOAD (ctest: malloc_tests_jemalloc, malloc_tests_tcmalloc).
+TEST_CASE("exact Stats for blocks allocated by a library's constructor, before the allocator's start-up") {
+  for (const char* stats : {"", "MALLOCSTATS=1 "}) {
+    CAPTURE(stats);
+    std::string out;
+    REQUIRE(heapprof_test::RunCommand(std::string(stats) + "timeout 60 " + HEAPPROF_STARTUP_BLOCKS_PATH, out) == 0);
+    INFO(out);
+    const std::regex line(
+        R"(startup_blocks: constructor allocs ([0-9]+) frees ([0-9]+) live_bytes ([0-9]+); usable ([0-9]+) in ([0-9]+) blocks; main frees ([0-9]+) free_bytes ([0-9]+)\n)");
+    std::smatch m;
+    REQUIRE(std::regex_search(out, m, line));
+    CHECK(m[1].str() == "280");  // 200 blocks, 80 of them through realloc (a free and an allocation)
+    CHECK(m[2].str() == "130");  // 80 reallocs' old blocks, 50 blocks freed
+    CHECK(m[5].str() == "150");
+    CHECK(std::stoull(m[4].str()) > 150);
+    CHECK(m[3].str() == m[4].str());  // counted when allocated = the allocator's size now
+    CHECK(m[6].str() == "150");
+    CHECK(m[7].str() == m[4].str());  // counted when freed
+    // gperftools prints its statistics at exit once (heapprof ran its
+    // start-up early and ends it at exit: block_hooks.hpp).
+    const std::string preload = std::getenv("LD_PRELOAD") != nullptr ? std::getenv("LD_PRELOAD") : "";
+    if (*stats != '\0' && preload.find("tcmalloc") != std::string::npos) {
+      std::size_t printed = 0;
+      for (std::size_t at = out.find("Bytes in use by application"); at != std::string::npos;
+           at = out.find("Bytes in use by application", at + 1)) {
+        ++printed;
+      }
+      CHECK(printed == 1);
+    }
+  }
+}
+#endif

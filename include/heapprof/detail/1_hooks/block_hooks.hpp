@@ -166,6 +166,44 @@ inline void DetectClassTable(bool look_up) noexcept {
 #endif
 }
 
+// gperftools (every release up to 2.16): until its start-up object (the
+// static TCMallocGuard in tcmalloc.cc) is constructed, malloc_usable_size
+// answers 0 for every block (it asks a default MallocExtension), while
+// malloc, free and nallocx already work. tcmalloc's own initializer
+// constructs it, and that runs after the constructors of every library
+// initialized ahead of it: under LD_PRELOAD, all of them. Their blocks were
+// counted 0 bytes when allocated and their real size when freed (Stats:
+// alloc_bytes 0, free_bytes 11,200 for 100 blocks of 100 bytes), and the
+// class table's check failed. So when the allocator answers 0 for a live
+// block and its object defines that constructor, the start-up runs now. The
+// constructor is reference counted (tcmalloc's own static runs it again as
+// a no-op); its destructor, which prints MALLOCSTATS when the count returns
+// to 0, runs at exit for ours. Under SuppressHooks: it allocates.
+using GuardFn = void (*)(void*);
+alignas(16) inline unsigned char g_tcmalloc_guard[16];  // the guard has no members
+inline GuardFn g_tcmalloc_guard_end = nullptr;
+
+inline void EndAllocatorStartup() noexcept {
+  if (GuardFn end = g_tcmalloc_guard_end) end(g_tcmalloc_guard);
+}
+
+// True when the allocator behind `malloc_fn` (which answered 0 for a live
+// block) was gperftools and its start-up ran.
+inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
+  void* begin = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
+  Dl_info in_malloc{}, in_guard{};
+  if (begin == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || dladdr(begin, &in_guard) == 0 ||
+      in_malloc.dli_fbase != in_guard.dli_fbase) {
+    return false;  // another allocator's (or none): counted as before
+  }
+  reinterpret_cast<GuardFn>(begin)(g_tcmalloc_guard);
+  if (void* end = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardD1Ev")) {
+    g_tcmalloc_guard_end = reinterpret_cast<GuardFn>(end);
+    std::atexit(&EndAllocatorStartup);  // after tcmalloc's own (registered later): the last one prints
+  }
+  return true;
+}
+
 // Decides g_glibc_chunks (or g_class_table), once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
 // libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
@@ -175,10 +213,15 @@ inline void DetectBlockSize() noexcept {
     // gperftools' malloc_usable_size allocates with operator new on its first
     // call (MallocExtension::instance()), which would come back here through
     // the hooks and BlockSize forever: make that first call now, unseen.
+    // An answer of 0 for a live block: gperftools before its start-up (above).
     SuppressHooks quiet;
     void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
     if (void* p = alloc(1)) {
-      (void)g_underlying_usable_size(p);
+      if (g_underlying_usable_size(p) == 0) {
+        void* used = g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc)
+                                                    : dlsym(RTLD_DEFAULT, "malloc");
+        if (used != nullptr) (void)FinishAllocatorStartup(used);
+      }
       g_release_block(p);
     }
   }
