@@ -2460,10 +2460,16 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 // found garbage there. Taking the frame's address is what keeps one (GCC and
 // clang alike); the cold functions run once a sample, the rare hooks pay a
 // push and a pop.
-HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false) noexcept {
+// `padded`: the hook asked for sampled_min bytes for a sample (SampledRequest);
+// the slow path then samples the block even when the countdown no longer
+// runs out here (a signal handler's allocation in between took the sample:
+// under the class table a sized delete finds a padded block only in the
+// live map).
+HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false,
+                                         bool padded = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
-  if (HEAPPROF_UNLIKELY(left <= 0)) {
+  if (HEAPPROF_UNLIKELY((left <= 0) | padded)) {
     asm volatile("" : : "r"(__builtin_frame_address(0)));
     OnAllocSlow(p, n, hook_return, kCountBlock);
     return;
@@ -8211,19 +8217,21 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // this allocation on (memorylessness makes the restart unbiased).
     ts->rate_epoch = EpochOf(state);
     left = FreshCountdown(*ts, rate);
-    // Unless the hook padded the block for a sample already (block_hooks.hpp:
-    // SampledRequest saw the old epoch: another thread changed the rate
-    // during the allocation). Its free must then find it: under the class
-    // table a sized delete would count its request's class, not the padded
-    // size. So it is sampled, or with sampling now off remembered as a
-    // dropped sample's object is.
-    const std::uint64_t min = LoadRelaxed(ts->sampled_min);
-    if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min)) {
-      if (rate == 0) {
-        RememberUnsampledObject(p);
-      } else {
-        left = static_cast<std::int64_t>(n);  // runs out just below: sampled
-      }
+  }
+  // A block the hook padded for a sample (block_hooks.hpp: SampledRequest)
+  // whose countdown no longer runs out: another thread changed the rate
+  // during the allocation (the restart above), or a signal handler's
+  // allocation in between took the sample (OnAllocBlock sends padded blocks
+  // here). Its free must find it: under the class table a sized delete would
+  // count its request's class, not the padded size. So it is sampled, or
+  // with sampling now off remembered as a dropped sample's object is.
+  const std::uint64_t min = LoadRelaxed(ts->sampled_min);
+  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min &&
+                        left > static_cast<std::int64_t>(n))) {
+    if (rate == 0) {
+      RememberUnsampledObject(p);
+    } else {
+      left = static_cast<std::int64_t>(n);  // runs out just below: sampled
     }
   }
   left -= static_cast<std::int64_t>(n);
@@ -19937,9 +19945,10 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
 
 // The cold halves of malloc, calloc and free (block_hooks.hpp: HotAlloc, HotFree).
 HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
-  void* p = g_fn.malloc(SampledRequest(n));
+  const std::size_t asked = SampledRequest(n);
+  void* p = g_fn.malloc(asked);
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    OnAllocBlock(p, n, ret, n != 0);
+    OnAllocBlock(p, n, ret, n != 0 && asked == n, asked != n);
   } else if (n != 0) {
     OnAllocFailure(n);  // HEAPPROF=oom_dump
   }
@@ -19953,7 +19962,7 @@ HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, c
   void* p = want == total ? g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
                           : g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    OnAllocBlock(p, total, ret, want == total && total != 0);
+    OnAllocBlock(p, total, ret, want == total && total != 0, !overflow && want != total);
   } else if (!overflow && total != 0) {  // calloc's own overflow check is not a request for memory
     OnAllocFailure(total);
   }
@@ -20401,16 +20410,23 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 }
 #endif
 
-HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
+// `padded`: the block was asked for at sampled_min, for a sample (SampledRequest).
+HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n, bool& padded) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
-  if (void* p = NewMalloc(SampledRequest(n))) return p;
+  const std::size_t asked = SampledRequest(n);
+  padded = asked != n;
+  if (void* p = NewMalloc(asked)) return p;
+  padded = false;
   OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
   return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
-HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
+HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n, bool& padded) noexcept {
   if (n == 0) n = 1;
-  if (void* p = NewMalloc(SampledRequest(n))) return p;
+  const std::size_t asked = SampledRequest(n);
+  padded = asked != n;
+  if (void* p = NewMalloc(asked)) return p;
+  padded = false;
   OnAllocFailure(n);
   return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
@@ -20423,8 +20439,9 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
 // The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
 // whole old hook, out of line, reached by a tail call.
 HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
-  void* p = AllocateOrThrow(n);
-  OnAllocBlock(p, n, ret, n != 0);
+  bool padded;
+  void* p = AllocateOrThrow(n, padded);
+  OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
   return p;
 }
 HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
@@ -20433,8 +20450,9 @@ HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
 }
 
 HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
-  void* p = AllocateNoThrow(n);
-  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0);
+  bool padded;
+  void* p = AllocateNoThrow(n, padded);
+  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
   return p;
 }
 

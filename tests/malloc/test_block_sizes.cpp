@@ -11,6 +11,9 @@
 #include "common.hpp"
 
 #include <atomic>
+#include <csignal>
+#include <dlfcn.h>
+#include <ucontext.h>
 #include <cstdlib>
 #include <malloc.h>
 #include <new>
@@ -194,6 +197,87 @@ TEST_CASE("block sizes: exact Stats for sized deletes of samples dropped by full
 // failed (tcmalloc's malloc_usable_size answers 0 while it starts, which is
 // when heapprof may start): the rate-0 recheck does, each 1 MiB a thread
 // allocates. Without it every allocation ran its hook's cold path for good.
+#if defined(__x86_64__)
+namespace {
+
+// The single-step trap (EFLAGS.TF) stops the allocating thread after every
+// instruction; the handler allocates at one chosen stop, as a signal handler
+// may at any instruction. Only at stops in this program's own code (the hooks
+// are compiled in): not inside the allocator, which is not reentrant.
+struct Stepping {
+  volatile int step = 0;
+  volatile int fire_at = 0;
+  void* volatile handler_block = nullptr;
+  const void* program_base = nullptr;
+};
+Stepping g_stepping;
+
+void OnStep(int, siginfo_t*, void* context) {
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  Dl_info where{};
+  const auto pc = reinterpret_cast<const void*>(uc->uc_mcontext.gregs[REG_RIP]);
+  if (dladdr(pc, &where) == 0 || where.dli_fbase != g_stepping.program_base) return;
+  if (++g_stepping.step == g_stepping.fire_at) g_stepping.handler_block = ::operator new(100);
+}
+
+__attribute__((noinline)) void* SteppedNew(std::size_t n) {
+  asm volatile("pushfq\n\torq $0x100, (%%rsp)\n\tpopfq" ::: "memory", "cc");  // TF on
+  void* p = ::operator new(n);
+  asm volatile("pushfq\n\tandq $~0x100, (%%rsp)\n\tpopfq" ::: "memory", "cc");  // TF off
+  return p;
+}
+
+}  // namespace
+
+// A block padded to 1 KiB for a sample (SampledRequest, before the
+// allocation) must be sampled: under the class table a sized delete counts
+// its request's class unless the free finds it in the live map. A signal
+// handler's allocation between the padding and the count took the sample
+// itself and gave the thread a fresh countdown, and the padded block was
+// then counted as unsampled: 1 KiB allocated, its request's class freed.
+TEST_CASE("block sizes: exact Stats when a signal handler allocates inside a padded sample's allocation") {
+  namespace hd = heapprof::detail;
+  REQUIRE(hd::g_sampled_min.load() == 1024);
+  Dl_info self{};
+  REQUIRE(dladdr(reinterpret_cast<const void*>(&SteppedNew), &self) != 0);
+  g_stepping.program_base = self.dli_fbase;
+  struct sigaction sa{}, old{};
+  sa.sa_sigaction = &OnStep;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGTRAP, &sa, &old) == 0);
+  RateScope rate(65536);
+  for (int i = 0; i < 1000; ++i) ::operator delete(::operator new(64), 64);  // a slot, the rate's epoch
+  Delta d;
+  int fired = 0, padded_outer = 0;
+  // Every 10th stop (each run steps the whole allocation, the allocator's
+  // instructions included: ~20 ms): ~130 runs, most of them after the padding.
+  for (int at = 1;; at += 10) {
+    hd::StoreRelaxed(hd::tls_thread_state->countdown, std::int64_t{50});  // the next 100 bytes are a sample
+    g_stepping.step = 0;
+    g_stepping.fire_at = at;
+    g_stepping.handler_block = nullptr;
+    void* p = SteppedNew(100);
+    const int steps = g_stepping.step;
+    void* q = g_stepping.handler_block;
+    padded_outer += malloc_usable_size(p) >= 1024;
+    ::operator delete(p, 100);  // sized: the class table's path
+    if (q != nullptr) {
+      ++fired;
+      ::operator delete(q, 100);
+    }
+    if (at > steps) break;  // every stop in the hooks had its allocation
+  }
+  d.Stop();
+  sigaction(SIGTRAP, &old, nullptr);
+  INFO("handler allocations " << fired << ", padded outer blocks " << padded_outer);
+  CHECK(fired > 20);        // the hooks' instructions around the outer allocation
+  CHECK(padded_outer > 0);  // some handler allocations came after the padding
+  CHECK(d.allocs() == d.frees());
+  CHECK(d.live_bytes() == 0);
+}
+#endif
+
 TEST_CASE("block sizes: with sampling off, a class table that failed its start-up check comes on") {
   namespace hd = heapprof::detail;
   if (hd::g_nallocx == nullptr) return;  // glibc's chunk header, or a sanitizer's malloc: no table

@@ -336,10 +336,16 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 // found garbage there. Taking the frame's address is what keeps one (GCC and
 // clang alike); the cold functions run once a sample, the rare hooks pay a
 // push and a pop.
-HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false) noexcept {
+// `padded`: the hook asked for sampled_min bytes for a sample (SampledRequest);
+// the slow path then samples the block even when the countdown no longer
+// runs out here (a signal handler's allocation in between took the sample:
+// under the class table a sized delete finds a padded block only in the
+// live map).
+HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false,
+                                         bool padded = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
-  if (HEAPPROF_UNLIKELY(left <= 0)) {
+  if (HEAPPROF_UNLIKELY((left <= 0) | padded)) {
     asm volatile("" : : "r"(__builtin_frame_address(0)));
     OnAllocSlow(p, n, hook_return, kCountBlock);
     return;

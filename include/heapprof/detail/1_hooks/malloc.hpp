@@ -388,9 +388,10 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
 
 // The cold halves of malloc, calloc and free (block_hooks.hpp: HotAlloc, HotFree).
 HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
-  void* p = g_fn.malloc(SampledRequest(n));
+  const std::size_t asked = SampledRequest(n);
+  void* p = g_fn.malloc(asked);
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    OnAllocBlock(p, n, ret, n != 0);
+    OnAllocBlock(p, n, ret, n != 0 && asked == n, asked != n);
   } else if (n != 0) {
     OnAllocFailure(n);  // HEAPPROF=oom_dump
   }
@@ -404,7 +405,7 @@ HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, c
   void* p = want == total ? g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
                           : g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
-    OnAllocBlock(p, total, ret, want == total && total != 0);
+    OnAllocBlock(p, total, ret, want == total && total != 0, !overflow && want != total);
   } else if (!overflow && total != 0) {  // calloc's own overflow check is not a request for memory
     OnAllocFailure(total);
   }

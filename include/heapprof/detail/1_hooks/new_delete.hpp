@@ -84,16 +84,23 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 }
 #endif
 
-HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n) {
+// `padded`: the block was asked for at sampled_min, for a sample (SampledRequest).
+HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n, bool& padded) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
-  if (void* p = NewMalloc(SampledRequest(n))) return p;
+  const std::size_t asked = SampledRequest(n);
+  padded = asked != n;
+  if (void* p = NewMalloc(asked)) return p;
+  padded = false;
   OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
   return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
 }
 
-HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n) noexcept {
+HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n, bool& padded) noexcept {
   if (n == 0) n = 1;
-  if (void* p = NewMalloc(SampledRequest(n))) return p;
+  const std::size_t asked = SampledRequest(n);
+  padded = asked != n;
+  if (void* p = NewMalloc(asked)) return p;
+  padded = false;
   OnAllocFailure(n);
   return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
 }
@@ -106,8 +113,9 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
 // The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
 // whole old hook, out of line, reached by a tail call.
 HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
-  void* p = AllocateOrThrow(n);
-  OnAllocBlock(p, n, ret, n != 0);
+  bool padded;
+  void* p = AllocateOrThrow(n, padded);
+  OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
   return p;
 }
 HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
@@ -116,8 +124,9 @@ HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
 }
 
 HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
-  void* p = AllocateNoThrow(n);
-  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0);
+  bool padded;
+  void* p = AllocateNoThrow(n, padded);
+  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
   return p;
 }
 

@@ -441,19 +441,21 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // this allocation on (memorylessness makes the restart unbiased).
     ts->rate_epoch = EpochOf(state);
     left = FreshCountdown(*ts, rate);
-    // Unless the hook padded the block for a sample already (block_hooks.hpp:
-    // SampledRequest saw the old epoch: another thread changed the rate
-    // during the allocation). Its free must then find it: under the class
-    // table a sized delete would count its request's class, not the padded
-    // size. So it is sampled, or with sampling now off remembered as a
-    // dropped sample's object is.
-    const std::uint64_t min = LoadRelaxed(ts->sampled_min);
-    if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min)) {
-      if (rate == 0) {
-        RememberUnsampledObject(p);
-      } else {
-        left = static_cast<std::int64_t>(n);  // runs out just below: sampled
-      }
+  }
+  // A block the hook padded for a sample (block_hooks.hpp: SampledRequest)
+  // whose countdown no longer runs out: another thread changed the rate
+  // during the allocation (the restart above), or a signal handler's
+  // allocation in between took the sample (OnAllocBlock sends padded blocks
+  // here). Its free must find it: under the class table a sized delete would
+  // count its request's class, not the padded size. So it is sampled, or
+  // with sampling now off remembered as a dropped sample's object is.
+  const std::uint64_t min = LoadRelaxed(ts->sampled_min);
+  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min &&
+                        left > static_cast<std::int64_t>(n))) {
+    if (rate == 0) {
+      RememberUnsampledObject(p);
+    } else {
+      left = static_cast<std::int64_t>(n);  // runs out just below: sampled
     }
   }
   left -= static_cast<std::int64_t>(n);
