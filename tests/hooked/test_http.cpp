@@ -380,6 +380,18 @@ TEST_CASE("http: a request whose client reset the connection is not built") {
   // waited 22 s behind them.
   heapprof::HttpServer server("127.0.0.1:0");
   constexpr std::uint64_t kClients = 40;  // within the connection limit: all queued at once
+  // Scans made slow enough that the builder cannot get far down the queue
+  // between the last request's queuing and the server seeing the resets:
+  // this process's heap alone scans in ~2 ms (plain build), so a stall of
+  // 40-60 ms of this thread there (a loaded machine) built 20 or more and
+  // failed the check below (2 runs in 3 with a 60 ms sleep put there). With
+  // 64 MiB more to scan each takes ~17 ms (40 in 0.7 s with the drops
+  // disabled): it takes a stall of a third of a second.
+  std::vector<std::unique_ptr<char[]>> ballast;
+  for (int i = 0; i < 16; ++i) {
+    ballast.emplace_back(new char[std::size_t{4} << 20]);
+    std::memset(ballast.back().get(), 1, std::size_t{4} << 20);
+  }
   const std::uint64_t queued = heapprof_test::HttpJobsQueued();
   const std::uint64_t built = heapprof_test::HttpJobsBuilt();
   std::vector<int> fds;
