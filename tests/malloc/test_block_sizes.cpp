@@ -152,6 +152,10 @@ TEST_CASE("block sizes: exact Stats for sized deletes while another thread chang
       heapprof::SetSampleRate(kRates[changes.fetch_add(1, std::memory_order_relaxed) % 3]);
     }
   });
+  // The window opens once the changer runs: started later (a loaded
+  // machine), it could first run after the pairs were done, with no change
+  // inside the window and none at all after `stop` (changes == 0).
+  while (changes.load(std::memory_order_relaxed) == 0) std::this_thread::yield();
   Delta d;
   SizedPairs(1000000, 0);
   d.Stop();
