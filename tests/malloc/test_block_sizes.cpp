@@ -208,10 +208,10 @@ namespace {
 // instruction; the handler allocates at one chosen stop, as a signal handler
 // may at any instruction. Only at stops in this program's own code (the hooks
 // are compiled in): not inside the allocator, which is not reentrant.
-struct Stepping {
-  volatile int step = 0;
-  volatile int fire_at = 0;
-  void* volatile handler_block = nullptr;
+struct Stepping {  // lock-free atomics: read and written by the handler
+  std::atomic<int> step{0};
+  std::atomic<int> fire_at{0};
+  std::atomic<void*> handler_block{nullptr};
   const void* program_base = nullptr;
 };
 Stepping g_stepping;
@@ -221,7 +221,9 @@ void OnStep(int, siginfo_t*, void* context) {
   Dl_info where{};
   const auto pc = reinterpret_cast<const void*>(uc->uc_mcontext.gregs[REG_RIP]);
   if (dladdr(pc, &where) == 0 || where.dli_fbase != g_stepping.program_base) return;
-  if (++g_stepping.step == g_stepping.fire_at) g_stepping.handler_block = ::operator new(100);
+  if (g_stepping.step.fetch_add(1, std::memory_order_relaxed) + 1 == g_stepping.fire_at.load(std::memory_order_relaxed)) {
+    g_stepping.handler_block.store(::operator new(100), std::memory_order_relaxed);
+  }
 }
 
 __attribute__((noinline)) void* SteppedNew(std::size_t n) {
@@ -258,12 +260,12 @@ TEST_CASE("block sizes: exact Stats when a signal handler allocates inside a pad
   // instructions included: ~20 ms): ~130 runs, most of them after the padding.
   for (int at = 1;; at += 10) {
     hd::StoreRelaxed(hd::tls_thread_state->countdown, std::int64_t{50});  // the next 100 bytes are a sample
-    g_stepping.step = 0;
-    g_stepping.fire_at = at;
-    g_stepping.handler_block = nullptr;
+    g_stepping.step.store(0);
+    g_stepping.fire_at.store(at);
+    g_stepping.handler_block.store(nullptr);
     void* p = SteppedNew(100);
-    const int steps = g_stepping.step;
-    void* q = g_stepping.handler_block;
+    const int steps = g_stepping.step.load();
+    void* q = g_stepping.handler_block.load();
     padded_outer += malloc_usable_size(p) >= 1024;
     ::operator delete(p, 100);  // sized: the class table's path
     if (q != nullptr) {
