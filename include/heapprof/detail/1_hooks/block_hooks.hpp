@@ -138,6 +138,12 @@ HEAPPROF_ALWAYS_INLINE std::size_t RequestedBlockSize(void* p, std::size_t n) no
   return g_underlying_usable_size(p);
 }
 
+// The malloc the hooks call: the real one when the malloc family is
+// replaced, else the process's.
+inline void* (*UnderlyingMalloc() noexcept)(std::size_t) {
+  return g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+}
+
 // Fills g_class_of when the allocator has nallocx and its every answer up to
 // kClassTableMax is the usable size of a real block of that request. Not
 // under a sanitizer (its malloc_usable_size is the request, and it has no
@@ -151,7 +157,7 @@ inline void DetectClassTable(bool look_up) noexcept {
   const NallocxFn nallocx = g_nallocx;
   if (nallocx == nullptr) return;
   SuppressHooks quiet;
-  void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+  void* (*alloc)(std::size_t) = UnderlyingMalloc();
   for (std::size_t n = 0; n <= kClassTableMax; ++n) {
     void* p = alloc(n);
     if (p == nullptr) return;
@@ -182,6 +188,11 @@ inline void DetectClassTable(bool look_up) noexcept {
 using GuardFn = void (*)(void*);
 alignas(16) inline unsigned char g_tcmalloc_guard[16];  // the guard has no members
 inline GuardFn g_tcmalloc_guard_end = nullptr;
+
+// The address of the malloc the hooks call (for dladdr: which object owns it).
+inline void* UnderlyingMallocAddress() noexcept {
+  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+}
 
 inline void EndAllocatorStartup() noexcept {
   if (GuardFn end = g_tcmalloc_guard_end) end(g_tcmalloc_guard);
@@ -215,20 +226,17 @@ inline void DetectBlockSize() noexcept {
     // the hooks and BlockSize forever: make that first call now, unseen.
     // An answer of 0 for a live block: gperftools before its start-up (above).
     SuppressHooks quiet;
-    void* (*alloc)(std::size_t) = g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
+    void* (*alloc)(std::size_t) = UnderlyingMalloc();
     if (void* p = alloc(1)) {
       if (g_underlying_usable_size(p) == 0) {
-        void* used = g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc)
-                                                    : dlsym(RTLD_DEFAULT, "malloc");
-        if (used != nullptr) (void)FinishAllocatorStartup(used);
+        if (void* used = UnderlyingMallocAddress()) (void)FinishAllocatorStartup(used);
       }
       g_release_block(p);
     }
   }
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
-  void* (*const real_malloc)(std::size_t) = g_underlying_malloc;
   void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
-  void* used = real_malloc != nullptr ? reinterpret_cast<void*>(real_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+  void* used = UnderlyingMallocAddress();
   // gperftools defines __libc_malloc too: the function must also live in libc
   // (reading a word before another allocator's block could fault).
   Dl_info where{};
@@ -237,7 +245,7 @@ inline void DetectBlockSize() noexcept {
     DetectClassTable(true);  // another allocator
     return;
   }
-  void* (*alloc)(std::size_t) = real_malloc != nullptr ? real_malloc : &std::malloc;
+  void* (*alloc)(std::size_t) = UnderlyingMalloc();
   void (*release)(void*) = g_release_block;
   // A small, a medium and an mmapped block (above glibc's 128 KiB threshold).
   static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, std::size_t{1} << 20};

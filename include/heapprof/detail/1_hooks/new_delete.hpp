@@ -85,24 +85,20 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 #endif
 
 // `padded`: the block was asked for at sampled_min, for a sample (SampledRequest).
-HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n, bool& padded) {
+HEAPPROF_ALWAYS_INLINE void* Allocate(std::size_t n, bool& padded, bool nothrow) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
   const std::size_t asked = SampledRequest(n);
   padded = asked != n;
   if (void* p = NewMalloc(asked)) return p;
   padded = false;
   OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
-  return RetryWithNewHandler([n] { return NewMalloc(n); }, false);
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, nothrow);
 }
 
+HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n, bool& padded) { return Allocate(n, padded, false); }
+
 HEAPPROF_ALWAYS_INLINE void* AllocateNoThrow(std::size_t n, bool& padded) noexcept {
-  if (n == 0) n = 1;
-  const std::size_t asked = SampledRequest(n);
-  padded = asked != n;
-  if (void* p = NewMalloc(asked)) return p;
-  padded = false;
-  OnAllocFailure(n);
-  return RetryWithNewHandler([n] { return NewMalloc(n); }, true);
+  return Allocate(n, padded, true);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noexcept {
