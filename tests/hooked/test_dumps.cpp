@@ -742,8 +742,9 @@ TEST_CASE("legacy text format after a rate change: objects recorded at rate 1 ke
   } else {
     INFO(out);
     REQUIRE(rc == 0);
-    const double inuse_objects = PprofRawSum(out, TextLeafPc(text, "MixedRateTextLeaf"), 48, 3);
-    const double inuse_bytes = PprofRawSum(out, TextLeafPc(text, "MixedRateTextLeaf"), 48, 4);
+    const std::uint64_t leaf = TextLeafPc(text, "MixedRateTextLeaf");
+    const double inuse_objects = PprofRawSum(out, leaf, 48, 3);
+    const double inuse_bytes = PprofRawSum(out, leaf, 48, 4);
     CHECK(inuse_objects == 800);
     CHECK(inuse_bytes == 38400);
   }

@@ -197,10 +197,6 @@ TEST_CASE("block sizes: exact Stats for sized deletes of samples dropped by full
   CHECK(d.after.sampled_live_objects == d.before.sampled_live_objects);  // dropped objects are not "tracked"
 }
 
-// With sampling off no sample retries a class table whose start-up check
-// failed (tcmalloc's malloc_usable_size answers 0 while it starts, which is
-// when heapprof may start): the rate-0 recheck does, each 1 MiB a thread
-// allocates. Without it every allocation ran its hook's cold path for good.
 #if defined(__x86_64__)
 namespace {
 
@@ -284,6 +280,10 @@ TEST_CASE("block sizes: exact Stats when a signal handler allocates inside a pad
 }
 #endif
 
+// With sampling off no sample retries a class table whose start-up check
+// failed (tcmalloc's malloc_usable_size answers 0 while it starts, which is
+// when heapprof may start): the rate-0 recheck does, each 1 MiB a thread
+// allocates. Without it every allocation ran its hook's cold path for good.
 TEST_CASE("block sizes: with sampling off, a class table that failed its start-up check comes on") {
   namespace hd = heapprof::detail;
   if (hd::g_nallocx == nullptr) return;  // glibc's chunk header, or a sanitizer's malloc: no table

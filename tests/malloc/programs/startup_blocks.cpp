@@ -10,8 +10,6 @@
 #include <malloc.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <new>
 
 #include "startup_lib.hpp"
 
@@ -27,12 +25,7 @@ int main() {
   }
   const heapprof::Stats before = heapprof::GetStats();
   for (int i = 0; i < startup_lib::kBlocks; ++i) {
-    if (g_blocks[i] == nullptr) continue;
-    if (i % 5 == 4) {
-      ::operator delete(g_blocks[i]);
-    } else {
-      std::free(g_blocks[i]);
-    }
+    if (g_blocks[i] != nullptr) startup_lib::Release(i);
   }
   const heapprof::Stats after = heapprof::GetStats();
   std::printf("startup_blocks: constructor allocs %llu frees %llu live_bytes %llu; usable %llu in %llu blocks; "

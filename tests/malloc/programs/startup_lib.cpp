@@ -35,14 +35,7 @@ __attribute__((constructor)) void AllocateAtStartup() {
     g_blocks[i] = p;
   }
   // Some freed before the allocator's start-up as well.
-  for (int i = 0; i < kBlocks; i += 4) {
-    if (i % 5 == 4) {
-      ::operator delete(g_blocks[i]);
-    } else {
-      std::free(g_blocks[i]);
-    }
-    g_blocks[i] = nullptr;
-  }
+  for (int i = 0; i < kBlocks; i += 4) Release(i);
   g_after = heapprof::GetStats();
 }
 

@@ -4,8 +4,21 @@
 
 #include <heapprof.hpp>
 
+#include <cstdlib>
+#include <new>
+
 namespace startup_lib {
 constexpr int kBlocks = 200;
-extern void* g_blocks[kBlocks];  // g_blocks[i] % 5 == 4: from operator new
+extern void* g_blocks[kBlocks];  // g_blocks[i], i % 5 == 4: from operator new
 extern heapprof::Stats g_before, g_after;
+
+// Releases g_blocks[i] the way it was allocated, and forgets it.
+inline void Release(int i) {
+  if (i % 5 == 4) {
+    ::operator delete(g_blocks[i]);
+  } else {
+    std::free(g_blocks[i]);
+  }
+  g_blocks[i] = nullptr;
+}
 }  // namespace startup_lib
