@@ -335,6 +335,38 @@ TEST_CASE("http: a slow client does not block others, and times out with 408") {
   CHECK(late.body == "timed out reading the request head\n");
 }
 
+// A symbolz POST whose body never completes (a byte now and then, never the
+// Content-Length promised) is bounded by the head deadline, counted from the
+// accept: trickled bytes do not extend it.
+TEST_CASE("http: a symbolz POST body that never completes times out with 408") {
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
+  limits.head_timeout_ms = 1500;
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
+  const int slow = ConnectLoopback(server.port());
+  REQUIRE(slow >= 0);
+  REQUIRE(SendAll(slow, "POST /debug/pprof/symbol HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0x1"));
+  // Trickle one byte whenever 300 ms pass without an answer, for at most
+  // 10 s: the 97 bytes still owed would take 29 s, so the answer must come
+  // while the client is still trickling (a deadline that each byte pushed
+  // back would never expire here).
+  bool answered = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!answered && std::chrono::steady_clock::now() < give_up) {
+    pollfd p{slow, POLLIN, 0};
+    answered = ::poll(&p, 1, 300) > 0;
+    if (!answered) REQUIRE(SendAll(slow, "+"));
+  }
+  CHECK(answered);
+  bool timed_out = false;
+  const std::string got = ReadAll(slow, 5000, &timed_out);
+  ::close(slow);
+  CHECK_FALSE(timed_out);
+  const HttpResponse r = ParseHttpResponse(got);
+  CHECK(r.status == 408);
+  CHECK(r.body == "timed out reading the request body\n");
+  CHECK(HttpGet(server.port(), "/debug/pprof/heap").status == 200);
+}
+
 TEST_CASE("http: many connections at once: the excess gets 503, the server lives on") {
   heapprof::HttpServer server("127.0.0.1:0");
   std::vector<int> fds;
