@@ -479,8 +479,11 @@ HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
 HEAPPROF_LINKED_BEGIN
 // An allocation that ran the countdown out (or the thread's first). `how`:
 // kCountBlock (a global hook: Stats count the block's usable size, see
-// 1_hooks/block_hooks.hpp) or 0 (heapprof::allocator: Stats count `n`).
-void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept;
+// 1_hooks/block_hooks.hpp) or 0 (heapprof::allocator: Stats count `n`), with
+// kPaddedBlock when the hook padded the block for a sample. False: a padded
+// block the live map could not remember (out of memory), which the hook must
+// not return (new_delete.hpp: ReplacePadded); true otherwise.
+bool OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept;
 // A free of a maybe-sampled object (or the thread's first). `flags`:
 // kFreeSized (Stats count `n`; otherwise the block's usable size), kFreeCanDefer
 // (the caller releases the block itself and skips that when told to). True: the profiler keeps
@@ -496,6 +499,7 @@ HEAPPROF_LINKED_END
 constexpr unsigned kFreeSized = 1;
 constexpr unsigned kFreeCanDefer = 2;
 constexpr unsigned kCountBlock = 1;
+constexpr unsigned kPaddedBlock = 2;
 
 // ---------------------------------------------------------------- fast paths
 
@@ -2253,6 +2257,16 @@ constexpr std::size_t kClassTableMax = 1024;
 inline bool g_class_table = false;
 inline std::uint16_t g_class_of[kClassTableMax + 1];
 
+// jemalloc's sdallocx(p, size, flags): a free told the block's size, which
+// skips free's look-up of the pointer in its radix tree. Found with the class
+// table, in the underlying malloc's own object (gperftools has none; its
+// tc_free_sized was slower than its free). The class table's sized deletes
+// call it (HotFreeSized): their `n` names the block's class, except in a
+// block padded for a sample, which the free filter sends to the cold path
+// (every padded block a new returns is in the live map: ReplacePadded).
+using SizedFreeFn = void (*)(void*, std::size_t, int) noexcept;  // noexcept: a tail call from the hooks
+inline SizedFreeFn g_sized_free = nullptr;
+
 // The usable size of a block that malloc(n) (or new, calloc) just returned.
 HEAPPROF_ALWAYS_INLINE std::size_t RequestedBlockSize(void* p, std::size_t n) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
@@ -2268,6 +2282,22 @@ inline void* (*UnderlyingMalloc() noexcept)(std::size_t) {
   return g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
 }
 
+// The address of the malloc the hooks call (for dladdr: which object owns it).
+inline void* UnderlyingMallocAddress() noexcept {
+  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+}
+
+// sdallocx, if the object of the malloc the hooks call defines it.
+inline SizedFreeFn FindSizedFree() noexcept {
+  void* sized = dlsym(RTLD_DEFAULT, "sdallocx");
+  void* malloc_fn = sized != nullptr ? UnderlyingMallocAddress() : nullptr;
+  Dl_info a{}, b{};
+  if (malloc_fn == nullptr || dladdr(sized, &a) == 0 || dladdr(malloc_fn, &b) == 0 || a.dli_fbase != b.dli_fbase) {
+    return nullptr;
+  }
+  return reinterpret_cast<SizedFreeFn>(sized);
+}
+
 // Fills g_class_of when the allocator has nallocx and its every answer up to
 // kClassTableMax is the usable size of a real block of that request. Not
 // under a sanitizer (its malloc_usable_size is the request, and it has no
@@ -2281,6 +2311,8 @@ inline void DetectClassTable(bool look_up) noexcept {
   const NallocxFn nallocx = g_nallocx;
   if (nallocx == nullptr) return;
   SuppressHooks quiet;
+  // Before the table's flag (a release store); a failed dlsym allocates its message.
+  if (look_up) StoreRelaxed(g_sized_free, FindSizedFree());
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
   for (std::size_t n = 0; n <= kClassTableMax; ++n) {
     void* p = alloc(n);
@@ -2312,11 +2344,6 @@ inline void DetectClassTable(bool look_up) noexcept {
 using GuardFn = void (*)(void*);
 alignas(16) inline unsigned char g_tcmalloc_guard[16];  // the guard has no members
 inline GuardFn g_tcmalloc_guard_end = nullptr;
-
-// The address of the malloc the hooks call (for dladdr: which object owns it).
-inline void* UnderlyingMallocAddress() noexcept {
-  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
-}
 
 inline void EndAllocatorStartup() noexcept {
   if (GuardFn end = g_tcmalloc_guard_end) end(g_tcmalloc_guard);
@@ -2472,19 +2499,21 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 // the slow path then samples the block even when the countdown no longer
 // runs out here (a signal handler's allocation in between took the sample:
 // under the class table a sized delete finds a padded block only in the
-// live map).
-HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false,
+// live map). False: a padded block the live map had no memory for, which
+// must not reach the caller (new_delete.hpp: ReplacePadded); always true
+// when not `padded`.
+HEAPPROF_ALWAYS_INLINE bool OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false,
                                          bool padded = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY((left <= 0) | padded)) {
     asm volatile("" : : "r"(__builtin_frame_address(0)));
-    OnAllocSlow(p, n, hook_return, kCountBlock);
-    return;
+    return OnAllocSlow(p, n, hook_return, padded ? kCountBlock | kPaddedBlock : kCountBlock);
   }
   StoreRelaxed(ts->countdown, left);
   BumpCounter(ts->alloc_objects, 1);
   BumpCounter(ts->alloc_bytes, exact ? RequestedBlockSize(p, n) : BlockSize(p));
+  return true;
 }
 
 // Whether the free of `p`, whose usable size is `size`, may be a sampled
@@ -2628,10 +2657,12 @@ HEAPPROF_ALWAYS_INLINE void HotFree(void* p, Release release, Boot bootstrap, Co
 
 // A sized delete of a plain new's block, p != nullptr: with the class table,
 // `n` gives the size and the free filter finds a sampled (padded) block,
-// whose cold path reads its real size. Without the table, or for n outside
-// it (new(0) asked for 1), the allocator is asked (HotFreeAsked).
-template <class Release, class Boot, class Cold>
-HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, Boot bootstrap, Cold cold) noexcept {
+// whose cold path reads its real size; `release_sized(p, n)` releases the
+// others. Without the table, or for n outside it (new(0) asked for 1), the
+// allocator is asked (HotFreeAsked).
+template <class Release, class ReleaseSized, class Boot, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, ReleaseSized release_sized,
+                                         Boot bootstrap, Cold cold) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return HotFreeGlibc(p, release, cold);
 #endif
@@ -2640,7 +2671,7 @@ HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release
     if (HEAPPROF_LIKELY(!(MaybeSampled(p) | (ts == &g_empty_thread_state)))) {
       BumpCounter(ts->free_objects, 1);
       BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
-      return release(p);
+      return release_sized(p, n);
     }
     return cold(p);
   }
@@ -3815,6 +3846,10 @@ inline bool PopDeferredFree(DeferredFree& out) noexcept {
   return false;
 }
 
+// For the tests only: every Insert fails as when the map cannot grow (the
+// arena out of memory), which no test can arrange reliably otherwise.
+inline bool g_live_map_refuses_for_tests = false;
+
 class LiveMap {
  public:
   constexpr LiveMap() noexcept = default;
@@ -3823,6 +3858,7 @@ class LiveMap {
   // never seen (memory released behind our back, e.g. by free()): the old entry
   // is retired as freed and replaced. False when out of memory (sample dropped).
   bool Insert(const void* p, Bucket* bucket) noexcept {
+    if (HEAPPROF_UNLIKELY(__atomic_load_n(&g_live_map_refuses_for_tests, __ATOMIC_RELAXED))) return false;
     Shard& s = ShardOf(p);
     ShardHold hold(s);
     const auto key = reinterpret_cast<std::uintptr_t>(p);
@@ -8106,14 +8142,15 @@ HEAPPROF_ALWAYS_INLINE void DrainDeferredFrees() noexcept {
 // A block that must be found at its free although no profile shows it: a
 // sample the tables had no room for (RecordSampleHere), or a block padded for
 // a sample that the rate, set to 0 meanwhile, no longer takes (AllocSlowPath).
-// See buckets.hpp: g_dropped_sample_bucket.
-HEAPPROF_NOINLINE inline void RememberUnsampledObject(void* p) noexcept {
+// See buckets.hpp: g_dropped_sample_bucket. False: the live map is out of memory.
+HEAPPROF_NOINLINE inline bool RememberUnsampledObject(void* p) noexcept {
   ReentrancyGuard guard;
-  (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
+  return g_live_map.Insert(p, &g_dropped_sample_bucket);
 }
 
-// The work of one sample: unwind, intern, remember the object.
-HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+// The work of one sample: unwind, intern, remember the object. False: the
+// live map had no memory for it (its free will not find it).
+HEAPPROF_NOINLINE inline bool RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                                                const ThreadState& ts, const void* frame) noexcept {
   ReentrancyGuard guard;
   CapturedStack stack;
@@ -8135,16 +8172,16 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   if (b == nullptr) {
     // Dropped (the tables are full): the object is still remembered, so that
     // its free is found as a sampled object's.
-    RememberUnsampledObject(p);
-    return;
+    return RememberUnsampledObject(p);
   }
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
     b->frees.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   CountSampledPeak(b);  // the peak profile's estimate; a snapshot past each 10%
+  return true;
 }
 
 struct SampleCall {
@@ -8154,26 +8191,31 @@ struct SampleCall {
   const void* hook_return;
   const ThreadState* ts;
   const void* frame;
+  bool remembered;
 };
 
 inline void RecordSampleThunk(void* arg) noexcept {
-  const auto& c = *static_cast<const SampleCall*>(arg);
-  RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
+  auto& c = *static_cast<SampleCall*>(arg);
+  c.remembered = RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
 }
 
 // Runs the sample in place when the thread's stack has room for it, else on
-// the profiler's own stack (0_base/profiler_stack.hpp).
-inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+// the profiler's own stack (0_base/profiler_stack.hpp). False: the object is
+// not in the live map (out of memory).
+inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   bool done = false;
+  bool remembered = false;
   if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
     ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
-    SampleCall call{p, n, rate, hook_return, &ts, frame};
+    SampleCall call{p, n, rate, hook_return, &ts, frame, false};
     done = RunOnProfilerStack(&RecordSampleThunk, &call);
+    remembered = call.remembered;
   }
-  if (!done) RecordSampleHere(p, n, rate, hook_return, ts, frame);
+  if (!done) remembered = RecordSampleHere(p, n, rate, hook_return, ts, frame);
   DrainDeferredFrees();
+  return remembered;
 }
 
 // This thread's slot, registering it on first use; nullptr while it must not
@@ -8201,8 +8243,10 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
 
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
-// address points into the hook.
-HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
+// address points into the hook. False: a block the hook padded for a
+// sample (kPaddedBlock) that is not in the live map (out of memory for it):
+// the hook replaces it (new_delete.hpp: ReplacePadded).
+HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   // (Inside a heapprof::allocator's upstream call, a global hook's block is
@@ -8211,9 +8255,11 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   // and sampled, on the state CurrentThreadSlot finds.)
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
+  const bool padded = (how & kPaddedBlock) != 0;
+  bool remembered = false;  // in the live map
   if (ts == nullptr) {
     if (!g_engine_off) g_registry.CountUnregisteredAlloc(counted);
-    return;
+    return !padded;
   }
   BumpCounter(ts->alloc_objects, 1);
   BumpCounter(ts->alloc_bytes, counted);
@@ -8232,12 +8278,13 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   // allocation in between took the sample (OnAllocBlock sends padded blocks
   // here). Its free must find it: under the class table a sized delete would
   // count its request's class, not the padded size. So it is sampled, or
-  // with sampling now off remembered as a dropped sample's object is.
+  // with sampling now off remembered as a dropped sample's object is. (The
+  // hook's flag too: a rate under 64 KiB meanwhile lowered min to 0.)
   const std::uint64_t min = LoadRelaxed(ts->sampled_min);
-  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min &&
+  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && (padded || (n < min && counted >= min)) &&
                         left > static_cast<std::int64_t>(n))) {
     if (rate == 0) {
-      RememberUnsampledObject(p);
+      remembered = RememberUnsampledObject(p);
     } else {
       left = static_cast<std::int64_t>(n);  // runs out just below: sampled
     }
@@ -8245,7 +8292,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   left -= static_cast<std::int64_t>(n);
   if (left > 0) {
     StoreRelaxed(ts->countdown, left);
-    return;
+    return !padded || remembered;
   }
   if (rate == 0) {
     // No samples to retry the class table: this does, each 1 MiB while it is
@@ -8253,7 +8300,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // allocation's cold path: 22 instead of 8.8 ns a churn pair).
     if (HEAPPROF_UNLIKELY(flags.guard == 0 && ClassTablePending())) RetryClassTable();
     StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
-    return;
+    return !padded || remembered;
   }
   if ((how & kCountBlock) != 0 && flags.guard == 0 && counted < g_sampled_min.load(std::memory_order_acquire)) {
     // A global hook's block below sampled_min: its free would not look for
@@ -8261,7 +8308,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // thread's first allocation, or a signal handler's in between): the
     // sample moves to this thread's next allocation, which will be padded.
     StoreRelaxed(ts->countdown, std::int64_t{1});
-    return;
+    return !padded;
   }
   StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
   if (flags.guard != 0) {
@@ -8269,7 +8316,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // this thread inside the profiler (which may hold any of its locks):
     // never sampled, counted.
     g_registry.CountNestedSample();
-    return;
+    return !padded;
   }
   if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable();
   const LabelSetData* allocator_labels = tls_allocator_labels;
@@ -8278,11 +8325,12 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // own sample (allocator.hpp): a signal handler that interrupted it. The
     // handler's object is not the container's: sampled without those labels.
     tls_allocator_labels = nullptr;
-    RecordSample(p, n, rate, hook_return, *ts, frame);
+    remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
     tls_allocator_labels = allocator_labels;
-    return;
+    return !padded || remembered;
   }
-  RecordSample(p, n, rate, hook_return, *ts, frame);
+  remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
+  return !padded || remembered;
 }
 
 // Counts a free in the thread's counters (or the orphan totals).
@@ -19300,17 +19348,18 @@ HEAPPROF_LINKED_BEGIN
 // rbp is the hook's, its return address points into the hook).
 // Both keep errno: a successful malloc or a free must not change it (free
 // keeps it by POSIX 2024), and the slow paths make system calls.
-HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
+HEAPPROF_NOINLINE bool OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
   // A heapprof::allocator's upstream calling operator new: the upstream's own
   // block, which the allocator counts itself. Checked here, before errno is
   // saved (every such allocator call), and only here: AllocSlowPath's one caller.
-  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return;
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return true;
   const int saved_errno = errno;
-  AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
+  const bool kept = AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
   errno = saved_errno;
   // No tail call: the unwinder reads this function's frame record, which a
   // tail call would pop before the sample is taken (clang -O2 does that).
   asm volatile("" ::: "memory");
+  return kept;
 }
 
 HEAPPROF_NOINLINE inline bool FreeSlowKeepingErrno(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
@@ -19545,7 +19594,7 @@ HEAPPROF_LINKED_END
 namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
-void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
+bool OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept { return true; }
 bool OnFreeSlow(void*, std::size_t, unsigned, ReleaseFn) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }
@@ -20440,23 +20489,53 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
   return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
 }
 
+// A sized delete's release: jemalloc's sdallocx when the class table found
+// it (block_hooks.hpp: g_sized_free), else free.
+HEAPPROF_ALWAYS_INLINE void NewFreeSized(void* p, std::size_t n) noexcept {
+  const SizedFreeFn sized = LoadRelaxed(g_sized_free);
+  if (sized == nullptr || NewIsBootstrap(p)) return NewFree(p);
+  sized(p, n, 0);
+}
+
 // The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
 // whole old hook, out of line, reached by a tail call.
-HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
-  bool padded;
-  void* p = AllocateOrThrow(n, padded);
-  OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
-  return p;
-}
 HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
   if (NewIsBootstrap(p)) return;
   if (!OnFreeBlock(p)) NewFree(p);
 }
 
+// A block padded for a sample that the live map had no memory to remember
+// (OnAllocBlock's false). Its sized delete would not find it: Stats would
+// count its request's class, not the 1 KiB it is, and sdallocx would free it
+// into that class (heap corruption). It has not reached the caller yet, so
+// it is freed (counted as any free) and the request is made again, unpadded;
+// if that fails too, the new fails as it would out of memory.
+HEAPPROF_NOINLINE inline void* ReplacePadded(void* p, std::size_t n, const void* ret, bool nothrow) {
+  DeleteCold(p);
+  const std::size_t m = n == 0 ? 1 : n;
+  void* q = NewMalloc(m);
+  if (q == nullptr) {
+    OnAllocFailure(m);
+    q = RetryWithNewHandler([m] { return NewMalloc(m); }, nothrow);
+    if (q == nullptr) return nullptr;
+  }
+  (void)OnAllocBlock(q, n, ret, n != 0);
+  return q;
+}
+
+HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
+  bool padded;
+  void* p = AllocateOrThrow(n, padded);
+  if (HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) return ReplacePadded(p, n, ret, false);
+  return p;
+}
+
 HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
   bool padded;
   void* p = AllocateNoThrow(n, padded);
-  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
+  if (p != nullptr && HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) {
+    return ReplacePadded(p, n, ret, true);
+  }
   return p;
 }
 
@@ -20469,7 +20548,8 @@ HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
 }
 HEAPPROF_ALWAYS_INLINE void HotDeleteSized(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  HotFreeSized(p, n, [](void* q) { NewFree(q); }, [](void* q) { return NewIsBootstrap(q); }, &DeleteCold);
+  HotFreeSized(p, n, [](void* q) { NewFree(q); }, [](void* q, std::size_t m) { NewFreeSized(q, m); },
+               [](void* q) { return NewIsBootstrap(q); }, &DeleteCold);
 }
 
 // What posix_memalign is asked for an aligned new's alignment: at least its

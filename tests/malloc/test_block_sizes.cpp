@@ -28,6 +28,7 @@ namespace {
 using malloc_test::Delta;
 using malloc_test::ProfileTotals;
 using malloc_test::RateScope;
+using malloc_test::Totals;
 
 struct Block {
   void* p;
@@ -279,6 +280,57 @@ TEST_CASE("block sizes: exact Stats when a signal handler allocates inside a pad
   CHECK(d.live_bytes() == 0);
 }
 #endif
+
+namespace {
+__attribute__((noinline)) int RefusedPairs(int count) {
+  int padded = 0;
+  for (int i = 0; i < count; ++i) {
+    const std::size_t n = 16 + static_cast<std::size_t>(i) * 37 % 700;
+    void* p = i % 2 == 0 ? ::operator new(n) : ::operator new(n, std::nothrow);
+    padded += malloc_usable_size(p) >= 1024;  // n <= 715: no allocator's class reaches 1 KiB
+    malloc_test::g_sink = p;
+    ::operator delete(p, n);
+  }
+  return padded;
+}
+}  // namespace
+
+// A block padded for a sample must be in the live map when new returns it:
+// a sized delete finds it only there (and hands jemalloc's sdallocx its
+// request's size otherwise). With the live map out of memory the sample
+// cannot be remembered, and new returns an unpadded block instead.
+TEST_CASE("block sizes: a padded sample the live map has no memory for never reaches the caller") {
+  namespace hd = heapprof::detail;
+  REQUIRE(hd::g_sampled_min.load() == 1024);
+  RateScope rate(65536);
+  Delta d;
+  const Totals before = ProfileTotals("RefusedPairs");
+  __atomic_store_n(&hd::g_live_map_refuses_for_tests, true, __ATOMIC_RELAXED);
+  const int padded = RefusedPairs(200000);  // ~73 MB: ~1,100 samples
+  __atomic_store_n(&hd::g_live_map_refuses_for_tests, false, __ATOMIC_RELAXED);
+  d.Stop();
+  const Totals sampled = ProfileTotals("RefusedPairs") - before;
+  INFO("padded blocks returned " << padded << ", samples " << sampled.alloc_objects);
+  CHECK(sampled.alloc_objects > 0);   // samples were taken (and their objects counted freed at once)
+  CHECK(sampled.inuse_objects == 0);
+  CHECK(padded == 0);
+  CHECK(d.allocs() >= 200000);
+  CHECK(d.alloc_bytes() == d.free_bytes());
+  CHECK(d.live_bytes() == 0);
+}
+
+// jemalloc's sdallocx releases the class table's sized deletes, found in the
+// object of the malloc the hooks call; gperftools has none, glibc no table.
+TEST_CASE("block sizes: sized deletes go to sdallocx where the allocator has it") {
+  namespace hd = heapprof::detail;
+  void* sdallocx = dlsym(RTLD_DEFAULT, "sdallocx");
+  INFO("sdallocx " << sdallocx << ", class table " << hd::g_class_table);
+  if (hd::g_class_table && sdallocx != nullptr) {
+    CHECK(reinterpret_cast<void*>(hd::g_sized_free) == sdallocx);
+  } else {
+    CHECK(reinterpret_cast<void*>(hd::g_sized_free) == nullptr);
+  }
+}
 
 // With sampling off no sample retries a class table whose start-up check
 // failed (tcmalloc's malloc_usable_size answers 0 while it starts, which is

@@ -238,17 +238,18 @@ HEAPPROF_LINKED_BEGIN
 // rbp is the hook's, its return address points into the hook).
 // Both keep errno: a successful malloc or a free must not change it (free
 // keeps it by POSIX 2024), and the slow paths make system calls.
-HEAPPROF_NOINLINE void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
+HEAPPROF_NOINLINE bool OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept {
   // A heapprof::allocator's upstream calling operator new: the upstream's own
   // block, which the allocator counts itself. Checked here, before errno is
   // saved (every such allocator call), and only here: AllocSlowPath's one caller.
-  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return;
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return true;
   const int saved_errno = errno;
-  AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
+  const bool kept = AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
   errno = saved_errno;
   // No tail call: the unwinder reads this function's frame record, which a
   // tail call would pop before the sample is taken (clang -O2 does that).
   asm volatile("" ::: "memory");
+  return kept;
 }
 
 HEAPPROF_NOINLINE inline bool FreeSlowKeepingErrno(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
@@ -483,7 +484,7 @@ HEAPPROF_LINKED_END
 namespace detail {
 struct HttpServerState {};
 HEAPPROF_LINKED_BEGIN
-void OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept {}
+bool OnAllocSlow(void*, std::size_t, const void*, unsigned) noexcept { return true; }
 bool OnFreeSlow(void*, std::size_t, unsigned, ReleaseFn) noexcept { return false; }
 const LabelSetData* InternLabels(const LabelSetData*, const Label*, std::size_t) noexcept { return nullptr; }
 const LabelSetData* MergeLabels(const LabelSetData*, const LabelSetData*) noexcept { return nullptr; }

@@ -129,6 +129,16 @@ constexpr std::size_t kClassTableMax = 1024;
 inline bool g_class_table = false;
 inline std::uint16_t g_class_of[kClassTableMax + 1];
 
+// jemalloc's sdallocx(p, size, flags): a free told the block's size, which
+// skips free's look-up of the pointer in its radix tree. Found with the class
+// table, in the underlying malloc's own object (gperftools has none; its
+// tc_free_sized was slower than its free). The class table's sized deletes
+// call it (HotFreeSized): their `n` names the block's class, except in a
+// block padded for a sample, which the free filter sends to the cold path
+// (every padded block a new returns is in the live map: ReplacePadded).
+using SizedFreeFn = void (*)(void*, std::size_t, int) noexcept;  // noexcept: a tail call from the hooks
+inline SizedFreeFn g_sized_free = nullptr;
+
 // The usable size of a block that malloc(n) (or new, calloc) just returned.
 HEAPPROF_ALWAYS_INLINE std::size_t RequestedBlockSize(void* p, std::size_t n) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
@@ -144,6 +154,22 @@ inline void* (*UnderlyingMalloc() noexcept)(std::size_t) {
   return g_underlying_malloc != nullptr ? g_underlying_malloc : &std::malloc;
 }
 
+// The address of the malloc the hooks call (for dladdr: which object owns it).
+inline void* UnderlyingMallocAddress() noexcept {
+  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+}
+
+// sdallocx, if the object of the malloc the hooks call defines it.
+inline SizedFreeFn FindSizedFree() noexcept {
+  void* sized = dlsym(RTLD_DEFAULT, "sdallocx");
+  void* malloc_fn = sized != nullptr ? UnderlyingMallocAddress() : nullptr;
+  Dl_info a{}, b{};
+  if (malloc_fn == nullptr || dladdr(sized, &a) == 0 || dladdr(malloc_fn, &b) == 0 || a.dli_fbase != b.dli_fbase) {
+    return nullptr;
+  }
+  return reinterpret_cast<SizedFreeFn>(sized);
+}
+
 // Fills g_class_of when the allocator has nallocx and its every answer up to
 // kClassTableMax is the usable size of a real block of that request. Not
 // under a sanitizer (its malloc_usable_size is the request, and it has no
@@ -157,6 +183,8 @@ inline void DetectClassTable(bool look_up) noexcept {
   const NallocxFn nallocx = g_nallocx;
   if (nallocx == nullptr) return;
   SuppressHooks quiet;
+  // Before the table's flag (a release store); a failed dlsym allocates its message.
+  if (look_up) StoreRelaxed(g_sized_free, FindSizedFree());
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
   for (std::size_t n = 0; n <= kClassTableMax; ++n) {
     void* p = alloc(n);
@@ -188,11 +216,6 @@ inline void DetectClassTable(bool look_up) noexcept {
 using GuardFn = void (*)(void*);
 alignas(16) inline unsigned char g_tcmalloc_guard[16];  // the guard has no members
 inline GuardFn g_tcmalloc_guard_end = nullptr;
-
-// The address of the malloc the hooks call (for dladdr: which object owns it).
-inline void* UnderlyingMallocAddress() noexcept {
-  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
-}
 
 inline void EndAllocatorStartup() noexcept {
   if (GuardFn end = g_tcmalloc_guard_end) end(g_tcmalloc_guard);
@@ -348,19 +371,21 @@ HEAPPROF_ALWAYS_INLINE std::size_t SampledRequest(std::size_t n, std::size_t ali
 // the slow path then samples the block even when the countdown no longer
 // runs out here (a signal handler's allocation in between took the sample:
 // under the class table a sized delete finds a padded block only in the
-// live map).
-HEAPPROF_ALWAYS_INLINE void OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false,
+// live map). False: a padded block the live map had no memory for, which
+// must not reach the caller (new_delete.hpp: ReplacePadded); always true
+// when not `padded`.
+HEAPPROF_ALWAYS_INLINE bool OnAllocBlock(void* p, std::size_t n, const void* hook_return, bool exact = false,
                                          bool padded = false) noexcept {
   ThreadState* ts = tls_thread_state;
   const std::int64_t left = LoadRelaxed(ts->countdown) - static_cast<std::int64_t>(n);
   if (HEAPPROF_UNLIKELY((left <= 0) | padded)) {
     asm volatile("" : : "r"(__builtin_frame_address(0)));
-    OnAllocSlow(p, n, hook_return, kCountBlock);
-    return;
+    return OnAllocSlow(p, n, hook_return, padded ? kCountBlock | kPaddedBlock : kCountBlock);
   }
   StoreRelaxed(ts->countdown, left);
   BumpCounter(ts->alloc_objects, 1);
   BumpCounter(ts->alloc_bytes, exact ? RequestedBlockSize(p, n) : BlockSize(p));
+  return true;
 }
 
 // Whether the free of `p`, whose usable size is `size`, may be a sampled
@@ -504,10 +529,12 @@ HEAPPROF_ALWAYS_INLINE void HotFree(void* p, Release release, Boot bootstrap, Co
 
 // A sized delete of a plain new's block, p != nullptr: with the class table,
 // `n` gives the size and the free filter finds a sampled (padded) block,
-// whose cold path reads its real size. Without the table, or for n outside
-// it (new(0) asked for 1), the allocator is asked (HotFreeAsked).
-template <class Release, class Boot, class Cold>
-HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, Boot bootstrap, Cold cold) noexcept {
+// whose cold path reads its real size; `release_sized(p, n)` releases the
+// others. Without the table, or for n outside it (new(0) asked for 1), the
+// allocator is asked (HotFreeAsked).
+template <class Release, class ReleaseSized, class Boot, class Cold>
+HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release, ReleaseSized release_sized,
+                                         Boot bootstrap, Cold cold) noexcept {
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
   if (HEAPPROF_LIKELY(LoadRelaxed(g_glibc_chunks))) return HotFreeGlibc(p, release, cold);
 #endif
@@ -516,7 +543,7 @@ HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release
     if (HEAPPROF_LIKELY(!(MaybeSampled(p) | (ts == &g_empty_thread_state)))) {
       BumpCounter(ts->free_objects, 1);
       BumpCounter(ts->free_bytes, LoadRelaxed(g_class_of[n]));
-      return release(p);
+      return release_sized(p, n);
     }
     return cold(p);
   }

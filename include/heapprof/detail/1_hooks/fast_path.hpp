@@ -158,8 +158,11 @@ HEAPPROF_ALWAYS_INLINE bool MaybeSampled(const void* p) noexcept {
 HEAPPROF_LINKED_BEGIN
 // An allocation that ran the countdown out (or the thread's first). `how`:
 // kCountBlock (a global hook: Stats count the block's usable size, see
-// 1_hooks/block_hooks.hpp) or 0 (heapprof::allocator: Stats count `n`).
-void OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept;
+// 1_hooks/block_hooks.hpp) or 0 (heapprof::allocator: Stats count `n`), with
+// kPaddedBlock when the hook padded the block for a sample. False: a padded
+// block the live map could not remember (out of memory), which the hook must
+// not return (new_delete.hpp: ReplacePadded); true otherwise.
+bool OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) noexcept;
 // A free of a maybe-sampled object (or the thread's first). `flags`:
 // kFreeSized (Stats count `n`; otherwise the block's usable size), kFreeCanDefer
 // (the caller releases the block itself and skips that when told to). True: the profiler keeps
@@ -175,6 +178,7 @@ HEAPPROF_LINKED_END
 constexpr unsigned kFreeSized = 1;
 constexpr unsigned kFreeCanDefer = 2;
 constexpr unsigned kCountBlock = 1;
+constexpr unsigned kPaddedBlock = 2;
 
 // ---------------------------------------------------------------- fast paths
 

@@ -106,23 +106,53 @@ HEAPPROF_ALWAYS_INLINE void* AlignedMalloc(std::size_t n, std::size_t align) noe
   return NewPosixMemalign(&p, align, n) == 0 ? p : nullptr;
 }
 
+// A sized delete's release: jemalloc's sdallocx when the class table found
+// it (block_hooks.hpp: g_sized_free), else free.
+HEAPPROF_ALWAYS_INLINE void NewFreeSized(void* p, std::size_t n) noexcept {
+  const SizedFreeFn sized = LoadRelaxed(g_sized_free);
+  if (sized == nullptr || NewIsBootstrap(p)) return NewFree(p);
+  sized(p, n, 0);
+}
+
 // The cold halves of the hot hooks (block_hooks.hpp: HotAlloc, HotFree): the
 // whole old hook, out of line, reached by a tail call.
-HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
-  bool padded;
-  void* p = AllocateOrThrow(n, padded);
-  OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
-  return p;
-}
 HEAPPROF_NOINLINE inline void DeleteCold(void* p) noexcept {
   if (NewIsBootstrap(p)) return;
   if (!OnFreeBlock(p)) NewFree(p);
 }
 
+// A block padded for a sample that the live map had no memory to remember
+// (OnAllocBlock's false). Its sized delete would not find it: Stats would
+// count its request's class, not the 1 KiB it is, and sdallocx would free it
+// into that class (heap corruption). It has not reached the caller yet, so
+// it is freed (counted as any free) and the request is made again, unpadded;
+// if that fails too, the new fails as it would out of memory.
+HEAPPROF_NOINLINE inline void* ReplacePadded(void* p, std::size_t n, const void* ret, bool nothrow) {
+  DeleteCold(p);
+  const std::size_t m = n == 0 ? 1 : n;
+  void* q = NewMalloc(m);
+  if (q == nullptr) {
+    OnAllocFailure(m);
+    q = RetryWithNewHandler([m] { return NewMalloc(m); }, nothrow);
+    if (q == nullptr) return nullptr;
+  }
+  (void)OnAllocBlock(q, n, ret, n != 0);
+  return q;
+}
+
+HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
+  bool padded;
+  void* p = AllocateOrThrow(n, padded);
+  if (HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) return ReplacePadded(p, n, ret, false);
+  return p;
+}
+
 HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
   bool padded;
   void* p = AllocateNoThrow(n, padded);
-  if (p != nullptr) OnAllocBlock(p, n, ret, n != 0 && !padded, padded);
+  if (p != nullptr && HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) {
+    return ReplacePadded(p, n, ret, true);
+  }
   return p;
 }
 
@@ -135,7 +165,8 @@ HEAPPROF_ALWAYS_INLINE void HotDelete(void* p) noexcept {
 }
 HEAPPROF_ALWAYS_INLINE void HotDeleteSized(void* p, std::size_t n) noexcept {
   if (p == nullptr) return;
-  HotFreeSized(p, n, [](void* q) { NewFree(q); }, [](void* q) { return NewIsBootstrap(q); }, &DeleteCold);
+  HotFreeSized(p, n, [](void* q) { NewFree(q); }, [](void* q, std::size_t m) { NewFreeSized(q, m); },
+               [](void* q) { return NewIsBootstrap(q); }, &DeleteCold);
 }
 
 // What posix_memalign is asked for an aligned new's alignment: at least its

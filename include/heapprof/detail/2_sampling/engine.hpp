@@ -322,14 +322,15 @@ HEAPPROF_ALWAYS_INLINE void DrainDeferredFrees() noexcept {
 // A block that must be found at its free although no profile shows it: a
 // sample the tables had no room for (RecordSampleHere), or a block padded for
 // a sample that the rate, set to 0 meanwhile, no longer takes (AllocSlowPath).
-// See buckets.hpp: g_dropped_sample_bucket.
-HEAPPROF_NOINLINE inline void RememberUnsampledObject(void* p) noexcept {
+// See buckets.hpp: g_dropped_sample_bucket. False: the live map is out of memory.
+HEAPPROF_NOINLINE inline bool RememberUnsampledObject(void* p) noexcept {
   ReentrancyGuard guard;
-  (void)g_live_map.Insert(p, &g_dropped_sample_bucket);
+  return g_live_map.Insert(p, &g_dropped_sample_bucket);
 }
 
-// The work of one sample: unwind, intern, remember the object.
-HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+// The work of one sample: unwind, intern, remember the object. False: the
+// live map had no memory for it (its free will not find it).
+HEAPPROF_NOINLINE inline bool RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                                                const ThreadState& ts, const void* frame) noexcept {
   ReentrancyGuard guard;
   CapturedStack stack;
@@ -351,16 +352,16 @@ HEAPPROF_NOINLINE inline void RecordSampleHere(void* p, std::size_t n, std::uint
   if (b == nullptr) {
     // Dropped (the tables are full): the object is still remembered, so that
     // its free is found as a sampled object's.
-    RememberUnsampledObject(p);
-    return;
+    return RememberUnsampledObject(p);
   }
   if (!g_live_map.Insert(p, b)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
     b->frees.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   CountSampledPeak(b);  // the peak profile's estimate; a snapshot past each 10%
+  return true;
 }
 
 struct SampleCall {
@@ -370,26 +371,31 @@ struct SampleCall {
   const void* hook_return;
   const ThreadState* ts;
   const void* frame;
+  bool remembered;
 };
 
 inline void RecordSampleThunk(void* arg) noexcept {
-  const auto& c = *static_cast<const SampleCall*>(arg);
-  RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
+  auto& c = *static_cast<SampleCall*>(arg);
+  c.remembered = RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
 }
 
 // Runs the sample in place when the thread's stack has room for it, else on
-// the profiler's own stack (0_base/profiler_stack.hpp).
-inline void RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
+// the profiler's own stack (0_base/profiler_stack.hpp). False: the object is
+// not in the live map (out of memory).
+inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
                          const ThreadState& ts, const void* frame) noexcept {
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   bool done = false;
+  bool remembered = false;
   if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
     ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
-    SampleCall call{p, n, rate, hook_return, &ts, frame};
+    SampleCall call{p, n, rate, hook_return, &ts, frame, false};
     done = RunOnProfilerStack(&RecordSampleThunk, &call);
+    remembered = call.remembered;
   }
-  if (!done) RecordSampleHere(p, n, rate, hook_return, ts, frame);
+  if (!done) remembered = RecordSampleHere(p, n, rate, hook_return, ts, frame);
   DrainDeferredFrees();
+  return remembered;
 }
 
 // This thread's slot, registering it on first use; nullptr while it must not
@@ -417,8 +423,10 @@ HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
 
 // The body of OnAllocSlow. `frame` is OnAllocSlow's own frame record, the
 // unwinders' starting point: its saved rbp is the hook's and its return
-// address points into the hook.
-HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
+// address points into the hook. False: a block the hook padded for a
+// sample (kPaddedBlock) that is not in the live map (out of memory for it):
+// the hook replaces it (new_delete.hpp: ReplacePadded).
+HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* hook_return, unsigned how,
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   // (Inside a heapprof::allocator's upstream call, a global hook's block is
@@ -427,9 +435,11 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   // and sampled, on the state CurrentThreadSlot finds.)
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
+  const bool padded = (how & kPaddedBlock) != 0;
+  bool remembered = false;  // in the live map
   if (ts == nullptr) {
     if (!g_engine_off) g_registry.CountUnregisteredAlloc(counted);
-    return;
+    return !padded;
   }
   BumpCounter(ts->alloc_objects, 1);
   BumpCounter(ts->alloc_bytes, counted);
@@ -448,12 +458,13 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   // allocation in between took the sample (OnAllocBlock sends padded blocks
   // here). Its free must find it: under the class table a sized delete would
   // count its request's class, not the padded size. So it is sampled, or
-  // with sampling now off remembered as a dropped sample's object is.
+  // with sampling now off remembered as a dropped sample's object is. (The
+  // hook's flag too: a rate under 64 KiB meanwhile lowered min to 0.)
   const std::uint64_t min = LoadRelaxed(ts->sampled_min);
-  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && n < min && counted >= min &&
+  if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && (padded || (n < min && counted >= min)) &&
                         left > static_cast<std::int64_t>(n))) {
     if (rate == 0) {
-      RememberUnsampledObject(p);
+      remembered = RememberUnsampledObject(p);
     } else {
       left = static_cast<std::int64_t>(n);  // runs out just below: sampled
     }
@@ -461,7 +472,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
   left -= static_cast<std::int64_t>(n);
   if (left > 0) {
     StoreRelaxed(ts->countdown, left);
-    return;
+    return !padded || remembered;
   }
   if (rate == 0) {
     // No samples to retry the class table: this does, each 1 MiB while it is
@@ -469,7 +480,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // allocation's cold path: 22 instead of 8.8 ns a churn pair).
     if (HEAPPROF_UNLIKELY(flags.guard == 0 && ClassTablePending())) RetryClassTable();
     StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
-    return;
+    return !padded || remembered;
   }
   if ((how & kCountBlock) != 0 && flags.guard == 0 && counted < g_sampled_min.load(std::memory_order_acquire)) {
     // A global hook's block below sampled_min: its free would not look for
@@ -477,7 +488,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // thread's first allocation, or a signal handler's in between): the
     // sample moves to this thread's next allocation, which will be padded.
     StoreRelaxed(ts->countdown, std::int64_t{1});
-    return;
+    return !padded;
   }
   StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
   if (flags.guard != 0) {
@@ -485,7 +496,7 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // this thread inside the profiler (which may hold any of its locks):
     // never sampled, counted.
     g_registry.CountNestedSample();
-    return;
+    return !padded;
   }
   if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable();
   const LabelSetData* allocator_labels = tls_allocator_labels;
@@ -494,11 +505,12 @@ HEAPPROF_ALWAYS_INLINE void AllocSlowPath(void* p, std::size_t n, const void* ho
     // own sample (allocator.hpp): a signal handler that interrupted it. The
     // handler's object is not the container's: sampled without those labels.
     tls_allocator_labels = nullptr;
-    RecordSample(p, n, rate, hook_return, *ts, frame);
+    remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
     tls_allocator_labels = allocator_labels;
-    return;
+    return !padded || remembered;
   }
-  RecordSample(p, n, rate, hook_return, *ts, frame);
+  remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
+  return !padded || remembered;
 }
 
 // Counts a free in the thread's counters (or the orphan totals).

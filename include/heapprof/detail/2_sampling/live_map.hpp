@@ -148,6 +148,10 @@ inline bool PopDeferredFree(DeferredFree& out) noexcept {
   return false;
 }
 
+// For the tests only: every Insert fails as when the map cannot grow (the
+// arena out of memory), which no test can arrange reliably otherwise.
+inline bool g_live_map_refuses_for_tests = false;
+
 class LiveMap {
  public:
   constexpr LiveMap() noexcept = default;
@@ -156,6 +160,7 @@ class LiveMap {
   // never seen (memory released behind our back, e.g. by free()): the old entry
   // is retired as freed and replaced. False when out of memory (sample dropped).
   bool Insert(const void* p, Bucket* bucket) noexcept {
+    if (HEAPPROF_UNLIKELY(__atomic_load_n(&g_live_map_refuses_for_tests, __ATOMIC_RELAXED))) return false;
     Shard& s = ShardOf(p);
     ShardHold hold(s);
     const auto key = reinterpret_cast<std::uintptr_t>(p);
