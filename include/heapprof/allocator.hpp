@@ -34,6 +34,47 @@
 #include "heapprof/labels.hpp"
 
 namespace heapprof {
+namespace detail {
+
+// heapprof::allocator's state: its upstream and its labels. An empty upstream
+// (std::allocator) takes no room, as under C++20's [[no_unique_address]]: it
+// is a base of this holder (the empty base optimization), and the holder a
+// member of heapprof::allocator, so that the upstream's own conversions and
+// operators never apply to heapprof::allocator. sizeof(heapprof::allocator<T>)
+// is then one pointer, and a container's footprint grows by that alone.
+template <class Upstream, bool = std::is_empty<Upstream>::value && !std::is_final<Upstream>::value>
+class AllocatorState : private Upstream {
+ public:
+  template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
+  AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : Upstream(), labels_() {}
+  AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
+      std::is_nothrow_copy_constructible<Upstream>::value)
+      : Upstream(upstream), labels_(labels) {}
+  Upstream& upstream() noexcept { return *this; }
+  const Upstream& upstream() const noexcept { return *this; }
+  const LabelSet& labels() const noexcept { return labels_; }
+
+ private:
+  LabelSet labels_;
+};
+template <class Upstream>
+class AllocatorState<Upstream, false> {
+ public:
+  template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
+  AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
+  AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
+      std::is_nothrow_copy_constructible<Upstream>::value)
+      : upstream_(upstream), labels_(labels) {}
+  Upstream& upstream() noexcept { return upstream_; }
+  const Upstream& upstream() const noexcept { return upstream_; }
+  const LabelSet& labels() const noexcept { return labels_; }
+
+ private:
+  Upstream upstream_;
+  LabelSet labels_;
+};
+
+}  // namespace detail
 
 template <class T, class Upstream = std::allocator<T>>
 class allocator {
@@ -65,16 +106,16 @@ class allocator {
   // so that an allocator of an Upstream without a default constructor has none
   // either (std::is_default_constructible says so), as with `= default`.
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
+  allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : state_() {}
   explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
-      : upstream_(upstream), labels_() {}
+      : state_(upstream, LabelSet()) {}
   // Every allocation gets `labels`, merged over the allocating thread's set.
   explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
-      : upstream_(upstream), labels_(labels) {}
+      : state_(upstream, labels) {}
   template <class U, class UpstreamU>
   allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
-      : upstream_(other.upstream()), labels_(other.labels()) {}
+      : state_(Upstream(other.upstream()), other.labels()) {}
 
   // noinline: its return address is the sample's leaf (the container code).
   HEAPPROF_NOINLINE T* allocate(size_type n) {
@@ -82,17 +123,17 @@ class allocator {
     T* p;
     {
       detail::SuppressHooks quiet;
-      p = upstream_traits::allocate(upstream_, n);
+      p = upstream_traits::allocate(state_.upstream(), n);
     }
     // Restored, not cleared: a signal handler's allocate may run inside
     // another's, which then samples with its own labels still.
     const detail::LabelSetData* outer = detail::tls_allocator_labels;
-    detail::tls_allocator_labels = labels_.data();
+    detail::tls_allocator_labels = state_.labels().data();
     detail::OnAlloc(p, static_cast<std::size_t>(n) * sizeof(T), __builtin_return_address(0));
     detail::tls_allocator_labels = outer;
     return p;
 #else
-    return upstream_traits::allocate(upstream_, n);
+    return upstream_traits::allocate(state_.upstream(), n);
 #endif
   }
 
@@ -105,7 +146,7 @@ class allocator {
     // with state is counted now and its sampled entry retired later.
     if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
     detail::SuppressHooks quiet;
-    upstream_traits::deallocate(upstream_, p, n);
+    upstream_traits::deallocate(state_.upstream(), p, n);
   }
 
   // Elements are made and destroyed by the upstream, as without heapprof: a
@@ -116,21 +157,21 @@ class allocator {
   // give such elements the default resource instead.)
   template <class U, class... Args>
   void construct(U* p, Args&&... args) {
-    upstream_traits::construct(upstream_, p, std::forward<Args>(args)...);
+    upstream_traits::construct(state_.upstream(), p, std::forward<Args>(args)...);
   }
   template <class U>
   void destroy(U* p) {
-    upstream_traits::destroy(upstream_, p);
+    upstream_traits::destroy(state_.upstream(), p);
   }
 
-  size_type max_size() const noexcept { return upstream_traits::max_size(upstream_); }
+  size_type max_size() const noexcept { return upstream_traits::max_size(state_.upstream()); }
 
   allocator select_on_container_copy_construction() const {
-    return allocator(labels_, upstream_traits::select_on_container_copy_construction(upstream_));
+    return allocator(state_.labels(), upstream_traits::select_on_container_copy_construction(state_.upstream()));
   }
 
-  const Upstream& upstream() const noexcept { return upstream_; }
-  const LabelSet& labels() const noexcept { return labels_; }
+  const Upstream& upstream() const noexcept { return state_.upstream(); }
+  const LabelSet& labels() const noexcept { return state_.labels(); }
 
   // Equal when the upstreams are: labels are attribution, not ownership, so
   // memory from one is always freeable by the other exactly when the
@@ -155,8 +196,7 @@ class allocator {
     upstream_traits::deallocate(upstream, static_cast<T*>(p), static_cast<size_type>(bytes / sizeof(T)));
   }
 
-  Upstream upstream_;
-  LabelSet labels_;
+  detail::AllocatorState<Upstream> state_;
 };
 
 }  // namespace heapprof

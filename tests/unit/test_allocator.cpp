@@ -135,6 +135,50 @@ TEST_CASE("allocator: samples are attributed to the container code, in the profi
   heapprof::SetSampleRate(saved);
 }
 
+namespace {
+// An empty upstream that cannot be a base class.
+template <class T>
+struct FinalUpstream final {
+  using value_type = T;
+  FinalUpstream() = default;
+  template <class U>
+  FinalUpstream(const FinalUpstream<U>&) noexcept {}  // NOLINT: implicit, as rebinding requires
+  T* allocate(std::size_t n) { return std::allocator<T>().allocate(n); }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+};
+template <class T, class U>
+bool operator==(const FinalUpstream<T>&, const FinalUpstream<U>&) noexcept {
+  return true;
+}
+template <class T, class U>
+bool operator!=(const FinalUpstream<T>&, const FinalUpstream<U>&) noexcept {
+  return false;
+}
+}  // namespace
+
+// The labels are the allocator's one word: an empty upstream takes no room,
+// so a container grows by a pointer, not by two.
+TEST_CASE("allocator: one pointer over an empty upstream; a stateful or final one keeps its own room") {
+  static_assert(sizeof(heapprof::allocator<int>) == sizeof(void*), "std::allocator takes no room");
+  static_assert(sizeof(std::vector<int, heapprof::allocator<int>>) == sizeof(std::vector<int>) + sizeof(void*),
+                "a vector grows by the labels alone");
+  static_assert(sizeof(heapprof::allocator<int, std::pmr::polymorphic_allocator<int>>) == 2 * sizeof(void*),
+                "the resource pointer and the labels");
+  static_assert(sizeof(heapprof::allocator<int, FinalUpstream<int>>) == 2 * sizeof(void*), "a member, padded");
+  // The final upstream works as any: allocates, rebinds, compares.
+  heapprof::allocator<int, FinalUpstream<int>> a;
+  heapprof::allocator<double, FinalUpstream<double>> b(a);
+  CHECK(a == b);
+  std::vector<int, heapprof::allocator<int, FinalUpstream<int>>> v(a);
+  v.assign(100, 7);
+  CHECK(v[99] == 7);
+  // Labels survive the rebinding copy whatever the upstream's layout.
+  const heapprof::LabelSet labels{{"k", "v"}};
+  heapprof::allocator<int> la(labels);
+  heapprof::allocator<double> lb(la);
+  CHECK(lb.labels() == labels);
+}
+
 TEST_CASE("allocator: rebinds, compares like its upstream, propagates like its upstream") {
   using A = heapprof::allocator<int>;
   using Traits = std::allocator_traits<A>;
