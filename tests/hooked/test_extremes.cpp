@@ -79,9 +79,8 @@ __attribute__((noinline)) int DeepRecurse(int n, std::size_t size, void** out) {
 }  // namespace
 
 TEST_CASE("recursion 10,000 deep: the stack is cut at HEAPPROF_MAX_FRAMES, marked, not overflowed") {
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   void* objects[2] = {};
   for (int i = 0; i < 2; ++i) {
     heapprof::SetUnwinder(kUnwinders[i]);
@@ -102,7 +101,6 @@ TEST_CASE("recursion 10,000 deep: the stack is cut at HEAPPROF_MAX_FRAMES, marke
     CHECK(names.back() == "[heapprof: stack truncated at " + std::to_string(HEAPPROF_MAX_FRAMES) + " frames]");
     ::operator delete(objects[i]);
   }
-  heapprof::SetSampleRate(saved);
 }
 
 namespace {
@@ -132,9 +130,8 @@ void* TinyStackMain(void* arg) {
 }  // namespace
 
 TEST_CASE("a thread with a tiny stack samples with both unwinders") {
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   TinyResult r;
   pthread_attr_t attr;
   REQUIRE(pthread_attr_init(&attr) == 0);
@@ -157,7 +154,6 @@ TEST_CASE("a thread with a tiny stack samples with both unwinders") {
     }
   }
   for (void* o : r.objects) ::operator delete(o);
-  heapprof::SetSampleRate(saved);
 }
 
 namespace {
@@ -221,9 +217,8 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   // stack) failed every check, so its stack was the leaf alone. Past a
   // sigaltstack handler's signal frame, the table unwinder walks the
   // interrupted code on the thread's own stack.
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   SwitchedStack st;
   g_switched = &st;
   // The coroutine's stack between two inaccessible guard pages: the walk
@@ -234,15 +229,21 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
       mmap(nullptr, stack_size + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   REQUIRE(region != MAP_FAILED);
   REQUIRE(mprotect(region + page, stack_size, PROT_READ | PROT_WRITE) == 0);
-  for (int i = 0; i < 2; ++i) {
-    heapprof::SetUnwinder(kUnwinders[i]);
-    st.size = 7151 + static_cast<std::size_t>(i);
+  // getcontext out of line (GCC inlines no function that calls it): with the
+  // rate scope's cleanup around it, g++ -Wextra warns the loop counter might
+  // be clobbered.
+  const auto run_coroutine = [&] {
     REQUIRE(getcontext(&st.coroutine) == 0);
     st.coroutine.uc_stack.ss_sp = region + page;
     st.coroutine.uc_stack.ss_size = stack_size;
     st.coroutine.uc_link = &st.caller;
     makecontext(&st.coroutine, &CoroutineEntry, 0);
     REQUIRE(swapcontext(&st.caller, &st.coroutine) == 0);
+  };
+  for (int i = 0; i < 2; ++i) {
+    heapprof::SetUnwinder(kUnwinders[i]);
+    st.size = 7151 + static_cast<std::size_t>(i);
+    run_coroutine();
   }
   REQUIRE(st.done == 2);
   void* coroutine_objects[2] = {st.objects[0], st.objects[1]};
@@ -290,7 +291,6 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   for (void* o : st.objects) ::operator delete(o);
   munmap(region, stack_size + 2 * page);
   g_switched = nullptr;
-  heapprof::SetSampleRate(saved);
 }
 
 namespace {
@@ -346,9 +346,8 @@ TEST_CASE("a sample in a signal handler: both unwinders step through the signal 
 #if !defined(__x86_64__) || defined(HEAPPROF_TSAN)
   MESSAGE("x86-64 only (the interrupted PC's frame), and not under TSan (the handler allocates)");
 #else
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   // Modes: the handler on the thread's stack; on a sigaltstack elsewhere
   // (the heap); on a sigaltstack that is an array on the thread's own stack,
   // above the interrupted code (whose frames are below the sample's then).
@@ -406,7 +405,6 @@ TEST_CASE("a sample in a signal handler: both unwinders step through the signal 
     CHECK(names[site + 1].find("SignalCaller") != std::string::npos);
   }
   for (void* o : g_signal_sample.objects) ::operator delete(o);
-  heapprof::SetSampleRate(saved);
 #endif
 }
 
@@ -456,9 +454,8 @@ TEST_CASE("a coroutine stack deeper than 256 KiB: followed to its entry, or cut 
   // stack. Now the walk asks for the pages up to a frame above that limit
   // and goes on (2 frames of 200 KiB: the entry is found), up to 8 MiB
   // (45 such frames, 9 MiB: cut there and marked).
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   DeepCoroutine st;
   g_deep = &st;
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
@@ -468,18 +465,22 @@ TEST_CASE("a coroutine stack deeper than 256 KiB: followed to its entry, or cut 
   REQUIRE(region != MAP_FAILED);
   REQUIRE(mprotect(region + page, stack_size, PROT_READ | PROT_WRITE) == 0);
   const int kLevels[2] = {2, 45};
+  // getcontext out of line, as in the case above (-Wclobbered).
+  const auto run_coroutine = [&] {
+    REQUIRE(getcontext(&st.coroutine) == 0);
+    st.coroutine.uc_stack.ss_sp = region + page;
+    st.coroutine.uc_stack.ss_size = stack_size;
+    st.coroutine.uc_link = &st.caller;
+    makecontext(&st.coroutine, &DeepCoroutineEntry, 0);
+    st.done = 0;
+    REQUIRE(swapcontext(&st.caller, &st.coroutine) == 0);
+  };
   for (int deep = 0; deep < 2; ++deep) {
     for (int i = 0; i < 2; ++i) {
       heapprof::SetUnwinder(kUnwinders[i]);
       st.size = 7181 + static_cast<std::size_t>(2 * deep + i);
       st.levels = kLevels[deep];
-      REQUIRE(getcontext(&st.coroutine) == 0);
-      st.coroutine.uc_stack.ss_sp = region + page;
-      st.coroutine.uc_stack.ss_size = stack_size;
-      st.coroutine.uc_link = &st.caller;
-      makecontext(&st.coroutine, &DeepCoroutineEntry, 0);
-      st.done = 0;
-      REQUIRE(swapcontext(&st.caller, &st.coroutine) == 0);
+      run_coroutine();
       REQUIRE(st.done == 1);
       ::operator delete(st.objects[0]);  // (the sample stays in the allocs profile)
     }
@@ -518,7 +519,6 @@ TEST_CASE("a coroutine stack deeper than 256 KiB: followed to its entry, or cut 
   }
   munmap(region, stack_size + 2 * page);
   g_deep = nullptr;
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("the frame-pointer unwinder when only the implementation unit is built without frame pointers") {
@@ -593,9 +593,8 @@ __attribute__((noinline)) void HostileFrame(std::size_t size, std::uintptr_t bad
 }  // namespace
 
 TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with both unwinders") {
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   // A frame chain on this stack that loops back on itself.
   volatile std::uintptr_t loop[4];
   loop[0] = reinterpret_cast<std::uintptr_t>(&loop[2]);
@@ -667,7 +666,6 @@ TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with
     ::operator delete(g_hostile_object);
   }
   heapprof::SetUnwinder(saved_unwinder);
-  heapprof::SetSampleRate(saved);
 }
 
 namespace {
@@ -718,8 +716,7 @@ void* ThreadExitMain(void*) {
 }  // namespace
 
 TEST_CASE("thread exit: thread_local and pthread key destructors allocate and free") {
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   REQUIRE(pthread_key_create(&g_late_key, &LateKeyDestructor) == 0);
   const std::size_t* u = g_exit_usable;
   const heapprof::Stats s0 = heapprof::GetStats();
@@ -747,16 +744,14 @@ TEST_CASE("thread exit: thread_local and pthread key destructors allocate and fr
   // (above), not sampled.
   CHECK(SumOfSize(p, 7805, "alloc_objects", "ExitAlloc") == 0);
   ::operator delete(g_exit_kept, 7803);
-  heapprof::SetSampleRate(saved);
 }
 
 // ---- a dlopen'ed library allocating through the hook, then dlclosed ----
 
 #ifdef HEAPPROF_HOOKED_DSO_PATH
 TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its objects live; profiles still write") {
-  const std::size_t saved = heapprof::GetSampleRate();
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   void* objects[2][3] = {};
   for (int round = 0; round < 2; ++round) {
     void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -801,7 +796,6 @@ TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its obje
   CHECK(SumOfSize(freed, 7401, "inuse_objects", "") == 0);
   CHECK(SumOfSize(freed, 7402, "inuse_objects", "") == 0);
   CHECK(SumOfSize(freed, 7402, "alloc_objects", "") == 4);
-  heapprof::SetSampleRate(saved);
 }
 #endif
 

@@ -59,8 +59,7 @@ void FreeKept(int first, int n) {
 }  // namespace
 
 TEST_CASE("labels: nesting, override, restore, and lifetime attribution in the profile") {
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   CHECK(heapprof::CurrentLabels().empty());
   {
     heapprof::ScopedLabels outer{{"endpoint", "/search"}, {"tenant", "acme"}};
@@ -98,12 +97,10 @@ TEST_CASE("labels: nesting, override, restore, and lifetime attribution in the p
   CHECK(Sum(after, 1001, {{"endpoint", "/search"}, {"tenant", "acme"}}, "alloc_objects") == 3);
   CHECK(Sum(after, 1001, {{"endpoint", "/inner"}, {"tenant", "acme"}, {"phase", "parse"}}, "alloc_space") ==
         2 * 1001);
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("labels: a captured set carried to a worker thread") {
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   heapprof::LabelSet captured;
   {
     heapprof::ScopedLabels req{{"request", "r-42"}};
@@ -121,7 +118,6 @@ TEST_CASE("labels: a captured set carried to a worker thread") {
   REQUIRE(heapprof_test::CaptureProfile(p));
   CHECK(Sum(p, 2002, {{"request", "r-42"}, {"pool", "io"}}, "inuse_objects") == 4);
   FreeKept(10, 4);
-  heapprof::SetSampleRate(saved);
 }
 
 // A scope's set comes from the thread's memo when its enclosing set and its
@@ -227,8 +223,7 @@ TEST_CASE("labels: a scope entered again gets its own labels, whatever the memo 
 }
 
 TEST_CASE("labels: heapprof::allocator carries a LabelSet merged over the thread's") {
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   using Alloc = heapprof::allocator<char>;
   Alloc tagged(heapprof::LabelSet{{"cache", "users"}});
   CHECK(tagged == Alloc());  // labels are attribution, not ownership
@@ -248,7 +243,6 @@ TEST_CASE("labels: heapprof::allocator carries a LabelSet merged over the thread
     }
     CHECK(found == 3003);
   }
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("labels: a million distinct request ids stay within the label-set cap (HEAPPROF=max_label_sets)") {
@@ -361,8 +355,7 @@ TEST_CASE("labels: go tool pprof -tags and -tagfocus read them") {
     MESSAGE("go not installed: skipped");
     return;
   }
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   {
     heapprof::ScopedLabels req{{"endpoint", "/tagged"}};
     LabeledLeaf(20, 5, 4004);
@@ -383,5 +376,4 @@ TEST_CASE("labels: go tool pprof -tags and -tagfocus read them") {
   CHECK(out.find("Showing nodes accounting for 5,") != std::string::npos);  // 5 objects pass the focus
   FreeKept(20, 5);
   std::remove(path.c_str());
-  heapprof::SetSampleRate(saved);
 }

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/profile_io.hpp"
+
 namespace {
 
 void* volatile g_sink;
@@ -52,8 +54,7 @@ void CheckPair(std::size_t n, Alloc&& alloc, Free&& free_it, std::size_t align =
 }  // namespace
 
 TEST_CASE("every operator new/delete form is counted exactly once, at rate 1") {
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   const std::size_t n = 777;
   const auto al = std::align_val_t{256};
   const std::nothrow_t& nt = std::nothrow;
@@ -82,7 +83,6 @@ TEST_CASE("every operator new/delete form is counted exactly once, at rate 1") {
     ::operator delete(a, std::size_t{0});
     ::operator delete(b, std::size_t{0});
   }
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("new/delete expressions with over-aligned types honour the alignment") {
@@ -101,8 +101,7 @@ TEST_CASE("new/delete expressions with over-aligned types honour the alignment")
 }
 
 TEST_CASE("unsized delete of an unsampled object counts malloc's usable size, as its allocation did") {
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(0);  // nothing sampled: the live map cannot help
+  heapprof_test::RateScope rate(0);  // nothing sampled: the live map cannot help
   void* p = ::operator new(100);
   g_sink = p;
   const std::size_t usable = malloc_usable_size(p);
@@ -112,7 +111,6 @@ TEST_CASE("unsized delete of an unsampled object counts malloc's usable size, as
   CHECK(d.frees() == 1);
   CHECK(d.free_bytes() == usable);
   CHECK(usable >= 100);
-  heapprof::SetSampleRate(saved);
 }
 
 namespace {

@@ -110,8 +110,7 @@ TEST_CASE("go tool pprof reads our profiles (-raw, -top, -traces)") {
     MESSAGE("go not installed (Debian golang-go): skipped");
     return;
   }
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   GoPprofVisibleLeaf();
   std::string gz;
   Profile p;
@@ -155,7 +154,6 @@ TEST_CASE("go tool pprof reads our profiles (-raw, -top, -traces)") {
   for (void* q : g_pprof_keep) delete[] static_cast<char*>(q);
   std::remove(path.c_str());
   std::remove(allocs_path.c_str());
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("gzip: the system gzip reads our profile and we stay within 1.3x of gzip -1") {
@@ -225,8 +223,7 @@ TEST_CASE("a user label named bytes stays apart from the numeric bytes label in 
     MESSAGE("go not installed (Debian golang-go): skipped");
     return;
   }
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   TaggedBytesLeaf();
   std::string gz;
   Profile p;
@@ -255,5 +252,4 @@ TEST_CASE("a user label named bytes stays apart from the numeric bytes label in 
   }
   for (void* q : g_tagged) delete[] static_cast<char*>(q);
   std::remove(path.c_str());
-  heapprof::SetSampleRate(saved);
 }

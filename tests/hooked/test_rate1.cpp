@@ -38,8 +38,7 @@ __attribute__((noinline)) void RateOneOuter() {
 
 TEST_CASE("rate 1: every total exact to the byte and object, per stack") {
   using namespace heapprof_test;
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
 
   const heapprof::Stats s0 = heapprof::GetStats();
   RateOneOuter();
@@ -68,7 +67,7 @@ TEST_CASE("rate 1: every total exact to the byte and object, per stack") {
   // Back to the default rate before reading the profile: the decoder's and the
   // checks' own allocations would each be a sample at rate 1 (under TSan that
   // made this case 10x slower). The frees below are counted at any rate.
-  heapprof::SetSampleRate(saved);
+  rate.Restore();
   REQUIRE_MESSAGE(captured, why);
   REQUIRE_MESSAGE(Validate(p, &why), why);
   CHECK(p.period == 1);
@@ -161,8 +160,7 @@ __attribute__((noinline)) void UnwinderOuter(int slot) {
 TEST_CASE("both unwinders give the same caller chain; the table is the default") {
   using namespace heapprof_test;
   CHECK(heapprof::GetUnwinder() == heapprof::Unwinder::kTable);
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   for (const heapprof::Unwinder u : {heapprof::Unwinder::kFramePointer, heapprof::Unwinder::kTable}) {
     heapprof::SetUnwinder(u);
     CHECK(heapprof::GetUnwinder() == u);
@@ -188,5 +186,4 @@ TEST_CASE("both unwinders give the same caller chain; the table is the default")
   CHECK(st.unwind_table_bytes > 0);
   ::operator delete(g_u[0]);
   ::operator delete(g_u[1]);
-  heapprof::SetSampleRate(saved);
 }

@@ -63,8 +63,7 @@ void CheckEstimate(const heapprof_test::Profile& prof, const char* leaf, const c
 
 TEST_CASE("512 KiB: estimates over a large workload are within 5 sigma") {
   using namespace heapprof_test;
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(524288);
+  heapprof_test::RateScope rate(524288);
   // 1 GiB through each size: ~2048 expected samples for the small and medium
   // sizes (relative sigma ~2.2%) and ~1600 for the large one. Sanitizer
   // builds run an eighth of it: the bounds follow from the counts either way.
@@ -99,18 +98,16 @@ TEST_CASE("512 KiB: estimates over a large workload are within 5 sigma") {
   CHECK(SumForLeaf(p, "ChurnLarge", "inuse_space") == 0);
 
   for (char* c : keep) delete[] c;
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("a rate change keeps earlier samples at the rate they were taken at") {
   using namespace heapprof_test;
-  const std::size_t saved = heapprof::GetSampleRate();
   // Sampled at 1: exact. Then at 1 MiB: nothing of these 10 tiny objects may
   // be rescaled by the new rate.
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   std::vector<char*> keep(10);
   KeepMedium(keep, 10);
-  heapprof::SetSampleRate(1 << 20);
+  rate.Set(1 << 20);
   Profile p;
   REQUIRE(CaptureProfile(p));
   CHECK(SumForLeaf(p, "KeepMedium", "inuse_objects") == 10);
@@ -119,11 +116,10 @@ TEST_CASE("a rate change keeps earlier samples at the rate they were taken at") 
   Profile after;
   REQUIRE(CaptureProfile(after));
   CHECK(SumForLeaf(after, "KeepMedium", "inuse_objects") == 0);
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("rate 0 turns sampling off but Stats still count") {
-  const std::size_t saved = heapprof::GetSampleRate();
+  heapprof_test::RateScope restore;  // saves only: SetSampleRate itself is under test
   heapprof::SetSampleRate(0);
   CHECK(heapprof::GetSampleRate() == 0);
   const heapprof::Stats s0 = heapprof::GetStats();
@@ -131,5 +127,4 @@ TEST_CASE("rate 0 turns sampling off but Stats still count") {
   const heapprof::Stats s1 = heapprof::GetStats();
   CHECK(s1.alloc_objects - s0.alloc_objects == 64);
   CHECK(s1.sampled_live_objects == s0.sampled_live_objects);
-  heapprof::SetSampleRate(saved);
 }

@@ -219,7 +219,7 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
     }
     return;
   }
-  const std::size_t saved_rate = heapprof::GetSampleRate();
+  heapprof_test::RateScope rate;  // saves only: the changer thread below sets rates of its own
   const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
   HandoffQueue queue;
 
@@ -229,7 +229,7 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
   const heapprof::Stats c0 = heapprof::GetStats();
   const StressResult r1 = RunStress(queue, "chaos", true, &StressAllocChaos, chaos);
   for (const Held& h : queue.Drain()) ::operator delete(h.p, h.n);
-  heapprof::SetSampleRate(1);
+  rate.Set(1);
   const heapprof::Stats c1 = heapprof::GetStats();
   MESSAGE("chaos: " << chaos.allocs.load() << " allocations, " << r1.profiles_ok << " profiles, "
                     << r1.spawned_threads << " threads, " << r1.rate_changes << " rate/unwinder changes; "
@@ -339,5 +339,4 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
   REQUIRE(CaptureProfile(end));
   CHECK(SumForLeaf(end, "StressAllocExact", "inuse_objects") == 0);
   heapprof::SetUnwinder(saved_unwinder);
-  heapprof::SetSampleRate(saved_rate);
 }

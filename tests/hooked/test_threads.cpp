@@ -26,8 +26,7 @@ __attribute__((noinline)) char* ThreadedAlloc(std::size_t n) {
 
 TEST_CASE("threads allocate and free across threads while profiles are written") {
   using namespace heapprof_test;
-  const std::size_t saved = heapprof::GetSampleRate();
-  heapprof::SetSampleRate(1);
+  heapprof_test::RateScope rate(1);
   const heapprof::Stats s0 = heapprof::GetStats();
 
   std::mutex handoff_mu;
@@ -93,7 +92,6 @@ TEST_CASE("threads allocate and free across threads while profiles are written")
   const heapprof::Stats s1 = heapprof::GetStats();
   CHECK(s1.alloc_objects - s0.alloc_objects >= static_cast<std::uint64_t>(kThreads * kPerThread));
   CHECK(s1.sampled_live_objects <= s1.live_objects);
-  heapprof::SetSampleRate(saved);
 }
 
 TEST_CASE("live = alloc - free exactly once every thread is done") {

@@ -75,11 +75,18 @@ bool ReadProfileFile(const std::string& path, Profile& p);
 // This test binary again, as a child process with `env` prepended.
 int RunSelf(const std::string& env, std::string& output);
 
-// Sets the sample rate for a scope and restores the previous one.
+// Sets the sample rate for a scope and restores the previous one, also when
+// a REQUIRE fails or the case returns early (a rate left behind would make
+// every later case in the process run at it). RateScope() only saves: for a
+// case that calls SetSampleRate itself. Set() changes it again within the
+// scope; Restore() goes back to the saved rate before the scope ends.
 struct RateScope {
   std::size_t saved = heapprof::GetSampleRate();
+  RateScope() = default;
   explicit RateScope(std::size_t rate) { heapprof::SetSampleRate(rate); }
   ~RateScope() { heapprof::SetSampleRate(saved); }
+  void Set(std::size_t rate) const { heapprof::SetSampleRate(rate); }
+  void Restore() const { heapprof::SetSampleRate(saved); }
   RateScope(const RateScope&) = delete;
   RateScope& operator=(const RateScope&) = delete;
 };
