@@ -219,6 +219,37 @@ TEST_CASE("http: /debug/pprof/symbol answers pprof's symbolz protocol") {
   CHECK(r.body.find("HttpTextLeaf") != std::string::npos);
 }
 
+// Go's /debug/pprof/cmdline: os.Args joined by NUL bytes (no NUL after the
+// last), as text/plain. Before, a 404 "Unknown profile".
+TEST_CASE("http: /debug/pprof/cmdline answers the arguments joined by NUL bytes, as Go's") {
+  std::string expected = ReadFile("/proc/self/cmdline");
+  REQUIRE(!expected.empty());
+  REQUIRE(expected.back() == '\0');  // each argument NUL-terminated
+  expected.pop_back();
+
+  heapprof::HttpServer server("127.0.0.1:0");
+  HttpResponse r = HttpGet(server.port(), "/debug/pprof/cmdline");
+  REQUIRE(r.status == 200);
+  CHECK(r.body == expected);
+  CHECK(r.Header("content-type") == "text/plain; charset=utf-8");
+  CHECK(r.Header("x-content-type-options") == "nosniff");
+  CHECK(r.Header("content-length") == std::to_string(expected.size()));
+  CHECK(r.Header("x-go-pprof").empty());  // not an error
+
+  r = HttpGet(server.port(), "/debug/pprof/cmdline", "HEAD");
+  CHECK(r.status == 200);
+  CHECK(r.Header("content-length") == std::to_string(expected.size()));
+  CHECK(r.body.empty());
+
+  CHECK(HttpGet(server.port(), "/debug/pprof/cmdline", "POST").status == 405);
+
+  // Listed on the index, as Go's index lists it.
+  r = HttpGet(server.port(), "/debug/pprof/");
+  REQUIRE(r.status == 200);
+  CHECK(r.body.find("<tr><td>0</td><td><a href='cmdline'>cmdline</a></td></tr>") != std::string::npos);
+  CHECK(r.body.find("<div class=profile-name>cmdline: </div>") != std::string::npos);
+}
+
 TEST_CASE("http: bad and unknown requests get a 4xx with a one-line reason") {
   heapprof::HttpServer server("127.0.0.1:0");
   const std::uint16_t port = server.port();

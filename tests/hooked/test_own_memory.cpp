@@ -99,16 +99,19 @@ TEST_CASE("repeated writes reuse the profiler's memory: profiler_bytes stays bou
   std::remove(path.c_str());
 }
 
-TEST_CASE("an HTTP /debug/pprof/heap fetch takes nothing from the host's heap") {
+TEST_CASE("an HTTP /debug/pprof/heap or /cmdline fetch takes nothing from the host's heap") {
   heapprof::HttpServer server("127.0.0.1:0");
   REQUIRE(server.serving());
   RateScope scope(1);
   Heap heap(2000);
   // The client side allocates nothing either: a socket, a fixed request, a static buffer.
   static char response[8 << 20];
-  static const char kRequest[] = "GET /debug/pprof/heap HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-  for (int fetch = 0; fetch < 2; ++fetch) {
+  static const char kHeap[] = "GET /debug/pprof/heap HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  static const char kCmdline[] = "GET /debug/pprof/cmdline HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  for (int fetch = 0; fetch < 4; ++fetch) {
     CAPTURE(fetch);
+    const char* const request = fetch < 2 ? kHeap : kCmdline;
+    const std::size_t request_size = std::strlen(request);
     const heapprof::Stats before = heapprof::GetStats();
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(fd >= 0);
@@ -117,7 +120,7 @@ TEST_CASE("an HTTP /debug/pprof/heap fetch takes nothing from the host's heap") 
     addr.sin_port = htons(server.port());
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                           ::send(fd, kRequest, sizeof kRequest - 1, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof kRequest - 1);
+                           ::send(fd, request, request_size, MSG_NOSIGNAL) == static_cast<ssize_t>(request_size);
     std::size_t got = 0;
     while (connected && got < sizeof response) {
       pollfd pfd{fd, POLLIN, 0};

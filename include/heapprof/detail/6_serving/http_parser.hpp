@@ -293,6 +293,7 @@ enum class Action {
   kDelta,     // gzip'ed pprof delta after `seconds`
   kText,      // legacy text heap profile (debug != 0)
   kSymbol,    // pprof's symbolz: addresses from the body (POST) or the query
+  kCmdline,   // the program's arguments, NUL-separated (Go's Cmdline handler)
 };
 
 struct Plan {
@@ -399,6 +400,10 @@ inline Plan PlanRequest(const Request& req) {
   const std::string_view name = std::string_view(req.path).substr(kPrefix.size());
   if (name.empty()) {
     plan.action = Action::kIndex;
+    return plan;
+  }
+  if (name == "cmdline") {  // Go's Cmdline handler reads no parameters
+    plan.action = Action::kCmdline;
     return plan;
   }
   if (name == "retention") {

@@ -16,6 +16,9 @@
 //                                 ?seconds=N: the peak of the next N s, in a window of
 //                                 the server's own: one at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
+//   /debug/pprof/symbol           pprof's symbolz (GET, or POST with the addresses
+//                                 as the body)
+//   /debug/pprof/cmdline          the program's arguments, NUL-separated
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
@@ -272,6 +275,8 @@ inline ArenaString IndexHtml() {
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
+  // Listed as Go's index lists it: a row with a count of 0, in name order.
+  b += "<tr><td>0</td><td><a href='cmdline'>cmdline</a></td></tr>\n";
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
@@ -284,6 +289,7 @@ inline ArenaString IndexHtml() {
   b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
        "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
        "(<a href='allocs'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>cmdline: </div> The command line invocation of the current program</li>\n"
        "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
@@ -373,6 +379,19 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
                      SymbolBody(symbol_request), plan.head_only);
+      return out;
+    case Action::kCmdline:
+      // Go's Cmdline: os.Args joined by NUL bytes, no NUL after the last.
+      // /proc/self/cmdline ends each argument with a NUL: without its last
+      // one it is that join. Read now, so a program that rewrote its argv
+      // (a process title) shows what ps shows.
+      if (!elf::ReadProcFile("/proc/self/cmdline", body)) {
+        return ErrorResponse(500, "cannot read /proc/self/cmdline", plan.head_only);
+      }
+      if (!body.empty() && body.back() == '\0') body.pop_back();
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
+                     plan.head_only);
       return out;
     case Action::kText: {
       TextProfileStream stream;
@@ -1013,7 +1032,9 @@ class Server {
       ArenaString().swap(c.in);
       return true;
     }
-    if (c.plan.action == Action::kProfile || c.plan.action == Action::kText) {
+    if (c.plan.action == Action::kProfile || c.plan.action == Action::kText || c.plan.action == Action::kCmdline) {
+      // (/cmdline too: reading /proc/self/cmdline takes the process's mmap
+      // lock, which a long mmap or munmap elsewhere can hold: not on the loop.)
       Dispatch(c, nullptr, ArenaString());
     } else {
       Respond(c, BuildResponse(c.plan));  // the index, a redirect, an error: nothing to build
