@@ -11,9 +11,14 @@
 // Request bodies: only POST /debug/pprof/symbol has one (pprof's symbolz
 // protocol), sized by Content-Length, at most kMaxBodyBytes (else 413); any
 // Transfer-Encoding is refused, and so is a body on any other request (the
-// profile endpoints take everything from the query). Limits: the head
-// (request line + headers + empty line) is at most kMaxHeadBytes and has at
-// most kMaxHeaders header lines, else 431.
+// profile endpoints take everything from the query). `Expect: 100-continue`
+// (the client holds the body back until the interim answer comes: curl, told
+// to or for a body over 1 MiB, a second) is honoured by the server as Go's
+// net/http does: the interim `100 Continue` when the body is to be read, the
+// expectation ignored when there is no body or the client speaks HTTP/1.0;
+// any other expectation is a 417 (Go's rule: the first Expect field counts).
+// Limits: the head (request line + headers + empty line) is at most
+// kMaxHeadBytes and has at most kMaxHeaders header lines, else 431.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +60,10 @@ struct Request {
   ArenaString seconds, debug, gc;  // percent-decoded values
   bool has_host = false;
   bool close = false;  // Connection: close asked for (we always close anyway)
+  // The first Expect field has the token 100-continue (the server answers
+  // `100 Continue` before it reads a body; without a body, or from an
+  // HTTP/1.0 client, the expectation is ignored, RFC 9110 10.1.1).
+  bool expect_continue = false;
 };
 
 inline bool IsTokenChar(unsigned char c) noexcept {
@@ -78,6 +87,18 @@ inline bool EqualsNoCase(std::string_view a, std::string_view b) noexcept {
     if (x != y) return false;
   }
   return true;
+}
+
+// Whether `token` is one of the comma- or space-separated elements of a field
+// value, ASCII case-insensitively ("100-Continue", "foo, 100-continue").
+inline bool HasToken(std::string_view value, std::string_view token) noexcept {
+  while (!value.empty()) {
+    const std::size_t end = value.find_first_of(", \t");
+    if (EqualsNoCase(value.substr(0, end), token)) return true;
+    if (end == std::string_view::npos) break;
+    value.remove_prefix(end + 1);
+  }
+  return false;
 }
 
 // Offset one past the empty line that ends the head, or 0 while it has not
@@ -223,7 +244,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
 
   // Headers.
   std::size_t count = 0;
-  bool has_length = false, ended = false;
+  bool has_length = false, ended = false, has_expect = false, expect_other = false;
   while (NextLine(rest, line)) {
     if (line.empty()) {
       ended = true;
@@ -261,11 +282,18 @@ inline Error ParseHead(std::string_view head, Request& req) {
       return Error{400, "Transfer-Encoding not supported: send Content-Length"};
     } else if (EqualsNoCase(name, "connection")) {
       if (EqualsNoCase(value, "close")) req.close = true;
+    } else if (EqualsNoCase(name, "expect") && !has_expect) {
+      // Only the first Expect field counts (Go's Header.get), and an empty
+      // one asks nothing.
+      has_expect = true;
+      req.expect_continue = HasToken(value, "100-continue");
+      expect_other = !req.expect_continue && !value.empty();
     }
   }
   if (!ended) return Error{400, "incomplete request head"};
   if (req.content_length > kMaxBodyBytes) return Error{413, "request body too large"};
   if (req.minor_version >= 1 && !req.has_host) return Error{400, "missing required Host header"};
+  if (expect_other) return Error{417, "unsupported Expect header: only 100-continue is supported"};
 
   // Path and query.
   const std::size_t q = req.target.find('?');

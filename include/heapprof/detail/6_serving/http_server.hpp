@@ -17,7 +17,7 @@
 //                                 the server's own: one at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
 //   /debug/pprof/symbol           pprof's symbolz (GET, or POST with the addresses
-//                                 as the body)
+//                                 as the body; `Expect: 100-continue` answered)
 //   /debug/pprof/cmdline          the program's arguments, NUL-separated
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
@@ -184,6 +184,7 @@ inline const char* StatusText(int status) noexcept {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 413: return "Content Too Large";
+    case 417: return "Expectation Failed";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 431: return "Request Header Fields Too Large";
@@ -338,6 +339,9 @@ inline bool BeginPeakText(TextProfileStream& stream, ArenaString& out) {
   return stream.Begin(out, AppendStatsComments, &peak.counts, comments);
 }
 
+// The interim response to `Expect: 100-continue`, sent before a body is read.
+constexpr std::string_view kContinueLine = "HTTP/1.1 100 Continue\r\n\r\n";
+
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
 // address that resolves.
 inline ArenaString SymbolBody(std::string_view addresses) {
@@ -449,6 +453,9 @@ struct Connection {
   ArenaPtr<TextProfileStream> stream;  // a streamed text body with more to come
   bool chunked = false;                // the client speaks HTTP/1.1: a streamed body goes in chunks
   int unsent = -1;                     // kWriting: the socket's queue at the last progress (UnsentBytes)
+  // Bytes of kContinueLine not sent yet (`Expect: 100-continue`): they go
+  // out before anything else on the connection (Flush, SendContinue).
+  std::size_t continue_left = 0;
 };
 
 // Work for the builder thread, and what it hands back.
@@ -829,9 +836,12 @@ class Server {
           // Waiting connections are watched for reads too: the client
           // hanging up cancels its window (as in Go, where the request's
           // context ends).
-          const short events = c.state == Connection::State::kWriting    ? POLLOUT
-                               : c.state == Connection::State::kBuilding ? 0
-                                                                         : POLLIN;
+          short events = c.state == Connection::State::kWriting    ? POLLOUT
+                         : c.state == Connection::State::kBuilding ? 0
+                                                                   : POLLIN;
+          // A `100 Continue` the socket did not take at once (it always
+          // does on a new connection; this is for completeness).
+          if (c.state == Connection::State::kReadingBody && c.continue_left != 0) events |= POLLOUT;
           fds.push_back(pollfd{c.fd, events, 0});
           if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
         }
@@ -920,6 +930,7 @@ class Server {
       Flush(c);
       return;
     }
+    if ((revents & POLLOUT) && !SendContinue(c)) return;
     char buf[4096];
     for (;;) {
       const ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
@@ -986,6 +997,16 @@ class Server {
       c.state = Connection::State::kReadingBody;
       if (c.in.size() > end + c.plan.body_bytes) c.in.resize(end + c.plan.body_bytes);
       c.in.reserve(end + c.plan.body_bytes);
+      // `Expect: 100-continue`: the client waits for this before it sends
+      // the body (curl a second, its --expect100-timeout; then it sends
+      // anyway). As Go's server: when the body is to be read, and to an
+      // HTTP/1.1 client. Not when the whole body is here already (RFC 9110
+      // 10.1.1 lets a server omit it then). The body stays bounded by the
+      // head deadline (kHeadTimeoutMs from the accept), as without it.
+      if (req.expect_continue && req.minor_version >= 1 && c.in.size() < end + c.plan.body_bytes) {
+        c.continue_left = kContinueLine.size();
+        if (!SendContinue(c)) return true;
+      }
       OnBody(c);
       return true;
     }
@@ -1058,9 +1079,27 @@ class Server {
     Flush(c);
   }
 
+  // Sends what is left of a `100 Continue`; false when the connection was
+  // closed (a send error).
+  bool SendContinue(Connection& c) {
+    while (c.continue_left != 0) {
+      const ssize_t n = ::send(c.fd, kContinueLine.data() + (kContinueLine.size() - c.continue_left),
+                               c.continue_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        Close(c);
+        return false;
+      }
+      c.continue_left -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
   void Flush(Connection& c) {
-    const std::size_t was_sent = c.sent;
-    while (c.sent < c.out.size()) {
+    const std::size_t was_sent = c.sent, was_continue_left = c.continue_left;
+    if (!SendContinue(c)) return;
+    while (c.continue_left == 0 && c.sent < c.out.size()) {
       const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -1072,11 +1111,11 @@ class Server {
     // The write deadline counts from the last progress: only a client that
     // stops reading is dropped. Counted from the start of the response (or
     // of a piece), a client reading slowly but steadily was cut off mid-text.
-    if (c.sent != was_sent) {
+    if (c.sent != was_sent || c.continue_left != was_continue_left) {
       c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
       c.unsent = UnsentBytes(c.fd);
     }
-    if (c.sent < c.out.size()) return;
+    if (c.continue_left != 0 || c.sent < c.out.size()) return;
     if (c.stream) {  // the piece is out: the builder makes the next
       BuildJob job;
       job.serial = c.serial;
