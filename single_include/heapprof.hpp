@@ -17332,9 +17332,14 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
 // Request bodies: only POST /debug/pprof/symbol has one (pprof's symbolz
 // protocol), sized by Content-Length, at most kMaxBodyBytes (else 413); any
 // Transfer-Encoding is refused, and so is a body on any other request (the
-// profile endpoints take everything from the query). Limits: the head
-// (request line + headers + empty line) is at most kMaxHeadBytes and has at
-// most kMaxHeaders header lines, else 431.
+// profile endpoints take everything from the query). `Expect: 100-continue`
+// (the client holds the body back until the interim answer comes: curl, told
+// to or for a body over 1 MiB, a second) is honoured by the server as Go's
+// net/http does: the interim `100 Continue` when the body is to be read, the
+// expectation ignored when there is no body or the client speaks HTTP/1.0;
+// any other expectation is a 417 (Go's rule: the first Expect field counts).
+// Limits: the head (request line + headers + empty line) is at most
+// kMaxHeadBytes and has at most kMaxHeaders header lines, else 431.
 
 #include <cstddef>
 #include <cstdint>
@@ -17374,6 +17379,10 @@ struct Request {
   ArenaString seconds, debug, gc;  // percent-decoded values
   bool has_host = false;
   bool close = false;  // Connection: close asked for (we always close anyway)
+  // The first Expect field has the token 100-continue (the server answers
+  // `100 Continue` before it reads a body; without a body, or from an
+  // HTTP/1.0 client, the expectation is ignored, RFC 9110 10.1.1).
+  bool expect_continue = false;
 };
 
 inline bool IsTokenChar(unsigned char c) noexcept {
@@ -17397,6 +17406,18 @@ inline bool EqualsNoCase(std::string_view a, std::string_view b) noexcept {
     if (x != y) return false;
   }
   return true;
+}
+
+// Whether `token` is one of the comma- or space-separated elements of a field
+// value, ASCII case-insensitively ("100-Continue", "foo, 100-continue").
+inline bool HasToken(std::string_view value, std::string_view token) noexcept {
+  while (!value.empty()) {
+    const std::size_t end = value.find_first_of(", \t");
+    if (EqualsNoCase(value.substr(0, end), token)) return true;
+    if (end == std::string_view::npos) break;
+    value.remove_prefix(end + 1);
+  }
+  return false;
 }
 
 // Offset one past the empty line that ends the head, or 0 while it has not
@@ -17542,7 +17563,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
 
   // Headers.
   std::size_t count = 0;
-  bool has_length = false, ended = false;
+  bool has_length = false, ended = false, has_expect = false, expect_other = false;
   while (NextLine(rest, line)) {
     if (line.empty()) {
       ended = true;
@@ -17580,11 +17601,18 @@ inline Error ParseHead(std::string_view head, Request& req) {
       return Error{400, "Transfer-Encoding not supported: send Content-Length"};
     } else if (EqualsNoCase(name, "connection")) {
       if (EqualsNoCase(value, "close")) req.close = true;
+    } else if (EqualsNoCase(name, "expect") && !has_expect) {
+      // Only the first Expect field counts (Go's Header.get), and an empty
+      // one asks nothing.
+      has_expect = true;
+      req.expect_continue = HasToken(value, "100-continue");
+      expect_other = !req.expect_continue && !value.empty();
     }
   }
   if (!ended) return Error{400, "incomplete request head"};
   if (req.content_length > kMaxBodyBytes) return Error{413, "request body too large"};
   if (req.minor_version >= 1 && !req.has_host) return Error{400, "missing required Host header"};
+  if (expect_other) return Error{417, "unsupported Expect header: only 100-continue is supported"};
 
   // Path and query.
   const std::size_t q = req.target.find('?');
@@ -17612,6 +17640,7 @@ enum class Action {
   kDelta,     // gzip'ed pprof delta after `seconds`
   kText,      // legacy text heap profile (debug != 0)
   kSymbol,    // pprof's symbolz: addresses from the body (POST) or the query
+  kCmdline,   // the program's arguments, NUL-separated (Go's Cmdline handler)
 };
 
 struct Plan {
@@ -17720,6 +17749,10 @@ inline Plan PlanRequest(const Request& req) {
     plan.action = Action::kIndex;
     return plan;
   }
+  if (name == "cmdline") {  // Go's Cmdline handler reads no parameters
+    plan.action = Action::kCmdline;
+    return plan;
+  }
   if (name == "retention") {
     // A scan of the process as it is now: no text form, no window.
     if (req.has_seconds && !req.seconds.empty()) {
@@ -17786,6 +17819,9 @@ inline Plan PlanRequest(const Request& req) {
 //                                 ?seconds=N: the peak of the next N s, in a window of
 //                                 the server's own: one at a time, a second gets a 503)
 //   /debug/pprof/retention        the retention profile (gzip'ed pprof only)
+//   /debug/pprof/symbol           pprof's symbolz (GET, or POST with the addresses
+//                                 as the body; `Expect: 100-continue` answered)
+//   /debug/pprof/cmdline          the program's arguments, NUL-separated
 // Every response closes its connection. Limits (why: a profiling port must
 // never hurt the service): kMaxConnections open at once (more get a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
@@ -17941,6 +17977,7 @@ inline const char* StatusText(int status) noexcept {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 413: return "Content Too Large";
+    case 417: return "Expectation Failed";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 431: return "Request Header Fields Too Large";
@@ -18032,6 +18069,8 @@ inline ArenaString IndexHtml() {
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
+  // Listed as Go's index lists it: a row with a count of 0, in name order.
+  b += "<tr><td>0</td><td><a href='cmdline'>cmdline</a></td></tr>\n";
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
@@ -18044,6 +18083,7 @@ inline ArenaString IndexHtml() {
   b += "</table>\n<p>\nProfile Descriptions:\n<ul>\n"
        "<li><div class=profile-name>allocs: </div> A sampling of all past memory allocations "
        "(<a href='allocs'>pprof</a>)</li>\n"
+       "<li><div class=profile-name>cmdline: </div> The command line invocation of the current program</li>\n"
        "<li><div class=profile-name>heap: </div> A sampling of memory allocations of live objects. "
        "You can specify the gc GET parameter to run GC before taking the heap sample "
        "(accepted and ignored here) (<a href='heap'>pprof</a>)</li>\n"
@@ -18092,6 +18132,9 @@ inline bool BeginPeakText(TextProfileStream& stream, ArenaString& out) {
   return stream.Begin(out, AppendStatsComments, &peak.counts, comments);
 }
 
+// The interim response to `Expect: 100-continue`, sent before a body is read.
+constexpr std::string_view kContinueLine = "HTTP/1.1 100 Continue\r\n\r\n";
+
 // Go's Symbol handler: "num_symbols: 1", then "<addr> <function>" for each
 // address that resolves.
 inline ArenaString SymbolBody(std::string_view addresses) {
@@ -18133,6 +18176,19 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}},
                      SymbolBody(symbol_request), plan.head_only);
+      return out;
+    case Action::kCmdline:
+      // Go's Cmdline: os.Args joined by NUL bytes, no NUL after the last.
+      // /proc/self/cmdline ends each argument with a NUL: without its last
+      // one it is that join. Read now, so a program that rewrote its argv
+      // (a process title) shows what ps shows.
+      if (!elf::ReadProcFile("/proc/self/cmdline", body)) {
+        return ErrorResponse(500, "cannot read /proc/self/cmdline", plan.head_only);
+      }
+      if (!body.empty() && body.back() == '\0') body.pop_back();
+      AppendResponse(out, 200,
+                     {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
+                     plan.head_only);
       return out;
     case Action::kText: {
       TextProfileStream stream;
@@ -18190,6 +18246,9 @@ struct Connection {
   ArenaPtr<TextProfileStream> stream;  // a streamed text body with more to come
   bool chunked = false;                // the client speaks HTTP/1.1: a streamed body goes in chunks
   int unsent = -1;                     // kWriting: the socket's queue at the last progress (UnsentBytes)
+  // Bytes of kContinueLine not sent yet (`Expect: 100-continue`): they go
+  // out before anything else on the connection (Flush, SendContinue).
+  std::size_t continue_left = 0;
 };
 
 // Work for the builder thread, and what it hands back.
@@ -18570,9 +18629,12 @@ class Server {
           // Waiting connections are watched for reads too: the client
           // hanging up cancels its window (as in Go, where the request's
           // context ends).
-          const short events = c.state == Connection::State::kWriting    ? POLLOUT
-                               : c.state == Connection::State::kBuilding ? 0
-                                                                         : POLLIN;
+          short events = c.state == Connection::State::kWriting    ? POLLOUT
+                         : c.state == Connection::State::kBuilding ? 0
+                                                                   : POLLIN;
+          // A `100 Continue` the socket did not take at once (it always
+          // does on a new connection; this is for completeness).
+          if (c.state == Connection::State::kReadingBody && c.continue_left != 0) events |= POLLOUT;
           fds.push_back(pollfd{c.fd, events, 0});
           if (next < 0 || c.deadline_ms < next) next = c.deadline_ms;
         }
@@ -18661,6 +18723,7 @@ class Server {
       Flush(c);
       return;
     }
+    if ((revents & POLLOUT) && !SendContinue(c)) return;
     char buf[4096];
     for (;;) {
       const ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
@@ -18727,6 +18790,16 @@ class Server {
       c.state = Connection::State::kReadingBody;
       if (c.in.size() > end + c.plan.body_bytes) c.in.resize(end + c.plan.body_bytes);
       c.in.reserve(end + c.plan.body_bytes);
+      // `Expect: 100-continue`: the client waits for this before it sends
+      // the body (curl a second, its --expect100-timeout; then it sends
+      // anyway). As Go's server: when the body is to be read, and to an
+      // HTTP/1.1 client. Not when the whole body is here already (RFC 9110
+      // 10.1.1 lets a server omit it then). The body stays bounded by the
+      // head deadline (kHeadTimeoutMs from the accept), as without it.
+      if (req.expect_continue && req.minor_version >= 1 && c.in.size() < end + c.plan.body_bytes) {
+        c.continue_left = kContinueLine.size();
+        if (!SendContinue(c)) return true;
+      }
       OnBody(c);
       return true;
     }
@@ -18773,7 +18846,9 @@ class Server {
       ArenaString().swap(c.in);
       return true;
     }
-    if (c.plan.action == Action::kProfile || c.plan.action == Action::kText) {
+    if (c.plan.action == Action::kProfile || c.plan.action == Action::kText || c.plan.action == Action::kCmdline) {
+      // (/cmdline too: reading /proc/self/cmdline takes the process's mmap
+      // lock, which a long mmap or munmap elsewhere can hold: not on the loop.)
       Dispatch(c, nullptr, ArenaString());
     } else {
       Respond(c, BuildResponse(c.plan));  // the index, a redirect, an error: nothing to build
@@ -18797,9 +18872,27 @@ class Server {
     Flush(c);
   }
 
+  // Sends what is left of a `100 Continue`; false when the connection was
+  // closed (a send error).
+  bool SendContinue(Connection& c) {
+    while (c.continue_left != 0) {
+      const ssize_t n = ::send(c.fd, kContinueLine.data() + (kContinueLine.size() - c.continue_left),
+                               c.continue_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        Close(c);
+        return false;
+      }
+      c.continue_left -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
   void Flush(Connection& c) {
-    const std::size_t was_sent = c.sent;
-    while (c.sent < c.out.size()) {
+    const std::size_t was_sent = c.sent, was_continue_left = c.continue_left;
+    if (!SendContinue(c)) return;
+    while (c.continue_left == 0 && c.sent < c.out.size()) {
       const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -18811,11 +18904,11 @@ class Server {
     // The write deadline counts from the last progress: only a client that
     // stops reading is dropped. Counted from the start of the response (or
     // of a piece), a client reading slowly but steadily was cut off mid-text.
-    if (c.sent != was_sent) {
+    if (c.sent != was_sent || c.continue_left != was_continue_left) {
       c.deadline_ms = MonotonicMillis() + limits_.write_timeout_ms;
       c.unsent = UnsentBytes(c.fd);
     }
-    if (c.sent < c.out.size()) return;
+    if (c.continue_left != 0 || c.sent < c.out.size()) return;
     if (c.stream) {  // the piece is out: the builder makes the next
       BuildJob job;
       job.serial = c.serial;
