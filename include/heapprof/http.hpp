@@ -31,8 +31,9 @@ const char* HttpServerError(const HttpServerState* state) noexcept;
 HEAPPROF_LINKED_END
 }  // namespace detail
 
-// Serves /debug/pprof/ (index), /debug/pprof/heap and /debug/pprof/allocs as
-// Go's net/http/pprof does, from one background thread; stops and joins on
+// Serves /debug/pprof/ (index), /debug/pprof/heap, allocs, peak, retention,
+// symbol and cmdline (README: "HTTP endpoint") as Go's net/http/pprof does
+// where Go has the same path, from one background thread; stops and joins on
 // destruction. `listen` is "host:port": numeric IPv4, "localhost", or
 // bracketed IPv6; an empty host is 127.0.0.1 (not every interface, unlike
 // Go); "0.0.0.0:port" or "[::]:port" to serve every interface; port 0 picks a
