@@ -79,14 +79,13 @@ __attribute__((noinline)) int DeepRecurse(int n, std::size_t size, void** out) {
 }  // namespace
 
 TEST_CASE("recursion 10,000 deep: the stack is cut at HEAPPROF_MAX_FRAMES, marked, not overflowed") {
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   void* objects[2] = {};
   for (int i = 0; i < 2; ++i) {
     heapprof::SetUnwinder(kUnwinders[i]);
     CHECK(DeepRecurse(10000, 7001 + static_cast<std::size_t>(i), &objects[i]) == 10001);
   }
-  heapprof::SetUnwinder(saved_unwinder);
   Profile p;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
@@ -130,7 +129,7 @@ void* TinyStackMain(void* arg) {
 }  // namespace
 
 TEST_CASE("a thread with a tiny stack samples with both unwinders") {
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   TinyResult r;
   pthread_attr_t attr;
@@ -140,7 +139,6 @@ TEST_CASE("a thread with a tiny stack samples with both unwinders") {
   REQUIRE(pthread_create(&t, &attr, &TinyStackMain, &r) == 0);
   REQUIRE(pthread_join(t, nullptr) == 0);
   pthread_attr_destroy(&attr);
-  heapprof::SetUnwinder(saved_unwinder);
   REQUIRE(r.done == 4);
   Profile p;
   REQUIRE(heapprof_test::CaptureProfile(p));
@@ -217,7 +215,7 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   // stack) failed every check, so its stack was the leaf alone. Past a
   // sigaltstack handler's signal frame, the table unwinder walks the
   // interrupted code on the thread's own stack.
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   SwitchedStack st;
   g_switched = &st;
@@ -273,7 +271,6 @@ TEST_CASE("a stack the program switched to (makecontext, sigaltstack): the walk 
   REQUIRE(sigaltstack(&old_ss, nullptr) == 0);
   REQUIRE(st.done == 2);
 #endif
-  heapprof::SetUnwinder(saved_unwinder);
   Profile p;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
@@ -346,7 +343,7 @@ TEST_CASE("a sample in a signal handler: both unwinders step through the signal 
 #if !defined(__x86_64__) || defined(HEAPPROF_TSAN)
   MESSAGE("x86-64 only (the interrupted PC's frame), and not under TSan (the handler allocates)");
 #else
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   // Modes: the handler on the thread's stack; on a sigaltstack elsewhere
   // (the heap); on a sigaltstack that is an array on the thread's own stack,
@@ -376,7 +373,6 @@ TEST_CASE("a sample in a signal handler: both unwinders step through the signal 
   }
   REQUIRE(sigaction(SIGUSR2, &old_sa, nullptr) == 0);
   REQUIRE(sigaltstack(&old_ss, nullptr) == 0);
-  heapprof::SetUnwinder(saved_unwinder);
   REQUIRE(g_signal_sample.done == 6);
   Profile p;
   std::string why;
@@ -454,7 +450,7 @@ TEST_CASE("a coroutine stack deeper than 256 KiB: followed to its entry, or cut 
   // stack. Now the walk asks for the pages up to a frame above that limit
   // and goes on (2 frames of 200 KiB: the entry is found), up to 8 MiB
   // (45 such frames, 9 MiB: cut there and marked).
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   DeepCoroutine st;
   g_deep = &st;
@@ -485,7 +481,6 @@ TEST_CASE("a coroutine stack deeper than 256 KiB: followed to its entry, or cut 
       ::operator delete(st.objects[0]);  // (the sample stays in the allocs profile)
     }
   }
-  heapprof::SetUnwinder(saved_unwinder);
   Profile p;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, true, nullptr, &why), why);
@@ -593,7 +588,7 @@ __attribute__((noinline)) void HostileFrame(std::size_t size, std::uintptr_t bad
 }  // namespace
 
 TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with both unwinders") {
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   // A frame chain on this stack that loops back on itself.
   volatile std::uintptr_t loop[4];
@@ -632,7 +627,6 @@ TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with
       }
     }
   }
-  heapprof::SetUnwinder(saved_unwinder);
   Profile p;
   std::string why;
   REQUIRE_MESSAGE(heapprof_test::CaptureProfile(p, false, nullptr, &why), why);
@@ -665,7 +659,6 @@ TEST_CASE("hostile frame pointers: a corrupted chain ends the stack cleanly with
     CHECK(std::any_of(names.begin(), names.end(), [](const std::string& n) { return n == "main"; }));
     ::operator delete(g_hostile_object);
   }
-  heapprof::SetUnwinder(saved_unwinder);
 }
 
 namespace {
@@ -750,7 +743,7 @@ TEST_CASE("thread exit: thread_local and pthread key destructors allocate and fr
 
 #ifdef HEAPPROF_HOOKED_DSO_PATH
 TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its objects live; profiles still write") {
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   heapprof_test::RateScope rate(1);
   void* objects[2][3] = {};
   for (int round = 0; round < 2; ++round) {
@@ -778,7 +771,6 @@ TEST_CASE("a dlopen'ed library allocates through the hook; dlclose with its obje
     }
     REQUIRE(dlclose(h) == 0);
   }
-  heapprof::SetUnwinder(saved_unwinder);
   // The library is gone: the profile still writes, and still names its frames
   // (the library's file, read by name; the objects were seen loaded).
   Profile closed;

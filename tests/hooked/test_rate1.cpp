@@ -161,6 +161,7 @@ TEST_CASE("both unwinders give the same caller chain; the table is the default")
   using namespace heapprof_test;
   CHECK(heapprof::GetUnwinder() == heapprof::Unwinder::kTable);
   heapprof_test::RateScope rate(1);
+  const heapprof_test::UnwinderScope unwinder;
   for (const heapprof::Unwinder u : {heapprof::Unwinder::kFramePointer, heapprof::Unwinder::kTable}) {
     heapprof::SetUnwinder(u);
     CHECK(heapprof::GetUnwinder() == u);

@@ -220,7 +220,7 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
     return;
   }
   heapprof_test::RateScope rate;  // saves only: the changer thread below sets rates of its own
-  const heapprof::Unwinder saved_unwinder = heapprof::GetUnwinder();
+  const heapprof_test::UnwinderScope unwinder;  // restored when the case ends, however it ends
   HandoffQueue queue;
 
   // Phase 1: the rate and the unwinder change all the time. Afterwards every
@@ -338,5 +338,4 @@ TEST_CASE("stress: cross-thread frees, labels, profiles, threads, rate and unwin
   Profile end;
   REQUIRE(CaptureProfile(end));
   CHECK(SumForLeaf(end, "StressAllocExact", "inuse_objects") == 0);
-  heapprof::SetUnwinder(saved_unwinder);
 }

@@ -91,6 +91,15 @@ struct RateScope {
   RateScope& operator=(const RateScope&) = delete;
 };
 
+// Restores the unwinder the scope began with, also when a REQUIRE fails.
+struct UnwinderScope {
+  heapprof::Unwinder saved = heapprof::GetUnwinder();
+  UnwinderScope() = default;
+  ~UnwinderScope() { heapprof::SetUnwinder(saved); }
+  UnwinderScope(const UnwinderScope&) = delete;
+  UnwinderScope& operator=(const UnwinderScope&) = delete;
+};
+
 // Before a test loop whose iterations must share one call site (one stack):
 // clang -O2 fully unrolls a short constant-count loop into a call site each.
 #if defined(__clang__)
