@@ -360,3 +360,66 @@ TEST_CASE("block sizes: with sampling off, a class table that failed its start-u
   CHECK(d.live_bytes() == 0);  // exact across the switch
   CHECK(d.live_objects() == 0);
 }
+
+namespace {
+// An upstream that hands out the start of a block the program allocated
+// itself with new (a pool or arena carving its chunk), as such upstreams do.
+struct ChunkUpstream {
+  using value_type = char;
+  char* chunk;
+  ChunkUpstream() noexcept : chunk(nullptr) {}
+  explicit ChunkUpstream(char* c) noexcept : chunk(c) {}
+  template <class U>
+  struct rebind {
+    using other = ChunkUpstream;
+  };
+  char* allocate(std::size_t) noexcept { return chunk; }
+  void deallocate(char*, std::size_t) noexcept {}
+  bool operator==(const ChunkUpstream& o) const noexcept { return chunk == o.chunk; }
+  bool operator!=(const ChunkUpstream& o) const noexcept { return chunk != o.chunk; }
+};
+struct Chunk {
+  char bytes[100];
+};
+__attribute__((noinline)) Chunk* SampledChunk() {
+  namespace hd = heapprof::detail;
+  hd::StoreRelaxed(hd::tls_thread_state->countdown, std::int64_t{50});  // this new is a sample
+  return new Chunk;
+}
+}  // namespace
+
+// A heapprof::allocator block at the address of a live sampled (padded)
+// block of the global hooks: the allocator's free must not take that
+// block's live-map entry (its sized delete would then skip the cold path:
+// Stats would count the request's class, and sdallocx would free 1 KiB
+// into a smaller class).
+TEST_CASE("block sizes: a heapprof::allocator block at a sampled new's address leaves that sample in the live map") {
+  namespace hd = heapprof::detail;
+  REQUIRE(hd::g_sampled_min.load() == 1024);
+  RateScope rate(524288);
+  for (int i = 0; i < 1000; ++i) ::operator delete(::operator new(64), 64);  // a slot, the rate's epoch
+  Delta d;
+  Chunk* chunk = SampledChunk();
+  const std::size_t usable = malloc_usable_size(chunk);
+  REQUIRE(usable >= 1024);  // padded for the sample
+  {
+    heapprof::allocator<char, ChunkUpstream> a(ChunkUpstream(chunk->bytes));
+    char* p = a.allocate(16);
+    REQUIRE(static_cast<void*>(p) == static_cast<void*>(chunk));
+    a.deallocate(p, 16);
+  }
+  CHECK(hd::MaybeSampled(chunk));  // the sample of `new Chunk` is still in the live map
+  delete chunk;  // sized
+  d.Stop();
+  CHECK(d.alloc_bytes() == d.free_bytes());
+  // Under jemalloc a wrong sdallocx puts the 1 KiB region in the 112-byte bin.
+  std::vector<void*> again;
+  bool misplaced = false;
+  for (int i = 0; i < 64; ++i) {
+    void* q = std::malloc(100);
+    if (hd::g_class_table) misplaced |= malloc_usable_size(q) != hd::g_class_of[100];
+    again.push_back(q);
+  }
+  for (void* q : again) std::free(q);
+  CHECK(!misplaced);
+}

@@ -323,15 +323,16 @@ HEAPPROF_ALWAYS_INLINE void DrainDeferredFrees() noexcept {
 // sample the tables had no room for (RecordSampleHere), or a block padded for
 // a sample that the rate, set to 0 meanwhile, no longer takes (AllocSlowPath).
 // See buckets.hpp: g_dropped_sample_bucket. False: the live map is out of memory.
-HEAPPROF_NOINLINE inline bool RememberUnsampledObject(void* p) noexcept {
+// `of_allocator`: a heapprof::allocator's object (LiveMap::Insert).
+HEAPPROF_NOINLINE inline bool RememberUnsampledObject(void* p, bool of_allocator) noexcept {
   ReentrancyGuard guard;
-  return g_live_map.Insert(p, &g_dropped_sample_bucket);
+  return g_live_map.Insert(p, &g_dropped_sample_bucket, of_allocator);
 }
 
 // The work of one sample: unwind, intern, remember the object. False: the
 // live map had no memory for it (its free will not find it).
 HEAPPROF_NOINLINE inline bool RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
-                                               const ThreadState& ts, const void* frame) noexcept {
+                                               const ThreadState& ts, const void* frame, bool of_allocator) noexcept {
   ReentrancyGuard guard;
   CapturedStack stack;
   CaptureStack(frame, hook_return, ts, stack);
@@ -352,9 +353,9 @@ HEAPPROF_NOINLINE inline bool RecordSampleHere(void* p, std::size_t n, std::uint
   if (b == nullptr) {
     // Dropped (the tables are full): the object is still remembered, so that
     // its free is found as a sampled object's.
-    return RememberUnsampledObject(p);
+    return RememberUnsampledObject(p, of_allocator);
   }
-  if (!g_live_map.Insert(p, b)) {
+  if (!g_live_map.Insert(p, b, of_allocator)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
     b->frees.fetch_add(1, std::memory_order_relaxed);
@@ -371,29 +372,30 @@ struct SampleCall {
   const void* hook_return;
   const ThreadState* ts;
   const void* frame;
+  bool of_allocator;
   bool remembered;
 };
 
 inline void RecordSampleThunk(void* arg) noexcept {
   auto& c = *static_cast<SampleCall*>(arg);
-  c.remembered = RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
+  c.remembered = RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame, c.of_allocator);
 }
 
 // Runs the sample in place when the thread's stack has room for it, else on
 // the profiler's own stack (0_base/profiler_stack.hpp). False: the object is
 // not in the live map (out of memory).
 inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
-                         const ThreadState& ts, const void* frame) noexcept {
+                         const ThreadState& ts, const void* frame, bool of_allocator) noexcept {
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   bool done = false;
   bool remembered = false;
   if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
     ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
-    SampleCall call{p, n, rate, hook_return, &ts, frame, false};
+    SampleCall call{p, n, rate, hook_return, &ts, frame, of_allocator, false};
     done = RunOnProfilerStack(&RecordSampleThunk, &call);
     remembered = call.remembered;
   }
-  if (!done) remembered = RecordSampleHere(p, n, rate, hook_return, ts, frame);
+  if (!done) remembered = RecordSampleHere(p, n, rate, hook_return, ts, frame, of_allocator);
   DrainDeferredFrees();
   return remembered;
 }
@@ -464,7 +466,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
   if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && (padded || (n < min && counted >= min)) &&
                         left > static_cast<std::int64_t>(n))) {
     if (rate == 0) {
-      remembered = RememberUnsampledObject(p);
+      remembered = RememberUnsampledObject(p, false);  // (kCountBlock: a global hook's)
     } else {
       left = static_cast<std::int64_t>(n);  // runs out just below: sampled
     }
@@ -505,11 +507,11 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
     // own sample (allocator.hpp): a signal handler that interrupted it. The
     // handler's object is not the container's: sampled without those labels.
     tls_allocator_labels = nullptr;
-    remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
+    remembered = RecordSample(p, n, rate, hook_return, *ts, frame, false);
     tls_allocator_labels = allocator_labels;
     return !padded || remembered;
   }
-  remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
+  remembered = RecordSample(p, n, rate, hook_return, *ts, frame, (how & kCountBlock) == 0);
   return !padded || remembered;
 }
 
@@ -569,7 +571,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, R
       Bucket* b;
       {
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
-        b = g_live_map.Remove(p);
+        b = g_live_map.Remove(p, (how & kFreeSized) != 0);  // sized: a heapprof::allocator's
       }
       if (b != nullptr) {
         CountSampledFree(b);

@@ -159,7 +159,14 @@ class LiveMap {
   // Remembers a sampled object. An address still present means its free was
   // never seen (memory released behind our back, e.g. by free()): the old entry
   // is retired as freed and replaced. False when out of memory (sample dropped).
-  bool Insert(const void* p, Bucket* bucket) noexcept {
+  // `of_allocator`: a heapprof::allocator's object, else a global hook's
+  // block. Both can be live at one address (an upstream handing out the start
+  // of a block the program got from new, as a pool carving its chunk does):
+  // each kind has its own entry, which only a free of that kind removes.
+  // Otherwise the allocator's free took the padded block's entry, and that
+  // block's sized delete then skipped the cold path (block_hooks.hpp:
+  // HotFreeSized): its request's class counted, and freed into by sdallocx.
+  bool Insert(const void* p, Bucket* bucket, bool of_allocator) noexcept {
     if (HEAPPROF_UNLIKELY(__atomic_load_n(&g_live_map_refuses_for_tests, __ATOMIC_RELAXED))) return false;
     Shard& s = ShardOf(p);
     ShardHold hold(s);
@@ -169,15 +176,15 @@ class LiveMap {
     for (;; i = (i + 1) & s.mask) {
       Entry& e = s.entries[i];
       if (e.key == 0) break;
-      if (e.key == key) {
-        CountSampledFree(e.bucket);
-        if (e.bucket == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
-        e.bucket = bucket;
+      if (e.key == key && e.of_allocator() == of_allocator) {
+        CountSampledFree(e.bucket());
+        if (e.bucket() == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
+        e = Entry::Of(key, bucket, of_allocator);
         if (bucket == &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
         return true;
       }
     }
-    s.entries[i] = Entry{key, bucket};
+    s.entries[i] = Entry::Of(key, bucket, of_allocator);
     ++s.size;
     // (A dropped sample's object is not one the profile tracks: Stats::sampled_live_objects.)
     if (bucket != &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
@@ -186,8 +193,8 @@ class LiveMap {
   }
 
   // The bucket of a sampled object being freed (removed from the map), or
-  // nullptr if `p` was not sampled.
-  Bucket* Remove(const void* p) noexcept {
+  // nullptr if `p` was not sampled (as an object of that kind: see Insert).
+  Bucket* Remove(const void* p, bool of_allocator) noexcept {
     Shard& s = ShardOf(p);
     ShardHold hold(s);
     if (s.entries == nullptr) return nullptr;
@@ -195,9 +202,9 @@ class LiveMap {
     std::size_t i = s.Home(key);
     for (;; i = (i + 1) & s.mask) {
       if (s.entries[i].key == 0) return nullptr;
-      if (s.entries[i].key == key) break;
+      if (s.entries[i].key == key && s.entries[i].of_allocator() == of_allocator) break;
     }
-    Bucket* bucket = s.entries[i].bucket;
+    Bucket* bucket = s.entries[i].bucket();
     // Backward-shift: pull later members of the probe run into the hole.
     for (std::size_t hole = i, j = (i + 1) & s.mask;; j = (j + 1) & s.mask) {
       const Entry e = s.entries[j];
@@ -240,7 +247,7 @@ class LiveMap {
     for (Shard& s : shards_) {
       ShardHold hold(s);
       for (std::size_t i = 0; i < s.Capacity(); ++i) {
-        if (s.entries[i].key != 0) f(s.entries[i].key, s.entries[i].bucket);
+        if (s.entries[i].key != 0) f(s.entries[i].key, s.entries[i].bucket());
       }
     }
   }
@@ -255,8 +262,15 @@ class LiveMap {
  private:
   struct Entry {
     std::uintptr_t key = 0;  // 0 = empty: operator new never returns null on success
-    Bucket* bucket = nullptr;
+    std::uintptr_t tagged = 0;  // the bucket, bit 0 set for a heapprof::allocator's object
+
+    static Entry Of(std::uintptr_t key, Bucket* bucket, bool of_allocator) noexcept {
+      return Entry{key, reinterpret_cast<std::uintptr_t>(bucket) | (of_allocator ? 1u : 0u)};
+    }
+    Bucket* bucket() const noexcept { return reinterpret_cast<Bucket*>(tagged & ~std::uintptr_t{1}); }
+    bool of_allocator() const noexcept { return (tagged & 1) != 0; }
   };
+  static_assert(alignof(Bucket) >= 2, "Entry: bit 0 of a bucket's address is the kind");
 
   struct alignas(64) Shard {
     SpinLock lock;
