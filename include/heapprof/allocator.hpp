@@ -144,7 +144,7 @@ class allocator {
     // then releases it once that lock is let go, through ReleaseLater. Only
     // an upstream without state can be made again there; a free through one
     // with state is counted now and its sampled entry retired later.
-    if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
+    if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), DeferredRelease())) return;
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(state_.upstream(), p, n);
   }
@@ -190,6 +190,17 @@ class allocator {
   static constexpr bool kStateless = std::is_empty<Upstream>::value &&
                                      std::is_nothrow_default_constructible<Upstream>::value &&
                                      upstream_traits::is_always_equal::value;
+  // ReleaseLater for a stateless upstream, else none. Named only in the
+  // discarded branch otherwise: its body default-constructs the upstream,
+  // which an upstream with state need not allow (an arena's handle), and
+  // `kStateless ? &ReleaseLater : nullptr` instantiated it for every upstream.
+  static constexpr detail::ReleaseFn DeferredRelease() noexcept {
+    if constexpr (kStateless) {
+      return &ReleaseLater;
+    } else {
+      return nullptr;
+    }
+  }
   static void ReleaseLater(void* p, std::size_t bytes) noexcept {
     Upstream upstream;
     detail::SuppressHooks quiet;

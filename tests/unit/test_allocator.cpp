@@ -298,3 +298,70 @@ TEST_CASE("free filter: a bit per counter, set while a live sampled object hashe
   heapprof::SetSampleRate(saved);
 }
 #endif  // HEAPPROF_ENABLED
+
+namespace {
+// An arena's handle: no default constructor (as allocators need not have).
+template <class T>
+struct HandleUpstream {
+  using value_type = T;
+  int* arena;
+  explicit HandleUpstream(int* a) noexcept : arena(a) {}
+  template <class U>
+  HandleUpstream(const HandleUpstream<U>& o) noexcept : arena(o.arena) {}  // NOLINT: implicit, as rebinding requires
+  T* allocate(std::size_t n) {
+    ++*arena;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    --*arena;
+    std::allocator<T>().deallocate(p, n);
+  }
+};
+template <class T, class U>
+bool operator==(const HandleUpstream<T>& a, const HandleUpstream<U>& b) noexcept {
+  return a.arena == b.arena;
+}
+template <class T, class U>
+bool operator!=(const HandleUpstream<T>& a, const HandleUpstream<U>& b) noexcept {
+  return a.arena != b.arena;
+}
+// The same without state: empty, yet made only from a tag.
+template <class T>
+struct TaggedUpstream {
+  using value_type = T;
+  explicit TaggedUpstream(int) noexcept {}
+  template <class U>
+  TaggedUpstream(const TaggedUpstream<U>&) noexcept {}  // NOLINT: implicit, as rebinding requires
+  T* allocate(std::size_t n) { return std::allocator<T>().allocate(n); }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+};
+template <class T, class U>
+bool operator==(const TaggedUpstream<T>&, const TaggedUpstream<U>&) noexcept {
+  return true;
+}
+template <class T, class U>
+bool operator!=(const TaggedUpstream<T>&, const TaggedUpstream<U>&) noexcept {
+  return false;
+}
+}  // namespace
+
+// deallocate named ReleaseLater (the deferred release of a stateless
+// upstream, which default-constructs one) for every upstream: an upstream
+// without a default constructor did not compile as soon as a container freed.
+TEST_CASE("allocator: an upstream without a default constructor allocates and frees") {
+  static_assert(!std::is_default_constructible<heapprof::allocator<int, HandleUpstream<int>>>::value, "none either");
+  int arena = 0;
+  {
+    std::vector<int, heapprof::allocator<int, HandleUpstream<int>>> v{
+        heapprof::allocator<int, HandleUpstream<int>>(HandleUpstream<int>(&arena))};
+    for (int i = 0; i < 1000; ++i) v.push_back(i);
+    CHECK(v[999] == 999);
+    CHECK(arena == 1);
+  }
+  CHECK(arena == 0);
+  std::vector<long, heapprof::allocator<long, TaggedUpstream<long>>> w{
+      heapprof::allocator<long, TaggedUpstream<long>>(TaggedUpstream<long>(1))};
+  w.assign(1000, 7);
+  w.shrink_to_fit();
+  CHECK(w[999] == 7);
+}
