@@ -846,7 +846,7 @@ class allocator {
     // then releases it once that lock is let go, through ReleaseLater. Only
     // an upstream without state can be made again there; a free through one
     // with state is counted now and its sampled entry retired later.
-    if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), kStateless ? &ReleaseLater : nullptr)) return;
+    if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), DeferredRelease())) return;
     detail::SuppressHooks quiet;
     upstream_traits::deallocate(state_.upstream(), p, n);
   }
@@ -892,6 +892,17 @@ class allocator {
   static constexpr bool kStateless = std::is_empty<Upstream>::value &&
                                      std::is_nothrow_default_constructible<Upstream>::value &&
                                      upstream_traits::is_always_equal::value;
+  // ReleaseLater for a stateless upstream, else none. Named only in the
+  // discarded branch otherwise: its body default-constructs the upstream,
+  // which an upstream with state need not allow (an arena's handle), and
+  // `kStateless ? &ReleaseLater : nullptr` instantiated it for every upstream.
+  static constexpr detail::ReleaseFn DeferredRelease() noexcept {
+    if constexpr (kStateless) {
+      return &ReleaseLater;
+    } else {
+      return nullptr;
+    }
+  }
   static void ReleaseLater(void* p, std::size_t bytes) noexcept {
     Upstream upstream;
     detail::SuppressHooks quiet;
@@ -3898,7 +3909,14 @@ class LiveMap {
   // Remembers a sampled object. An address still present means its free was
   // never seen (memory released behind our back, e.g. by free()): the old entry
   // is retired as freed and replaced. False when out of memory (sample dropped).
-  bool Insert(const void* p, Bucket* bucket) noexcept {
+  // `of_allocator`: a heapprof::allocator's object, else a global hook's
+  // block. Both can be live at one address (an upstream handing out the start
+  // of a block the program got from new, as a pool carving its chunk does):
+  // each kind has its own entry, which only a free of that kind removes.
+  // Otherwise the allocator's free took the padded block's entry, and that
+  // block's sized delete then skipped the cold path (block_hooks.hpp:
+  // HotFreeSized): its request's class counted, and freed into by sdallocx.
+  bool Insert(const void* p, Bucket* bucket, bool of_allocator) noexcept {
     if (HEAPPROF_UNLIKELY(__atomic_load_n(&g_live_map_refuses_for_tests, __ATOMIC_RELAXED))) return false;
     Shard& s = ShardOf(p);
     ShardHold hold(s);
@@ -3908,15 +3926,15 @@ class LiveMap {
     for (;; i = (i + 1) & s.mask) {
       Entry& e = s.entries[i];
       if (e.key == 0) break;
-      if (e.key == key) {
-        CountSampledFree(e.bucket);
-        if (e.bucket == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
-        e.bucket = bucket;
+      if (e.key == key && e.of_allocator() == of_allocator) {
+        CountSampledFree(e.bucket());
+        if (e.bucket() == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
+        e = Entry::Of(key, bucket, of_allocator);
         if (bucket == &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
         return true;
       }
     }
-    s.entries[i] = Entry{key, bucket};
+    s.entries[i] = Entry::Of(key, bucket, of_allocator);
     ++s.size;
     // (A dropped sample's object is not one the profile tracks: Stats::sampled_live_objects.)
     if (bucket != &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
@@ -3925,8 +3943,8 @@ class LiveMap {
   }
 
   // The bucket of a sampled object being freed (removed from the map), or
-  // nullptr if `p` was not sampled.
-  Bucket* Remove(const void* p) noexcept {
+  // nullptr if `p` was not sampled (as an object of that kind: see Insert).
+  Bucket* Remove(const void* p, bool of_allocator) noexcept {
     Shard& s = ShardOf(p);
     ShardHold hold(s);
     if (s.entries == nullptr) return nullptr;
@@ -3934,9 +3952,9 @@ class LiveMap {
     std::size_t i = s.Home(key);
     for (;; i = (i + 1) & s.mask) {
       if (s.entries[i].key == 0) return nullptr;
-      if (s.entries[i].key == key) break;
+      if (s.entries[i].key == key && s.entries[i].of_allocator() == of_allocator) break;
     }
-    Bucket* bucket = s.entries[i].bucket;
+    Bucket* bucket = s.entries[i].bucket();
     // Backward-shift: pull later members of the probe run into the hole.
     for (std::size_t hole = i, j = (i + 1) & s.mask;; j = (j + 1) & s.mask) {
       const Entry e = s.entries[j];
@@ -3979,7 +3997,7 @@ class LiveMap {
     for (Shard& s : shards_) {
       ShardHold hold(s);
       for (std::size_t i = 0; i < s.Capacity(); ++i) {
-        if (s.entries[i].key != 0) f(s.entries[i].key, s.entries[i].bucket);
+        if (s.entries[i].key != 0) f(s.entries[i].key, s.entries[i].bucket());
       }
     }
   }
@@ -3994,8 +4012,15 @@ class LiveMap {
  private:
   struct Entry {
     std::uintptr_t key = 0;  // 0 = empty: operator new never returns null on success
-    Bucket* bucket = nullptr;
+    std::uintptr_t tagged = 0;  // the bucket, bit 0 set for a heapprof::allocator's object
+
+    static Entry Of(std::uintptr_t key, Bucket* bucket, bool of_allocator) noexcept {
+      return Entry{key, reinterpret_cast<std::uintptr_t>(bucket) | (of_allocator ? 1u : 0u)};
+    }
+    Bucket* bucket() const noexcept { return reinterpret_cast<Bucket*>(tagged & ~std::uintptr_t{1}); }
+    bool of_allocator() const noexcept { return (tagged & 1) != 0; }
   };
+  static_assert(alignof(Bucket) >= 2, "Entry: bit 0 of a bucket's address is the kind");
 
   struct alignas(64) Shard {
     SpinLock lock;
@@ -8184,15 +8209,16 @@ HEAPPROF_ALWAYS_INLINE void DrainDeferredFrees() noexcept {
 // sample the tables had no room for (RecordSampleHere), or a block padded for
 // a sample that the rate, set to 0 meanwhile, no longer takes (AllocSlowPath).
 // See buckets.hpp: g_dropped_sample_bucket. False: the live map is out of memory.
-HEAPPROF_NOINLINE inline bool RememberUnsampledObject(void* p) noexcept {
+// `of_allocator`: a heapprof::allocator's object (LiveMap::Insert).
+HEAPPROF_NOINLINE inline bool RememberUnsampledObject(void* p, bool of_allocator) noexcept {
   ReentrancyGuard guard;
-  return g_live_map.Insert(p, &g_dropped_sample_bucket);
+  return g_live_map.Insert(p, &g_dropped_sample_bucket, of_allocator);
 }
 
 // The work of one sample: unwind, intern, remember the object. False: the
 // live map had no memory for it (its free will not find it).
 HEAPPROF_NOINLINE inline bool RecordSampleHere(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
-                                               const ThreadState& ts, const void* frame) noexcept {
+                                               const ThreadState& ts, const void* frame, bool of_allocator) noexcept {
   ReentrancyGuard guard;
   CapturedStack stack;
   CaptureStack(frame, hook_return, ts, stack);
@@ -8213,9 +8239,9 @@ HEAPPROF_NOINLINE inline bool RecordSampleHere(void* p, std::size_t n, std::uint
   if (b == nullptr) {
     // Dropped (the tables are full): the object is still remembered, so that
     // its free is found as a sampled object's.
-    return RememberUnsampledObject(p);
+    return RememberUnsampledObject(p, of_allocator);
   }
-  if (!g_live_map.Insert(p, b)) {
+  if (!g_live_map.Insert(p, b, of_allocator)) {
     // Out of memory for the live map: count it freed now rather than leak it
     // into the in-use totals forever.
     b->frees.fetch_add(1, std::memory_order_relaxed);
@@ -8232,29 +8258,30 @@ struct SampleCall {
   const void* hook_return;
   const ThreadState* ts;
   const void* frame;
+  bool of_allocator;
   bool remembered;
 };
 
 inline void RecordSampleThunk(void* arg) noexcept {
   auto& c = *static_cast<SampleCall*>(arg);
-  c.remembered = RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame);
+  c.remembered = RecordSampleHere(c.p, c.n, c.rate, c.hook_return, *c.ts, c.frame, c.of_allocator);
 }
 
 // Runs the sample in place when the thread's stack has room for it, else on
 // the profiler's own stack (0_base/profiler_stack.hpp). False: the object is
 // not in the live map (out of memory).
 inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void* hook_return,
-                         const ThreadState& ts, const void* frame) noexcept {
+                         const ThreadState& ts, const void* frame, bool of_allocator) noexcept {
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   bool done = false;
   bool remembered = false;
   if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
     ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
-    SampleCall call{p, n, rate, hook_return, &ts, frame, false};
+    SampleCall call{p, n, rate, hook_return, &ts, frame, of_allocator, false};
     done = RunOnProfilerStack(&RecordSampleThunk, &call);
     remembered = call.remembered;
   }
-  if (!done) remembered = RecordSampleHere(p, n, rate, hook_return, ts, frame);
+  if (!done) remembered = RecordSampleHere(p, n, rate, hook_return, ts, frame, of_allocator);
   DrainDeferredFrees();
   return remembered;
 }
@@ -8325,7 +8352,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
   if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && (padded || (n < min && counted >= min)) &&
                         left > static_cast<std::int64_t>(n))) {
     if (rate == 0) {
-      remembered = RememberUnsampledObject(p);
+      remembered = RememberUnsampledObject(p, false);  // (kCountBlock: a global hook's)
     } else {
       left = static_cast<std::int64_t>(n);  // runs out just below: sampled
     }
@@ -8366,11 +8393,11 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
     // own sample (allocator.hpp): a signal handler that interrupted it. The
     // handler's object is not the container's: sampled without those labels.
     tls_allocator_labels = nullptr;
-    remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
+    remembered = RecordSample(p, n, rate, hook_return, *ts, frame, false);
     tls_allocator_labels = allocator_labels;
     return !padded || remembered;
   }
-  remembered = RecordSample(p, n, rate, hook_return, *ts, frame);
+  remembered = RecordSample(p, n, rate, hook_return, *ts, frame, (how & kCountBlock) == 0);
   return !padded || remembered;
 }
 
@@ -8430,7 +8457,7 @@ HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, R
       Bucket* b;
       {
         ReentrancyGuard guard;  // a handler allocating now must not sample (and lock) here
-        b = g_live_map.Remove(p);
+        b = g_live_map.Remove(p, (how & kFreeSized) != 0);  // sized: a heapprof::allocator's
       }
       if (b != nullptr) {
         CountSampledFree(b);
