@@ -1079,35 +1079,36 @@ class Server {
     Flush(c);
   }
 
-  // Sends what is left of a `100 Continue`; false when the connection was
-  // closed (a send error).
-  bool SendContinue(Connection& c) {
-    while (c.continue_left != 0) {
-      const ssize_t n = ::send(c.fd, kContinueLine.data() + (kContinueLine.size() - c.continue_left),
-                               c.continue_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // Sends `data` from offset `sent` on, advancing it, until all is sent or
+  // the socket's queue is full; false when the connection was closed (a
+  // send error).
+  bool SendFrom(Connection& c, std::string_view data, std::size_t& sent) {
+    while (sent < data.size()) {
+      const ssize_t n = ::send(c.fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
         Close(c);
         return false;
       }
-      c.continue_left -= static_cast<std::size_t>(n);
+      sent += static_cast<std::size_t>(n);
     }
     return true;
+  }
+
+  // Sends what is left of a `100 Continue`; false when the connection was
+  // closed.
+  bool SendContinue(Connection& c) {
+    std::size_t sent = kContinueLine.size() - c.continue_left;
+    const bool open = SendFrom(c, kContinueLine, sent);
+    c.continue_left = kContinueLine.size() - sent;
+    return open;
   }
 
   void Flush(Connection& c) {
     const std::size_t was_sent = c.sent, was_continue_left = c.continue_left;
     if (!SendContinue(c)) return;
-    while (c.continue_left == 0 && c.sent < c.out.size()) {
-      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return Close(c);
-      }
-      c.sent += static_cast<std::size_t>(n);
-    }
+    if (c.continue_left == 0 && !SendFrom(c, std::string_view(c.out.data(), c.out.size()), c.sent)) return;
     // The write deadline counts from the last progress: only a client that
     // stops reading is dropped. Counted from the start of the response (or
     // of a piece), a client reading slowly but steadily was cut off mid-text.
