@@ -84,6 +84,12 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 }
 #endif
 
+// After NewMalloc(n) failed: HEAPPROF=oom_dump, then the new_handler loop.
+HEAPPROF_ALWAYS_INLINE void* AllocateAfterFailure(std::size_t n, bool nothrow) {
+  OnAllocFailure(n);
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, nothrow);
+}
+
 // `padded`: the block was asked for at sampled_min, for a sample (SampledRequest).
 HEAPPROF_ALWAYS_INLINE void* Allocate(std::size_t n, bool& padded, bool nothrow) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
@@ -91,8 +97,7 @@ HEAPPROF_ALWAYS_INLINE void* Allocate(std::size_t n, bool& padded, bool nothrow)
   padded = asked != n;
   if (void* p = NewMalloc(asked)) return p;
   padded = false;
-  OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
-  return RetryWithNewHandler([n] { return NewMalloc(n); }, nothrow);
+  return AllocateAfterFailure(n, nothrow);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n, bool& padded) { return Allocate(n, padded, false); }
@@ -131,11 +136,7 @@ HEAPPROF_NOINLINE inline void* ReplacePadded(void* p, std::size_t n, const void*
   DeleteCold(p);
   const std::size_t m = n == 0 ? 1 : n;
   void* q = NewMalloc(m);
-  if (q == nullptr) {
-    OnAllocFailure(m);
-    q = RetryWithNewHandler([m] { return NewMalloc(m); }, nothrow);
-    if (q == nullptr) return nullptr;
-  }
+  if (q == nullptr && (q = AllocateAfterFailure(m, nothrow)) == nullptr) return nullptr;
   (void)OnAllocBlock(q, n, ret, n != 0);
   return q;
 }
