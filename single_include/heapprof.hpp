@@ -18900,35 +18900,36 @@ class Server {
     Flush(c);
   }
 
-  // Sends what is left of a `100 Continue`; false when the connection was
-  // closed (a send error).
-  bool SendContinue(Connection& c) {
-    while (c.continue_left != 0) {
-      const ssize_t n = ::send(c.fd, kContinueLine.data() + (kContinueLine.size() - c.continue_left),
-                               c.continue_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // Sends `data` from offset `sent` on, advancing it, until all is sent or
+  // the socket's queue is full; false when the connection was closed (a
+  // send error).
+  bool SendFrom(Connection& c, std::string_view data, std::size_t& sent) {
+    while (sent < data.size()) {
+      const ssize_t n = ::send(c.fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
         Close(c);
         return false;
       }
-      c.continue_left -= static_cast<std::size_t>(n);
+      sent += static_cast<std::size_t>(n);
     }
     return true;
+  }
+
+  // Sends what is left of a `100 Continue`; false when the connection was
+  // closed.
+  bool SendContinue(Connection& c) {
+    std::size_t sent = kContinueLine.size() - c.continue_left;
+    const bool open = SendFrom(c, kContinueLine, sent);
+    c.continue_left = kContinueLine.size() - sent;
+    return open;
   }
 
   void Flush(Connection& c) {
     const std::size_t was_sent = c.sent, was_continue_left = c.continue_left;
     if (!SendContinue(c)) return;
-    while (c.continue_left == 0 && c.sent < c.out.size()) {
-      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return Close(c);
-      }
-      c.sent += static_cast<std::size_t>(n);
-    }
+    if (c.continue_left == 0 && !SendFrom(c, std::string_view(c.out.data(), c.out.size()), c.sent)) return;
     // The write deadline counts from the last progress: only a client that
     // stops reading is dropped. Counted from the start of the response (or
     // of a piece), a client reading slowly but steadily was cut off mid-text.
@@ -20628,6 +20629,12 @@ HEAPPROF_ALWAYS_INLINE int NewPosixMemalign(void** p, std::size_t a, std::size_t
 }
 #endif
 
+// After NewMalloc(n) failed: HEAPPROF=oom_dump, then the new_handler loop.
+HEAPPROF_ALWAYS_INLINE void* AllocateAfterFailure(std::size_t n, bool nothrow) {
+  OnAllocFailure(n);
+  return RetryWithNewHandler([n] { return NewMalloc(n); }, nothrow);
+}
+
 // `padded`: the block was asked for at sampled_min, for a sample (SampledRequest).
 HEAPPROF_ALWAYS_INLINE void* Allocate(std::size_t n, bool& padded, bool nothrow) {
   if (n == 0) n = 1;  // every new returns a distinct pointer
@@ -20635,8 +20642,7 @@ HEAPPROF_ALWAYS_INLINE void* Allocate(std::size_t n, bool& padded, bool nothrow)
   padded = asked != n;
   if (void* p = NewMalloc(asked)) return p;
   padded = false;
-  OnAllocFailure(n);  // HEAPPROF=oom_dump, before the new_handler loop
-  return RetryWithNewHandler([n] { return NewMalloc(n); }, nothrow);
+  return AllocateAfterFailure(n, nothrow);
 }
 
 HEAPPROF_ALWAYS_INLINE void* AllocateOrThrow(std::size_t n, bool& padded) { return Allocate(n, padded, false); }
@@ -20675,11 +20681,7 @@ HEAPPROF_NOINLINE inline void* ReplacePadded(void* p, std::size_t n, const void*
   DeleteCold(p);
   const std::size_t m = n == 0 ? 1 : n;
   void* q = NewMalloc(m);
-  if (q == nullptr) {
-    OnAllocFailure(m);
-    q = RetryWithNewHandler([m] { return NewMalloc(m); }, nothrow);
-    if (q == nullptr) return nullptr;
-  }
+  if (q == nullptr && (q = AllocateAfterFailure(m, nothrow)) == nullptr) return nullptr;
   (void)OnAllocBlock(q, n, ret, n != 0);
   return q;
 }
