@@ -52,10 +52,10 @@
 #if defined(HEAPPROF_REPLACE_MALLOC)
 #include "heapprof/detail/1_hooks/malloc.hpp"
 #endif
-#if defined(HEAPPROF_PRELOAD_LIBRARY)
-#include "heapprof/detail/6_serving/preload_engine.hpp"
-#endif
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 #include "heapprof/detail/1_hooks/new_delete.hpp"
+#endif
+#if defined(HEAPPROF_PRELOAD_LIBRARY)  // after the hooks: it hands out their cold functions
+#include "heapprof/detail/6_serving/preload_engine.hpp"
 #endif
 #endif

@@ -222,18 +222,33 @@ TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs 
   heapprof_test::Profile p;
   REQUIRE(heapprof_test::ReadProfileFile(profile, p));
   unlink(profile.c_str());
-  // The program's operator new is the leaf of the new'd blocks (it calls malloc).
-  std::int64_t news = 0, mallocs = 0;
+  // Each block once, its leaf the function that called new or malloc (the
+  // program's operator new forwards to the library's cold hooks; before, it
+  // called malloc and was the leaf), and the label the program set around it
+  // (the library reads the program's labels; before, none).
+  std::int64_t news = 0, mallocs = 0, news_labelled = 0, mallocs_labelled = 0;
   const int io = heapprof_test::SampleTypeIndex(p, "inuse_objects");
   for (const heapprof_test::Sample& s : p.samples) {
     const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
-    for (const std::string& n : names) {
-      if (n.find("OneEngineNew") != std::string::npos) news += s.values.at(static_cast<std::size_t>(io));
-      if (n.find("OneEngineMalloc") != std::string::npos) mallocs += s.values.at(static_cast<std::size_t>(io));
+    if (names.empty()) continue;
+    std::string engine_label;
+    for (const heapprof_test::Label& l : s.labels) {
+      if (l.key == "engine") engine_label = l.str;
+    }
+    const std::int64_t v = s.values.at(static_cast<std::size_t>(io));
+    if (names[0].find("OneEngineNew") != std::string::npos) {
+      news += v;
+      if (engine_label == "news") news_labelled += v;
+    }
+    if (names[0].find("OneEngineMalloc") != std::string::npos) {
+      mallocs += v;
+      if (engine_label == "mallocs") mallocs_labelled += v;
     }
   }
   CHECK(news == 1000);
+  CHECK(news_labelled == 1000);
   CHECK(mallocs == 1000);
+  CHECK(mallocs_labelled == 1000);
   }
 }
 

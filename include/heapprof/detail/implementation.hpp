@@ -59,6 +59,11 @@ struct EngineApi {
   std::uint16_t (*http_server_port)(const void* server) noexcept;
   const char* (*http_server_error)(const void* server) noexcept;  // "" when serving
   int (*http_server_failure)(const void* server, const char** context) noexcept;
+  // The program's operator new and labels (engine.hpp: ForwardedNew;
+  // 2_sampling/labels.hpp: ProgramLabels). `program_labels` stays the
+  // program's: the library keeps the pointer.
+  const ForwardedNew* forwarded_new;
+  void (*attach_program_labels)(const ProgramLabels* program_labels) noexcept;
 };
 // A library's table has the members up to and including `member` when its
 // size covers them.
@@ -436,8 +441,8 @@ HEAPPROF_LINKED_END
 // Start-up of a program that compiled heapprof in: if libheapprof_preload.so
 // is loaded too and its malloc is the process's, that library records (it
 // sees every C allocation, and this program's operator new reaches its
-// malloc), and this copy turns itself off and forwards its API there. Labels
-// set through this copy are not forwarded (README: the preload library).
+// malloc), and this copy turns itself off and forwards its API, its operator
+// new and its labels there (README: the preload library).
 extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
   using heapprof::detail::EngineApiGetter;
   auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
@@ -449,6 +454,16 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
   }
   heapprof::detail::g_external_engine = e;
   heapprof::detail::g_engine_off = true;
+  // A library as old as this: the program's operator new goes to its cold
+  // hooks, and its samples carry the program's labels.
+  if (HEAPPROF_ENGINE_HAS(e, attach_program_labels) && e->forwarded_new != nullptr &&
+      e->attach_program_labels != nullptr) {
+    static const heapprof::detail::ProgramLabels labels = {
+        []() noexcept -> const heapprof::detail::LabelSetData* { return heapprof::detail::tls_current_labels; },
+        &heapprof::detail::LabelCount, &heapprof::detail::LabelAt};
+    e->attach_program_labels(&labels);
+    heapprof::detail::g_forwarded_new.store(e->forwarded_new, std::memory_order_release);
+  }
   heapprof::detail::ReportRaw(
       "heapprof: libheapprof_preload.so is loaded and records this process; the copy compiled into the program "
       "forwards to it\n");

@@ -1,7 +1,8 @@
 // A program that compiles heapprof in (operator new/delete only) and that the
 // malloc suite also runs under libheapprof_preload.so: one engine must record,
-// counting each allocation once. Prints the Stats delta of 1000 new char[100]
-// and 1000 malloc(50), all kept live, and writes the heap profile to argv[1]:
+// counting each allocation once. Prints the Stats delta of 1000 news of 100
+// bytes (every form: new[], new, nothrow, aligned) and 1000 malloc(50), all
+// kept live, each kind under a label of its own, and writes the heap profile to argv[1]:
 // with the API, or with argv[2] "http" as its heapprof::HttpServer serves it.
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 // GET http://127.0.0.1:port/debug/pprof/heap into `path`: the body of a 200.
@@ -43,22 +45,48 @@ static bool FetchHeap(std::uint16_t port, const char* path) {
 }
 
 static void* volatile g_sink;
+struct Block100 {
+  char bytes[100];
+};
+struct alignas(64) Aligned100 {
+  char bytes[100];
+};
 static void* g_kept[2000];
 
+// Each form of new once in four: new[], new, nothrow new, aligned new.
 __attribute__((noinline)) void OneEngineNew(int i) {
-  g_kept[i] = new char[100];
+  switch (i % 4) {
+    case 0: g_kept[i] = new char[100]; break;
+    case 1: g_kept[i] = new Block100; break;
+    case 2: g_kept[i] = new (std::nothrow) char[100]; break;
+    default: g_kept[i] = new Aligned100; break;
+  }
   g_sink = g_kept[i];
 }
 __attribute__((noinline)) void OneEngineMalloc(int i) {
   g_kept[1000 + i] = std::malloc(50);
   g_sink = g_kept[1000 + i];
 }
+void Release(int i) {
+  switch (i % 4) {
+    case 0: case 2: delete[] static_cast<char*>(g_kept[i]); break;
+    case 1: delete static_cast<Block100*>(g_kept[i]); break;
+    default: delete static_cast<Aligned100*>(g_kept[i]); break;
+  }
+}
 
 int main(int argc, char** argv) {
   heapprof::SetSampleRate(1);
   const heapprof::Stats s0 = heapprof::GetStats();
-  for (int i = 0; i < 1000; ++i) OneEngineNew(i);
-  for (int i = 0; i < 1000; ++i) OneEngineMalloc(i);
+  {
+    // Labels set through the program's copy: on the samples of either engine.
+    heapprof::ScopedLabels scope{{"engine", "news"}};
+    for (int i = 0; i < 1000; ++i) OneEngineNew(i);
+  }
+  {
+    heapprof::ScopedLabels scope{{"engine", "mallocs"}};
+    for (int i = 0; i < 1000; ++i) OneEngineMalloc(i);
+  }
   const heapprof::Stats s1 = heapprof::GetStats();
   std::printf("one_engine: allocs %llu live_objects %llu rate %zu\n",
               static_cast<unsigned long long>(s1.alloc_objects - s0.alloc_objects),
@@ -70,7 +98,7 @@ int main(int argc, char** argv) {
   } else {
     ok = argc > 1 && heapprof::WriteHeapProfile(argv[1]);
   }
-  for (int i = 0; i < 1000; ++i) delete[] static_cast<char*>(g_kept[i]);
+  for (int i = 0; i < 1000; ++i) Release(i);
   for (int i = 1000; i < 2000; ++i) std::free(g_kept[i]);
   return ok ? 0 : 1;
 }

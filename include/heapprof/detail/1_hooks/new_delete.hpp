@@ -141,7 +141,10 @@ HEAPPROF_NOINLINE inline void* ReplacePadded(void* p, std::size_t n, const void*
   return q;
 }
 
+// Each cold hook first: the recording library's, when this copy forwards
+// (engine.hpp: ForwardedNew), reached with a tail call.
 HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) return f->cold(n, ret);
   bool padded;
   void* p = AllocateOrThrow(n, padded);
   if (HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) return ReplacePadded(p, n, ret, false);
@@ -149,6 +152,7 @@ HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
 }
 
 HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) return f->nothrow_cold(n, ret);
   bool padded;
   void* p = AllocateNoThrow(n, padded);
   if (p != nullptr && HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) {
@@ -196,11 +200,15 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 // Aligned new: the hot path on glibc only (the class table knows malloc's
 // sizes, not memalign's). posix_memalign(0) is a unique minimum chunk there.
 HEAPPROF_NOINLINE inline void* NewAlignedCold(std::size_t n, std::align_val_t al, const void* ret) {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) return f->aligned_cold(n, al, ret);
   void* p = AllocateAlignedOrThrow(n, al);
   OnAllocBlock(p, n, ret);
   return p;
 }
 HEAPPROF_NOINLINE inline void* NewAlignedNoThrowCold(std::size_t n, std::align_val_t al, const void* ret) noexcept {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) {
+    return f->aligned_nothrow_cold(n, al, ret);
+  }
   void* p = AllocateAlignedNoThrow(n, al);
   if (p != nullptr) OnAllocBlock(p, n, ret);
   return p;

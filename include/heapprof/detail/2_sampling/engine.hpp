@@ -18,6 +18,7 @@
 #include <cstring>
 #include <ctime>
 #include <malloc.h>
+#include <new>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -127,6 +128,21 @@ inline void RunExitHook() {
 // the other turns itself off: its hooks still run (they are bound) but their
 // slow paths return at once, and its API forwards to the recording engine.
 inline bool g_engine_off = false;
+
+// A program's operator new while libheapprof_preload.so records the process
+// (implementation.hpp: heapprof_detail_engine_role): the library's cold hooks,
+// which allocate and record the block as the library's own operator new does.
+// The program's cold hooks reach them with a tail call, so the sample's leaf
+// is the program's code that called operator new, not the program's hook
+// (before, the hook called malloc, and the library's malloc hook took the
+// hook as the leaf). Published once, before the program's engine turns off.
+struct ForwardedNew {
+  void* (*cold)(std::size_t n, const void* ret);
+  void* (*nothrow_cold)(std::size_t n, const void* ret) noexcept;
+  void* (*aligned_cold)(std::size_t n, std::align_val_t al, const void* ret);
+  void* (*aligned_nothrow_cold)(std::size_t n, std::align_val_t al, const void* ret) noexcept;
+};
+inline std::atomic<const ForwardedNew*> g_forwarded_new{nullptr};
 
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;

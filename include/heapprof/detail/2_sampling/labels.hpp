@@ -307,10 +307,57 @@ bool IsMergeOf(const LabelSetData* set, const LabelSetData* base, const LabelT* 
   return keys == set->count;
 }
 
+// The labels of a program that compiled heapprof in, while libheapprof_preload.so
+// records the process (implementation.hpp: heapprof_detail_engine_role). The
+// program's ScopedLabels set its own copy's thread-local set, interned in its
+// own table; the library reads it through these (the program's functions)
+// and interns the same labels in its own. Published once.
+struct ProgramLabels {
+  const LabelSetData* (*current)() noexcept;  // the calling thread's set, the program's
+  std::size_t (*count)(const LabelSetData* set) noexcept;
+  Label (*at)(const LabelSetData* set, std::size_t i) noexcept;
+};
+inline std::atomic<const ProgramLabels*> g_program_labels{nullptr};
+
+// The thread's last program set and the library's equal one. A program's sets
+// are interned for good, so a pointer names its labels for the process's
+// life. `theirs` is cleared while the pair changes and read again after
+// `ours`: a signal handler's sample in between sees no pair or a whole one.
+struct ProgramLabelsMemo {
+  const LabelSetData* theirs;
+  const LabelSetData* ours;
+};
+inline thread_local ProgramLabelsMemo tls_program_labels_memo HEAPPROF_TLS_MODEL = {nullptr, nullptr};
+
+inline const LabelSetData* ProgramSampleLabels(const ProgramLabels& program) noexcept {
+  const LabelSetData* theirs = program.current();
+  if (theirs == nullptr) return nullptr;
+  ProgramLabelsMemo& memo = tls_program_labels_memo;
+  if (__atomic_load_n(&memo.theirs, __ATOMIC_RELAXED) == theirs) {
+    const LabelSetData* ours = __atomic_load_n(&memo.ours, __ATOMIC_RELAXED);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (__atomic_load_n(&memo.theirs, __ATOMIC_RELAXED) == theirs) return ours;
+  }
+  LabelBuilder b;
+  const std::size_t n = program.count(theirs);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Label label = program.at(theirs, i);
+    b.Put(label.first, label.second);
+  }
+  const LabelSetData* ours = g_labels.Intern(b);
+  __atomic_store_n(&memo.theirs, nullptr, __ATOMIC_RELAXED);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  __atomic_store_n(&memo.ours, ours, __ATOMIC_RELAXED);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  __atomic_store_n(&memo.theirs, theirs, __ATOMIC_RELAXED);
+  return ours;
+}
+
 // The set a sample taken now is attributed to: the thread's (1_hooks/fast_path.hpp),
-// with an allocator's labels merged over it.
+// or the program's (above), with an allocator's labels merged over it.
 inline const LabelSetData* CurrentSampleLabels() noexcept {
-  const LabelSetData* thread = tls_current_labels;
+  const ProgramLabels* program = g_program_labels.load(std::memory_order_acquire);
+  const LabelSetData* thread = HEAPPROF_LIKELY(program == nullptr) ? tls_current_labels : ProgramSampleLabels(*program);
   const LabelSetData* extra = tls_allocator_labels;
   if (extra == nullptr) return thread;
   if (thread == nullptr) return extra;

@@ -20,6 +20,7 @@
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/1_hooks/malloc.hpp"
+#include "heapprof/detail/1_hooks/new_delete.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 
 namespace heapprof {
@@ -39,13 +40,21 @@ inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile
 inline bool PreloadWriteRetentionStream(std::ostream& out) { return ::heapprof::WriteRetentionProfile(out); }
 inline bool PreloadWriteRetentionPath(const char* path) { return ::heapprof::WriteRetentionProfile(path); }
 
+// What the program's operator new forwards to: this library's cold hooks
+// (new_delete.hpp), whose samples take the program's caller as the leaf.
+inline const ForwardedNew g_preload_forwarded_new = {&NewCold, &NewNoThrowCold, &NewAlignedCold,
+                                                     &NewAlignedNoThrowCold};
+inline void AttachProgramLabels(const ProgramLabels* program) noexcept {
+  g_program_labels.store(program, std::memory_order_release);
+}
+
 inline const EngineApi g_preload_engine_api = {
     kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
     &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
     &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
     &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
-    &EngineHttpServerFailure,
+    &EngineHttpServerFailure, &g_preload_forwarded_new, &AttachProgramLabels,
 };
 
 }  // namespace detail
