@@ -4,8 +4,11 @@
  * the rest, and prints what it kept. On the way it grows and frees arrays
  * with reallocarray, pvalloc and free_sized, which jemalloc (all three) and
  * tcmalloc (the first and last) do not define: listed before the library in
- * LD_PRELOAD, they still call its. */
+ * LD_PRELOAD, they still call its.
+ * `plain_c plugin PATH`: instead loads a library that compiled heapprof in
+ * (programs/labels_plugin.cpp), runs it, closes it and allocates on. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +73,30 @@ __attribute__((noinline)) int plain_c_arrays(int rounds) {
   return 1;
 }
 
-int main(void) {
+/* The plugin's copy of heapprof hands the preload library its label
+ * functions when it starts; the library calls them at every sample after.
+ * So the plugin must stay loaded through dlclose (that copy pins it), or
+ * this process's next sample calls into unmapped code. */
+static int run_plugin(const char* path) {
+  void* plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (plugin == NULL) {
+    printf("plain_c: dlopen: %s\n", dlerror());
+    return 3;
+  }
+  int (*run)(void) = (int (*)(void))dlsym(plugin, "labels_plugin_run");
+  if (run == NULL) return 4;
+  printf("plain_c: the plugin kept %d blocks\n", run());
+  dlclose(plugin);
+  void* again = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  printf("plain_c: the plugin is %s after dlclose\n", again != NULL ? "loaded" : "unloaded");
+  fflush(stdout);
+  for (int i = 0; i < 1000; ++i) g_sink = plain_c_keep_malloc(100);
+  printf("plain_c: allocated after dlclose\n");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "plugin") == 0) return run_plugin(argv[2]);
   static void* kept[4100];
   int k = 0;
   for (int i = 0; i < 4000; ++i) kept[k++] = plain_c_keep_malloc(1000);

@@ -252,6 +252,38 @@ TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs 
   }
 }
 
+#if defined(HEAPPROF_LABELS_PLUGIN_PATH)
+TEST_CASE("preload: a dlopen'ed library that compiled heapprof in gives its labels, and stays loaded for them") {
+  // The plugin's copy starts first and hands the library its label functions;
+  // the program closes the plugin and allocates on: each sample then calls
+  // the plugin's code, which must still be there (it pins itself).
+  heapprof_test::Profile p;
+  std::string output;
+  REQUIRE(RunPreloaded(std::string(HEAPPROF_PLAIN_C_PATH) + " plugin " + HEAPPROF_LABELS_PLUGIN_PATH, "", p, output));
+  CHECK(output.find("plain_c: the plugin kept 100 blocks") != std::string::npos);
+  CHECK(output.find("plain_c: the plugin is loaded after dlclose") != std::string::npos);
+  CHECK(output.find("plain_c: allocated after dlclose") != std::string::npos);
+  const int io = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+  std::int64_t labelled = 0, plugin_blocks = 0, after = 0;
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> names = heapprof_test::FunctionNames(p, s);
+    if (names.empty()) continue;
+    bool has_label = false;
+    for (const heapprof_test::Label& l : s.labels) has_label |= l.key == "plugin" && l.str == "labels";
+    const std::int64_t v = s.values.at(static_cast<std::size_t>(io));
+    if (has_label) labelled += v;
+    if (names[0] == "labels_plugin_alloc") plugin_blocks += v;
+    if (names[0] == "plain_c_keep_malloc") {
+      after += v;
+      CHECK_FALSE(has_label);  // the plugin's scope had ended
+    }
+  }
+  CHECK(plugin_blocks == 100);
+  CHECK(labelled == 100);
+  CHECK(after == 1000);
+}
+#endif
+
 TEST_CASE("preload: a program that replaces malloc itself records itself; the library stays off") {
   std::string output;
   const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <link.h>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -438,6 +439,22 @@ HEAPPROF_LINKED_END
 }  // namespace heapprof
 
 #if !defined(HEAPPROF_PRELOAD_LIBRARY)
+namespace heapprof {
+namespace detail {
+// Whether the object holding `code` stays loaded for good: the main program,
+// or a library pinned here (RTLD_NODELETE: a dlclose can no longer unload
+// it), so that the recording library may keep pointers to its functions.
+inline bool PinObjectOf(const void* code) noexcept {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (dladdr1(code, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) return false;
+  if (map->l_name == nullptr || map->l_name[0] == '\0') return true;  // the main program
+  return dlopen(map->l_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;  // never closed: the point
+}
+inline const LabelSetData* ThisCopysLabels() noexcept { return tls_current_labels; }
+}  // namespace detail
+}  // namespace heapprof
+
 // Start-up of a program that compiled heapprof in: if libheapprof_preload.so
 // is loaded too and its malloc is the process's, that library records (it
 // sees every C allocation, and this program's operator new reaches its
@@ -455,13 +472,15 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
   heapprof::detail::g_external_engine = e;
   heapprof::detail::g_engine_off = true;
   // A library as old as this: the program's operator new goes to its cold
-  // hooks, and its samples carry the program's labels.
+  // hooks, and its samples carry the program's labels (read through this
+  // copy's functions: only while they cannot be unloaded).
   if (HEAPPROF_ENGINE_HAS(e, attach_program_labels) && e->forwarded_new != nullptr &&
       e->attach_program_labels != nullptr) {
-    static const heapprof::detail::ProgramLabels labels = {
-        []() noexcept -> const heapprof::detail::LabelSetData* { return heapprof::detail::tls_current_labels; },
-        &heapprof::detail::LabelCount, &heapprof::detail::LabelAt};
-    e->attach_program_labels(&labels);
+    static const heapprof::detail::ProgramLabels labels = {&heapprof::detail::ThisCopysLabels,
+                                                           &heapprof::detail::LabelCount, &heapprof::detail::LabelAt};
+    if (heapprof::detail::PinObjectOf(reinterpret_cast<const void*>(&heapprof::detail::ThisCopysLabels))) {
+      e->attach_program_labels(&labels);
+    }
     heapprof::detail::g_forwarded_new.store(e->forwarded_new, std::memory_order_release);
   }
   heapprof::detail::ReportRaw(

@@ -44,8 +44,12 @@ inline bool PreloadWriteRetentionPath(const char* path) { return ::heapprof::Wri
 // (new_delete.hpp), whose samples take the program's caller as the leaf.
 inline const ForwardedNew g_preload_forwarded_new = {&NewCold, &NewNoThrowCold, &NewAlignedCold,
                                                      &NewAlignedNoThrowCold};
+// The first copy's (the program's own, usually: its first allocation asks);
+// a second copy with its own labels (a library that compiled heapprof in
+// too) is not read.
 inline void AttachProgramLabels(const ProgramLabels* program) noexcept {
-  g_program_labels.store(program, std::memory_order_release);
+  const ProgramLabels* none = nullptr;
+  g_program_labels.compare_exchange_strong(none, program, std::memory_order_acq_rel);
 }
 
 inline const EngineApi g_preload_engine_api = {
