@@ -13,7 +13,8 @@
 //   - CheckPartialHead never rejects a prefix of a head that ParseHead accepts;
 //   - ParseHead on an accepted head yields a GET-able shape (method token,
 //     path starting with '/', body size within the limit), and PlanRequest
-//     always gives an action or a 4xx/5xx with a one-line reason;
+//     always gives an action or a 4xx/5xx with a one-line reason, a redirect
+//     to a clean path with no byte a header line cannot hold;
 //   - the symbolz address walk terminates and finds only non-zero addresses.
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     });
     Check(count <= all.size());
   }
-  if (plan.action != http::Action::kSymbol && plan.action != http::Action::kError) Check(req.content_length == 0);
+  if (plan.action == http::Action::kRedirect) {
+    // Go's ServeMux redirect, for any request: to a clean path (a fixed
+    // point of the cleaning) that fits in a header line.
+    Check(!plan.location.empty() && plan.location[0] == '/');
+    for (char c : plan.location) Check(static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f);
+    const std::string_view path = std::string_view(plan.location).substr(0, plan.location.find('?'));
+    Check(path.find('%') != std::string_view::npos || http::CleanPath(path) == path);
+  } else if (plan.action != http::Action::kSymbol && plan.action != http::Action::kError) {
+    Check(req.content_length == 0);
+  }
   return 0;
 }

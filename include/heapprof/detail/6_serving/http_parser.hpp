@@ -315,7 +315,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
 // What the server does with a parsed request.
 enum class Action {
   kError,     // send `error`
-  kRedirect,  // 301 to /debug/pprof/
+  kRedirect,  // 301 to `location` (a path that is not clean, /debug/pprof)
   kIndex,     // the HTML index
   kProfile,   // gzip'ed pprof, now
   kDelta,     // gzip'ed pprof delta after `seconds`
@@ -333,7 +333,58 @@ struct Plan {
   bool retention = false;  // /retention: the retention profile (retention.hpp); pprof only
   std::int64_t seconds = 0;
   std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
+  // kRedirect: the Location (an escaped path, then the query as sent), and
+  // whether the response has Go's HTML body and its Content-Type (GET and
+  // HEAD; other methods get neither, as from Go's http.Redirect).
+  ArenaString location;
+  bool redirect_html = false;
 };
+
+// Go's ServeMux cleanPath: path.Clean of a rooted path (no empty or "."
+// segments, ".." takes away the segment before it and nothing at the root),
+// with a trailing slash kept.
+inline ArenaString CleanPath(std::string_view p) {
+  ArenaString out;
+  out.reserve(p.size() + 1);
+  std::size_t i = 0;
+  while (i < p.size()) {
+    std::size_t end = p.find('/', i);
+    if (end == std::string_view::npos) end = p.size();
+    const std::string_view segment = p.substr(i, end - i);
+    i = end + 1;
+    if (segment.empty() || segment == ".") continue;
+    if (segment == "..") {
+      const std::size_t slash = out.rfind('/');
+      out.resize(slash == ArenaString::npos ? 0 : slash);
+      continue;
+    }
+    out += '/';
+    out += segment;
+  }
+  if (out.empty()) return ArenaString("/");
+  if (!p.empty() && p.back() == '/') out += '/';
+  return out;
+}
+
+// A decoded path as Go's url.URL writes one (EscapedPath): every byte but
+// the unreserved ones and $&+,/:;=@ as %XX, so the Location header of a
+// redirect never carries a CR, a LF, a space or a '?' that a %0d, %20 or
+// %3f in the request's path decoded to.
+inline void AppendEscapedPath(std::string_view path, ArenaString& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (char ch : path) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      std::string_view("-_.~$&+,/:;=@").find(ch) != std::string_view::npos;
+    if (keep) {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+}
 
 // strconv.ParseInt(s, 10, 64) as Go's handler uses it: optional sign, decimal.
 inline bool ParseInt64(std::string_view s, std::int64_t& out) noexcept {
@@ -396,6 +447,25 @@ inline Plan PlanRequest(const Request& req) {
   const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
   plan.head_only = head;
   constexpr std::string_view kPrefix = "/debug/pprof/";
+  // Go's ServeMux, before any handler and for any method but CONNECT: a path
+  // that is not clean ("..", ".", "//") is answered with a 301 to its clean
+  // form, and /debug/pprof (a subtree registered only with its slash) with a
+  // 301 to /debug/pprof/, the query kept as sent. Before, "/debug/pprof/../pprof/heap"
+  // and "/debug//pprof/heap" were a 404, and the query was lost on /debug/pprof.
+  if (req.method != "CONNECT") {
+    ArenaString clean = CleanPath(req.path);
+    if (clean == "/debug/pprof") clean += '/';
+    if (clean != req.path) {
+      plan.action = Action::kRedirect;
+      AppendEscapedPath(clean, plan.location);
+      if (!req.raw_query.empty()) {
+        plan.location += '?';
+        plan.location += req.raw_query;
+      }
+      plan.redirect_html = get || head;
+      return plan;
+    }
+  }
   if (req.path == "/debug/pprof/symbol" && !get && !head && !post) {
     plan.error = Error{405, "method not allowed: use GET, HEAD or POST", "GET, HEAD, POST"};
     return plan;
@@ -415,10 +485,6 @@ inline Plan PlanRequest(const Request& req) {
   }
   if (req.content_length != 0) {
     plan.error = Error{400, "request body not supported"};
-    return plan;
-  }
-  if (req.path == "/debug/pprof") {
-    plan.action = Action::kRedirect;
     return plan;
   }
   if (req.path.compare(0, kPrefix.size(), kPrefix) != 0) {

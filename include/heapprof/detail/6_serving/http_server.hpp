@@ -266,6 +266,20 @@ inline ArenaString ErrorResponse(int status, const char* reason, bool head_only 
   return out;
 }
 
+// Go's html.EscapeString set (what http.Redirect's body uses).
+inline void AppendHtmlEscaped(std::string_view text, ArenaString& out) {
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '\'': out += "&#39;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      default: out += c;
+    }
+  }
+}
+
 inline ArenaString IndexHtml() {
   ArenaString b =
       "<html>\n<head>\n<title>/debug/pprof/</title>\n<style>\n.profile-name{\n\tdisplay:inline-block;\n"
@@ -370,9 +384,17 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
     case Action::kError:
       return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only, plan.error.allow);
     case Action::kRedirect:
-      AppendResponse(out, 301,
-                     {{"Location", "/debug/pprof/"}, {"Content-Type", "text/html; charset=utf-8"}},
-                     "<a href=\"/debug/pprof/\">Moved Permanently</a>.\n\n", plan.head_only);
+      // Go's http.Redirect: to GET and HEAD a short HTML body with the link,
+      // to other methods none.
+      if (!plan.redirect_html) {
+        AppendResponse(out, 301, {{"Location", plan.location}}, ArenaString(), plan.head_only);
+        return out;
+      }
+      body = "<a href=\"";
+      AppendHtmlEscaped(plan.location, body);
+      body += "\">Moved Permanently</a>.\n\n";
+      AppendResponse(out, 301, {{"Location", plan.location}, {"Content-Type", "text/html; charset=utf-8"}}, body,
+                     plan.head_only);
       return out;
     case Action::kIndex:
       AppendResponse(out, 200,
