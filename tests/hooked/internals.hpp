@@ -44,6 +44,9 @@ std::size_t HttpStreamPieceBytes();   // kStreamPieceBytes
 std::uint64_t HttpDeltaWindowsStarted();  // g_delta_windows_started
 std::uint64_t HttpJobsQueued();  // g_jobs_queued
 std::uint64_t HttpJobsBuilt();   // g_jobs_built
+// g_listening_hook: called with a server's listening socket, under the
+// server list's lock, right after listen() and right before it is closed.
+void SetHttpListeningHook(void (*hook)(int listen_fd));
 
 // ---- profile files (6_serving/files.hpp)
 // WriteFileAtomic: `bytes` to `path`; on failure `error` says why.

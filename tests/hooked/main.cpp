@@ -39,6 +39,7 @@ std::size_t HttpStreamPieceBytes() { return hd::http::kStreamPieceBytes; }
 std::uint64_t HttpDeltaWindowsStarted() { return hd::http::g_delta_windows_started.load(); }
 std::uint64_t HttpJobsQueued() { return hd::http::g_jobs_queued.load(); }
 std::uint64_t HttpJobsBuilt() { return hd::http::g_jobs_built.load(); }
+void SetHttpListeningHook(void (*hook)(int)) { hd::http::g_listening_hook = hook; }
 
 bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string& error) {
   hd::ArenaString e;

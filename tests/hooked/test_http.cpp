@@ -13,7 +13,10 @@
 #include <memory>
 #include <optional>
 #include <csignal>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -1406,6 +1409,70 @@ TEST_CASE("http: a forked child does not keep the listening socket") {
   int status = 0;
   ::waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status));
+}
+
+namespace {
+
+// The listening hook's fork: the child reports (exit 0) that its copy of the
+// listening socket is closed, which its fork handler must have done: nothing
+// runs in the child between fork() and this check.
+pid_t g_window_fork = -1;
+void ForkInListeningWindow(int listen_fd) {
+  if (g_window_fork != -1) return;  // one fork per window
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(::fcntl(listen_fd, F_GETFD) == -1 && errno == EBADF ? 0 : 1);
+  g_window_fork = pid;
+}
+
+// 0 when the hook forked and its child found the socket closed; else why not.
+int CheckWindowFork() {
+  const pid_t pid = g_window_fork;
+  g_window_fork = -1;
+  if (pid <= 0) return 2;  // the hook did not run, or fork failed
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return 3;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+TEST_CASE("http: a fork while a server opens or closes its listening socket leaves the child without it") {
+  // Before, a server joined the list the fork handler walks only after
+  // listen() and its threads' start, and left it before its threads were
+  // joined and the socket closed: a child forked by another thread in either
+  // window kept a listening socket nobody answered, which took connections
+  // and held the port. The hook forks inside each window, on the server's
+  // own thread. In a child process of its own, with a timeout: a fork handler
+  // waiting for a lock its thread holds would hang.
+  int done[2];
+  REQUIRE(::pipe(done) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(done[0]);
+    heapprof_test::SetHttpListeningHook(&ForkInListeningWindow);
+    std::optional<heapprof::HttpServer> server;
+    server.emplace("127.0.0.1:0", std::nothrow);
+    if (!server->serving()) ::_exit(10);
+    const int opened = CheckWindowFork();
+    if (HttpGet(server->port(), "/debug/pprof/").status != 200) ::_exit(11);
+    server.reset();
+    const int closed = CheckWindowFork();
+    ::_exit(opened * 16 + closed);  // 0: both children found the socket closed
+  }
+  ::close(done[1]);
+  // The write end closes when the child exits: EOF, or the timeout.
+  pollfd pfd{done[0], POLLIN, 0};
+  const int ready = ::poll(&pfd, 1, 30000);
+  CHECK(ready == 1);
+  if (ready != 1) ::kill(pid, SIGKILL);
+  ::close(done[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  INFO("16 * (fork after listen()) + (fork before close()): 0 closed, 1 open, 2 no fork, 3 wait failed; "
+       "10 not serving, 11 not answering");
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 namespace {

@@ -502,12 +502,25 @@ class Server;
 // take connections nobody answers and keep the port from being bound again
 // (a new instance of the parent, say). The child is a full process
 // otherwise; it may start its own server.
+// The lock is held while a server opens or closes its listening socket, and
+// across fork() (prepare to parent/child handler). Recursive where the libc
+// has a static initialiser for one (glibc): a fork on the thread that holds
+// it (the tests' g_listening_hook forks there) does not wait for itself.
+#if defined(PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP)
+#define HEAPPROF_SERVERS_MUTEX_INITIALIZER PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP
+#else
+#define HEAPPROF_SERVERS_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#endif
 struct ServerList {
-  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_t mutex = HEAPPROF_SERVERS_MUTEX_INITIALIZER;
   Server* head = nullptr;
   bool atfork_registered = false;
 };
 inline ServerList g_servers;
+// Tests only: called with a server's listening socket, under g_servers' lock,
+// right after listen() and right before the socket is closed (the moments a
+// fork must not leave the socket to a child).
+inline void (*g_listening_hook)(int listen_fd) = nullptr;
 void CloseServersInForkedChild() noexcept;
 inline void LockServers() noexcept { pthread_mutex_lock(&g_servers.mutex); }
 inline void UnlockServers() noexcept { pthread_mutex_unlock(&g_servers.mutex); }
@@ -515,7 +528,7 @@ inline void ForkChildServers() noexcept {
   CloseServersInForkedChild();
   // The child's copy of the mutex was locked by the forking thread (prepare):
   // reinitialise rather than unlock a mutex this thread may not own.
-  g_servers.mutex = PTHREAD_MUTEX_INITIALIZER;
+  g_servers.mutex = HEAPPROF_SERVERS_MUTEX_INITIALIZER;
 }
 
 class Server {
@@ -529,34 +542,32 @@ class Server {
       error_.err = err;
       error_.context = "heapprof::HttpServer: " + what;
       error_.message = error_.context + ": " + std::strerror(err);
-      if (listen_fd_ >= 0) ::close(listen_fd_);
-      if (wake_fd_ >= 0) ::close(wake_fd_);
-      listen_fd_ = wake_fd_ = -1;
     };
-    listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) {
-      fail(errno, "socket");
+    // The listening socket exists only while the server is in g_servers, so
+    // that a fork by another thread at any moment gives the child a socket its
+    // fork handler closes. Opened after it joined the list, the lock held
+    // from before socket() on (a fork waits in the prepare handler). Before,
+    // the server joined the list only after listen() and its threads' start:
+    // a child forked in between kept a listening socket nobody answered (it
+    // took connections, and held the port, for as long as it lived). Under
+    // the lock: system calls only, no allocation (a forking thread may hold
+    // the engine's locks while it waits for this one).
+    const char* failed = nullptr;
+    int err = 0;
+    LockServers();
+    if (!g_servers.atfork_registered) {
+      // Safe under the lock: until registered, fork() does not take it.
+      g_servers.atfork_registered = true;
+      pthread_atfork(&LockServers, &UnlockServers, &ForkChildServers);
+    }
+    Link();
+    if (!OpenSockets(addr, failed, err)) {
+      CloseSocketsAndUnlink();
+      UnlockServers();
+      fail(err, failed == nullptr ? ArenaString("cannot listen on ") + ArenaString(listen) : ArenaString(failed));
       return;
     }
-    const int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
-        ::listen(listen_fd_, 128) != 0) {
-      fail(errno, "cannot listen on " + ArenaString(listen));
-      return;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) {
-      fail(errno, "eventfd");
-      return;
-    }
-    listen_id_ = FileId::Of(listen_fd_);
-    wake_id_ = FileId::Of(wake_fd_);
+    UnlockServers();
     // The server's threads take no signals: the program's handlers run on its own threads.
     sigset_t all, old;
     sigfillset(&all);
@@ -568,18 +579,13 @@ class Server {
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
+      LockServers();
+      CloseSocketsAndUnlink();
+      UnlockServers();
       fail(rc, "cannot start its thread");
       return;
     }
     running_ = true;
-    LockServers();
-    if (!g_servers.atfork_registered) {
-      g_servers.atfork_registered = true;
-      pthread_atfork(&LockServers, &UnlockServers, &ForkChildServers);
-    }
-    next_ = g_servers.head;
-    g_servers.head = this;
-    UnlockServers();
   }
 
   // Serving now: started, in the process that started it (a forked child's
@@ -605,14 +611,6 @@ class Server {
 
   ~Server() {
     if (!running_) return;
-    LockServers();
-    for (Server** link = &g_servers.head; *link != nullptr; link = &(*link)->next_) {
-      if (*link == this) {
-        *link = next_;
-        break;
-      }
-    }
-    UnlockServers();
     stop_.store(true, std::memory_order_release);
     WakeServer();  // if the program closed it, the thread sees stop_ within kFdCheckMillis
     // In a forked child the server thread does not exist: joining would wait
@@ -630,8 +628,12 @@ class Server {
         }
       }
     }
-    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
-    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
+    // Still in g_servers until the listening socket is closed, under the
+    // lock: a child forked meanwhile closes it (before, the server left the
+    // list first, and a child forked during the join kept the socket).
+    LockServers();
+    CloseSocketsAndUnlink();
+    UnlockServers();
   }
 
   // In a forked child (fork handler, single-threaded): give up the listening
@@ -648,6 +650,61 @@ class Server {
   std::uint16_t port() const noexcept { return port_; }
 
  private:
+  // Under g_servers' lock (Link, CloseSocketsAndUnlink, OpenSockets).
+  void Link() noexcept {
+    next_ = g_servers.head;
+    g_servers.head = this;
+  }
+
+  // The listening socket and the eventfd; false with the failed call's name
+  // (null: bind or listen) and errno. System calls only.
+  bool OpenSockets(const ListenAddress& addr, const char*& failed, int& err) noexcept {
+    listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) {
+      failed = "socket";
+      err = errno;
+      return false;
+    }
+    listen_id_ = FileId::Of(listen_fd_);
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
+        ::listen(listen_fd_, 128) != 0) {
+      err = errno;
+      return false;
+    }
+    if (g_listening_hook != nullptr) g_listening_hook(listen_fd_);
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) {
+      failed = "eventfd";
+      err = errno;
+      return false;
+    }
+    wake_id_ = FileId::Of(wake_fd_);
+    return true;
+  }
+
+  // Closes the descriptors that are still ours (LostDescriptors) and leaves
+  // g_servers. The listening socket is closed before the server leaves the
+  // list, under the same lock: no fork sees it open and unlisted.
+  void CloseSocketsAndUnlink() noexcept {
+    if (g_listening_hook != nullptr && listen_fd_ >= 0) g_listening_hook(listen_fd_);
+    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
+    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
+    listen_fd_ = wake_fd_ = -1;
+    for (Server** link = &g_servers.head; *link != nullptr; link = &(*link)->next_) {
+      if (*link == this) {
+        *link = next_;
+        break;
+      }
+    }
+  }
+
   static void* ThreadMain(void* self) noexcept {
     static_cast<Server*>(self)->Run();
     return nullptr;
