@@ -191,6 +191,55 @@ TEST_CASE("http: index, redirect and the profile endpoints with Go's headers") {
   CHECK(r.body.empty());
 }
 
+namespace {
+// The number in the index row `<tr><td>N</td><td><a href='NAME?debug=1'>`; -1 if absent.
+long long IndexCount(const std::string& html, const std::string& name) {
+  const std::string tail = "</td><td><a href='" + name + "?debug=1'>";
+  const std::size_t at = html.find(tail);
+  if (at == std::string::npos) return -1;
+  const std::size_t open = html.rfind("<td>", at);
+  if (open == std::string::npos) return -1;
+  return std::atoll(html.substr(open + 4, at - open - 4).c_str());
+}
+// Records of a ?debug=1 heap text: "a: b [c: d] @ ..." lines after the header.
+long long TextRecords(const std::string& text) {
+  long long n = 0;
+  std::size_t pos = text.find('\n');  // past "heap profile: ..."
+  while (pos != std::string::npos && pos + 1 < text.size()) {
+    const std::size_t next = text.find('\n', pos + 1);
+    const std::string line = text.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+    if (!line.empty() && line[0] >= '0' && line[0] <= '9' && line.find(" @ ") != std::string::npos) ++n;
+    pos = next;
+  }
+  return n;
+}
+void* g_index_objects[1000];
+}  // namespace
+
+TEST_CASE("http: the index's Count for heap and allocs is the number of records, as Go's") {
+  // Go's Count column is Profile.Count: the stacks (records) in the profile,
+  // the records its ?debug=1 link lists. It was the number of sampled live
+  // objects: here 1000 live objects of one record, and 100 records of freed ones.
+  RateScope rate(1);
+  heapprof::HttpServer server("127.0.0.1:0");
+  for (auto& p : g_index_objects) p = ::operator new(64);
+  for (std::size_t i = 0; i < 100; ++i) ::operator delete(::operator new(100000 + i * 8));
+  // Buckets are never removed, so the count read between two texts lies between their records.
+  const HttpResponse before = HttpGet(server.port(), "/debug/pprof/heap?debug=1");
+  const HttpResponse index = HttpGet(server.port(), "/debug/pprof/");
+  const HttpResponse after = HttpGet(server.port(), "/debug/pprof/allocs?debug=1");
+  REQUIRE(before.status == 200);
+  REQUIRE(index.status == 200);
+  REQUIRE(after.status == 200);
+  const long long low = TextRecords(before.body), high = TextRecords(after.body);
+  INFO("records before " << low << ", after " << high);
+  CHECK(low >= 101);
+  CHECK(IndexCount(index.body, "heap") >= low);
+  CHECK(IndexCount(index.body, "heap") <= high);
+  CHECK(IndexCount(index.body, "allocs") == IndexCount(index.body, "heap"));
+  for (auto& p : g_index_objects) ::operator delete(p);
+}
+
 TEST_CASE("http: /debug/pprof/symbol answers pprof's symbolz protocol") {
   heapprof::HttpServer server("127.0.0.1:0");
   HttpResponse r = HttpGet(server.port(), "/debug/pprof/symbol");

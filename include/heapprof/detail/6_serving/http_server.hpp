@@ -286,18 +286,27 @@ inline ArenaString IndexHtml() {
       "\twidth:6rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/<br>\n<br>\nTypes of profiles available:\n"
       "<table>\n<thead><td>Count</td><td>Profile</td></thead>\n";
   char line[160];
+  // Go's Count column is Profile.Count, the number of stacks (records) in
+  // the profile: for heap and allocs the records ?debug=1 lists (every
+  // bucket with an allocation, as Go's MemProfile(inuseZero=true)), as the
+  // peak row's is its snapshot's buckets. It was the number of sampled live
+  // objects, which is neither (and says nothing of allocs).
+  std::uint64_t records = 0;
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) records += ReadCounts(b).allocs != 0 ? 1 : 0;
   const std::uint64_t live = GetStats().sampled_live_objects;
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
-                static_cast<unsigned long long>(live));
+                static_cast<unsigned long long>(records));
   b += line;
   // Listed as Go's index lists it: a row with a count of 0, in name order.
   b += "<tr><td>0</td><td><a href='cmdline'>cmdline</a></td></tr>\n";
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
-                static_cast<unsigned long long>(live));
+                static_cast<unsigned long long>(records));
   b += line;
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='peak?debug=1'>peak</a></td></tr>\n",
                 static_cast<unsigned long long>(g_peak.Count()));
   b += line;
+  // (The retention profile's records are known only after its scan: its
+  // row counts the sampled live objects the scan starts from.)
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='retention'>retention</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
