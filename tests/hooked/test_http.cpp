@@ -1420,6 +1420,34 @@ TEST_CASE("http: a client hanging up during its ?seconds window cancels it") {
   CHECK(r.status == 200);
 }
 
+TEST_CASE("http: a client that shuts down its sending side during its ?seconds window reads why") {
+  // `printf 'GET ...' | nc -N`: the request, then the end of its sending
+  // side. Go's handler answers at once (500 "context canceled"); before, the
+  // window was cancelled and the connection closed without a word.
+  heapprof::HttpServer server("127.0.0.1:0");
+  for (const char* path : {"/debug/pprof/heap?seconds=3600", "/debug/pprof/peak?seconds=3600"}) {
+    INFO(path);
+    const int fd = ConnectLoopback(server.port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", path)));
+    REQUIRE(::shutdown(fd, SHUT_WR) == 0);
+    bool timed_out = false;
+    const HttpResponse r = ParseHttpResponse(ReadAll(fd, 10000, &timed_out));
+    ::close(fd);
+    CHECK_FALSE(timed_out);
+    CHECK(r.status == 500);
+    CHECK(r.body.rfind("context canceled", 0) == 0);
+    CHECK(r.Header("x-go-pprof") == "1");
+  }
+  // The peak window was closed: a new one opens (a second one at once got a 503).
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=3600")));
+  WaitForWindowStart(started);
+  CHECK(heapprof_test::HttpDeltaWindowsStarted() > started);
+  ::close(fd);
+}
+
 TEST_CASE("http: a forked child does not keep the listening socket") {
   // A forked worker kept the socket with no thread serving it: clients hung
   // in its backlog, and the port could not be bound again while it lived.

@@ -1029,7 +1029,17 @@ class Server {
       }
       if (got == 0) {  // the client is done sending
         if (c.state == Connection::State::kDraining) return Close(c);
-        if (c.state == Connection::State::kWaiting) return Close(c);  // hung up: cancel the window
+        if (c.state == Connection::State::kWaiting) {
+          // The client hung up, or shut down only its sending side (nc -N,
+          // a shell's `printf ... | nc`): the window is cancelled, and, as
+          // from Go's handler (its request's context ends), a 500 says why.
+          // Before, the connection was closed without a word: a client that
+          // still read saw an empty reply. One that is gone resets the write.
+          AbandonPeakWindow(c);
+          c.baseline.reset();
+          return Respond(c, ErrorResponse(500, "context canceled: the client closed its side of the connection "
+                                               "during the ?seconds= window"));
+        }
         if (c.state == Connection::State::kReadingBody) {
           return Respond(c, ErrorResponse(400, "incomplete request body"));
         }
