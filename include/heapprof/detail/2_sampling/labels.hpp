@@ -19,6 +19,7 @@
 #include <cstring>
 #include <string_view>
 #include <unistd.h>
+#include <utility>
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena.hpp"
@@ -315,7 +316,7 @@ bool IsMergeOf(const LabelSetData* set, const LabelSetData* base, const LabelT* 
 struct ProgramLabels {
   const LabelSetData* (*current)() noexcept;  // the calling thread's set, the program's
   std::size_t (*count)(const LabelSetData* set) noexcept;
-  Label (*at)(const LabelSetData* set, std::size_t i) noexcept;
+  std::pair<std::string_view, std::string_view> (*at)(const LabelSetData* set, std::size_t i) noexcept;  // a Label
 };
 inline std::atomic<const ProgramLabels*> g_program_labels{nullptr};
 
@@ -341,7 +342,7 @@ inline const LabelSetData* ProgramSampleLabels(const ProgramLabels& program) noe
   LabelBuilder b;
   const std::size_t n = program.count(theirs);
   for (std::size_t i = 0; i < n; ++i) {
-    const Label label = program.at(theirs, i);
+    const std::pair<std::string_view, std::string_view> label = program.at(theirs, i);
     b.Put(label.first, label.second);
   }
   const LabelSetData* ours = g_labels.Intern(b);
