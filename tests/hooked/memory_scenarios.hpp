@@ -285,6 +285,41 @@ inline int RunTightWrite() {
   return 0;
 }
 
+// oom_first_failure: started under an RLIMIT_AS (the parent's ulimit -v,
+// set before this process started, as a container or a shell sets it),
+// 1 MiB nothrow news (OomFillBlocks) until one fails. Prints the address
+// space at start and the bytes obtained; with oom_dump the dump was written
+// at the first failure, before the reserve's address space came back.
+__attribute__((noinline)) inline std::size_t OomFillBlocks(void** blocks, std::size_t max) {
+  std::size_t n = 0;
+  HEAPPROF_TEST_NO_UNROLL
+  for (; n < max; ++n) {
+    void* p = ::operator new(std::size_t{1} << 20, std::nothrow);
+    if (p == nullptr) break;
+    blocks[n] = p;
+  }
+  asm volatile("# OomFillBlocks" ::: "memory");
+  return n;
+}
+
+inline int RunOomFirstFailure() {
+  if (std::getenv("HEAPPROF") != nullptr && std::strstr(std::getenv("HEAPPROF"), "oom_dump") != nullptr &&
+      !WaitForWarmDumper()) {
+    return 9;
+  }
+  std::printf("address_space=%llu\n", static_cast<unsigned long long>(AddressSpaceBytes()));
+  if (std::getenv("HEAPPROF_TEST_ONLY_SIZE") != nullptr) return 0;
+  constexpr std::size_t kMax = 4096;  // 4 GiB: the limit ends it long before
+  void** blocks = static_cast<void**>(std::calloc(kMax, sizeof(void*)));
+  if (blocks == nullptr) return 10;
+  const std::size_t n = OomFillBlocks(blocks, kMax);
+  std::printf("obtained=%zu\n", n);
+  std::fflush(stdout);
+  for (std::size_t i = 0; i < n; ++i) ::operator delete(blocks[i]);
+  std::free(blocks);
+  return n < kMax ? 0 : 11;
+}
+
 inline int RunMemoryScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
@@ -294,6 +329,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "quiet_watch") == 0) return RunQuietWatch();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
   if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
+  if (std::strcmp(name, "oom_first_failure") == 0) return RunOomFirstFailure();
   known = false;
   return 2;
 }

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -398,4 +399,107 @@ TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one prof
   CHECK(SumForLeaf(p, "OomHolder", "inuse_space") == (std::int64_t{32} << 20));
   CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
   RemoveDir(dir);
+}
+
+TEST_CASE("oom_dump under an RLIMIT_AS set before start: the reserve is what a dump with names needs, not 64 MiB") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  // The same child, under the same `ulimit -v` (256 MiB above its address
+  // space at start without HEAPPROF), fills 1 MiB blocks until one fails:
+  // without oom_dump, then with it at rate 1 (the dump counts the blocks it
+  // saw exactly). The dump is written at the first failure, so the blocks in
+  // it are where the first failure came with oom_dump.
+  constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  REQUIRE(RunChildScenario("env -u HEAPPROF HEAPPROF_TEST_ONLY_SIZE=1", "oom_first_failure", out) == 0);
+  unsigned long long base = 0;
+  REQUIRE(std::sscanf(out.c_str() + out.find("address_space="), "address_space=%llu", &base) == 1);
+  const std::string ulimit =
+      "sh -c 'ulimit -v " + std::to_string((base + 256 * MiB) / 1024) + " && exec \"$@\"' sh env ";
+  std::string off_out, on_out;
+  REQUIRE(RunChildScenario(ulimit + "-u HEAPPROF", "oom_first_failure", off_out) == 0);
+  INFO(off_out);
+  const int on_rc = RunChildScenario(
+      ulimit + "HEAPPROF=oom_dump=1,rate=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "oom_first_failure",
+      on_out);
+  INFO(on_out);
+  REQUIRE(on_rc == 0);
+  unsigned long long off_blocks = 0, on_blocks = 0, reserve = 0;
+  REQUIRE(std::sscanf(off_out.c_str() + off_out.find("obtained="), "obtained=%llu", &off_blocks) == 1);
+  REQUIRE(std::sscanf(on_out.c_str() + on_out.find("obtained="), "obtained=%llu", &on_blocks) == 1);
+  const std::size_t released = on_out.find("failed; released the ");
+  REQUIRE(released != std::string::npos);
+  REQUIRE(std::sscanf(on_out.c_str() + released, "failed; released the %llu-byte reserve", &reserve) == 1);
+  // The reserve: the largest loaded file (this test binary) + 8 MiB, in
+  // whole pages (dumps.hpp: DefaultOomReserve). Before: 64 MiB.
+  struct stat st {};
+  REQUIRE(::stat(SelfExe().c_str(), &st) == 0);
+  const std::uint64_t floor = (static_cast<std::uint64_t>(st.st_size) + 8 * MiB) & ~std::uint64_t{4095};
+  CHECK(reserve == floor);
+  CHECK(on_out.find("less than the") == std::string::npos);  // 128 MiB is room enough: no warning
+  // The dump names the allocating function, and has every block it saw.
+  const std::vector<std::string> oom = Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)");
+  REQUIRE(oom.size() == 1);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/" + oom[0], p));
+  const std::int64_t dumped = SumForLeaf(p, "OomFillBlocks", "inuse_space");
+  REQUIRE(dumped > 0);
+  CHECK(dumped % static_cast<std::int64_t>(MiB) == 0);
+  // Where the first failure comes: at most the reserve + kOverhead earlier
+  // than without oom_dump. kOverhead: the dump thread (its 8 MiB stack and
+  // guard page) and what the first write keeps; measured 9 MiB here.
+  constexpr std::uint64_t kOverhead = 16 * MiB;
+  const std::uint64_t off_bytes = off_blocks * MiB;
+  CHECK(static_cast<std::uint64_t>(dumped) + reserve + kOverhead >= off_bytes);
+  // The program's own first failure (the reserve was released for the dump
+  // and what the dump did not keep came back): no earlier.
+  CHECK((on_blocks + 1) * MiB >= static_cast<std::uint64_t>(dumped));
+  CHECK(on_blocks * MiB + reserve + kOverhead >= off_bytes);
+  MESSAGE("without oom_dump: " << off_blocks << " MiB; with it: the dump at " << dumped / static_cast<std::int64_t>(MiB)
+                               << " MiB, the failure at " << on_blocks << " MiB; reserve " << reserve);
+  RemoveDir(dir);
+}
+
+TEST_CASE("oom_dump under a tight RLIMIT_AS: an oom_reserve that cannot be mapped, and a default short of names, say why") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+  std::string out;
+  REQUIRE(RunChildScenario("env -u HEAPPROF HEAPPROF_TEST_ONLY_SIZE=1", "oom_first_failure", out) == 0);
+  unsigned long long base = 0;
+  REQUIRE(std::sscanf(out.c_str() + out.find("address_space="), "address_space=%llu", &base) == 1);
+  auto under = [base](std::uint64_t room) {
+    return "sh -c 'ulimit -v " + std::to_string((base + room) / 1024) + " && exec \"$@\"' sh env ";
+  };
+  // 512 MiB asked for, ~256 MiB left: refused, and the line names the key
+  // and the limit (before: "cannot map the 512.0 MiB reserve: Cannot
+  // allocate memory", as if the machine were out of memory).
+  std::string explicit_out;
+  REQUIRE(RunChildScenario(under(256 * MiB) + "HEAPPROF=oom_dump=1,oom_reserve=512m HEAPPROF_TEST_ONLY_SIZE=1",
+                           "oom_first_failure", explicit_out) == 0);
+  INFO(explicit_out);
+  const std::regex refused(
+      R"(heapprof: oom_dump: cannot map the 512\.0 MiB reserve \(oom_reserve\): Cannot allocate memory \(RLIMIT_AS [0-9.]+ MiB, 2[0-9][0-9]\.[0-9] MiB left\); the dump will be written without it)");
+  CHECK(std::regex_search(explicit_out, refused));
+  // 40 MiB left: the default is half of it, less than this binary + 8 MiB
+  // needs for names, and it says so (before: 64 MiB refused, no reserve).
+  std::string tight_out;
+  REQUIRE(RunChildScenario(under(40 * MiB) + "HEAPPROF=oom_dump=1 HEAPPROF_TEST_ONLY_SIZE=1", "oom_first_failure",
+                           tight_out) == 0);
+  INFO(tight_out);
+  // (What is left is read at start-up, before main: a little more than 40 MiB.)
+  const std::size_t at = tight_out.find("heapprof: oom_dump: RLIMIT_AS leaves ");
+  REQUIRE(at != std::string::npos);
+  double left = 0, reserve = 0, needed = 0;
+  REQUIRE(std::sscanf(tight_out.c_str() + at,
+                      "heapprof: oom_dump: RLIMIT_AS leaves %lf MiB of address space: a reserve of %lf MiB, less than "
+                      "the %lf MiB a dump with function names needs here (oom_reserve=SIZE sets it)",
+                      &left, &reserve, &needed) == 3);
+  CHECK(left >= 40.0);
+  CHECK(left <= 48.0);
+  CHECK(std::fabs(reserve - left / 2) <= 0.1);  // half, in whole pages, printed to 0.1 MiB
+  struct stat st {};
+  REQUIRE(::stat(SelfExe().c_str(), &st) == 0);
+  CHECK(std::fabs(needed - (static_cast<double>(st.st_size) / MiB + 8)) <= 0.1);
+  CHECK(tight_out.find("(oom_reserve=SIZE sets it)\n") != std::string::npos);
+  CHECK(tight_out.find("cannot map") == std::string::npos);
 }

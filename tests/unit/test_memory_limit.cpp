@@ -3,6 +3,7 @@
 // tree in a temporary directory).
 #include <heapprof.hpp>
 #include "heapprof/detail/0_base/env_config.hpp"
+#include "heapprof/detail/6_serving/dumps.hpp"
 #include "heapprof/detail/6_serving/memory_limit.hpp"
 
 #include <doctest/doctest.h>
@@ -15,6 +16,22 @@
 #include <string>
 
 namespace hd = heapprof::detail;
+
+TEST_CASE("oom_dump's default reserve: 64 MiB without RLIMIT_AS or with 512 MiB left, else what names need") {
+  constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+  const std::uint64_t floor = 15 * MiB + 12345;  // a 7 MiB program: its file + the 8 MiB margin
+  CHECK(hd::DefaultOomReserve(0, 100 * MiB, floor) == 64 * MiB);           // no limit: as always
+  CHECK(hd::DefaultOomReserve(1124 * MiB, 100 * MiB, floor) == 64 * MiB);  // 1 GiB left
+  CHECK(hd::DefaultOomReserve(612 * MiB, 100 * MiB, floor) == 64 * MiB);   // 512 MiB left: 64 MiB is an eighth
+  // Less left: the floor, in whole pages (before: 64 MiB of 128 MiB).
+  CHECK(hd::DefaultOomReserve(611 * MiB, 100 * MiB, floor) == 15 * MiB + 12288);
+  CHECK(hd::DefaultOomReserve(228 * MiB, 100 * MiB, floor) == 15 * MiB + 12288);
+  // Never more than half of what is left, nor more than 64 MiB.
+  CHECK(hd::DefaultOomReserve(120 * MiB, 100 * MiB, floor) == 10 * MiB);
+  CHECK(hd::DefaultOomReserve(400 * MiB, 100 * MiB, 100 * MiB) == 64 * MiB);
+  CHECK(hd::DefaultOomReserve(100 * MiB, 100 * MiB, floor) == 0);  // nothing left
+  CHECK(hd::DefaultOomReserve(50 * MiB, 100 * MiB, floor) == 0);   // a limit below the address space
+}
 
 TEST_CASE("HEAPPROF memory-event keys: peak_at_exit, dump_near_oom, rss_interval, oom_dump, oom_reserve") {
   const hd::EnvConfig c =

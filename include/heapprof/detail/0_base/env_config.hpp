@@ -113,7 +113,7 @@ struct EnvConfig {
   std::uint32_t dump_near_oom = 0;   // millionths of the memory limit; 0 off
   std::uint64_t rss_interval = 0;    // a dump per new RSS high this far above the last; 0 off
   bool oom_dump = false;             // <prefix>.<pid>.oom.pb.gz when an allocation fails
-  std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (64 MiB)
+  std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (DefaultOomReserve)
   std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // leak_exit_code=N: exit with N when the leak report finds unreachable
   // objects (LeakSanitizer's exitcode); -1 off.

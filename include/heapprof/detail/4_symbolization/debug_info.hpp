@@ -85,6 +85,8 @@ class DebugObject {
   }
   bool has_lines() const { return info_ != nullptr && info_->has_lines(); }
   bool has_info() const { return info_ != nullptr && info_->has_info(); }
+  // Whether its DWARF was read (or found absent) by an earlier lookup.
+  bool loaded() const { return loaded_; }
   const char* debug_file() const { return debug_file_; }
 
  private:

@@ -659,6 +659,16 @@ struct SymbolizedFrame {
   std::uint32_t start_line = 0;    // the function's declaration line; 0 = unknown
 };
 
+// Set on a thread while it writes a profile that must not read DWARF it has
+// not read before: oom_dump's under a reserve sized for names only
+// (dumps.hpp: Dumper::OnAllocFailed). Its names come from the symbol tables
+// (one file mapped at a time), its files and lines from what the cache
+// already holds. Reading a large program's DWARF cold took more than any
+// reserve below 80 MiB (a 31 MB test binary), and a load that ran out of
+// memory half way cost the profile every name (README "A dump on
+// allocation failure").
+inline thread_local bool tls_symbolize_cached_debug_only = false;
+
 // What Symbolize knew about an address.
 struct SymbolizedQuality {
   bool function = false;      // the outermost frame has a name
@@ -780,8 +790,10 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   bool inline_known = false;
   if (r->debug != nullptr) {
     DebugCacheLock hold;  // decoding fills the shared cache
-    r->debug->EnsureLoaded();
-    n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
+    if (!tls_symbolize_cached_debug_only || r->debug->loaded()) {
+      r->debug->EnsureLoaded();
+      n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
+    }
   }
   for (int i = 0; i < n; ++i) {
     SymbolizedFrame& f = out[i];

@@ -16,7 +16,8 @@
 //                         last such dump (the first: SIZE above RSS at start)
 //   oom_dump=1            PATH.<pid>.oom.pb.gz when an allocation first fails,
 //                         written on the failing thread after releasing a
-//                         reserve mapped at start-up (oom_reserve, 64 MiB)
+//                         reserve mapped at start-up (oom_reserve; default
+//                         64 MiB, less under RLIMIT_AS: DefaultOomReserve)
 //
 // A forked child gets a dump thread of its own (pthread_atfork): its dumps
 // carry its pid, and it runs the exit actions when it exits.
@@ -42,6 +43,9 @@
 #include <ctime>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -54,6 +58,7 @@
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
+#include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/6_serving/files.hpp"
 #include "heapprof/detail/6_serving/memory_limit.hpp"
 
@@ -66,8 +71,63 @@ constexpr int kDumpPollMillis = 10;
 constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
 // How often the memory limit is looked up again (a cgroup's can change).
 constexpr std::int64_t kLimitRefreshMillis = 1000;
-// oom_dump's reserve when oom_reserve is not given.
+// oom_dump's reserve when oom_reserve is not given and no RLIMIT_AS applies.
 constexpr std::uint64_t kDefaultOomReserve = std::uint64_t{64} << 20;
+// Under RLIMIT_AS the default reserve stays 64 MiB while the address space
+// left at start-up is at least this many times that.
+constexpr std::uint64_t kOomReserveHeadroomShare = 8;
+// Added to the largest loaded file for the default under a tighter limit:
+// the snapshot, the encoder's buffers and a stripped library's debug file
+// (libc's is 4 MiB on Debian 12). Measured (README "A dump on allocation
+// failure"): a 7.9 MB program's dump had no names from a 6 MiB reserve,
+// names from 8 MiB; a 31 MB one's from its 39 MiB.
+constexpr std::uint64_t kOomReserveMargin = std::uint64_t{8} << 20;
+
+// The reserve that oom_reserve does not set. Without RLIMIT_AS (`limit` 0),
+// or with 512 MiB or more left (`limit` - `used`): 64 MiB, as always
+// (address space only: no RSS, no cgroup charge). Under a tighter RLIMIT_AS
+// the reserve is address space the program no longer has (64 MiB of 128
+// made its first failure come half way): `floor`, what a dump with names
+// needs (the largest file a write maps, plus the margin above), at most
+// half of what is left; that dump reads no DWARF it has not read before
+// (symbolizer.hpp: tls_symbolize_cached_debug_only). Reading it cold needs
+// far more, and a reserve short of it lost every name, not only the lines
+// (the 31 MB program: no names from any reserve up to 64 MiB).
+inline std::uint64_t DefaultOomReserve(std::uint64_t limit, std::uint64_t used, std::uint64_t floor) noexcept {
+  if (limit == 0) return kDefaultOomReserve;
+  const std::uint64_t left = limit > used ? limit - used : 0;
+  if (left / kOomReserveHeadroomShare >= kDefaultOomReserve) return kDefaultOomReserve;
+  const std::uint64_t r = std::min(std::min(floor, kDefaultOomReserve), left / 2);
+  return r & ~std::uint64_t{4095};  // whole pages
+}
+
+// The size of the largest file of the loaded objects: a write with names
+// maps each object's file whole, one at a time, to read its symbol table
+// (SymbolTable::Load). Static initialisation: not inside a hook.
+inline std::uint64_t LargestLoadedFileBytes() noexcept {
+  struct Walk {
+    static int Visit(dl_phdr_info* info, std::size_t, void* data) noexcept {
+      const char* name = info->dlpi_name;
+      if (name == nullptr || name[0] == '\0') name = "/proc/self/exe";  // the program
+      struct stat st {};
+      if (::stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
+        auto& largest = *static_cast<std::uint64_t*>(data);
+        largest = std::max(largest, static_cast<std::uint64_t>(st.st_size));
+      }
+      return 0;
+    }
+  };
+  std::uint64_t largest = 0;
+  IterateLoadedObjects(&Walk::Visit, &largest);
+  return largest;
+}
+
+// RLIMIT_AS's soft limit, 0 when there is none.
+inline std::uint64_t AddressSpaceLimit() noexcept {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  return static_cast<std::uint64_t>(rl.rlim_cur);
+}
 
 // "943.2 MiB"
 inline ArenaString MiBText(std::uint64_t bytes) {
@@ -84,7 +144,7 @@ class Dumper {
   void Start(const EnvConfig& cfg) noexcept {
     cfg_ = &cfg;
     if (::getcwd(start_dir_, sizeof start_dir_) == nullptr) start_dir_[0] = '\0';
-    if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
+    if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve);
     if (!cfg.WantsDumper()) return;
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
     if (!StartThread()) return;
@@ -186,15 +246,18 @@ class Dumper {
     if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return;
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     ReleaseOomReserve();
-    char why[160];
+    char why[256];
     if (oom_reserve_bytes_released_ != 0) {
-      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
-                    static_cast<unsigned long long>(oom_reserve_bytes_released_));
+      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve%s", n,
+                    static_cast<unsigned long long>(oom_reserve_bytes_released_),
+                    oom_cached_debug_only_ ? " (sized for RLIMIT_AS: lines only from debug info already read)" : "");
     } else {  // (it said "released the 0-byte reserve")
       std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; no reserve (it could not be mapped)",
                     n);
     }
+    tls_symbolize_cached_debug_only = oom_cached_debug_only_;
     DumpNamed("oom", false, why);
+    tls_symbolize_cached_debug_only = false;
   }
 
   // True once the dump thread is past its start-up (and the writer warm-up
@@ -262,11 +325,44 @@ class Dumper {
   static void ForkChild() noexcept;
   static void AllocFailed(std::size_t n) noexcept;
 
-  void ArmOomDump(std::uint64_t bytes) noexcept {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // `given`: oom_reserve, 0 when not given (DefaultOomReserve).
+  void ArmOomDump(std::uint64_t given) noexcept {
+    const std::uint64_t limit = AddressSpaceLimit();
+    const std::uint64_t used = limit != 0 ? StatmBytes(0) : 0;
+    const std::uint64_t left = limit > used ? limit - used : 0;
+    std::uint64_t bytes = given;
+    if (given == 0) {
+      const std::uint64_t floor = limit != 0 ? LargestLoadedFileBytes() + kOomReserveMargin : 0;
+      bytes = DefaultOomReserve(limit, used, floor);
+      // Sized for names, not for reading DWARF cold: the dump reads none
+      // that it has not read before (symbolizer.hpp).
+      oom_cached_debug_only_ = bytes < kDefaultOomReserve;
+      if (limit != 0 && bytes < (floor & ~std::uint64_t{4095})) {
+        ReportLine("oom_dump: RLIMIT_AS leaves " + MiBText(left) + " of address space: a reserve of " +
+                   MiBText(bytes) + ", less than the " + MiBText(floor) +
+                   " a dump with function names needs here (oom_reserve=SIZE sets it)");
+      }
+    }
+    void* p = bytes != 0 ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                         : MAP_FAILED;
     if (p == MAP_FAILED) {
-      ReportLine("oom_dump: cannot map the " + MiBText(bytes) + " reserve: " + std::strerror(errno) +
-                 "; the dump will be written without it");
+      const int err = bytes != 0 ? errno : ENOMEM;
+      // Say which limit refused it: oom_reserve above what RLIMIT_AS leaves
+      // was reported as a bare ENOMEM, and the dump, written without it, can
+      // end the process (no exceptions) or lose its names.
+      ArenaString line = "oom_dump: cannot map the ";
+      line += MiBText(bytes);
+      line += given != 0 ? " reserve (oom_reserve): " : " reserve: ";
+      line += std::strerror(err);
+      if (limit != 0) {
+        line += " (RLIMIT_AS ";
+        line += MiBText(limit);
+        line += ", ";
+        line += MiBText(left);
+        line += " left)";
+      }
+      line += "; the dump will be written without it";
+      ReportLine(line);
     } else {
       oom_reserve_ = p;
       oom_reserve_bytes_ = bytes;
@@ -620,6 +716,7 @@ class Dumper {
   void* oom_reserve_ = nullptr;  // oom_dump's reserve, released by the first failure
   std::uint64_t oom_reserve_bytes_ = 0;
   std::uint64_t oom_reserve_bytes_released_ = 0;
+  bool oom_cached_debug_only_ = false;  // the default reserve was sized down under RLIMIT_AS
   std::atomic<bool> oom_dumped_{false};
   std::atomic<bool> writer_warm_{false};
   std::atomic<std::uint64_t> memory_polls_{0};
