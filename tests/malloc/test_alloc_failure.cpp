@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
@@ -33,7 +34,11 @@ struct FailureHook {
     g_failures.clear();
     g_failures.reserve(16);
     heapprof::detail::g_alloc_failure_hook.store(
-        [](std::size_t n) noexcept { RecordFailure(n); }, std::memory_order_release);
+        [](std::size_t n) noexcept {
+          RecordFailure(n);
+          return false;  // nothing given back: fail as the allocator did
+        },
+        std::memory_order_release);
   }
   ~FailureHook() { heapprof::detail::g_alloc_failure_hook.store(nullptr, std::memory_order_release); }
 };
@@ -181,6 +186,87 @@ TEST_CASE("malloc family: malloc, calloc and realloc(nullptr) that fail after th
   CHECK(g_failures[0] == kBig);
   CHECK(g_failures[1] == kBig + 16);
   CHECK(g_failures[2] == kBig + 32);
+}
+
+// oom_dump's hook releases its reserve (dumps.hpp: OnAllocFailed returns
+// true): the failed call is made once more, as without heapprof the
+// reserve's address space would have been there for it. This hook stands in
+// for it: a 128 MiB mapping, released at the first failure. Under a limit
+// 64 MiB above the address space (the reserve mapped), a 96 MiB request
+// fails, the hook releases the reserve, the call succeeds. Before, only
+// operator new (its new_handler loop) tried again: every function of the
+// malloc family returned null with the released room unused.
+namespace {
+
+void* g_reserve = nullptr;
+constexpr std::size_t kReserve = std::size_t{128} << 20;
+
+struct ReleasingHook {
+  ReleasingHook() {
+    g_failures.clear();
+    g_failures.reserve(16);
+    g_reserve = ::mmap(nullptr, kReserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(g_reserve != MAP_FAILED);
+    heapprof::detail::g_alloc_failure_hook.store(
+        [](std::size_t n) noexcept {
+          RecordFailure(n);
+          if (g_reserve == nullptr) return false;
+          ::munmap(g_reserve, kReserve);
+          g_reserve = nullptr;
+          return true;
+        },
+        std::memory_order_release);
+  }
+  ~ReleasingHook() {
+    heapprof::detail::g_alloc_failure_hook.store(nullptr, std::memory_order_release);
+    if (g_reserve != nullptr) ::munmap(g_reserve, kReserve);
+    g_reserve = nullptr;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("malloc family: a failure whose hook released memory (oom_dump's reserve) is tried once more") {
+  if (!malloc_test::RealMallocIsGlibc()) return;  // glibc: 96 MiB is an mmap of its own, refused under the limit
+  constexpr std::size_t kAsk = std::size_t{96} << 20;
+  malloc_test::RateScope rate(std::size_t{1} << 40);  // no sample: the hot paths
+  for (int f = 0; f < 9; ++f) {
+    CAPTURE(f);
+    // realloc's hot path (an unsampled block under 1 KiB), and its cold one (1 KiB or more).
+    const bool moves = f == 2 || f == 8;
+    void* old = f == 2 ? std::malloc(64) : f == 8 ? std::malloc(4096) : nullptr;
+    const std::size_t old_usable = old != nullptr ? malloc_usable_size(old) : 0;
+    ReleasingHook hook;
+    AddressSpaceLimit limit(std::size_t{64} << 20);
+    malloc_test::Delta d;
+    limit.Apply();
+    void* p = nullptr;
+    int rc = 0;
+    switch (f) {
+      case 0: p = std::malloc(kAsk); break;
+      case 1: p = std::calloc(1, kAsk); break;
+      case 2: p = std::realloc(old, kAsk); break;
+      case 3: p = std::realloc(nullptr, kAsk); break;
+      case 4: rc = posix_memalign(&p, 64, kAsk); break;
+      case 5: p = aligned_alloc(64, kAsk); break;
+      case 6: p = memalign(64, kAsk); break;
+      case 7: p = valloc(kAsk); break;
+      default: p = std::realloc(old, kAsk); break;
+    }
+    limit.Restore();
+    CHECK(rc == 0);
+    REQUIRE(p != nullptr);
+    CHECK(g_failures.size() == 1);  // one failure, one try more
+    if (!g_failures.empty()) CHECK(g_failures[0] == kAsk);
+    const std::size_t usable = malloc_usable_size(p);
+    CHECK(usable >= kAsk);
+    std::free(p);
+    d.Stop();
+    // Balanced: the new block counted once, and freed (realloc: the old
+    // block, allocated before `d`, freed too).
+    CHECK(d.live_objects() == (moves ? -1 : 0));
+    CHECK(d.live_bytes() == -static_cast<std::int64_t>(old_usable));
+  }
 }
 
 #endif  // HEAPPROF_MALLOC_HOOKS

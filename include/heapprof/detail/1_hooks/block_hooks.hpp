@@ -552,15 +552,22 @@ HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release
 
 // An allocation of the global hooks failed (malloc's null, operator new
 // before its new_handler loop): HEAPPROF=oom_dump=1 sets this (dumps.hpp) to
-// write one profile. Called on the failure path only; keeps errno.
-inline std::atomic<void (*)(std::size_t)> g_alloc_failure_hook{nullptr};
+// write one profile. Called on the failure path only; keeps errno. True when
+// the hook gave memory back (oom_dump's reserve): the allocation is tried
+// once more, as without heapprof that memory would have been there for it.
+// (operator new's new_handler loop always tries again; the malloc family
+// returned null with the reserve's room unused: a C program's first failure
+// came as much earlier as the reserve.)
+inline std::atomic<bool (*)(std::size_t)> g_alloc_failure_hook{nullptr};
 
-HEAPPROF_NOINLINE inline void OnAllocFailure(std::size_t n) noexcept {
-  if (void (*hook)(std::size_t) = g_alloc_failure_hook.load(std::memory_order_acquire)) {
+HEAPPROF_NOINLINE inline bool OnAllocFailure(std::size_t n) noexcept {
+  if (bool (*hook)(std::size_t) = g_alloc_failure_hook.load(std::memory_order_acquire)) {
     const int saved = errno;
-    hook(n);
+    const bool released = hook(n);
     errno = saved;
+    return released;
   }
+  return false;
 }
 
 }  // namespace detail

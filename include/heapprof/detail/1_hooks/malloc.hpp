@@ -392,8 +392,8 @@ HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexce
   void* p = g_fn.malloc(asked);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     OnAllocBlock(p, n, ret, n != 0 && asked == n, asked != n);
-  } else if (n != 0) {
-    OnAllocFailure(n);  // HEAPPROF=oom_dump
+  } else if (n != 0 && OnAllocFailure(n)) {  // HEAPPROF=oom_dump; true: its reserve is free
+    return MallocCold(n, ret);
   }
   return p;
 }
@@ -406,8 +406,8 @@ HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, c
                           : g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     OnAllocBlock(p, total, ret, want == total && total != 0, !overflow && want != total);
-  } else if (!overflow && total != 0) {  // calloc's own overflow check is not a request for memory
-    OnAllocFailure(total);
+  } else if (!overflow && total != 0 && OnAllocFailure(total)) {  // (calloc's overflow is no request for memory)
+    return CallocCold(count, size, ret);
   }
   return p;
 }
@@ -432,8 +432,8 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
     void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
       OnAllocBlock(q, n, ret);
-    } else if (n != 0) {
-      OnAllocFailure(n);
+    } else if (n != 0 && OnAllocFailure(n)) {
+      return ReallocCold(p, n, ret);
     }
     return q;
   }
@@ -460,7 +460,7 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
     const int saved = errno;
     OnAllocBlock(p, BlockSize(p), ret);
     errno = saved;
-    OnAllocFailure(n);
+    if (OnAllocFailure(n)) return ReallocCold(p, n, ret);  // (its free is counted again there)
   }
   // else realloc(p, 0) freed p (glibc): counted above.
   return q;
@@ -471,10 +471,20 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
 // does: a free and an allocation of the same block), then the failure hook.
 HEAPPROF_NOINLINE inline void* ReallocFailed(void* p, std::size_t n) noexcept {
   ThreadState* ts = tls_thread_state;
+  const std::size_t old = BlockSize(p);
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, BlockSize(p));
-  OnAllocFailure(n);  // keeps errno
-  return nullptr;
+  BumpCounter(ts->alloc_bytes, old);
+  if (!OnAllocFailure(n)) return nullptr;  // keeps errno
+  // oom_dump released its reserve: once more
+  // (an unsampled block, as ReallocCold counts it: the old one's free
+  // again, the new one's allocation).
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, old);
+  void* q = g_fn.realloc(p, n);
+  ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, q != nullptr ? BlockSize(q) : old);  // failed: p is still the caller's
+  return q;
 }
 
 // The hot path's realloc once it is decided: the old block's free (of `old`
@@ -621,43 +631,53 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
   return heapprof::detail::real::ReallocCold(p, n, HEAPPROF_DETAIL_RET);
 }
 
+// The aligned forms: once more after a failure that released oom_dump's
+// reserve (OnAllocFailure is true once at most).
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
-  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, heapprof::detail::SampledRequest(n));
-  if (e == 0) {
-    heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
-  } else if (e == ENOMEM) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  int e;
+  do {
+    e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, heapprof::detail::SampledRequest(n));
+    if (e == 0) {
+      heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+      return 0;
+    }
+  } while (e == ENOMEM && heapprof::detail::OnAllocFailure(n));
   return e;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
@@ -666,12 +686,14 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
   if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowPvalloc))) {
     return heapprof::detail::real::ProcessPvalloc(n);
   }
-  void* p = heapprof::detail::real::g_fn.pvalloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.pvalloc(n);
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 

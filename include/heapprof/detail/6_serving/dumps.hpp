@@ -241,9 +241,11 @@ class Dumper {
   // start-up is released first, which gives back that much address space
   // (RLIMIT_AS) and commit charge (vm.overcommit_memory=2). Untouched, the
   // reserve costs no RSS and no cgroup charge.
-  void OnAllocFailed(std::size_t n) noexcept {
-    if (tls_thread_flags.guard != 0) return;  // the profiler's own allocation (or a handler inside it)
-    if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return;
+  // True when it released the reserve (the failed allocation is worth one
+  // more try: block_hooks.hpp, OnAllocFailure).
+  bool OnAllocFailed(std::size_t n) noexcept {
+    if (tls_thread_flags.guard != 0) return false;  // the profiler's own allocation (or a handler inside it)
+    if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return false;
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     ReleaseOomReserve();
     char why[256];
@@ -258,6 +260,7 @@ class Dumper {
     tls_symbolize_cached_debug_only = oom_cached_debug_only_;
     DumpNamed("oom", false, why);
     tls_symbolize_cached_debug_only = false;
+    return oom_reserve_bytes_released_ != 0;
   }
 
   // True once the dump thread is past its start-up (and the writer warm-up
@@ -323,7 +326,7 @@ class Dumper {
 
   static void SignalHandler(int sig, siginfo_t* info, void* context) noexcept;
   static void ForkChild() noexcept;
-  static void AllocFailed(std::size_t n) noexcept;
+  static bool AllocFailed(std::size_t n) noexcept;
 
   // `given`: oom_reserve, 0 when not given (DefaultOomReserve).
   void ArmOomDump(std::uint64_t given) noexcept {
@@ -729,7 +732,7 @@ inline void Dumper::SignalHandler(int sig, siginfo_t* info, void* context) noexc
   g_dumper.OnSignalInfo(sig, info, context);
 }
 inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
-inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed(n); }
+inline bool Dumper::AllocFailed(std::size_t n) noexcept { return g_dumper.OnAllocFailed(n); }
 
 }  // namespace detail
 }  // namespace heapprof
