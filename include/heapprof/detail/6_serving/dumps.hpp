@@ -530,7 +530,11 @@ class Dumper {
     const bool memory_triggers = cfg.dump_near_oom != 0 || cfg.rss_interval != 0;
     MemoryWatch watch;
     if (memory_triggers) watch.Begin(cfg);
-    if (cfg.dump_near_oom != 0 || cfg.oom_dump) WarmUpWriter();
+    // Not for an oom_dump whose reserve was sized down under RLIMIT_AS: its
+    // dump reads no DWARF it has not read before, and a warm-up that had
+    // samples to symbolize (rate=1: the start-up's own) kept the program's
+    // DWARF, 130 MB of a 256 MiB limit for the 31 MB test binary.
+    if (cfg.dump_near_oom != 0 || (cfg.oom_dump && !oom_cached_debug_only_)) WarmUpWriter();
     writer_warm_.store(true, std::memory_order_release);
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
