@@ -320,6 +320,21 @@ inline int RunOomFirstFailure() {
   return n < kMax ? 0 : 11;
 }
 
+// tight_names: the first profile of the process written with
+// HEAPPROF_TEST_ROOM_MIB MiB of address space left: room for the snapshot
+// and the encoder, not for mapping this test binary (31 MB) to read its
+// symbols. The profile must say why it has no names.
+inline int RunTightNames() {
+  TightHolder();
+  const char* room = std::getenv("HEAPPROF_TEST_ROOM_MIB");
+  if (room == nullptr) return 9;
+  if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::strtoull(room, nullptr, 10) << 20))) return 10;
+  const bool ok = heapprof::WriteHeapProfile(TestFile("names.pb.gz"));
+  if (!SetAddressSpaceLimit(RLIM_INFINITY)) return 11;
+  std::printf("tight_names=%d\n", ok ? 1 : 0);
+  return 0;
+}
+
 inline int RunMemoryScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
@@ -330,6 +345,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
   if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
   if (std::strcmp(name, "oom_first_failure") == 0) return RunOomFirstFailure();
+  if (std::strcmp(name, "tight_names") == 0) return RunTightNames();
   known = false;
   return 2;
 }

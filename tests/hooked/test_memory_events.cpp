@@ -503,3 +503,29 @@ TEST_CASE("oom_dump under a tight RLIMIT_AS: an oom_reserve that cannot be mappe
   CHECK(tight_out.find("(oom_reserve=SIZE sets it)\n") != std::string::npos);
   CHECK(tight_out.find("cannot map") == std::string::npos);
 }
+
+TEST_CASE("a profile whose object files could not be mapped for want of memory says why it has no names") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  // 6 MiB of address space left for the first write: the snapshot and the
+  // encoder fit, mapping this 31 MB binary to read its symbols does not
+  // (what oom_reserve=4k gave an oom dump). Before: a profile without a
+  // single name, no comment, no stderr line.
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_ROOM_MIB=6 HEAPPROF_TEST_DIR=" + dir, "tight_names", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(out.find("tight_names=1") != std::string::npos);
+  CHECK(out.find("heapprof: out of memory mapping ") != std::string::npos);
+  CHECK(out.find(" object or debug file(s): profile written without their names or lines") != std::string::npos);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/names.pb.gz", p));
+  bool commented = false;
+  for (const std::string& c : Comments(p)) {
+    commented |= c.find("heapprof: out of memory mapping object files: frames in them have no names") == 0;
+  }
+  CHECK(commented);
+  // Nothing else is lost: rate 1, TightHolder's 1000 blocks of 200 bytes are in it.
+  CHECK(Total(p, "inuse_space") >= static_cast<std::int64_t>(kTightCount * kTightBytes));
+  RemoveDir(dir);
+}

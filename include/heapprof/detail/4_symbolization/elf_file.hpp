@@ -26,6 +26,13 @@ namespace elf {
 
 static_assert(sizeof(void*) == 8, "heapprof reads ELF64 objects only");
 
+// Files this thread could not map for want of memory (mmap's ENOMEM: an
+// RLIMIT_AS, a small oom_reserve): their symbols and DWARF are missing from
+// the profile being written, which says so (snapshot.hpp:
+// EncodeGzippedSymbolized). Before, such a profile had no names and nothing
+// said why (HEAPPROF=oom_dump=1,oom_reserve=4k under a limit).
+inline thread_local unsigned tls_files_not_mapped = 0;
+
 // A whole file mapped read-only. Mapping instead of reading keeps a large
 // .symtab/.strtab out of the heap; the kernel pages in only what lookups touch.
 class MappedFile {
@@ -66,6 +73,8 @@ class MappedFile {
       if (addr != MAP_FAILED) {
         addr_ = addr;
         size_ = static_cast<std::size_t>(st.st_size);
+      } else if (errno == ENOMEM) {
+        ++tls_files_not_mapped;
       }
     }
     ::close(fd);
