@@ -80,8 +80,11 @@ constexpr std::uint64_t kOomReserveHeadroomShare = 8;
 // the snapshot, the encoder's buffers and a stripped library's debug file
 // (libc's is 4 MiB on Debian 12). Measured (README "A dump on allocation
 // failure"): a 7.9 MB program's dump had no names from a 6 MiB reserve,
-// names from 8 MiB; a 31 MB one's from its 39 MiB.
-constexpr std::uint64_t kOomReserveMargin = std::uint64_t{8} << 20;
+// names from 8 MiB; a 31 MB one's from its 39 MiB. Built without
+// exceptions a write first maps its headroom (write_headroom.hpp: at least
+// kMinWriteHeadroom) out of the released reserve: that much more.
+constexpr std::uint64_t kOomReserveMargin =
+    (std::uint64_t{8} << 20) + (HEAPPROF_EXCEPTIONS ? 0 : std::uint64_t{kMinWriteHeadroom});
 
 // The reserve that oom_reserve does not set. Without RLIMIT_AS (`limit` 0),
 // or with 512 MiB or more left (`limit` - `used`): 64 MiB, as always
@@ -530,11 +533,18 @@ class Dumper {
     const bool memory_triggers = cfg.dump_near_oom != 0 || cfg.rss_interval != 0;
     MemoryWatch watch;
     if (memory_triggers) watch.Begin(cfg);
-    // Not for an oom_dump whose reserve was sized down under RLIMIT_AS: its
-    // dump reads no DWARF it has not read before, and a warm-up that had
-    // samples to symbolize (rate=1: the start-up's own) kept the program's
-    // DWARF, 130 MB of a 256 MiB limit for the 31 MB test binary.
-    if (cfg.dump_near_oom != 0 || (cfg.oom_dump && !oom_cached_debug_only_)) WarmUpWriter();
+    // For an oom_dump whose reserve was sized down under RLIMIT_AS (and no
+    // dump_near_oom), the warm-up reads no DWARF either, as its dump will
+    // not: one that had samples to symbolize (rate=1: the start-up's own)
+    // kept the program's DWARF, 130 MB of a 256 MiB limit for the 31 MB test
+    // binary. It still runs: built without exceptions, a write maps what the
+    // last one needed (write_headroom.hpp), and without a first write the
+    // oom dump asked for 64 MiB out of a 10 MiB reserve and was refused.
+    if (cfg.dump_near_oom != 0 || cfg.oom_dump) {
+      tls_symbolize_cached_debug_only = cfg.dump_near_oom == 0 && oom_cached_debug_only_;
+      WarmUpWriter();
+      tls_symbolize_cached_debug_only = false;
+    }
     writer_warm_.store(true, std::memory_order_release);
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
