@@ -292,7 +292,9 @@ inline ArenaString IndexHtml() {
   // peak row's is its snapshot's buckets. It was the number of sampled live
   // objects, which is neither (and says nothing of allocs).
   std::uint64_t records = 0;
-  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) records += ReadCounts(b).allocs != 0 ? 1 : 0;
+  for (const Bucket* bucket = g_buckets.Head(); bucket != nullptr; bucket = bucket->next) {
+    if (ReadCounts(bucket).allocs != 0) ++records;
+  }
   const std::uint64_t live = GetStats().sampled_live_objects;
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
                 static_cast<unsigned long long>(records));
