@@ -30,3 +30,27 @@ extern "C" __attribute__((visibility("default"))) void* heapprof_hooked_dso_allo
 extern "C" __attribute__((visibility("default"))) void heapprof_hooked_dso_free(void* p) {
   delete[] static_cast<char*>(p);
 }
+
+// A thread_local of a dlopen'ed library: dynamic TLS, whose block glibc
+// mallocs for each thread at its first use (the retention tests: the main
+// thread's block is found through its DTV). Exported: a variable only this
+// file writes would be optimised away.
+extern "C" {
+__attribute__((visibility("default"))) thread_local char* heapprof_hooked_dso_tls_buffer = nullptr;
+}
+
+namespace {
+__attribute__((noinline)) char* DsoTlsBuffer(std::size_t n) {
+  char* p = new char[n];
+  p[0] = 'T';  // not DsoInner's code: not folded into it
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+}  // namespace
+
+// Keeps a new n-byte buffer in this thread's thread_local (the first call on
+// a thread also allocates the thread's TLS block of this library).
+extern "C" __attribute__((visibility("default"))) void heapprof_hooked_dso_tls_keep(std::size_t n) {
+  heapprof_hooked_dso_tls_buffer = DsoTlsBuffer(n);
+  asm volatile("" ::: "memory");
+}

@@ -24,10 +24,14 @@
 //    main thread, the profile written by another thread. Prints the pid.
 //  - retention_main_tls_exit (rate 1, leak_report=1): the same buffer, and a
 //    worker thread calls exit() while the main thread waits for it.
+//  - retention_main_dso_tls (rate 1): a buffer held only by a thread_local
+//    of a dlopen'ed library (tests/hooked/dso.cpp) on the main thread, the
+//    profile written by another thread. Prints the pid.
 #pragma once
 
 #include <heapprof.hpp>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -371,6 +375,25 @@ inline int RunRetentionMainTls() {
   return ok ? 0 : 7;
 }
 
+#ifdef HEAPPROF_HOOKED_DSO_PATH
+// The same from a dlopen'ed library's thread_local (dynamic TLS: its block
+// is malloc'ed, and only the main thread's DTV points at it).
+constexpr std::size_t kDsoTlsBytes = 3210;
+inline int RunRetentionMainDsoTls() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return 4;
+  auto keep = reinterpret_cast<void (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_tls_keep"));
+  if (keep == nullptr) return 5;
+  keep(kDsoTlsBytes);
+  bool ok = false;
+  std::thread([&] { ok = heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz"); }).join();
+  std::printf("main_tid=%ld\n", static_cast<long>(getpid()));
+  return ok ? 0 : 7;
+}
+#endif
+
 inline int RunRetentionMainTlsExit() {
   t_retention_main_cache = MakeMainTlsBuffer();
   std::printf("main_tid=%ld\n", static_cast<long>(getpid()));
@@ -441,6 +464,9 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_heap_stack") == 0) return RunRetentionHeapStack();
   if (std::strcmp(name, "retention_main_tls") == 0) return RunRetentionMainTls();
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
+#ifdef HEAPPROF_HOOKED_DSO_PATH
+  if (std::strcmp(name, "retention_main_dso_tls") == 0) return RunRetentionMainDsoTls();
+#endif
   known = false;
   return 2;
 }

@@ -471,6 +471,31 @@ TEST_CASE("retention profile written by another thread: the main thread's thread
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile written by another thread: the main thread's thread_local in a dlopen'ed library is a root") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+#ifndef HEAPPROF_HOOKED_DSO_PATH
+  MESSAGE("no test library (HEAPPROF_HOOKED_DSO_PATH)");
+#else
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_main_dso_tls", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("main_tid=");
+  REQUIRE(at != std::string::npos);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // Its TLS block is in the main thread's DTV only, which ld.so allocated at
+  // start-up and no root covers: "[unsampled heap]" before.
+  const std::vector<Path> held = PathsOf(p, "DsoTlsBuffer");
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].objects == 1);
+  CHECK(held[0].bytes == static_cast<std::int64_t>(kDsoTlsBytes));
+  CHECK(held[0].frames.back() == "[tls] thread " + std::to_string(std::strtol(out.c_str() + at + 9, nullptr, 10)));
+  RemoveDir(dir);
+#endif
+}
+
 TEST_CASE("WriteRetentionProfile to a stream gives a valid profile") {
   std::ostringstream os;
   REQUIRE(heapprof::WriteRetentionProfile(os));

@@ -4,6 +4,8 @@
 #include "common.hpp"
 
 #include <search.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -92,4 +94,50 @@ TEST_CASE("retention profile: a holder libc allocated is named by the program's 
   tdelete(key, &malloc_test::g_retention_tree, &malloc_test::CompareTreeKeys);
   delete[] key;
   heapprof_test::RemoveDir(dir);
+}
+
+TEST_CASE("retention profile: a dlopen'ed library's TLS block on the main thread is held by it, not leaked") {
+#if !HEAPPROF_MALLOC_HOOKS || !defined(HEAPPROF_HOOKED_DSO_PATH)
+  MESSAGE("needs the malloc family replaced (glibc mallocs the block) and the test library");
+  return;
+#else
+  REQUIRE(::syscall(SYS_gettid) == ::getpid());  // the main thread: its DTV is ld.so's, scanned by no root
+  malloc_test::RateScope rate(1);
+  void* h = dlopen(HEAPPROF_HOOKED_DSO_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(h != nullptr);
+  auto keep = reinterpret_cast<void (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_tls_keep"));
+  const bool exported = keep != nullptr;
+  REQUIRE(exported);
+  keep(4321);  // the first use on this thread: glibc mallocs its block of the library's TLS
+  const std::string dir = heapprof_test::MakeTempDir("retention_dtls");
+  REQUIRE(!dir.empty());
+  const std::string path = dir + "/retention.pb.gz";
+  REQUIRE(heapprof::WriteRetentionProfile(path));
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(path, p));
+  // Both the buffer and the block holding the pointer to it (allocated by
+  // __tls_get_addr under heapprof_hooked_dso_tls_keep) are this thread's:
+  // the block was "[unreachable]" (a leak for leak_exit_code) or
+  // "[unsampled heap]" before.
+  const std::string root = "[tls] thread " + std::to_string(::getpid());
+  int buffers = 0, blocks = 0;
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> frames = heapprof_test::FunctionNames(p, s);
+    bool in_keep = false, buffer = false;
+    for (const std::string& f : frames) {
+      if (f.find('[') == 0) break;  // the object's own allocation stack ends here
+      in_keep = in_keep || f.find("heapprof_hooked_dso_tls_keep") != std::string::npos;
+      buffer = buffer || f.find("DsoTlsBuffer") != std::string::npos;
+    }
+    if (!in_keep) continue;
+    std::string joined;
+    for (const std::string& f : frames) joined += f + "\n";
+    INFO(joined);
+    CHECK(frames.back() == root);
+    ++(buffer ? buffers : blocks);
+  }
+  CHECK(buffers == 1);
+  CHECK(blocks == 1);
+  heapprof_test::RemoveDir(dir);
+#endif
 }

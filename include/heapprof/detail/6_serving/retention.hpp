@@ -54,6 +54,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
+#include <utility>
 
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/0_base/arena_allocator.hpp"
@@ -240,6 +241,31 @@ inline void NoteMainThread() noexcept {
 // notes it at its first scan on the main thread, if any.
 inline const bool g_main_thread_noted = (NoteMainThread(), true);
 
+// The calling thread's thread pointer (glibc: the descriptor itself on
+// x86-64, the end of it on aarch64).
+inline std::uintptr_t ThreadPointer() noexcept {
+  std::uintptr_t tp = 0;
+#if defined(__x86_64__)
+  asm("mov %%fs:0, %0" : "=r"(tp));
+#elif defined(__aarch64__)
+  asm("mrs %0, tpidr_el0" : "=r"(tp));
+#endif
+  return tp;
+}
+
+// Where glibc's TCB keeps a thread's DTV pointer, from the thread pointer
+// (x86-64: tcbhead_t { tcb, dtv, self, ... } at %fs:0; aarch64: tcbhead_t
+// { dtv, private } at tpidr_el0). The DTV is an array of 16-byte entries:
+// [-1] its length, [modid] the module's TLS block for that thread (-1 when
+// not allocated yet). Used only after the calling thread's own DTV agreed
+// with dl_iterate_phdr (AddMainThreadDynamicTls).
+#if defined(__x86_64__)
+constexpr std::uintptr_t kDtvInTcb = 8;
+#else
+constexpr std::uintptr_t kDtvInTcb = 0;
+#endif
+constexpr std::uintptr_t kDtvEntryBytes = 16;
+
 struct ModulesState {
   ArenaVector<Module>* modules;
   ArenaVector<RootRegion>* roots;
@@ -248,6 +274,10 @@ struct ModulesState {
   long main_tid;               // 0: the main thread is this one, gone, or not known
   std::uintptr_t main_self;    // its pthread_self()
   std::uintptr_t own_self;     // this thread's
+  std::uintptr_t own_tp;       // this thread's thread pointer (ThreadPointer)
+  SafeReader* reader;          // for the DTVs
+  bool dtv_agrees = false;     // this thread's DTV held a block dl_iterate_phdr gave (AddMainThreadDynamicTls)
+  ArenaVector<std::pair<std::size_t, std::uint64_t>> dynamic_tls = {};  // (modid, size): the main thread's to find
 };
 
 // The main thread's block of a module's TLS whose block for this thread is
@@ -255,18 +285,59 @@ struct ModulesState {
 // of its own descriptor: a dynamic block is malloc'ed, at no fixed offset),
 // and only where that lands inside one readable, writable mapping, the one of
 // the main thread's descriptor (never a guess read blindly).
-inline void AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t size) {
-  if (st.main_tid == 0 || size == 0) return;
+// Returns whether this thread's block is static TLS.
+inline bool AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t size) {
+  if (st.main_tid == 0 || size == 0) return false;
   const Mapping* mine = MappingOf(*st.maps, own);
-  if (mine == nullptr || mine != MappingOf(*st.maps, st.own_self)) return;
+  if (mine == nullptr || mine != MappingOf(*st.maps, st.own_self)) return false;
   const std::uintptr_t lo = st.main_self + (own - st.own_self);  // modulo 2^64: the offset may be negative
   const Mapping* m = MappingOf(*st.maps, lo);
   if (m == nullptr || m != MappingOf(*st.maps, st.main_self) || !m->readable || !m->writable || size > m->hi - lo) {
-    return;
+    return true;
   }
   RootRegion r;
   r.lo = lo;
   r.hi = lo + size;
+  r.kind = RootKind::kTls;
+  r.tid = st.main_tid;
+  st.roots->push_back(r);
+  return true;
+}
+
+inline bool ReadWord(SafeReader& reader, std::uintptr_t at, std::uintptr_t& value) noexcept {
+  return reader.Read(at, &value, sizeof value) == sizeof value;
+}
+
+// Whether this thread's DTV entry `modid` is `block` (dl_iterate_phdr's
+// dlpi_tls_data): the layout is glibc's as above.
+inline bool OwnDtvHolds(ModulesState& st, std::size_t modid, std::uintptr_t block) noexcept {
+  std::uintptr_t dtv = 0, length = 0, entry = 0;
+  return st.own_tp != 0 && modid != 0 && ReadWord(*st.reader, st.own_tp + kDtvInTcb, dtv) &&
+         ReadWord(*st.reader, dtv - kDtvEntryBytes, length) && modid <= length &&
+         ReadWord(*st.reader, dtv + modid * kDtvEntryBytes, entry) && entry == block;
+}
+
+// The main thread's block of a module's dynamic TLS (a library dlopen'ed
+// with thread_locals: glibc mallocs each thread's block at its first use),
+// found in the main thread's DTV. The main thread's DTV lies in memory ld.so
+// took at start-up, which no scan reads: its thread_locals in a plugin were
+// "[unsampled heap]", or "[unreachable]" with every object known, when
+// another thread wrote the profile. Only once this thread's own DTV agreed
+// with dl_iterate_phdr (dtv_agrees); every read goes through the reader.
+inline void AddMainThreadDynamicTls(ModulesState& st, std::size_t modid, std::uint64_t size) {
+  if (!st.dtv_agrees || st.main_tid == 0 || size == 0 || modid == 0) return;
+  const std::uintptr_t main_tp = st.main_self + (st.own_tp - st.own_self);  // modulo 2^64, as above
+  std::uintptr_t dtv = 0, length = 0, block = 0;
+  if (!ReadWord(*st.reader, main_tp + kDtvInTcb, dtv) || !ReadWord(*st.reader, dtv - kDtvEntryBytes, length) ||
+      modid > length || !ReadWord(*st.reader, dtv + modid * kDtvEntryBytes, block) || block == 0 ||
+      block == ~std::uintptr_t{0}) {
+    return;  // (-1: the main thread never used this module's thread_locals)
+  }
+  const Mapping* m = MappingOf(*st.maps, block);
+  if (m == nullptr || !m->readable || !m->writable || size > m->hi - block) return;
+  RootRegion r;
+  r.lo = block;
+  r.hi = block + size;
   r.kind = RootKind::kTls;
   r.tid = st.main_tid;
   st.roots->push_back(r);
@@ -316,7 +387,10 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
       r.kind = RootKind::kGlobal;
       r.module = index;
       st.roots->push_back(r);
-    } else if (ph.p_type == PT_TLS && info->dlpi_tls_data != nullptr) {
+    } else if (ph.p_type == PT_TLS && info->dlpi_tls_data == nullptr) {
+      // Not used by this thread yet: dynamic TLS, perhaps the main thread's.
+      st.dynamic_tls.emplace_back(info->dlpi_tls_modid, ph.p_memsz);
+    } else if (ph.p_type == PT_TLS) {
       // This thread's block of the object's TLS (dlpi_tls_data is the calling
       // thread's, allocated already or nullptr).
       RootRegion r;
@@ -325,7 +399,8 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
       r.kind = RootKind::kTls;
       r.tid = st.tid;
       st.roots->push_back(r);
-      AddMainThreadTls(st, r.lo, ph.p_memsz);
+      if (!st.dtv_agrees) st.dtv_agrees = OwnDtvHolds(st, info->dlpi_tls_modid, r.lo);
+      if (!AddMainThreadTls(st, r.lo, ph.p_memsz)) st.dynamic_tls.emplace_back(info->dlpi_tls_modid, ph.p_memsz);
     }
   }
   return 0;
@@ -569,8 +644,9 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // thread's stack, then the others'.
   const long pid = ::getpid();
   if (self == pid) NoteMainThread();
+  SafeReader tls_reader;
   ModulesState ms{&r.modules, &r.roots, self, &maps, 0, g_main_thread_self.load(std::memory_order_relaxed),
-                  ThreadSelf()};
+                  ThreadSelf(), ThreadPointer(), &tls_reader};
   if (self != pid && ms.main_self != 0) {
     // Still there, not a zombie: after the main thread's pthread_exit its
     // TLS is stale (its destructors ran), and not a root.
@@ -581,6 +657,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     if (paren != ArenaString::npos && paren + 2 < text.size() && text[paren + 2] != 'Z') ms.main_tid = pid;
   }
   dl_iterate_phdr(&CollectRootSegments, &ms);
+  for (const auto& module : ms.dynamic_tls) AddMainThreadDynamicTls(ms, module.first, module.second);
 
   Scanner scanner(r);
   scanner.Prepare();
@@ -659,6 +736,19 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // at it too (a stack's references come and go; and dead stack slots hold
   // stale copies that would otherwise shorten every path).
   std::size_t head = 0;
+  // A TLS block that is itself an object (a dynamic TLS block: glibc mallocs
+  // it, through the hooks when they replace malloc) is held by its thread, as
+  // its contents are, before any word elsewhere is looked at. Only the main
+  // thread's DTV points at its blocks, and no scan reads that: the block was
+  // "[unreachable]", a leak at rate 1 that set leak_exit_code.
+  for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
+    if (r.roots[ri].kind != RootKind::kTls) continue;
+    const long k = scanner.Find(r.roots[ri].lo);
+    if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) continue;
+    r.region[static_cast<std::size_t>(k)] = ri;
+    r.word_at[static_cast<std::size_t>(k)] = r.roots[ri].lo;
+    queue.push_back(static_cast<std::uint32_t>(k));
+  }
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
       const RootRegion root = r.roots[ri];
