@@ -46,6 +46,15 @@ TEST_CASE("leak report rows start at the first frame outside the allocator machi
   CHECK(IsAllocatorMachinery("heapprof::allocator::allocate"));
   CHECK_FALSE(IsAllocatorMachinery("MakeStrings"));
   CHECK_FALSE(IsAllocatorMachinery("myns::Cache::Fill"));
+  // The C allocation functions by their whole name: the program's functions
+  // that merely start like them are its own (a leak allocated in
+  // reallocate_buffer was shown from its caller).
+  for (const char* function : {"malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign"}) {
+    CHECK(IsAllocatorMachinery(function));
+  }
+  CHECK_FALSE(IsAllocatorMachinery("reallocate_buffer"));
+  CHECK_FALSE(IsAllocatorMachinery("malloc_pool::Grow"));
+  CHECK_FALSE(IsAllocatorMachinery("calloc_zeroed"));
   CHECK(ParseEnvConfig("leak_frames=12").leak_frames == 12);
   CHECK(ParseEnvConfig("leak_frames=0").leak_frames == 0);
   CHECK(ParseEnvConfig("leak_frames=65").leak_frames == 0);

@@ -51,14 +51,11 @@ inline ArenaString SimplifyFunctionName(const ArenaString& name) {
 // library's containers and allocators, heapprof itself, the allocation
 // functions. A row starts at the first frame that is none of these, so that
 // at -O0 a leaked vector's row shows who made the vector, not
-// std::__new_allocator::allocate.
-inline bool IsAllocatorMachinery(std::string_view name) {
-  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
-                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
-    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
-  }
-  return false;
-}
+// std::__new_allocator::allocate. The retention profile's rule: the C
+// allocation functions by their whole name only (as prefixes, "realloc" and
+// "malloc" skipped the program's reallocate_buffer and malloc_pool::Grow, and
+// a row started at their caller).
+inline bool IsAllocatorMachinery(std::string_view name) { return retention::IsMachineryName(name); }
 
 inline std::string_view BaseName(std::string_view path) {
   const std::size_t slash = path.rfind('/');
