@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -30,6 +31,18 @@ __attribute__((noinline)) char* MakeTreeKey() {
 __attribute__((noinline)) void InsertTreeKey(char* key) {
   REQUIRE(tsearch(key, &g_retention_tree, &CompareTreeKeys) != nullptr);
   asm volatile("" ::: "memory");  // not a tail call: this frame stays on tsearch's stack
+}
+
+// A 24-byte object held only by a pointer to its last member (offset 16:
+// where glibc keeps the next chunk's header, which the scan skips there).
+struct LastMemberHeld {
+  long a, b, c;
+};
+long* g_retention_last_member = nullptr;
+__attribute__((noinline)) LastMemberHeld* MakeLastMemberHeld() {
+  auto* p = new LastMemberHeld{1, 2, 3};
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
 }
 }  // namespace malloc_test
 
@@ -138,6 +151,42 @@ TEST_CASE("retention profile: a dlopen'ed library's TLS block on the main thread
   }
   CHECK(buffers == 1);
   CHECK(blocks == 1);
+  heapprof_test::RemoveDir(dir);
+#endif
+}
+
+TEST_CASE("retention profile: under jemalloc or tcmalloc a pointer to a 24-byte object's last member holds it") {
+#if !HEAPPROF_MALLOC_HOOKS
+  MESSAGE("the malloc family is not replaced here");
+  return;
+#else
+  const char* preload = std::getenv("LD_PRELOAD");
+  const std::string allocator = preload != nullptr ? preload : "";
+  if (allocator.find("jemalloc") == std::string::npos && allocator.find("tcmalloc") == std::string::npos) {
+    MESSAGE("glibc's malloc: that word is the next chunk's header, skipped (README); run under jemalloc/tcmalloc");
+    return;
+  }
+  malloc_test::RateScope rate(1);
+  malloc_test::LastMemberHeld* object = malloc_test::MakeLastMemberHeld();
+  malloc_test::g_retention_last_member = &object->c;
+  object = nullptr;
+  const std::string dir = heapprof_test::MakeTempDir("retention_last_member");
+  REQUIRE(!dir.empty());
+  const std::string path = dir + "/retention.pb.gz";
+  REQUIRE(heapprof::WriteRetentionProfile(path));
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(path, p));
+  // glibc's header word was skipped under every allocator: "[unreachable]".
+  int found = 0;
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> frames = heapprof_test::FunctionNames(p, s);
+    if (frames.empty() || frames.front().find("MakeLastMemberHeld") == std::string::npos) continue;
+    ++found;
+    CHECK(frames.back() == "[global] malloc_test::g_retention_last_member");
+  }
+  CHECK(found == 1);
+  delete reinterpret_cast<malloc_test::LastMemberHeld*>(malloc_test::g_retention_last_member - 2);
+  malloc_test::g_retention_last_member = nullptr;
   heapprof_test::RemoveDir(dir);
 #endif
 }

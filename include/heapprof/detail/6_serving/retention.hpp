@@ -480,8 +480,11 @@ class Scanner {
     // user pointer: for sizes of 16k+1 .. 16k+8 that is inside the object,
     // and malloc's own free lists and top pointer (in libc's .data) point
     // there. Such a word is the allocator's, not a reference to the object.
+    // Only under glibc's malloc (glibc_headers_): jemalloc, tcmalloc and
+    // mimalloc keep no header there, and a program's pointer to that last
+    // member (&s->c of a struct { long a, b, c; }) held it; it was missed.
     const std::uint64_t header = ((o[a].size + 8 + 15) & ~std::uint64_t{15}) - 16;
-    if ((o[a].start & 15) == 0 && header != 0 && v - o[a].start == header) return -1;
+    if (glibc_headers_ && (o[a].start & 15) == 0 && header != 0 && v - o[a].start == header) return -1;
     return static_cast<long>(a);
   }
 
@@ -562,6 +565,7 @@ class Scanner {
   }
 
   void Prepare() { buf_.resize(kChunk / sizeof(std::uintptr_t)); }
+  void SetGlibcHeaders(bool on) noexcept { glibc_headers_ = on; }
 
   ~Scanner() {
     if (pagemap_fd_ >= 0) ::close(pagemap_fd_);
@@ -576,6 +580,7 @@ class Scanner {
   SafeReader reader_;
   ArenaVector<std::uintptr_t> buf_;
   std::uintptr_t lo_ = 1, hi_ = 0;
+  bool glibc_headers_ = true;
   int pagemap_fd_ = -2;  // -2: not opened yet, -1: none
   std::uintptr_t page_ = 0;
   ArenaVector<std::uint64_t> entries_;
@@ -594,6 +599,17 @@ inline bool EveryObjectKnown() noexcept {
 #else
   return false;
 #endif
+}
+
+// Whether the objects' memory may be glibc malloc's chunks (Scanner::Find's
+// header word): false only where the malloc under the objects is positively
+// an allocator library's (jemalloc, tcmalloc, mimalloc; preloaded or linked):
+// the one under the hooks when they replace malloc, else the process's.
+inline bool MallocMayBeGlibcs() noexcept {
+  void* const fn = UnderlyingMallocAddress();
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return true;
+  return !IsAllocatorFile(info.dli_fname);
 }
 
 // How far above its stack pointer a stack in heap memory is scanned when
@@ -662,6 +678,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   Scanner scanner(r);
   scanner.Prepare();
   scanner.Bounds();
+  scanner.SetGlibcHeaders(MallocMayBeGlibcs());
 
   // The top of the stack holding `sp`: the end of its mapping (a thread
   // stack, [stack], a fiber's own mmap), except in a malloc heap (the brk
