@@ -54,3 +54,14 @@ extern "C" __attribute__((visibility("default"))) void heapprof_hooked_dso_tls_k
   heapprof_hooked_dso_tls_buffer = DsoTlsBuffer(n);
   asm volatile("" ::: "memory");
 }
+
+// A global of the library holding a buffer (the retention tests: a root named
+// after the library's symbol).
+extern "C" {
+__attribute__((visibility("default"))) char* heapprof_hooked_dso_global = nullptr;
+}
+
+extern "C" __attribute__((visibility("default"))) void heapprof_hooked_dso_global_keep(std::size_t n) {
+  heapprof_hooked_dso_global = static_cast<char*>(DsoMiddle(n));
+  asm volatile("" ::: "memory");
+}

@@ -27,6 +27,9 @@
 //  - retention_main_dso_tls (rate 1): a buffer held only by a thread_local
 //    of a dlopen'ed library (tests/hooked/dso.cpp) on the main thread, the
 //    profile written by another thread. Prints the pid.
+//  - retention_relative_dso (rate 1): a buffer held by a global of that
+//    library, dlopen'ed by a relative path; the profile written after a
+//    chdir("/").
 #pragma once
 
 #include <heapprof.hpp>
@@ -392,6 +395,24 @@ inline int RunRetentionMainDsoTls() {
   std::printf("main_tid=%ld\n", static_cast<long>(getpid()));
   return ok ? 0 : 7;
 }
+
+// A global of a library dlopen'ed by a relative path, the profile written
+// after a chdir("/").
+constexpr std::size_t kDsoGlobalBytes = 2109;
+inline int RunRetentionRelativeDso() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  const std::string dso = HEAPPROF_HOOKED_DSO_PATH;
+  const std::size_t slash = dso.rfind('/');
+  if (slash == std::string::npos || chdir(dso.substr(0, slash + 1).c_str()) != 0) return 4;
+  void* h = dlopen(("./" + dso.substr(slash + 1)).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return 5;
+  auto keep = reinterpret_cast<void (*)(std::size_t)>(dlsym(h, "heapprof_hooked_dso_global_keep"));
+  if (keep == nullptr) return 6;
+  keep(kDsoGlobalBytes);
+  if (chdir("/") != 0) return 8;
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
 #endif
 
 inline int RunRetentionMainTlsExit() {
@@ -466,6 +487,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_main_tls_exit") == 0) return RunRetentionMainTlsExit();
 #ifdef HEAPPROF_HOOKED_DSO_PATH
   if (std::strcmp(name, "retention_main_dso_tls") == 0) return RunRetentionMainDsoTls();
+  if (std::strcmp(name, "retention_relative_dso") == 0) return RunRetentionRelativeDso();
 #endif
   known = false;
   return 2;

@@ -496,6 +496,29 @@ TEST_CASE("retention profile written by another thread: the main thread's thread
 #endif
 }
 
+TEST_CASE("retention profile: a global of a library dlopen'ed by a relative path is named after a chdir") {
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+#ifndef HEAPPROF_HOOKED_DSO_PATH
+  MESSAGE("no test library (HEAPPROF_HOOKED_DSO_PATH)");
+#else
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_relative_dso", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  // The symbols are read from the file that was mapped, not from the string
+  // given to dlopen: "[global] libheapprof_hooked_dso.so+0x..." before.
+  const std::vector<Path> held = PathsOf(p, "heapprof_hooked_dso_global_keep");
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].objects == 1);
+  CHECK(held[0].bytes == static_cast<std::int64_t>(kDsoGlobalBytes));
+  CHECK(held[0].frames.back() == "[global] heapprof_hooked_dso_global");
+  RemoveDir(dir);
+#endif
+}
+
 TEST_CASE("WriteRetentionProfile to a stream gives a valid profile") {
   std::ostringstream os;
   REQUIRE(heapprof::WriteRetentionProfile(os));

@@ -946,7 +946,10 @@ inline ArenaString MarkerSafe(std::string_view name) {
 
 class RootNamer {
  public:
-  explicit RootNamer(const ScanResult& r) : r_(r), symbols_(r.modules.size()) {}
+  // `objects`: the profile's (CollectProfileObjects), whose absolute paths
+  // and /proc/self/map_files entries name the files that were mapped.
+  RootNamer(const ScanResult& r, const ArenaVector<LoadedObject>& objects)
+      : r_(r), objects_(objects), symbols_(r.modules.size()) {}
 
   // "[global] g_cache", "[stack] thread 1234", "[tls] thread 1234",
   // "[unsampled heap]", "[unreachable]" for the path's root of object `i`.
@@ -960,7 +963,7 @@ class RootNamer {
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     const Module& m = r_.modules[static_cast<std::size_t>(root.module)];
     DataSymbols& syms = symbols_[static_cast<std::size_t>(root.module)];
-    if (!syms.loaded) syms.Load(m.path);
+    if (!syms.loaded) syms.Load(FileOf(m));
     const std::uintptr_t at = r_.word_at[k];
     if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + MarkerSafe(*name);
     char buf[64];
@@ -969,7 +972,22 @@ class RootNamer {
   }
 
  private:
+  // What to open for a module's symbols: dl_iterate_phdr's name is the
+  // string given to dlopen, which a relative path ("./plugin.so") no longer
+  // names after a chdir (a daemon's chdir("/")), nor a path whose file a
+  // deploy has replaced or deleted since: the loaded object's (same load
+  // bias) file as the symbolizer reads it. Roots were "lib.so+0x4020", or
+  // named after the new file's symbols.
+  const ArenaString& FileOf(const Module& m) const {
+    for (const LoadedObject& o : objects_) {
+      if (o.bias != m.bias || o.path.empty()) continue;
+      return !o.file.empty() ? o.file : o.path;
+    }
+    return m.path;
+  }
+
   const ScanResult& r_;
+  const ArenaVector<LoadedObject>& objects_;
   ArenaVector<DataSymbols> symbols_;
 };
 
@@ -1105,7 +1123,7 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
   ProfileData data;
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = RealtimeNanos();
-  RootNamer namer(r);
+  RootNamer namer(r, objects);
   HolderSites sites(symbolizer, objects);
   struct Agg {
     const Bucket* bucket;
