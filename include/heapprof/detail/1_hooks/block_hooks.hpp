@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <link.h>
 #include <malloc.h>
 
 #include "heapprof/detail/1_hooks/fast_path.hpp"
@@ -176,6 +177,12 @@ inline SizedFreeFn FindSizedFree() noexcept {
 // nallocx anyway).
 using NallocxFn = std::size_t (*)(std::size_t, int);
 inline NallocxFn g_nallocx = nullptr;  // looked up once (a failed dlsym allocates its message)
+// Set when the check failed for good: the allocator answered a live block's
+// size, and that answer is not nallocx's. Only an answer of 0 (gperftools
+// before its start-up, below) is worth checking again: gperftools' debug
+// allocator (libtcmalloc_debug, libtcmalloc_minimal_debug) answers the
+// request and its nallocx the size class, forever.
+inline bool g_class_table_refused = false;
 
 inline void DetectClassTable(bool look_up) noexcept {
 #if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
@@ -191,13 +198,148 @@ inline void DetectClassTable(bool look_up) noexcept {
     if (p == nullptr) return;
     const std::size_t usable = g_underlying_usable_size(p);
     g_release_block(p);
-    if (usable > 0xFFFF || usable < n || (n > 0 && nallocx(n, 0) != usable)) return;
+    if (usable > 0xFFFF || usable < n || (n > 0 && nallocx(n, 0) != usable)) {
+      if (usable != 0) StoreRelaxed(g_class_table_refused, true);
+      return;
+    }
     StoreRelaxed(g_class_of[n], static_cast<std::uint16_t>(usable));
   }
   __atomic_store_n(&g_class_table, true, __ATOMIC_RELEASE);  // the table before the flag
 #else
   (void)look_up;
 #endif
+}
+
+// The executable code of the object that defines the malloc under the hooks,
+// [lo, hi) (AllocatorCode). An allocation hook whose caller is in it runs
+// inside the allocator, which may hold its own locks there: gperftools' debug
+// allocator allocates its free queue with operator new while holding the
+// lock its free takes. The class table's check (engine.hpp: RetryClassTable)
+// calls malloc and free, so it must not run in such a hook: it waited on that
+// lock forever (the first free of a program under libtcmalloc_minimal_debug
+// hung whenever that allocation was sampled).
+inline std::uintptr_t g_allocator_code_lo = 0;
+inline std::uintptr_t g_allocator_code_hi = 0;
+
+// Finds that code from the object's program headers, once, at start-up (no
+// loader lock later, when a hook asks: InAllocatorCode).
+inline void FindAllocatorCode(void* malloc_fn) noexcept {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (malloc_fn == nullptr || dladdr1(malloc_fn, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 ||
+      map == nullptr || info.dli_fbase == nullptr) {
+    return;
+  }
+  const auto* header = static_cast<const ElfW(Ehdr)*>(info.dli_fbase);
+  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return;
+  const auto* phdr =
+      reinterpret_cast<const ElfW(Phdr)*>(static_cast<const char*>(info.dli_fbase) + header->e_phoff);
+  const auto at = reinterpret_cast<std::uintptr_t>(malloc_fn);
+  for (unsigned i = 0; i < header->e_phnum; ++i) {
+    if (phdr[i].p_type != PT_LOAD || (phdr[i].p_flags & PF_X) == 0) continue;
+    const std::uintptr_t lo = map->l_addr + phdr[i].p_vaddr;
+    const std::uintptr_t hi = lo + phdr[i].p_memsz;
+    if (at >= lo && at < hi) {
+      g_allocator_code_lo = lo;
+      g_allocator_code_hi = hi;
+      return;
+    }
+  }
+}
+
+// True when `pc` (a hook's return address) is the allocator's own code.
+inline bool InAllocatorCode(const void* pc) noexcept {
+  const auto at = reinterpret_cast<std::uintptr_t>(pc);
+  return at >= g_allocator_code_lo && at < g_allocator_code_hi;
+}
+
+// gperftools' debug allocator (libtcmalloc_debug, libtcmalloc_minimal_debug,
+// up to 2.16 at least) aborts in malloc_usable_size ("Check failed:
+// GetOwnership(p) != MallocExtension::kNotOwned") for a block its memalign
+// placed in a large span past the span's first page: posix_memalign(&p, 8192,
+// 960800), say (only a span's first and last pages are in its page map; its
+// debugallocation.cc says so). A program that never asks is fine, but the
+// hooks ask at every free: under heapprof such a program died. So under that
+// allocator the hooks ask its MallocExtension_GetOwnership first; a block it
+// disowns is counted 0 bytes, when allocated and when freed alike (the answer
+// cannot change while the block lives), and is never sampled (the sample moves
+// to the thread's next allocation, as for any block below sampled_min).
+//
+// Its start-up, too: it answers through the MallocExtension it registers
+// from its own initializer (TCMallocGuard registers none in the debug build,
+// so FinishAllocatorStartup below does not help), which under LD_PRELOAD runs
+// after every other library's constructor. Until then malloc_usable_size
+// answers 0 and GetOwnership kUnknownOwnership, and blocks allocated then were
+// counted 0 bytes but their full size when freed (Stats: live_bytes off by
+// their sum; 18 more allocations, padded samples replaced because their size
+// read 0). Then the size is read where the allocator itself reads it
+// (DebugBlockSize): the answer it gives once started.
+using OwnershipFn = int (*)(const void*);
+constexpr int kGperftoolsUnknownOwnership = 0;  // MallocExtension::Ownership
+constexpr int kGperftoolsNotOwned = 2;
+inline OwnershipFn g_debug_allocator_ownership = nullptr;
+inline std::size_t (*g_debug_allocator_usable_size)(void*) = nullptr;
+
+// gperftools' debugallocation.cc (MallocBlock): four words before the data:
+// the requested size, the distance back to the real header (0 but in
+// memalign's extra header before an aligned pointer), a magic word, the
+// allocation's kind. Its GetAllocatedSize answers the real header's size.
+struct DebugBlockHeader {
+  std::size_t size;
+  std::size_t offset;
+  std::size_t magic;  // an int constant stored sign-extended: compared in 32 bits
+  std::size_t kind;
+};
+constexpr std::uint32_t kDebugMagicMalloc = 0xDEADBEEF;
+constexpr std::uint32_t kDebugMagicMmap = 0xABCDEFAB;
+
+inline std::size_t DebugBlockSize(const void* p) noexcept {
+  const char* at = static_cast<const char*>(p) - sizeof(DebugBlockHeader);
+  DebugBlockHeader h;
+  std::memcpy(&h, at, sizeof h);
+  if (h.offset != 0) {
+    if (h.offset > reinterpret_cast<std::uintptr_t>(at)) return 0;
+    std::memcpy(&h, at - h.offset, sizeof h);
+    if (h.offset != 0) return 0;
+  }
+  const auto magic = static_cast<std::uint32_t>(h.magic);
+  return magic == kDebugMagicMalloc || magic == kDebugMagicMmap ? h.size : 0;
+}
+
+inline std::size_t DebugAllocatorUsableSize(void* p) noexcept {
+  const int owner = g_debug_allocator_ownership(p);
+  if (owner == kGperftoolsNotOwned) return 0;
+  const std::size_t size = g_debug_allocator_usable_size(p);
+  if (size != 0 || owner != kGperftoolsUnknownOwnership) return size;
+  return DebugBlockSize(p);  // its extension is not registered yet
+}
+
+// Installs DebugAllocatorUsableSize when the object of `malloc_fn` is
+// gperftools' debug allocator: a library named so (libtcmalloc_debug.so.4,
+// libtcmalloc_minimal_debug.so.4) that defines __malloctrace_write (only
+// debugallocation.cc does). The name first: a failed dlsym allocates its
+// message, and a program with heapprof compiled in that also preloads
+// libheapprof_preload.so and jemalloc then hung at start-up (that allocation
+// reaches the program's hooks, which ask the library's engine, which was
+// still starting on this very thread).
+inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
+  Dl_info in_malloc{};
+  if (malloc_fn == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || in_malloc.dli_fname == nullptr ||
+      std::strstr(in_malloc.dli_fname, "tcmalloc") == nullptr || std::strstr(in_malloc.dli_fname, "debug") == nullptr) {
+    return;
+  }
+  SuppressHooks quiet;
+  void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
+  void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
+  Dl_info in_trace{}, in_ownership{};
+  if (ownership == nullptr || dladdr(trace, &in_trace) == 0 || dladdr(ownership, &in_ownership) == 0 ||
+      in_trace.dli_fbase != in_malloc.dli_fbase || in_ownership.dli_fbase != in_malloc.dli_fbase ||
+      g_underlying_usable_size == &DebugAllocatorUsableSize) {
+    return;
+  }
+  g_debug_allocator_ownership = reinterpret_cast<OwnershipFn>(ownership);
+  g_debug_allocator_usable_size = g_underlying_usable_size;
+  g_underlying_usable_size = &DebugAllocatorUsableSize;
 }
 
 // gperftools (every release up to 2.16): until its start-up object (the
@@ -265,7 +407,9 @@ inline void DetectBlockSize() noexcept {
   Dl_info where{};
   if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
       std::strstr(where.dli_fname, "/libc.so") == nullptr) {
-    DetectClassTable(true);  // another allocator
+    FindAllocatorCode(used);  // another allocator
+    UseDebugAllocatorUsableSize(used);
+    DetectClassTable(true);
     return;
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
@@ -285,9 +429,13 @@ inline void DetectBlockSize() noexcept {
   if (agree) {
     StoreRelaxed(g_glibc_chunks, true);
   } else {
+    FindAllocatorCode(used);
+    UseDebugAllocatorUsableSize(used);
     DetectClassTable(true);
   }
 #else
+  FindAllocatorCode(UnderlyingMallocAddress());
+  UseDebugAllocatorUsableSize(UnderlyingMallocAddress());
   DetectClassTable(true);
 #endif
 }

@@ -59,6 +59,7 @@ inline std::atomic<int> g_class_table_tries{0};
 // The allocator has nallocx, its table is not on, and tries are left.
 inline bool ClassTablePending() noexcept {
   return g_nallocx != nullptr && !LoadRelaxed(g_class_table) && !LoadRelaxed(g_glibc_chunks) &&
+         !LoadRelaxed(g_class_table_refused) &&
          g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries;
 }
 
@@ -430,8 +431,12 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
-// The class table's check again (see kClassTableTries).
-HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
+// The class table's check again (see kClassTableTries), unless the hook's
+// caller `hook_return` is the allocator itself (block_hooks.hpp:
+// InAllocatorCode): the check's own malloc and free could wait on a lock the
+// allocator holds there. That allocation does not use up a try.
+HEAPPROF_NOINLINE inline void RetryClassTable(const void* hook_return) noexcept {
+  if (InAllocatorCode(hook_return)) return;
   if (g_class_table_tries.fetch_add(1, std::memory_order_acq_rel) >= kClassTableTries) return;
   ReentrancyGuard guard;
   static SpinLock lock;  // one filler at a time
@@ -496,7 +501,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
     // No samples to retry the class table: this does, each 1 MiB while it is
     // pending (under tcmalloc, hooks only at rate 0 otherwise ran every
     // allocation's cold path: 22 instead of 8.8 ns a churn pair).
-    if (HEAPPROF_UNLIKELY(flags.guard == 0 && ClassTablePending())) RetryClassTable();
+    if (HEAPPROF_UNLIKELY(flags.guard == 0 && ClassTablePending())) RetryClassTable(hook_return);
     StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
     return !padded || remembered;
   }
@@ -516,7 +521,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
     g_registry.CountNestedSample();
     return !padded;
   }
-  if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable();
+  if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable(hook_return);
   const LabelSetData* allocator_labels = tls_allocator_labels;
   if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && allocator_labels != nullptr)) {
     // A global hook while a heapprof::allocator holds its labels out for its
