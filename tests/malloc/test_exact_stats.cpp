@@ -147,7 +147,10 @@ TEST_CASE("exact Stats: threads that exit after allocating and freeing") {
 // they were counted 0 bytes when allocated (live_bytes 0 below) and their
 // real size when freed. The program prints what its constructor counted,
 // what the allocator says now, and what main's frees counted; it inherits
-// this run's LD_PRELOAD (ctest: malloc_tests_jemalloc, malloc_tests_tcmalloc).
+// this run's LD_PRELOAD (ctest: malloc_tests_jemalloc, malloc_tests_tcmalloc,
+// malloc_tests_tcmalloc_debug: gperftools' debug allocator answers 0 until its
+// own initializer, later than tcmalloc's, registers its extension; and the
+// program's first free hung there, block_hooks.hpp: InAllocatorCode).
 TEST_CASE("exact Stats for blocks allocated by a library's constructor, before the allocator's start-up") {
   for (const char* stats : {"", "MALLOCSTATS=1 "}) {
     CAPTURE(stats);
