@@ -284,6 +284,36 @@ TEST_CASE("preload: a dlopen'ed library that compiled heapprof in gives its labe
 }
 #endif
 
+TEST_CASE("preload: a program with heapprof compiled in and an allocator preloaded after the library starts") {
+  // tcmalloc's start-up (inside the library's) calls the program's operator
+  // new, whose copy asks the library for its engine: that wait waited for
+  // itself, and both programs hung at start-up (timeout 124).
+  for (const char* lib : {"/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+                          "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}) {
+    if (access(lib, R_OK) != 0) {
+      MESSAGE(lib << " not installed: skipped");
+      continue;
+    }
+    CAPTURE(lib);
+    const std::string preload = "timeout -s KILL 120 env LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + ":" + lib + " ";
+    std::string output;
+    // Replaces malloc itself: it records, the library stays off.
+    int rc = heapprof_test::RunCommand(preload + heapprof_test::SelfExe() + " -tc='exact Stats: new char*' 2>&1", output);
+    INFO(output);
+    CHECK(rc == 0);
+    CHECK(output.find("records nothing") != std::string::npos);
+    CHECK(output.find("Status: SUCCESS") != std::string::npos);
+    // Operator new only: the library records, the program forwards.
+    const std::string profile = heapprof_test::TempPath(".pb.gz");
+    std::string forwarded;
+    rc = heapprof_test::RunCommand(preload + HEAPPROF_ONE_ENGINE_PATH + " " + profile + " api 2>&1", forwarded);
+    INFO(forwarded);
+    CHECK(rc == 0);
+    CHECK(forwarded.find("one_engine: allocs 2000 live_objects 2000 rate 1") != std::string::npos);
+    unlink(profile.c_str());
+  }
+}
+
 TEST_CASE("preload: a program that replaces malloc itself records itself; the library stays off") {
   std::string output;
   const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +

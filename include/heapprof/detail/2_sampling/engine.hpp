@@ -151,10 +151,14 @@ void ForkPrepare() noexcept;
 void ForkParent() noexcept;
 void ForkChild() noexcept;
 
+// Set on the thread running EnsureInit's start-up, while it runs.
+inline thread_local bool tls_initialising HEAPPROF_TLS_MODEL = false;
+
 inline void EnsureInit() noexcept {
   if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    tls_initialising = true;
     ReentrancyGuard guard;
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
@@ -175,11 +179,17 @@ inline void EnsureInit() noexcept {
       if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
     }
     g_init_state.store(2, std::memory_order_release);
+    tls_initialising = false;
     return;
   }
+  // Re-entry on the initialising thread itself: its own allocations run under
+  // the guard, but another copy of heapprof can call back in (a program's copy
+  // asking libheapprof_preload.so for its engine from an operator new that
+  // the allocator's start-up, inside DetectBlockSize, called). Waiting would
+  // wait for ourselves, forever; the caller gets what is decided so far.
+  if (tls_initialising) return;
   // Another thread is initialising; it allocates nothing through our hooks that
-  // could wait on us, so a short wait is safe. Re-entry on the initialising
-  // thread itself cannot happen: its allocations run under the guard.
+  // could wait on us, so a short wait is safe.
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
 }
 

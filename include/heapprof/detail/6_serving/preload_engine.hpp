@@ -81,9 +81,18 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
 }
 
 // The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
+// Asked from inside this library's own start-up (EnsureInit returns at once
+// there: see its re-entry), the answer is the one start-up gives: off exactly
+// when malloc is another object's (real::g_shadowed, known once the real
+// functions are resolved, which Resolve does first). A program that replaced
+// malloc itself, run with LD_PRELOAD=libheapprof_preload.so:libtcmalloc_minimal.so.4,
+// hung there: tcmalloc's start-up called the program's operator new, whose
+// copy asked here, and the wait waited for itself.
 extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
   heapprof::detail::EnsureInit();
-  return heapprof::detail::g_engine_off ? nullptr : &heapprof::detail::g_preload_engine_api;
+  if (!heapprof::detail::real::Resolve()) return nullptr;
+  return heapprof::detail::g_engine_off || heapprof::detail::real::g_shadowed ? nullptr
+                                                                               : &heapprof::detail::g_preload_engine_api;
 }
 
 #endif  // HEAPPROF_MALLOC_HOOKS && HEAPPROF_PRELOAD_LIBRARY
