@@ -1852,7 +1852,7 @@ struct EnvConfig {
   std::uint32_t dump_near_oom = 0;   // millionths of the memory limit; 0 off
   std::uint64_t rss_interval = 0;    // a dump per new RSS high this far above the last; 0 off
   bool oom_dump = false;             // <prefix>.<pid>.oom.pb.gz when an allocation fails
-  std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (64 MiB)
+  std::uint64_t oom_reserve = 0;     // bytes mapped for it at start-up; 0: the default (DefaultOomReserve)
   std::size_t leak_frames = 0;      // frames per leak report row; 0: the default (6)
   // leak_exit_code=N: exit with N when the leak report finds unreachable
   // objects (LeakSanitizer's exitcode); -1 off.
@@ -2213,6 +2213,7 @@ inline ArenaString FormatBytes(double bytes) {
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <link.h>
 #include <malloc.h>
 
 
@@ -2356,6 +2357,12 @@ inline SizedFreeFn FindSizedFree() noexcept {
 // nallocx anyway).
 using NallocxFn = std::size_t (*)(std::size_t, int);
 inline NallocxFn g_nallocx = nullptr;  // looked up once (a failed dlsym allocates its message)
+// Set when the check failed for good: the allocator answered a live block's
+// size, and that answer is not nallocx's. Only an answer of 0 (gperftools
+// before its start-up, below) is worth checking again: gperftools' debug
+// allocator (libtcmalloc_debug, libtcmalloc_minimal_debug) answers the
+// request and its nallocx the size class, forever.
+inline bool g_class_table_refused = false;
 
 inline void DetectClassTable(bool look_up) noexcept {
 #if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
@@ -2371,13 +2378,148 @@ inline void DetectClassTable(bool look_up) noexcept {
     if (p == nullptr) return;
     const std::size_t usable = g_underlying_usable_size(p);
     g_release_block(p);
-    if (usable > 0xFFFF || usable < n || (n > 0 && nallocx(n, 0) != usable)) return;
+    if (usable > 0xFFFF || usable < n || (n > 0 && nallocx(n, 0) != usable)) {
+      if (usable != 0) StoreRelaxed(g_class_table_refused, true);
+      return;
+    }
     StoreRelaxed(g_class_of[n], static_cast<std::uint16_t>(usable));
   }
   __atomic_store_n(&g_class_table, true, __ATOMIC_RELEASE);  // the table before the flag
 #else
   (void)look_up;
 #endif
+}
+
+// The executable code of the object that defines the malloc under the hooks,
+// [lo, hi) (AllocatorCode). An allocation hook whose caller is in it runs
+// inside the allocator, which may hold its own locks there: gperftools' debug
+// allocator allocates its free queue with operator new while holding the
+// lock its free takes. The class table's check (engine.hpp: RetryClassTable)
+// calls malloc and free, so it must not run in such a hook: it waited on that
+// lock forever (the first free of a program under libtcmalloc_minimal_debug
+// hung whenever that allocation was sampled).
+inline std::uintptr_t g_allocator_code_lo = 0;
+inline std::uintptr_t g_allocator_code_hi = 0;
+
+// Finds that code from the object's program headers, once, at start-up (no
+// loader lock later, when a hook asks: InAllocatorCode).
+inline void FindAllocatorCode(void* malloc_fn) noexcept {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (malloc_fn == nullptr || dladdr1(malloc_fn, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 ||
+      map == nullptr || info.dli_fbase == nullptr) {
+    return;
+  }
+  const auto* header = static_cast<const ElfW(Ehdr)*>(info.dli_fbase);
+  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return;
+  const auto* phdr =
+      reinterpret_cast<const ElfW(Phdr)*>(static_cast<const char*>(info.dli_fbase) + header->e_phoff);
+  const auto at = reinterpret_cast<std::uintptr_t>(malloc_fn);
+  for (unsigned i = 0; i < header->e_phnum; ++i) {
+    if (phdr[i].p_type != PT_LOAD || (phdr[i].p_flags & PF_X) == 0) continue;
+    const std::uintptr_t lo = map->l_addr + phdr[i].p_vaddr;
+    const std::uintptr_t hi = lo + phdr[i].p_memsz;
+    if (at >= lo && at < hi) {
+      g_allocator_code_lo = lo;
+      g_allocator_code_hi = hi;
+      return;
+    }
+  }
+}
+
+// True when `pc` (a hook's return address) is the allocator's own code.
+inline bool InAllocatorCode(const void* pc) noexcept {
+  const auto at = reinterpret_cast<std::uintptr_t>(pc);
+  return at >= g_allocator_code_lo && at < g_allocator_code_hi;
+}
+
+// gperftools' debug allocator (libtcmalloc_debug, libtcmalloc_minimal_debug,
+// up to 2.16 at least) aborts in malloc_usable_size ("Check failed:
+// GetOwnership(p) != MallocExtension::kNotOwned") for a block its memalign
+// placed in a large span past the span's first page: posix_memalign(&p, 8192,
+// 960800), say (only a span's first and last pages are in its page map; its
+// debugallocation.cc says so). A program that never asks is fine, but the
+// hooks ask at every free: under heapprof such a program died. So under that
+// allocator the hooks ask its MallocExtension_GetOwnership first; a block it
+// disowns is counted 0 bytes, when allocated and when freed alike (the answer
+// cannot change while the block lives), and is never sampled (the sample moves
+// to the thread's next allocation, as for any block below sampled_min).
+//
+// Its start-up, too: it answers through the MallocExtension it registers
+// from its own initializer (TCMallocGuard registers none in the debug build,
+// so FinishAllocatorStartup below does not help), which under LD_PRELOAD runs
+// after every other library's constructor. Until then malloc_usable_size
+// answers 0 and GetOwnership kUnknownOwnership, and blocks allocated then were
+// counted 0 bytes but their full size when freed (Stats: live_bytes off by
+// their sum; 18 more allocations, padded samples replaced because their size
+// read 0). Then the size is read where the allocator itself reads it
+// (DebugBlockSize): the answer it gives once started.
+using OwnershipFn = int (*)(const void*);
+constexpr int kGperftoolsUnknownOwnership = 0;  // MallocExtension::Ownership
+constexpr int kGperftoolsNotOwned = 2;
+inline OwnershipFn g_debug_allocator_ownership = nullptr;
+inline std::size_t (*g_debug_allocator_usable_size)(void*) = nullptr;
+
+// gperftools' debugallocation.cc (MallocBlock): four words before the data:
+// the requested size, the distance back to the real header (0 but in
+// memalign's extra header before an aligned pointer), a magic word, the
+// allocation's kind. Its GetAllocatedSize answers the real header's size.
+struct DebugBlockHeader {
+  std::size_t size;
+  std::size_t offset;
+  std::size_t magic;  // an int constant stored sign-extended: compared in 32 bits
+  std::size_t kind;
+};
+constexpr std::uint32_t kDebugMagicMalloc = 0xDEADBEEF;
+constexpr std::uint32_t kDebugMagicMmap = 0xABCDEFAB;
+
+inline std::size_t DebugBlockSize(const void* p) noexcept {
+  const char* at = static_cast<const char*>(p) - sizeof(DebugBlockHeader);
+  DebugBlockHeader h;
+  std::memcpy(&h, at, sizeof h);
+  if (h.offset != 0) {
+    if (h.offset > reinterpret_cast<std::uintptr_t>(at)) return 0;
+    std::memcpy(&h, at - h.offset, sizeof h);
+    if (h.offset != 0) return 0;
+  }
+  const auto magic = static_cast<std::uint32_t>(h.magic);
+  return magic == kDebugMagicMalloc || magic == kDebugMagicMmap ? h.size : 0;
+}
+
+inline std::size_t DebugAllocatorUsableSize(void* p) noexcept {
+  const int owner = g_debug_allocator_ownership(p);
+  if (owner == kGperftoolsNotOwned) return 0;
+  const std::size_t size = g_debug_allocator_usable_size(p);
+  if (size != 0 || owner != kGperftoolsUnknownOwnership) return size;
+  return DebugBlockSize(p);  // its extension is not registered yet
+}
+
+// Installs DebugAllocatorUsableSize when the object of `malloc_fn` is
+// gperftools' debug allocator: a library named so (libtcmalloc_debug.so.4,
+// libtcmalloc_minimal_debug.so.4) that defines __malloctrace_write (only
+// debugallocation.cc does). The name first: a failed dlsym allocates its
+// message, and a program with heapprof compiled in that also preloads
+// libheapprof_preload.so and jemalloc then hung at start-up (that allocation
+// reaches the program's hooks, which ask the library's engine, which was
+// still starting on this very thread).
+inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
+  Dl_info in_malloc{};
+  if (malloc_fn == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || in_malloc.dli_fname == nullptr ||
+      std::strstr(in_malloc.dli_fname, "tcmalloc") == nullptr || std::strstr(in_malloc.dli_fname, "debug") == nullptr) {
+    return;
+  }
+  SuppressHooks quiet;
+  void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
+  void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
+  Dl_info in_trace{}, in_ownership{};
+  if (ownership == nullptr || dladdr(trace, &in_trace) == 0 || dladdr(ownership, &in_ownership) == 0 ||
+      in_trace.dli_fbase != in_malloc.dli_fbase || in_ownership.dli_fbase != in_malloc.dli_fbase ||
+      g_underlying_usable_size == &DebugAllocatorUsableSize) {
+    return;
+  }
+  g_debug_allocator_ownership = reinterpret_cast<OwnershipFn>(ownership);
+  g_debug_allocator_usable_size = g_underlying_usable_size;
+  g_underlying_usable_size = &DebugAllocatorUsableSize;
 }
 
 // gperftools (every release up to 2.16): until its start-up object (the
@@ -2445,7 +2587,9 @@ inline void DetectBlockSize() noexcept {
   Dl_info where{};
   if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
       std::strstr(where.dli_fname, "/libc.so") == nullptr) {
-    DetectClassTable(true);  // another allocator
+    FindAllocatorCode(used);  // another allocator
+    UseDebugAllocatorUsableSize(used);
+    DetectClassTable(true);
     return;
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
@@ -2465,9 +2609,13 @@ inline void DetectBlockSize() noexcept {
   if (agree) {
     StoreRelaxed(g_glibc_chunks, true);
   } else {
+    FindAllocatorCode(used);
+    UseDebugAllocatorUsableSize(used);
     DetectClassTable(true);
   }
 #else
+  FindAllocatorCode(UnderlyingMallocAddress());
+  UseDebugAllocatorUsableSize(UnderlyingMallocAddress());
   DetectClassTable(true);
 #endif
 }
@@ -2732,15 +2880,22 @@ HEAPPROF_ALWAYS_INLINE void HotFreeSized(void* p, std::size_t n, Release release
 
 // An allocation of the global hooks failed (malloc's null, operator new
 // before its new_handler loop): HEAPPROF=oom_dump=1 sets this (dumps.hpp) to
-// write one profile. Called on the failure path only; keeps errno.
-inline std::atomic<void (*)(std::size_t)> g_alloc_failure_hook{nullptr};
+// write one profile. Called on the failure path only; keeps errno. True when
+// the hook gave memory back (oom_dump's reserve): the allocation is tried
+// once more, as without heapprof that memory would have been there for it.
+// (operator new's new_handler loop always tries again; the malloc family
+// returned null with the reserve's room unused: a C program's first failure
+// came as much earlier as the reserve.)
+inline std::atomic<bool (*)(std::size_t)> g_alloc_failure_hook{nullptr};
 
-HEAPPROF_NOINLINE inline void OnAllocFailure(std::size_t n) noexcept {
-  if (void (*hook)(std::size_t) = g_alloc_failure_hook.load(std::memory_order_acquire)) {
+HEAPPROF_NOINLINE inline bool OnAllocFailure(std::size_t n) noexcept {
+  if (bool (*hook)(std::size_t) = g_alloc_failure_hook.load(std::memory_order_acquire)) {
     const int saved = errno;
-    hook(n);
+    const bool released = hook(n);
     errno = saved;
+    return released;
   }
+  return false;
 }
 
 }  // namespace detail
@@ -2987,6 +3142,7 @@ inline ThreadRegistry g_registry;
 #include <cstring>
 #include <string_view>
 #include <unistd.h>
+#include <utility>
 
 
 namespace heapprof {
@@ -3269,10 +3425,57 @@ bool IsMergeOf(const LabelSetData* set, const LabelSetData* base, const LabelT* 
   return keys == set->count;
 }
 
+// The labels of a program that compiled heapprof in, while libheapprof_preload.so
+// records the process (implementation.hpp: heapprof_detail_engine_role). The
+// program's ScopedLabels set its own copy's thread-local set, interned in its
+// own table; the library reads it through these (the program's functions)
+// and interns the same labels in its own. Published once.
+struct ProgramLabels {
+  const LabelSetData* (*current)() noexcept;  // the calling thread's set, the program's
+  std::size_t (*count)(const LabelSetData* set) noexcept;
+  std::pair<std::string_view, std::string_view> (*at)(const LabelSetData* set, std::size_t i) noexcept;  // a Label
+};
+inline std::atomic<const ProgramLabels*> g_program_labels{nullptr};
+
+// The thread's last program set and the library's equal one. A program's sets
+// are interned for good, so a pointer names its labels for the process's
+// life. `theirs` is cleared while the pair changes and read again after
+// `ours`: a signal handler's sample in between sees no pair or a whole one.
+struct ProgramLabelsMemo {
+  const LabelSetData* theirs;
+  const LabelSetData* ours;
+};
+inline thread_local ProgramLabelsMemo tls_program_labels_memo HEAPPROF_TLS_MODEL = {nullptr, nullptr};
+
+inline const LabelSetData* ProgramSampleLabels(const ProgramLabels& program) noexcept {
+  const LabelSetData* theirs = program.current();
+  if (theirs == nullptr) return nullptr;
+  ProgramLabelsMemo& memo = tls_program_labels_memo;
+  if (__atomic_load_n(&memo.theirs, __ATOMIC_RELAXED) == theirs) {
+    const LabelSetData* ours = __atomic_load_n(&memo.ours, __ATOMIC_RELAXED);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (__atomic_load_n(&memo.theirs, __ATOMIC_RELAXED) == theirs) return ours;
+  }
+  LabelBuilder b;
+  const std::size_t n = program.count(theirs);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::pair<std::string_view, std::string_view> label = program.at(theirs, i);
+    b.Put(label.first, label.second);
+  }
+  const LabelSetData* ours = g_labels.Intern(b);
+  __atomic_store_n(&memo.theirs, nullptr, __ATOMIC_RELAXED);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  __atomic_store_n(&memo.ours, ours, __ATOMIC_RELAXED);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  __atomic_store_n(&memo.theirs, theirs, __ATOMIC_RELAXED);
+  return ours;
+}
+
 // The set a sample taken now is attributed to: the thread's (1_hooks/fast_path.hpp),
-// with an allocator's labels merged over it.
+// or the program's (above), with an allocator's labels merged over it.
 inline const LabelSetData* CurrentSampleLabels() noexcept {
-  const LabelSetData* thread = tls_current_labels;
+  const ProgramLabels* program = g_program_labels.load(std::memory_order_acquire);
+  const LabelSetData* thread = HEAPPROF_LIKELY(program == nullptr) ? tls_current_labels : ProgramSampleLabels(*program);
   const LabelSetData* extra = tls_allocator_labels;
   if (extra == nullptr) return thread;
   if (thread == nullptr) return extra;
@@ -4130,6 +4333,7 @@ inline LiveMap g_live_map;
 #include <cstring>
 #include <ctime>
 #include <malloc.h>
+#include <new>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -7944,6 +8148,7 @@ inline std::atomic<int> g_class_table_tries{0};
 // The allocator has nallocx, its table is not on, and tries are left.
 inline bool ClassTablePending() noexcept {
   return g_nallocx != nullptr && !LoadRelaxed(g_class_table) && !LoadRelaxed(g_glibc_chunks) &&
+         !LoadRelaxed(g_class_table_refused) &&
          g_class_table_tries.load(std::memory_order_relaxed) < kClassTableTries;
 }
 
@@ -8014,16 +8219,35 @@ inline void RunExitHook() {
 // slow paths return at once, and its API forwards to the recording engine.
 inline bool g_engine_off = false;
 
+// A program's operator new while libheapprof_preload.so records the process
+// (implementation.hpp: heapprof_detail_engine_role): the library's cold hooks,
+// which allocate and record the block as the library's own operator new does.
+// The program's cold hooks reach them with a tail call, so the sample's leaf
+// is the program's code that called operator new, not the program's hook
+// (before, the hook called malloc, and the library's malloc hook took the
+// hook as the leaf). Published once, before the program's engine turns off.
+struct ForwardedNew {
+  void* (*cold)(std::size_t n, const void* ret);
+  void* (*nothrow_cold)(std::size_t n, const void* ret) noexcept;
+  void* (*aligned_cold)(std::size_t n, std::align_val_t al, const void* ret);
+  void* (*aligned_nothrow_cold)(std::size_t n, std::align_val_t al, const void* ret) noexcept;
+};
+inline std::atomic<const ForwardedNew*> g_forwarded_new{nullptr};
+
 void ApplyRate(std::uint64_t rate) noexcept;
 void OnThreadExit(void* slot) noexcept;
 void ForkPrepare() noexcept;
 void ForkParent() noexcept;
 void ForkChild() noexcept;
 
+// Set on the thread running EnsureInit's start-up, while it runs.
+inline thread_local bool tls_initialising HEAPPROF_TLS_MODEL = false;
+
 inline void EnsureInit() noexcept {
   if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    tls_initialising = true;
     ReentrancyGuard guard;
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
@@ -8044,11 +8268,17 @@ inline void EnsureInit() noexcept {
       if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
     }
     g_init_state.store(2, std::memory_order_release);
+    tls_initialising = false;
     return;
   }
+  // Re-entry on the initialising thread itself: its own allocations run under
+  // the guard, but another copy of heapprof can call back in (a program's copy
+  // asking libheapprof_preload.so for its engine from an operator new that
+  // the allocator's start-up, inside DetectBlockSize, called). Waiting would
+  // wait for ourselves, forever; the caller gets what is decided so far.
+  if (tls_initialising) return;
   // Another thread is initialising; it allocates nothing through our hooks that
-  // could wait on us, so a short wait is safe. Re-entry on the initialising
-  // thread itself cannot happen: its allocations run under the guard.
+  // could wait on us, so a short wait is safe.
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
 }
 
@@ -8300,8 +8530,12 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
   return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
 }
 
-// The class table's check again (see kClassTableTries).
-HEAPPROF_NOINLINE inline void RetryClassTable() noexcept {
+// The class table's check again (see kClassTableTries), unless the hook's
+// caller `hook_return` is the allocator itself (block_hooks.hpp:
+// InAllocatorCode): the check's own malloc and free could wait on a lock the
+// allocator holds there. That allocation does not use up a try.
+HEAPPROF_NOINLINE inline void RetryClassTable(const void* hook_return) noexcept {
+  if (InAllocatorCode(hook_return)) return;
   if (g_class_table_tries.fetch_add(1, std::memory_order_acq_rel) >= kClassTableTries) return;
   ReentrancyGuard guard;
   static SpinLock lock;  // one filler at a time
@@ -8366,7 +8600,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
     // No samples to retry the class table: this does, each 1 MiB while it is
     // pending (under tcmalloc, hooks only at rate 0 otherwise ran every
     // allocation's cold path: 22 instead of 8.8 ns a churn pair).
-    if (HEAPPROF_UNLIKELY(flags.guard == 0 && ClassTablePending())) RetryClassTable();
+    if (HEAPPROF_UNLIKELY(flags.guard == 0 && ClassTablePending())) RetryClassTable(hook_return);
     StoreRelaxed(ts->countdown, FreshCountdown(*ts, rate));
     return !padded || remembered;
   }
@@ -8386,7 +8620,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
     g_registry.CountNestedSample();
     return !padded;
   }
-  if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable();
+  if (HEAPPROF_UNLIKELY(ClassTablePending())) RetryClassTable(hook_return);
   const LabelSetData* allocator_labels = tls_allocator_labels;
   if (HEAPPROF_UNLIKELY((how & kCountBlock) != 0 && allocator_labels != nullptr)) {
     // A global hook while a heapprof::allocator holds its labels out for its
@@ -8550,6 +8784,13 @@ namespace elf {
 
 static_assert(sizeof(void*) == 8, "heapprof reads ELF64 objects only");
 
+// Files this thread could not map for want of memory (mmap's ENOMEM: an
+// RLIMIT_AS, a small oom_reserve): their symbols and DWARF are missing from
+// the profile being written, which says so (snapshot.hpp:
+// EncodeGzippedSymbolized). Before, such a profile had no names and nothing
+// said why (HEAPPROF=oom_dump=1,oom_reserve=4k under a limit).
+inline thread_local unsigned tls_files_not_mapped = 0;
+
 // A whole file mapped read-only. Mapping instead of reading keeps a large
 // .symtab/.strtab out of the heap; the kernel pages in only what lookups touch.
 class MappedFile {
@@ -8590,6 +8831,8 @@ class MappedFile {
       if (addr != MAP_FAILED) {
         addr_ = addr;
         size_ = static_cast<std::size_t>(st.st_size);
+      } else if (errno == ENOMEM) {
+        ++tls_files_not_mapped;
       }
     }
     ::close(fd);
@@ -11026,6 +11269,8 @@ class DebugObject {
   }
   bool has_lines() const { return info_ != nullptr && info_->has_lines(); }
   bool has_info() const { return info_ != nullptr && info_->has_info(); }
+  // Whether its DWARF was read (or found absent) by an earlier lookup.
+  bool loaded() const { return loaded_; }
   const char* debug_file() const { return debug_file_; }
 
  private:
@@ -12132,6 +12377,16 @@ struct SymbolizedFrame {
   std::uint32_t start_line = 0;    // the function's declaration line; 0 = unknown
 };
 
+// Set on a thread while it writes a profile that must not read DWARF it has
+// not read before: oom_dump's under a reserve sized for names only
+// (dumps.hpp: Dumper::OnAllocFailed). Its names come from the symbol tables
+// (one file mapped at a time), its files and lines from what the cache
+// already holds. Reading a large program's DWARF cold took more than any
+// reserve below 80 MiB (a 31 MB test binary), and a load that ran out of
+// memory half way cost the profile every name (README "A dump on
+// allocation failure").
+inline thread_local bool tls_symbolize_cached_debug_only = false;
+
 // What Symbolize knew about an address.
 struct SymbolizedQuality {
   bool function = false;      // the outermost frame has a name
@@ -12253,8 +12508,10 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   bool inline_known = false;
   if (r->debug != nullptr) {
     DebugCacheLock hold;  // decoding fills the shared cache
-    r->debug->EnsureLoaded();
-    n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
+    if (!tls_symbolize_cached_debug_only || r->debug->loaded()) {
+      r->debug->EnsureLoaded();
+      n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
+    }
   }
   for (int i = 0; i < n; ++i) {
     SymbolizedFrame& f = out[i];
@@ -14234,7 +14491,27 @@ inline std::atomic<int> g_symbolize_oom_for_tests{0};
 // the first encoding gets that second chance, which needs less memory.)
 // Only with exceptions: without, the write's headroom decides beforehand
 // (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
+// A file the symbolizer could not map for want of memory (elf_file.hpp:
+// tls_files_not_mapped) costs the profile names, or files and lines: a
+// comment says so when the symbol tables were missed (they are read before
+// the encoding), a stderr line when anything was.
+inline void NoteFilesNotMapped(ProfileData& data) {
+  if (elf::tls_files_not_mapped == 0) return;
+  data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
+                             "go tool pprof symbolizes the addresses from the binaries");
+}
+inline void ReportFilesNotMapped() noexcept {
+  if (elf::tls_files_not_mapped == 0) return;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
+                "or lines\n",
+                elf::tls_files_not_mapped);
+  ReportRaw(line);
+}
+
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
+  elf::tls_files_not_mapped = 0;
 #if HEAPPROF_EXCEPTIONS
   try {
     Symbolizer symbolizer(objects);
@@ -14242,7 +14519,10 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
         g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
       throw std::bad_alloc();
     }
-    return EncodeGzipped(data, objects, symbolizer);
+    NoteFilesNotMapped(data);
+    ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+    ReportFilesNotMapped();
+    return gz;
   } catch (const std::bad_alloc&) {
     // The symbolizer's memory is back in the arena (what the debug-info
     // cache kept stays for later writes).
@@ -14257,7 +14537,10 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
   return gz;
 #else
   Symbolizer symbolizer(objects);
-  return EncodeGzipped(data, objects, symbolizer);
+  NoteFilesNotMapped(data);
+  ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+  ReportFilesNotMapped();
+  return gz;
 #endif
 }
 
@@ -14620,6 +14903,7 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
+#include <utility>
 
 
 namespace heapprof {
@@ -14797,6 +15081,31 @@ inline void NoteMainThread() noexcept {
 // notes it at its first scan on the main thread, if any.
 inline const bool g_main_thread_noted = (NoteMainThread(), true);
 
+// The calling thread's thread pointer (glibc: the descriptor itself on
+// x86-64, the end of it on aarch64).
+inline std::uintptr_t ThreadPointer() noexcept {
+  std::uintptr_t tp = 0;
+#if defined(__x86_64__)
+  asm("mov %%fs:0, %0" : "=r"(tp));
+#elif defined(__aarch64__)
+  asm("mrs %0, tpidr_el0" : "=r"(tp));
+#endif
+  return tp;
+}
+
+// Where glibc's TCB keeps a thread's DTV pointer, from the thread pointer
+// (x86-64: tcbhead_t { tcb, dtv, self, ... } at %fs:0; aarch64: tcbhead_t
+// { dtv, private } at tpidr_el0). The DTV is an array of 16-byte entries:
+// [-1] its length, [modid] the module's TLS block for that thread (-1 when
+// not allocated yet). Used only after the calling thread's own DTV agreed
+// with dl_iterate_phdr (AddMainThreadDynamicTls).
+#if defined(__x86_64__)
+constexpr std::uintptr_t kDtvInTcb = 8;
+#else
+constexpr std::uintptr_t kDtvInTcb = 0;
+#endif
+constexpr std::uintptr_t kDtvEntryBytes = 16;
+
 struct ModulesState {
   ArenaVector<Module>* modules;
   ArenaVector<RootRegion>* roots;
@@ -14805,6 +15114,10 @@ struct ModulesState {
   long main_tid;               // 0: the main thread is this one, gone, or not known
   std::uintptr_t main_self;    // its pthread_self()
   std::uintptr_t own_self;     // this thread's
+  std::uintptr_t own_tp;       // this thread's thread pointer (ThreadPointer)
+  SafeReader* reader;          // for the DTVs
+  bool dtv_agrees = false;     // this thread's DTV held a block dl_iterate_phdr gave (AddMainThreadDynamicTls)
+  ArenaVector<std::pair<std::size_t, std::uint64_t>> dynamic_tls = {};  // (modid, size): the main thread's to find
 };
 
 // The main thread's block of a module's TLS whose block for this thread is
@@ -14812,18 +15125,59 @@ struct ModulesState {
 // of its own descriptor: a dynamic block is malloc'ed, at no fixed offset),
 // and only where that lands inside one readable, writable mapping, the one of
 // the main thread's descriptor (never a guess read blindly).
-inline void AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t size) {
-  if (st.main_tid == 0 || size == 0) return;
+// Returns whether this thread's block is static TLS.
+inline bool AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t size) {
+  if (st.main_tid == 0 || size == 0) return false;
   const Mapping* mine = MappingOf(*st.maps, own);
-  if (mine == nullptr || mine != MappingOf(*st.maps, st.own_self)) return;
+  if (mine == nullptr || mine != MappingOf(*st.maps, st.own_self)) return false;
   const std::uintptr_t lo = st.main_self + (own - st.own_self);  // modulo 2^64: the offset may be negative
   const Mapping* m = MappingOf(*st.maps, lo);
   if (m == nullptr || m != MappingOf(*st.maps, st.main_self) || !m->readable || !m->writable || size > m->hi - lo) {
-    return;
+    return true;
   }
   RootRegion r;
   r.lo = lo;
   r.hi = lo + size;
+  r.kind = RootKind::kTls;
+  r.tid = st.main_tid;
+  st.roots->push_back(r);
+  return true;
+}
+
+inline bool ReadWord(SafeReader& reader, std::uintptr_t at, std::uintptr_t& value) noexcept {
+  return reader.Read(at, &value, sizeof value) == sizeof value;
+}
+
+// Whether this thread's DTV entry `modid` is `block` (dl_iterate_phdr's
+// dlpi_tls_data): the layout is glibc's as above.
+inline bool OwnDtvHolds(ModulesState& st, std::size_t modid, std::uintptr_t block) noexcept {
+  std::uintptr_t dtv = 0, length = 0, entry = 0;
+  return st.own_tp != 0 && modid != 0 && ReadWord(*st.reader, st.own_tp + kDtvInTcb, dtv) &&
+         ReadWord(*st.reader, dtv - kDtvEntryBytes, length) && modid <= length &&
+         ReadWord(*st.reader, dtv + modid * kDtvEntryBytes, entry) && entry == block;
+}
+
+// The main thread's block of a module's dynamic TLS (a library dlopen'ed
+// with thread_locals: glibc mallocs each thread's block at its first use),
+// found in the main thread's DTV. The main thread's DTV lies in memory ld.so
+// took at start-up, which no scan reads: its thread_locals in a plugin were
+// "[unsampled heap]", or "[unreachable]" with every object known, when
+// another thread wrote the profile. Only once this thread's own DTV agreed
+// with dl_iterate_phdr (dtv_agrees); every read goes through the reader.
+inline void AddMainThreadDynamicTls(ModulesState& st, std::size_t modid, std::uint64_t size) {
+  if (!st.dtv_agrees || st.main_tid == 0 || size == 0 || modid == 0) return;
+  const std::uintptr_t main_tp = st.main_self + (st.own_tp - st.own_self);  // modulo 2^64, as above
+  std::uintptr_t dtv = 0, length = 0, block = 0;
+  if (!ReadWord(*st.reader, main_tp + kDtvInTcb, dtv) || !ReadWord(*st.reader, dtv - kDtvEntryBytes, length) ||
+      modid > length || !ReadWord(*st.reader, dtv + modid * kDtvEntryBytes, block) || block == 0 ||
+      block == ~std::uintptr_t{0}) {
+    return;  // (-1: the main thread never used this module's thread_locals)
+  }
+  const Mapping* m = MappingOf(*st.maps, block);
+  if (m == nullptr || !m->readable || !m->writable || size > m->hi - block) return;
+  RootRegion r;
+  r.lo = block;
+  r.hi = block + size;
   r.kind = RootKind::kTls;
   r.tid = st.main_tid;
   st.roots->push_back(r);
@@ -14873,7 +15227,10 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
       r.kind = RootKind::kGlobal;
       r.module = index;
       st.roots->push_back(r);
-    } else if (ph.p_type == PT_TLS && info->dlpi_tls_data != nullptr) {
+    } else if (ph.p_type == PT_TLS && info->dlpi_tls_data == nullptr) {
+      // Not used by this thread yet: dynamic TLS, perhaps the main thread's.
+      st.dynamic_tls.emplace_back(info->dlpi_tls_modid, ph.p_memsz);
+    } else if (ph.p_type == PT_TLS) {
       // This thread's block of the object's TLS (dlpi_tls_data is the calling
       // thread's, allocated already or nullptr).
       RootRegion r;
@@ -14882,7 +15239,8 @@ inline int CollectRootSegments(dl_phdr_info* info, std::size_t, void* data) {
       r.kind = RootKind::kTls;
       r.tid = st.tid;
       st.roots->push_back(r);
-      AddMainThreadTls(st, r.lo, ph.p_memsz);
+      if (!st.dtv_agrees) st.dtv_agrees = OwnDtvHolds(st, info->dlpi_tls_modid, r.lo);
+      if (!AddMainThreadTls(st, r.lo, ph.p_memsz)) st.dynamic_tls.emplace_back(info->dlpi_tls_modid, ph.p_memsz);
     }
   }
   return 0;
@@ -14962,8 +15320,11 @@ class Scanner {
     // user pointer: for sizes of 16k+1 .. 16k+8 that is inside the object,
     // and malloc's own free lists and top pointer (in libc's .data) point
     // there. Such a word is the allocator's, not a reference to the object.
+    // Only under glibc's malloc (glibc_headers_): jemalloc, tcmalloc and
+    // mimalloc keep no header there, and a program's pointer to that last
+    // member (&s->c of a struct { long a, b, c; }) held it; it was missed.
     const std::uint64_t header = ((o[a].size + 8 + 15) & ~std::uint64_t{15}) - 16;
-    if ((o[a].start & 15) == 0 && header != 0 && v - o[a].start == header) return -1;
+    if (glibc_headers_ && (o[a].start & 15) == 0 && header != 0 && v - o[a].start == header) return -1;
     return static_cast<long>(a);
   }
 
@@ -15044,6 +15405,7 @@ class Scanner {
   }
 
   void Prepare() { buf_.resize(kChunk / sizeof(std::uintptr_t)); }
+  void SetGlibcHeaders(bool on) noexcept { glibc_headers_ = on; }
 
   ~Scanner() {
     if (pagemap_fd_ >= 0) ::close(pagemap_fd_);
@@ -15058,6 +15420,7 @@ class Scanner {
   SafeReader reader_;
   ArenaVector<std::uintptr_t> buf_;
   std::uintptr_t lo_ = 1, hi_ = 0;
+  bool glibc_headers_ = true;
   int pagemap_fd_ = -2;  // -2: not opened yet, -1: none
   std::uintptr_t page_ = 0;
   ArenaVector<std::uint64_t> entries_;
@@ -15076,6 +15439,17 @@ inline bool EveryObjectKnown() noexcept {
 #else
   return false;
 #endif
+}
+
+// Whether the objects' memory may be glibc malloc's chunks (Scanner::Find's
+// header word): false only where the malloc under the objects is positively
+// an allocator library's (jemalloc, tcmalloc, mimalloc; preloaded or linked):
+// the one under the hooks when they replace malloc, else the process's.
+inline bool MallocMayBeGlibcs() noexcept {
+  void* const fn = UnderlyingMallocAddress();
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return true;
+  return !IsAllocatorFile(info.dli_fname);
 }
 
 // How far above its stack pointer a stack in heap memory is scanned when
@@ -15126,8 +15500,9 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // thread's stack, then the others'.
   const long pid = ::getpid();
   if (self == pid) NoteMainThread();
+  SafeReader tls_reader;
   ModulesState ms{&r.modules, &r.roots, self, &maps, 0, g_main_thread_self.load(std::memory_order_relaxed),
-                  ThreadSelf()};
+                  ThreadSelf(), ThreadPointer(), &tls_reader};
   if (self != pid && ms.main_self != 0) {
     // Still there, not a zombie: after the main thread's pthread_exit its
     // TLS is stale (its destructors ran), and not a root.
@@ -15138,10 +15513,12 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     if (paren != ArenaString::npos && paren + 2 < text.size() && text[paren + 2] != 'Z') ms.main_tid = pid;
   }
   dl_iterate_phdr(&CollectRootSegments, &ms);
+  for (const auto& module : ms.dynamic_tls) AddMainThreadDynamicTls(ms, module.first, module.second);
 
   Scanner scanner(r);
   scanner.Prepare();
   scanner.Bounds();
+  scanner.SetGlibcHeaders(MallocMayBeGlibcs());
 
   // The top of the stack holding `sp`: the end of its mapping (a thread
   // stack, [stack], a fiber's own mmap), except in a malloc heap (the brk
@@ -15216,6 +15593,19 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // at it too (a stack's references come and go; and dead stack slots hold
   // stale copies that would otherwise shorten every path).
   std::size_t head = 0;
+  // A TLS block that is itself an object (a dynamic TLS block: glibc mallocs
+  // it, through the hooks when they replace malloc) is held by its thread, as
+  // its contents are, before any word elsewhere is looked at. Only the main
+  // thread's DTV points at its blocks, and no scan reads that: the block was
+  // "[unreachable]", a leak at rate 1 that set leak_exit_code.
+  for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
+    if (r.roots[ri].kind != RootKind::kTls) continue;
+    const long k = scanner.Find(r.roots[ri].lo);
+    if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) continue;
+    r.region[static_cast<std::size_t>(k)] = ri;
+    r.word_at[static_cast<std::size_t>(k)] = r.roots[ri].lo;
+    queue.push_back(static_cast<std::uint32_t>(k));
+  }
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
       const RootRegion root = r.roots[ri];
@@ -15396,7 +15786,10 @@ inline ArenaString MarkerSafe(std::string_view name) {
 
 class RootNamer {
  public:
-  explicit RootNamer(const ScanResult& r) : r_(r), symbols_(r.modules.size()) {}
+  // `objects`: the profile's (CollectProfileObjects), whose absolute paths
+  // and /proc/self/map_files entries name the files that were mapped.
+  RootNamer(const ScanResult& r, const ArenaVector<LoadedObject>& objects)
+      : r_(r), objects_(objects), symbols_(r.modules.size()) {}
 
   // "[global] g_cache", "[stack] thread 1234", "[tls] thread 1234",
   // "[unsampled heap]", "[unreachable]" for the path's root of object `i`.
@@ -15410,7 +15803,7 @@ class RootNamer {
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     const Module& m = r_.modules[static_cast<std::size_t>(root.module)];
     DataSymbols& syms = symbols_[static_cast<std::size_t>(root.module)];
-    if (!syms.loaded) syms.Load(m.path);
+    if (!syms.loaded) syms.Load(FileOf(m));
     const std::uintptr_t at = r_.word_at[k];
     if (const ArenaString* name = syms.Find(at - m.bias)) return "[global] " + MarkerSafe(*name);
     char buf[64];
@@ -15419,7 +15812,22 @@ class RootNamer {
   }
 
  private:
+  // What to open for a module's symbols: dl_iterate_phdr's name is the
+  // string given to dlopen, which a relative path ("./plugin.so") no longer
+  // names after a chdir (a daemon's chdir("/")), nor a path whose file a
+  // deploy has replaced or deleted since: the loaded object's (same load
+  // bias) file as the symbolizer reads it. Roots were "lib.so+0x4020", or
+  // named after the new file's symbols.
+  const ArenaString& FileOf(const Module& m) const {
+    for (const LoadedObject& o : objects_) {
+      if (o.bias != m.bias || o.path.empty()) continue;
+      return !o.file.empty() ? o.file : o.path;
+    }
+    return m.path;
+  }
+
   const ScanResult& r_;
+  const ArenaVector<LoadedObject>& objects_;
   ArenaVector<DataSymbols> symbols_;
 };
 
@@ -15555,7 +15963,7 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
   ProfileData data;
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = RealtimeNanos();
-  RootNamer namer(r);
+  RootNamer namer(r, objects);
   HolderSites sites(symbolizer, objects);
   struct Agg {
     const Bucket* bucket;
@@ -15943,7 +16351,8 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 //                         last such dump (the first: SIZE above RSS at start)
 //   oom_dump=1            PATH.<pid>.oom.pb.gz when an allocation first fails,
 //                         written on the failing thread after releasing a
-//                         reserve mapped at start-up (oom_reserve, 64 MiB)
+//                         reserve mapped at start-up (oom_reserve; default
+//                         64 MiB, less under RLIMIT_AS: DefaultOomReserve)
 //
 // A forked child gets a dump thread of its own (pthread_atfork): its dumps
 // carry its pid, and it runs the exit actions when it exits.
@@ -15968,6 +16377,9 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 #include <ctime>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -16249,8 +16661,66 @@ constexpr int kDumpPollMillis = 10;
 constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
 // How often the memory limit is looked up again (a cgroup's can change).
 constexpr std::int64_t kLimitRefreshMillis = 1000;
-// oom_dump's reserve when oom_reserve is not given.
+// oom_dump's reserve when oom_reserve is not given and no RLIMIT_AS applies.
 constexpr std::uint64_t kDefaultOomReserve = std::uint64_t{64} << 20;
+// Under RLIMIT_AS the default reserve stays 64 MiB while the address space
+// left at start-up is at least this many times that.
+constexpr std::uint64_t kOomReserveHeadroomShare = 8;
+// Added to the largest loaded file for the default under a tighter limit:
+// the snapshot, the encoder's buffers and a stripped library's debug file
+// (libc's is 4 MiB on Debian 12). Measured (README "A dump on allocation
+// failure"): a 7.9 MB program's dump had no names from a 6 MiB reserve,
+// names from 8 MiB; a 31 MB one's from its 39 MiB. Built without
+// exceptions a write first maps its headroom (write_headroom.hpp: at least
+// kMinWriteHeadroom) out of the released reserve: that much more.
+constexpr std::uint64_t kOomReserveMargin =
+    (std::uint64_t{8} << 20) + (HEAPPROF_EXCEPTIONS ? 0 : std::uint64_t{kMinWriteHeadroom});
+
+// The reserve that oom_reserve does not set. Without RLIMIT_AS (`limit` 0),
+// or with 512 MiB or more left (`limit` - `used`): 64 MiB, as always
+// (address space only: no RSS, no cgroup charge). Under a tighter RLIMIT_AS
+// the reserve is address space the program no longer has (64 MiB of 128
+// made its first failure come half way): `floor`, what a dump with names
+// needs (the largest file a write maps, plus the margin above), at most
+// half of what is left; that dump reads no DWARF it has not read before
+// (symbolizer.hpp: tls_symbolize_cached_debug_only). Reading it cold needs
+// far more, and a reserve short of it lost every name, not only the lines
+// (the 31 MB program: no names from any reserve up to 64 MiB).
+inline std::uint64_t DefaultOomReserve(std::uint64_t limit, std::uint64_t used, std::uint64_t floor) noexcept {
+  if (limit == 0) return kDefaultOomReserve;
+  const std::uint64_t left = limit > used ? limit - used : 0;
+  if (left / kOomReserveHeadroomShare >= kDefaultOomReserve) return kDefaultOomReserve;
+  const std::uint64_t r = std::min(std::min(floor, kDefaultOomReserve), left / 2);
+  return r & ~std::uint64_t{4095};  // whole pages
+}
+
+// The size of the largest file of the loaded objects: a write with names
+// maps each object's file whole, one at a time, to read its symbol table
+// (SymbolTable::Load). Static initialisation: not inside a hook.
+inline std::uint64_t LargestLoadedFileBytes() noexcept {
+  struct Walk {
+    static int Visit(dl_phdr_info* info, std::size_t, void* data) noexcept {
+      const char* name = info->dlpi_name;
+      if (name == nullptr || name[0] == '\0') name = "/proc/self/exe";  // the program
+      struct stat st {};
+      if (::stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
+        auto& largest = *static_cast<std::uint64_t*>(data);
+        largest = std::max(largest, static_cast<std::uint64_t>(st.st_size));
+      }
+      return 0;
+    }
+  };
+  std::uint64_t largest = 0;
+  IterateLoadedObjects(&Walk::Visit, &largest);
+  return largest;
+}
+
+// RLIMIT_AS's soft limit, 0 when there is none.
+inline std::uint64_t AddressSpaceLimit() noexcept {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  return static_cast<std::uint64_t>(rl.rlim_cur);
+}
 
 // "943.2 MiB"
 inline ArenaString MiBText(std::uint64_t bytes) {
@@ -16267,7 +16737,7 @@ class Dumper {
   void Start(const EnvConfig& cfg) noexcept {
     cfg_ = &cfg;
     if (::getcwd(start_dir_, sizeof start_dir_) == nullptr) start_dir_[0] = '\0';
-    if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve != 0 ? cfg.oom_reserve : kDefaultOomReserve);
+    if (cfg.oom_dump) ArmOomDump(cfg.oom_reserve);
     if (!cfg.WantsDumper()) return;
     if (cfg.dump_signal != 0) InstallSignalHandler(cfg.dump_signal);
     if (!StartThread()) return;
@@ -16364,20 +16834,26 @@ class Dumper {
   // start-up is released first, which gives back that much address space
   // (RLIMIT_AS) and commit charge (vm.overcommit_memory=2). Untouched, the
   // reserve costs no RSS and no cgroup charge.
-  void OnAllocFailed(std::size_t n) noexcept {
-    if (tls_thread_flags.guard != 0) return;  // the profiler's own allocation (or a handler inside it)
-    if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return;
+  // True when it released the reserve (the failed allocation is worth one
+  // more try: block_hooks.hpp, OnAllocFailure).
+  bool OnAllocFailed(std::size_t n) noexcept {
+    if (tls_thread_flags.guard != 0) return false;  // the profiler's own allocation (or a handler inside it)
+    if (oom_dumped_.exchange(true, std::memory_order_acq_rel)) return false;
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     ReleaseOomReserve();
-    char why[160];
+    char why[256];
     if (oom_reserve_bytes_released_ != 0) {
-      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve", n,
-                    static_cast<unsigned long long>(oom_reserve_bytes_released_));
+      std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; released the %llu-byte reserve%s", n,
+                    static_cast<unsigned long long>(oom_reserve_bytes_released_),
+                    oom_cached_debug_only_ ? " (sized for RLIMIT_AS: lines only from debug info already read)" : "");
     } else {  // (it said "released the 0-byte reserve")
       std::snprintf(why, sizeof why, "oom_dump: an allocation of %zu bytes failed; no reserve (it could not be mapped)",
                     n);
     }
+    tls_symbolize_cached_debug_only = oom_cached_debug_only_;
     DumpNamed("oom", false, why);
+    tls_symbolize_cached_debug_only = false;
+    return oom_reserve_bytes_released_ != 0;
   }
 
   // True once the dump thread is past its start-up (and the writer warm-up
@@ -16443,13 +16919,46 @@ class Dumper {
 
   static void SignalHandler(int sig, siginfo_t* info, void* context) noexcept;
   static void ForkChild() noexcept;
-  static void AllocFailed(std::size_t n) noexcept;
+  static bool AllocFailed(std::size_t n) noexcept;
 
-  void ArmOomDump(std::uint64_t bytes) noexcept {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // `given`: oom_reserve, 0 when not given (DefaultOomReserve).
+  void ArmOomDump(std::uint64_t given) noexcept {
+    const std::uint64_t limit = AddressSpaceLimit();
+    const std::uint64_t used = limit != 0 ? StatmBytes(0) : 0;
+    const std::uint64_t left = limit > used ? limit - used : 0;
+    std::uint64_t bytes = given;
+    if (given == 0) {
+      const std::uint64_t floor = limit != 0 ? LargestLoadedFileBytes() + kOomReserveMargin : 0;
+      bytes = DefaultOomReserve(limit, used, floor);
+      // Sized for names, not for reading DWARF cold: the dump reads none
+      // that it has not read before (symbolizer.hpp).
+      oom_cached_debug_only_ = bytes < kDefaultOomReserve;
+      if (limit != 0 && bytes < (floor & ~std::uint64_t{4095})) {
+        ReportLine("oom_dump: RLIMIT_AS leaves " + MiBText(left) + " of address space: a reserve of " +
+                   MiBText(bytes) + ", less than the " + MiBText(floor) +
+                   " a dump with function names needs here (oom_reserve=SIZE sets it)");
+      }
+    }
+    void* p = bytes != 0 ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                         : MAP_FAILED;
     if (p == MAP_FAILED) {
-      ReportLine("oom_dump: cannot map the " + MiBText(bytes) + " reserve: " + std::strerror(errno) +
-                 "; the dump will be written without it");
+      const int err = bytes != 0 ? errno : ENOMEM;
+      // Say which limit refused it: oom_reserve above what RLIMIT_AS leaves
+      // was reported as a bare ENOMEM, and the dump, written without it, can
+      // end the process (no exceptions) or lose its names.
+      ArenaString line = "oom_dump: cannot map the ";
+      line += MiBText(bytes);
+      line += given != 0 ? " reserve (oom_reserve): " : " reserve: ";
+      line += std::strerror(err);
+      if (limit != 0) {
+        line += " (RLIMIT_AS ";
+        line += MiBText(limit);
+        line += ", ";
+        line += MiBText(left);
+        line += " left)";
+      }
+      line += "; the dump will be written without it";
+      ReportLine(line);
     } else {
       oom_reserve_ = p;
       oom_reserve_bytes_ = bytes;
@@ -16614,7 +17123,18 @@ class Dumper {
     const bool memory_triggers = cfg.dump_near_oom != 0 || cfg.rss_interval != 0;
     MemoryWatch watch;
     if (memory_triggers) watch.Begin(cfg);
-    if (cfg.dump_near_oom != 0 || cfg.oom_dump) WarmUpWriter();
+    // For an oom_dump whose reserve was sized down under RLIMIT_AS (and no
+    // dump_near_oom), the warm-up reads no DWARF either, as its dump will
+    // not: one that had samples to symbolize (rate=1: the start-up's own)
+    // kept the program's DWARF, 130 MB of a 256 MiB limit for the 31 MB test
+    // binary. It still runs: built without exceptions, a write maps what the
+    // last one needed (write_headroom.hpp), and without a first write the
+    // oom dump asked for 64 MiB out of a 10 MiB reserve and was refused.
+    if (cfg.dump_near_oom != 0 || cfg.oom_dump) {
+      tls_symbolize_cached_debug_only = cfg.dump_near_oom == 0 && oom_cached_debug_only_;
+      WarmUpWriter();
+      tls_symbolize_cached_debug_only = false;
+    }
     writer_warm_.store(true, std::memory_order_release);
     // The first marks: SIZE at start-up; in a forked child, the next
     // multiples above the counts it inherited (taken in the fork handler).
@@ -16803,6 +17323,7 @@ class Dumper {
   void* oom_reserve_ = nullptr;  // oom_dump's reserve, released by the first failure
   std::uint64_t oom_reserve_bytes_ = 0;
   std::uint64_t oom_reserve_bytes_released_ = 0;
+  bool oom_cached_debug_only_ = false;  // the default reserve was sized down under RLIMIT_AS
   std::atomic<bool> oom_dumped_{false};
   std::atomic<bool> writer_warm_{false};
   std::atomic<std::uint64_t> memory_polls_{0};
@@ -16815,7 +17336,7 @@ inline void Dumper::SignalHandler(int sig, siginfo_t* info, void* context) noexc
   g_dumper.OnSignalInfo(sig, info, context);
 }
 inline void Dumper::ForkChild() noexcept { g_dumper.RestartInChild(); }
-inline void Dumper::AllocFailed(std::size_t n) noexcept { g_dumper.OnAllocFailed(n); }
+inline bool Dumper::AllocFailed(std::size_t n) noexcept { return g_dumper.OnAllocFailed(n); }
 
 }  // namespace detail
 }  // namespace heapprof
@@ -16866,14 +17387,11 @@ inline ArenaString SimplifyFunctionName(const ArenaString& name) {
 // library's containers and allocators, heapprof itself, the allocation
 // functions. A row starts at the first frame that is none of these, so that
 // at -O0 a leaked vector's row shows who made the vector, not
-// std::__new_allocator::allocate.
-inline bool IsAllocatorMachinery(std::string_view name) {
-  for (const char* prefix : {"std::", "__gnu_cxx::", "__cxx", "heapprof::", "operator new", "operator delete",
-                             "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_"}) {
-    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
-  }
-  return false;
-}
+// std::__new_allocator::allocate. The retention profile's rule: the C
+// allocation functions by their whole name only (as prefixes, "realloc" and
+// "malloc" skipped the program's reallocate_buffer and malloc_pool::Grow, and
+// a row started at their caller).
+inline bool IsAllocatorMachinery(std::string_view name) { return retention::IsMachineryName(name); }
 
 inline std::string_view BaseName(std::string_view path) {
   const std::size_t slash = path.rfind('/');
@@ -17662,7 +18180,7 @@ inline Error ParseHead(std::string_view head, Request& req) {
 // What the server does with a parsed request.
 enum class Action {
   kError,     // send `error`
-  kRedirect,  // 301 to /debug/pprof/
+  kRedirect,  // 301 to `location` (a path that is not clean, /debug/pprof)
   kIndex,     // the HTML index
   kProfile,   // gzip'ed pprof, now
   kDelta,     // gzip'ed pprof delta after `seconds`
@@ -17680,7 +18198,58 @@ struct Plan {
   bool retention = false;  // /retention: the retention profile (retention.hpp); pprof only
   std::int64_t seconds = 0;
   std::uint64_t body_bytes = 0;  // kSymbol POST: the body to read first
+  // kRedirect: the Location (an escaped path, then the query as sent), and
+  // whether the response has Go's HTML body and its Content-Type (GET and
+  // HEAD; other methods get neither, as from Go's http.Redirect).
+  ArenaString location;
+  bool redirect_html = false;
 };
+
+// Go's ServeMux cleanPath: path.Clean of a rooted path (no empty or "."
+// segments, ".." takes away the segment before it and nothing at the root),
+// with a trailing slash kept.
+inline ArenaString CleanPath(std::string_view p) {
+  ArenaString out;
+  out.reserve(p.size() + 1);
+  std::size_t i = 0;
+  while (i < p.size()) {
+    std::size_t end = p.find('/', i);
+    if (end == std::string_view::npos) end = p.size();
+    const std::string_view segment = p.substr(i, end - i);
+    i = end + 1;
+    if (segment.empty() || segment == ".") continue;
+    if (segment == "..") {
+      const std::size_t slash = out.rfind('/');
+      out.resize(slash == ArenaString::npos ? 0 : slash);
+      continue;
+    }
+    out += '/';
+    out += segment;
+  }
+  if (out.empty()) return ArenaString("/");
+  if (!p.empty() && p.back() == '/') out += '/';
+  return out;
+}
+
+// A decoded path as Go's url.URL writes one (EscapedPath): every byte but
+// the unreserved ones and $&+,/:;=@ as %XX, so the Location header of a
+// redirect never carries a CR, a LF, a space or a '?' that a %0d, %20 or
+// %3f in the request's path decoded to.
+inline void AppendEscapedPath(std::string_view path, ArenaString& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (char ch : path) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      std::string_view("-_.~$&+,/:;=@").find(ch) != std::string_view::npos;
+    if (keep) {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+}
 
 // strconv.ParseInt(s, 10, 64) as Go's handler uses it: optional sign, decimal.
 inline bool ParseInt64(std::string_view s, std::int64_t& out) noexcept {
@@ -17743,6 +18312,25 @@ inline Plan PlanRequest(const Request& req) {
   const bool get = req.method == "GET", head = req.method == "HEAD", post = req.method == "POST";
   plan.head_only = head;
   constexpr std::string_view kPrefix = "/debug/pprof/";
+  // Go's ServeMux, before any handler and for any method but CONNECT: a path
+  // that is not clean ("..", ".", "//") is answered with a 301 to its clean
+  // form, and /debug/pprof (a subtree registered only with its slash) with a
+  // 301 to /debug/pprof/, the query kept as sent. Before, "/debug/pprof/../pprof/heap"
+  // and "/debug//pprof/heap" were a 404, and the query was lost on /debug/pprof.
+  if (req.method != "CONNECT") {
+    ArenaString clean = CleanPath(req.path);
+    if (clean == "/debug/pprof") clean += '/';
+    if (clean != req.path) {
+      plan.action = Action::kRedirect;
+      AppendEscapedPath(clean, plan.location);
+      if (!req.raw_query.empty()) {
+        plan.location += '?';
+        plan.location += req.raw_query;
+      }
+      plan.redirect_html = get || head;
+      return plan;
+    }
+  }
   if (req.path == "/debug/pprof/symbol" && !get && !head && !post) {
     plan.error = Error{405, "method not allowed: use GET, HEAD or POST", "GET, HEAD, POST"};
     return plan;
@@ -17762,10 +18350,6 @@ inline Plan PlanRequest(const Request& req) {
   }
   if (req.content_length != 0) {
     plan.error = Error{400, "request body not supported"};
-    return plan;
-  }
-  if (req.path == "/debug/pprof") {
-    plan.action = Action::kRedirect;
     return plan;
   }
   if (req.path.compare(0, kPrefix.size(), kPrefix) != 0) {
@@ -18087,24 +18671,49 @@ inline ArenaString ErrorResponse(int status, const char* reason, bool head_only 
   return out;
 }
 
+// Go's html.EscapeString set (what http.Redirect's body uses).
+inline void AppendHtmlEscaped(std::string_view text, ArenaString& out) {
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '\'': out += "&#39;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      default: out += c;
+    }
+  }
+}
+
 inline ArenaString IndexHtml() {
   ArenaString b =
       "<html>\n<head>\n<title>/debug/pprof/</title>\n<style>\n.profile-name{\n\tdisplay:inline-block;\n"
       "\twidth:6rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/<br>\n<br>\nTypes of profiles available:\n"
       "<table>\n<thead><td>Count</td><td>Profile</td></thead>\n";
   char line[160];
+  // Go's Count column is Profile.Count, the number of stacks (records) in
+  // the profile: for heap and allocs the records ?debug=1 lists (every
+  // bucket with an allocation, as Go's MemProfile(inuseZero=true)), as the
+  // peak row's is its snapshot's buckets. It was the number of sampled live
+  // objects, which is neither (and says nothing of allocs).
+  std::uint64_t records = 0;
+  for (const Bucket* bucket = g_buckets.Head(); bucket != nullptr; bucket = bucket->next) {
+    if (ReadCounts(bucket).allocs != 0) ++records;
+  }
   const std::uint64_t live = GetStats().sampled_live_objects;
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='allocs?debug=1'>allocs</a></td></tr>\n",
-                static_cast<unsigned long long>(live));
+                static_cast<unsigned long long>(records));
   b += line;
   // Listed as Go's index lists it: a row with a count of 0, in name order.
   b += "<tr><td>0</td><td><a href='cmdline'>cmdline</a></td></tr>\n";
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='heap?debug=1'>heap</a></td></tr>\n",
-                static_cast<unsigned long long>(live));
+                static_cast<unsigned long long>(records));
   b += line;
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='peak?debug=1'>peak</a></td></tr>\n",
                 static_cast<unsigned long long>(g_peak.Count()));
   b += line;
+  // (The retention profile's records are known only after its scan: its
+  // row counts the sampled live objects the scan starts from.)
   std::snprintf(line, sizeof line, "<tr><td>%llu</td><td><a href='retention'>retention</a></td></tr>\n",
                 static_cast<unsigned long long>(live));
   b += line;
@@ -18191,9 +18800,17 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
     case Action::kError:
       return ErrorResponse(plan.error.status, plan.error.reason, plan.head_only, plan.error.allow);
     case Action::kRedirect:
-      AppendResponse(out, 301,
-                     {{"Location", "/debug/pprof/"}, {"Content-Type", "text/html; charset=utf-8"}},
-                     "<a href=\"/debug/pprof/\">Moved Permanently</a>.\n\n", plan.head_only);
+      // Go's http.Redirect: to GET and HEAD a short HTML body with the link,
+      // to other methods none.
+      if (!plan.redirect_html) {
+        AppendResponse(out, 301, {{"Location", plan.location}}, ArenaString(), plan.head_only);
+        return out;
+      }
+      body = "<a href=\"";
+      AppendHtmlEscaped(plan.location, body);
+      body += "\">Moved Permanently</a>.\n\n";
+      AppendResponse(out, 301, {{"Location", plan.location}, {"Content-Type", "text/html; charset=utf-8"}}, body,
+                     plan.head_only);
       return out;
     case Action::kIndex:
       AppendResponse(out, 200,
@@ -18301,12 +18918,25 @@ class Server;
 // take connections nobody answers and keep the port from being bound again
 // (a new instance of the parent, say). The child is a full process
 // otherwise; it may start its own server.
+// The lock is held while a server opens or closes its listening socket, and
+// across fork() (prepare to parent/child handler). Recursive where the libc
+// has a static initialiser for one (glibc): a fork on the thread that holds
+// it (the tests' g_listening_hook forks there) does not wait for itself.
+#if defined(PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP)
+#define HEAPPROF_SERVERS_MUTEX_INITIALIZER PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP
+#else
+#define HEAPPROF_SERVERS_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#endif
 struct ServerList {
-  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_t mutex = HEAPPROF_SERVERS_MUTEX_INITIALIZER;
   Server* head = nullptr;
   bool atfork_registered = false;
 };
 inline ServerList g_servers;
+// Tests only: called with a server's listening socket, under g_servers' lock,
+// right after listen() and right before the socket is closed (the moments a
+// fork must not leave the socket to a child).
+inline void (*g_listening_hook)(int listen_fd) = nullptr;
 void CloseServersInForkedChild() noexcept;
 inline void LockServers() noexcept { pthread_mutex_lock(&g_servers.mutex); }
 inline void UnlockServers() noexcept { pthread_mutex_unlock(&g_servers.mutex); }
@@ -18314,7 +18944,7 @@ inline void ForkChildServers() noexcept {
   CloseServersInForkedChild();
   // The child's copy of the mutex was locked by the forking thread (prepare):
   // reinitialise rather than unlock a mutex this thread may not own.
-  g_servers.mutex = PTHREAD_MUTEX_INITIALIZER;
+  g_servers.mutex = HEAPPROF_SERVERS_MUTEX_INITIALIZER;
 }
 
 class Server {
@@ -18328,34 +18958,32 @@ class Server {
       error_.err = err;
       error_.context = "heapprof::HttpServer: " + what;
       error_.message = error_.context + ": " + std::strerror(err);
-      if (listen_fd_ >= 0) ::close(listen_fd_);
-      if (wake_fd_ >= 0) ::close(wake_fd_);
-      listen_fd_ = wake_fd_ = -1;
     };
-    listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) {
-      fail(errno, "socket");
+    // The listening socket exists only while the server is in g_servers, so
+    // that a fork by another thread at any moment gives the child a socket its
+    // fork handler closes. Opened after it joined the list, the lock held
+    // from before socket() on (a fork waits in the prepare handler). Before,
+    // the server joined the list only after listen() and its threads' start:
+    // a child forked in between kept a listening socket nobody answered (it
+    // took connections, and held the port, for as long as it lived). Under
+    // the lock: system calls only, no allocation (a forking thread may hold
+    // the engine's locks while it waits for this one).
+    const char* failed = nullptr;
+    int err = 0;
+    LockServers();
+    if (!g_servers.atfork_registered) {
+      // Safe under the lock: until registered, fork() does not take it.
+      g_servers.atfork_registered = true;
+      pthread_atfork(&LockServers, &UnlockServers, &ForkChildServers);
+    }
+    Link();
+    if (!OpenSockets(addr, failed, err)) {
+      CloseSocketsAndUnlink();
+      UnlockServers();
+      fail(err, failed == nullptr ? ArenaString("cannot listen on ") + ArenaString(listen) : ArenaString(failed));
       return;
     }
-    const int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
-        ::listen(listen_fd_, 128) != 0) {
-      fail(errno, "cannot listen on " + ArenaString(listen));
-      return;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) {
-      fail(errno, "eventfd");
-      return;
-    }
-    listen_id_ = FileId::Of(listen_fd_);
-    wake_id_ = FileId::Of(wake_fd_);
+    UnlockServers();
     // The server's threads take no signals: the program's handlers run on its own threads.
     sigset_t all, old;
     sigfillset(&all);
@@ -18367,18 +18995,13 @@ class Server {
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
+      LockServers();
+      CloseSocketsAndUnlink();
+      UnlockServers();
       fail(rc, "cannot start its thread");
       return;
     }
     running_ = true;
-    LockServers();
-    if (!g_servers.atfork_registered) {
-      g_servers.atfork_registered = true;
-      pthread_atfork(&LockServers, &UnlockServers, &ForkChildServers);
-    }
-    next_ = g_servers.head;
-    g_servers.head = this;
-    UnlockServers();
   }
 
   // Serving now: started, in the process that started it (a forked child's
@@ -18404,14 +19027,6 @@ class Server {
 
   ~Server() {
     if (!running_) return;
-    LockServers();
-    for (Server** link = &g_servers.head; *link != nullptr; link = &(*link)->next_) {
-      if (*link == this) {
-        *link = next_;
-        break;
-      }
-    }
-    UnlockServers();
     stop_.store(true, std::memory_order_release);
     WakeServer();  // if the program closed it, the thread sees stop_ within kFdCheckMillis
     // In a forked child the server thread does not exist: joining would wait
@@ -18429,8 +19044,12 @@ class Server {
         }
       }
     }
-    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
-    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
+    // Still in g_servers until the listening socket is closed, under the
+    // lock: a child forked meanwhile closes it (before, the server left the
+    // list first, and a child forked during the join kept the socket).
+    LockServers();
+    CloseSocketsAndUnlink();
+    UnlockServers();
   }
 
   // In a forked child (fork handler, single-threaded): give up the listening
@@ -18447,6 +19066,61 @@ class Server {
   std::uint16_t port() const noexcept { return port_; }
 
  private:
+  // Under g_servers' lock (Link, CloseSocketsAndUnlink, OpenSockets).
+  void Link() noexcept {
+    next_ = g_servers.head;
+    g_servers.head = this;
+  }
+
+  // The listening socket and the eventfd; false with the failed call's name
+  // (null: bind or listen) and errno. System calls only.
+  bool OpenSockets(const ListenAddress& addr, const char*& failed, int& err) noexcept {
+    listen_fd_ = ::socket(addr.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) {
+      failed = "socket";
+      err = errno;
+      return false;
+    }
+    listen_id_ = FileId::Of(listen_fd_);
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr.addr), addr.len) != 0 ||
+        ::listen(listen_fd_, 128) != 0) {
+      err = errno;
+      return false;
+    }
+    if (g_listening_hook != nullptr) g_listening_hook(listen_fd_);
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) {
+      failed = "eventfd";
+      err = errno;
+      return false;
+    }
+    wake_id_ = FileId::Of(wake_fd_);
+    return true;
+  }
+
+  // Closes the descriptors that are still ours (LostDescriptors) and leaves
+  // g_servers. The listening socket is closed before the server leaves the
+  // list, under the same lock: no fork sees it open and unlisted.
+  void CloseSocketsAndUnlink() noexcept {
+    if (g_listening_hook != nullptr && listen_fd_ >= 0) g_listening_hook(listen_fd_);
+    if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
+    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
+    listen_fd_ = wake_fd_ = -1;
+    for (Server** link = &g_servers.head; *link != nullptr; link = &(*link)->next_) {
+      if (*link == this) {
+        *link = next_;
+        break;
+      }
+    }
+  }
+
   static void* ThreadMain(void* self) noexcept {
     static_cast<Server*>(self)->Run();
     return nullptr;
@@ -18762,7 +19436,17 @@ class Server {
       }
       if (got == 0) {  // the client is done sending
         if (c.state == Connection::State::kDraining) return Close(c);
-        if (c.state == Connection::State::kWaiting) return Close(c);  // hung up: cancel the window
+        if (c.state == Connection::State::kWaiting) {
+          // The client hung up, or shut down only its sending side (nc -N,
+          // a shell's `printf ... | nc`): the window is cancelled, and, as
+          // from Go's handler (its request's context ends), a 500 says why.
+          // Before, the connection was closed without a word: a client that
+          // still read saw an empty reply. One that is gone resets the write.
+          AbandonPeakWindow(c);
+          c.baseline.reset();
+          return Respond(c, ErrorResponse(500, "context canceled: the client closed its side of the connection "
+                                               "during the ?seconds= window"));
+        }
         if (c.state == Connection::State::kReadingBody) {
           return Respond(c, ErrorResponse(400, "incomplete request body"));
         }
@@ -19294,6 +19978,7 @@ inline void ReportHooksNotInEffect(const char* symbol, const char* hooks) noexce
 #include <cstdint>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <link.h>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -19331,6 +20016,11 @@ struct EngineApi {
   std::uint16_t (*http_server_port)(const void* server) noexcept;
   const char* (*http_server_error)(const void* server) noexcept;  // "" when serving
   int (*http_server_failure)(const void* server, const char** context) noexcept;
+  // The program's operator new and labels (engine.hpp: ForwardedNew;
+  // 2_sampling/labels.hpp: ProgramLabels). `program_labels` stays the
+  // program's: the library keeps the pointer.
+  const ForwardedNew* forwarded_new;
+  void (*attach_program_labels)(const ProgramLabels* program_labels) noexcept;
 };
 // A library's table has the members up to and including `member` when its
 // size covers them.
@@ -19705,11 +20395,27 @@ HEAPPROF_LINKED_END
 }  // namespace heapprof
 
 #if !defined(HEAPPROF_PRELOAD_LIBRARY)
+namespace heapprof {
+namespace detail {
+// Whether the object holding `code` stays loaded for good: the main program,
+// or a library pinned here (RTLD_NODELETE: a dlclose can no longer unload
+// it), so that the recording library may keep pointers to its functions.
+inline bool PinObjectOf(const void* code) noexcept {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (dladdr1(code, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) return false;
+  if (map->l_name == nullptr || map->l_name[0] == '\0') return true;  // the main program
+  return dlopen(map->l_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;  // never closed: the point
+}
+inline const LabelSetData* ThisCopysLabels() noexcept { return tls_current_labels; }
+}  // namespace detail
+}  // namespace heapprof
+
 // Start-up of a program that compiled heapprof in: if libheapprof_preload.so
 // is loaded too and its malloc is the process's, that library records (it
 // sees every C allocation, and this program's operator new reaches its
-// malloc), and this copy turns itself off and forwards its API there. Labels
-// set through this copy are not forwarded (README: the preload library).
+// malloc), and this copy turns itself off and forwards its API, its operator
+// new and its labels there (README: the preload library).
 extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
   using heapprof::detail::EngineApiGetter;
   auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
@@ -19721,6 +20427,18 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
   }
   heapprof::detail::g_external_engine = e;
   heapprof::detail::g_engine_off = true;
+  // A library as old as this: the program's operator new goes to its cold
+  // hooks, and its samples carry the program's labels (read through this
+  // copy's functions: only while they cannot be unloaded).
+  if (HEAPPROF_ENGINE_HAS(e, attach_program_labels) && e->forwarded_new != nullptr &&
+      e->attach_program_labels != nullptr) {
+    static const heapprof::detail::ProgramLabels labels = {&heapprof::detail::ThisCopysLabels,
+                                                           &heapprof::detail::LabelCount, &heapprof::detail::LabelAt};
+    if (heapprof::detail::PinObjectOf(reinterpret_cast<const void*>(&heapprof::detail::ThisCopysLabels))) {
+      e->attach_program_labels(&labels);
+    }
+    heapprof::detail::g_forwarded_new.store(e->forwarded_new, std::memory_order_release);
+  }
   heapprof::detail::ReportRaw(
       "heapprof: libheapprof_preload.so is loaded and records this process; the copy compiled into the program "
       "forwards to it\n");
@@ -20168,8 +20886,8 @@ HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexce
   void* p = g_fn.malloc(asked);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     OnAllocBlock(p, n, ret, n != 0 && asked == n, asked != n);
-  } else if (n != 0) {
-    OnAllocFailure(n);  // HEAPPROF=oom_dump
+  } else if (n != 0 && OnAllocFailure(n)) {  // HEAPPROF=oom_dump; true: its reserve is free
+    return MallocCold(n, ret);
   }
   return p;
 }
@@ -20182,8 +20900,8 @@ HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, c
                           : g_fn.calloc(1, want);
   if (HEAPPROF_LIKELY(p != nullptr)) {
     OnAllocBlock(p, total, ret, want == total && total != 0, !overflow && want != total);
-  } else if (!overflow && total != 0) {  // calloc's own overflow check is not a request for memory
-    OnAllocFailure(total);
+  } else if (!overflow && total != 0 && OnAllocFailure(total)) {  // (calloc's overflow is no request for memory)
+    return CallocCold(count, size, ret);
   }
   return p;
 }
@@ -20208,8 +20926,8 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
     void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
       OnAllocBlock(q, n, ret);
-    } else if (n != 0) {
-      OnAllocFailure(n);
+    } else if (n != 0 && OnAllocFailure(n)) {
+      return ReallocCold(p, n, ret);
     }
     return q;
   }
@@ -20236,7 +20954,7 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
     const int saved = errno;
     OnAllocBlock(p, BlockSize(p), ret);
     errno = saved;
-    OnAllocFailure(n);
+    if (OnAllocFailure(n)) return ReallocCold(p, n, ret);  // (its free is counted again there)
   }
   // else realloc(p, 0) freed p (glibc): counted above.
   return q;
@@ -20247,10 +20965,20 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
 // does: a free and an allocation of the same block), then the failure hook.
 HEAPPROF_NOINLINE inline void* ReallocFailed(void* p, std::size_t n) noexcept {
   ThreadState* ts = tls_thread_state;
+  const std::size_t old = BlockSize(p);
   BumpCounter(ts->alloc_objects, 1);
-  BumpCounter(ts->alloc_bytes, BlockSize(p));
-  OnAllocFailure(n);  // keeps errno
-  return nullptr;
+  BumpCounter(ts->alloc_bytes, old);
+  if (!OnAllocFailure(n)) return nullptr;  // keeps errno
+  // oom_dump released its reserve: once more
+  // (an unsampled block, as ReallocCold counts it: the old one's free
+  // again, the new one's allocation).
+  BumpCounter(ts->free_objects, 1);
+  BumpCounter(ts->free_bytes, old);
+  void* q = g_fn.realloc(p, n);
+  ts = tls_thread_state;
+  BumpCounter(ts->alloc_objects, 1);
+  BumpCounter(ts->alloc_bytes, q != nullptr ? BlockSize(q) : old);  // failed: p is still the caller's
+  return q;
 }
 
 // The hot path's realloc once it is decided: the old block's free (of `old`
@@ -20397,43 +21125,53 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
   return heapprof::detail::real::ReallocCold(p, n, HEAPPROF_DETAIL_RET);
 }
 
+// The aligned forms: once more after a failure that released oom_dump's
+// reserve (OnAllocFailure is true once at most).
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
-  const int e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, heapprof::detail::SampledRequest(n));
-  if (e == 0) {
-    heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
-  } else if (e == ENOMEM) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  int e;
+  do {
+    e = heapprof::detail::real::g_fn.posix_memalign(out, alignment, heapprof::detail::SampledRequest(n));
+    if (e == 0) {
+      heapprof::detail::OnAllocBlock(*out, n, HEAPPROF_DETAIL_RET);
+      return 0;
+    }
+  } while (e == ENOMEM && heapprof::detail::OnAllocFailure(n));
   return e;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
-  void* p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
@@ -20442,12 +21180,14 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
   if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowPvalloc))) {
     return heapprof::detail::real::ProcessPvalloc(n);
   }
-  void* p = heapprof::detail::real::g_fn.pvalloc(n);
-  if (HEAPPROF_LIKELY(p != nullptr)) {
-    heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-  } else if (n != 0) {
-    heapprof::detail::OnAllocFailure(n);
-  }
+  void* p;
+  do {
+    p = heapprof::detail::real::g_fn.pvalloc(n);
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
+      return p;
+    }
+  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
   return p;
 }
 
@@ -20472,80 +21212,6 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_ma
 
 #endif  // HEAPPROF_MALLOC_HOOKS
 // ---- end heapprof/detail/1_hooks/malloc.hpp ----
-#endif
-#if defined(HEAPPROF_PRELOAD_LIBRARY)
-// ---- begin heapprof/detail/6_serving/preload_engine.hpp ----
-// heapprof: what libheapprof_preload.so adds to the implementation: its side
-// of "one engine per process". Included by <heapprof.hpp> only with
-// HEAPPROF_PRELOAD_LIBRARY (preload/heapprof_preload.cpp).
-//
-//  - Its malloc is the process's (it is first in LD_PRELOAD, the program does
-//    not define malloc): it records, and offers its API to a copy of heapprof
-//    compiled into the program (heapprof_preload_engine_v1), which then turns
-//    itself off and forwards there (implementation.hpp).
-//  - Otherwise (the program replaces malloc itself, or an allocator precedes
-//    the library in LD_PRELOAD) it turns itself off and says so once.
-
-
-#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
-
-#include <dlfcn.h>
-#include <ostream>
-
-
-namespace heapprof {
-namespace detail {
-
-inline bool PreloadWriteStream(std::ostream& out, bool allocs) {
-  return allocs ? WriteAllocsProfile(out) : WriteHeapProfile(out);
-}
-inline bool PreloadWritePath(const char* path, bool allocs) {
-  return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
-}
-
-inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
-inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
-
-// Qualified: detail::WriteRetentionProfile (retention.hpp) would hide the API's overloads.
-inline bool PreloadWriteRetentionStream(std::ostream& out) { return ::heapprof::WriteRetentionProfile(out); }
-inline bool PreloadWriteRetentionPath(const char* path) { return ::heapprof::WriteRetentionProfile(path); }
-
-inline const EngineApi g_preload_engine_api = {
-    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
-    &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
-    &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
-    &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
-    &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
-    &EngineHttpServerFailure,
-};
-
-}  // namespace detail
-}  // namespace heapprof
-
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
-  if (!heapprof::detail::real::g_shadowed) return;
-  heapprof::detail::g_engine_off = true;
-  Dl_info info{};
-  void* active = dlsym(RTLD_DEFAULT, "malloc");
-  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
-                            info.dli_fname[0] != '\0'
-                        ? info.dli_fname
-                        : "the program";
-  heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
-  heapprof::detail::ReportRaw(who);
-  heapprof::detail::ReportRaw(
-      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
-      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
-}
-
-// The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
-extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
-  heapprof::detail::EnsureInit();
-  return heapprof::detail::g_engine_off ? nullptr : &heapprof::detail::g_preload_engine_api;
-}
-
-#endif  // HEAPPROF_MALLOC_HOOKS && HEAPPROF_PRELOAD_LIBRARY
-// ---- end heapprof/detail/6_serving/preload_engine.hpp ----
 #endif
 #if defined(HEAPPROF_REPLACE_NEW_DELETE)
 // ---- begin heapprof/detail/1_hooks/new_delete.hpp ----
@@ -20686,7 +21352,10 @@ HEAPPROF_NOINLINE inline void* ReplacePadded(void* p, std::size_t n, const void*
   return q;
 }
 
+// Each cold hook first: the recording library's, when this copy forwards
+// (engine.hpp: ForwardedNew), reached with a tail call.
 HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) return f->cold(n, ret);
   bool padded;
   void* p = AllocateOrThrow(n, padded);
   if (HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) return ReplacePadded(p, n, ret, false);
@@ -20694,6 +21363,7 @@ HEAPPROF_NOINLINE inline void* NewCold(std::size_t n, const void* ret) {
 }
 
 HEAPPROF_NOINLINE inline void* NewNoThrowCold(std::size_t n, const void* ret) noexcept {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) return f->nothrow_cold(n, ret);
   bool padded;
   void* p = AllocateNoThrow(n, padded);
   if (p != nullptr && HEAPPROF_UNLIKELY(!OnAllocBlock(p, n, ret, n != 0 && !padded, padded))) {
@@ -20741,11 +21411,15 @@ HEAPPROF_ALWAYS_INLINE void* AllocateAlignedNoThrow(std::size_t n, std::align_va
 // Aligned new: the hot path on glibc only (the class table knows malloc's
 // sizes, not memalign's). posix_memalign(0) is a unique minimum chunk there.
 HEAPPROF_NOINLINE inline void* NewAlignedCold(std::size_t n, std::align_val_t al, const void* ret) {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) return f->aligned_cold(n, al, ret);
   void* p = AllocateAlignedOrThrow(n, al);
   OnAllocBlock(p, n, ret);
   return p;
 }
 HEAPPROF_NOINLINE inline void* NewAlignedNoThrowCold(std::size_t n, std::align_val_t al, const void* ret) noexcept {
+  if (const ForwardedNew* f = g_forwarded_new.load(std::memory_order_acquire)) {
+    return f->aligned_nothrow_cold(n, al, ret);
+  }
   void* p = AllocateAlignedNoThrow(n, al);
   if (p != nullptr) OnAllocBlock(p, n, ret);
   return p;
@@ -20867,5 +21541,100 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 
 #endif  // HEAPPROF_ENABLED
 // ---- end heapprof/detail/1_hooks/new_delete.hpp ----
+#endif
+#if defined(HEAPPROF_PRELOAD_LIBRARY)  // after the hooks: it hands out their cold functions
+// ---- begin heapprof/detail/6_serving/preload_engine.hpp ----
+// heapprof: what libheapprof_preload.so adds to the implementation: its side
+// of "one engine per process". Included by <heapprof.hpp> only with
+// HEAPPROF_PRELOAD_LIBRARY (preload/heapprof_preload.cpp).
+//
+//  - Its malloc is the process's (it is first in LD_PRELOAD, the program does
+//    not define malloc): it records, and offers its API to a copy of heapprof
+//    compiled into the program (heapprof_preload_engine_v1), which then turns
+//    itself off and forwards there (implementation.hpp).
+//  - Otherwise (the program replaces malloc itself, or an allocator precedes
+//    the library in LD_PRELOAD) it turns itself off and says so once.
+
+
+#if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
+
+#include <dlfcn.h>
+#include <ostream>
+
+
+namespace heapprof {
+namespace detail {
+
+inline bool PreloadWriteStream(std::ostream& out, bool allocs) {
+  return allocs ? WriteAllocsProfile(out) : WriteHeapProfile(out);
+}
+inline bool PreloadWritePath(const char* path, bool allocs) {
+  return allocs ? WriteAllocsProfile(path) : WriteHeapProfile(path);
+}
+
+inline bool PreloadWritePeakStream(std::ostream& out) { return WritePeakHeapProfile(out); }
+inline bool PreloadWritePeakPath(const char* path) { return WritePeakHeapProfile(path); }
+
+// Qualified: detail::WriteRetentionProfile (retention.hpp) would hide the API's overloads.
+inline bool PreloadWriteRetentionStream(std::ostream& out) { return ::heapprof::WriteRetentionProfile(out); }
+inline bool PreloadWriteRetentionPath(const char* path) { return ::heapprof::WriteRetentionProfile(path); }
+
+// What the program's operator new forwards to: this library's cold hooks
+// (new_delete.hpp), whose samples take the program's caller as the leaf.
+inline const ForwardedNew g_preload_forwarded_new = {&NewCold, &NewNoThrowCold, &NewAlignedCold,
+                                                     &NewAlignedNoThrowCold};
+// The first copy's (the program's own, usually: its first allocation asks);
+// a second copy with its own labels (a library that compiled heapprof in
+// too) is not read.
+inline void AttachProgramLabels(const ProgramLabels* program) noexcept {
+  const ProgramLabels* none = nullptr;
+  g_program_labels.compare_exchange_strong(none, program, std::memory_order_acq_rel);
+}
+
+inline const EngineApi g_preload_engine_api = {
+    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
+    &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
+    &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
+    &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
+    &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
+    &EngineHttpServerFailure, &g_preload_forwarded_new, &AttachProgramLabels,
+};
+
+}  // namespace detail
+}  // namespace heapprof
+
+extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+  if (!heapprof::detail::real::g_shadowed) return;
+  heapprof::detail::g_engine_off = true;
+  Dl_info info{};
+  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
+                            info.dli_fname[0] != '\0'
+                        ? info.dli_fname
+                        : "the program";
+  heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
+  heapprof::detail::ReportRaw(who);
+  heapprof::detail::ReportRaw(
+      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
+      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
+}
+
+// The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
+// Asked from inside this library's own start-up (EnsureInit returns at once
+// there: see its re-entry), the answer is the one start-up gives: off exactly
+// when malloc is another object's (real::g_shadowed, known once the real
+// functions are resolved, which Resolve does first). A program that replaced
+// malloc itself, run with LD_PRELOAD=libheapprof_preload.so:libtcmalloc_minimal.so.4,
+// hung there: tcmalloc's start-up called the program's operator new, whose
+// copy asked here, and the wait waited for itself.
+extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
+  heapprof::detail::EnsureInit();
+  if (!heapprof::detail::real::Resolve()) return nullptr;
+  return heapprof::detail::g_engine_off || heapprof::detail::real::g_shadowed ? nullptr
+                                                                               : &heapprof::detail::g_preload_engine_api;
+}
+
+#endif  // HEAPPROF_MALLOC_HOOKS && HEAPPROF_PRELOAD_LIBRARY
+// ---- end heapprof/detail/6_serving/preload_engine.hpp ----
 #endif
 #endif
