@@ -367,14 +367,29 @@ TEST_CASE("oom_dump without its reserve (it could not be mapped) says so, and st
   const int rc = RunChildScenario("HEAPPROF=oom_dump=1,oom_reserve=1024g,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
                                   "oom_dump", out);
   INFO(out);
-  CHECK(rc == 0);
   if (out.find("oom_dump: cannot map the") == std::string::npos) {
+    CHECK(rc == 0);
     MESSAGE("the 1 TiB reserve was mapped here: nothing to check");
   } else {
     CHECK(out.find("(oom_dump: an allocation of 16777216 bytes failed; no reserve (it could not be mapped))") !=
           std::string::npos);
     CHECK(out.find("0-byte reserve") == std::string::npos);
-    CHECK(Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)").size() == 1);
+    // Without a reserve the dump has what the last 16 MiB block left: less
+    // than 16 MiB, and how much less moves with the binary's layout. The
+    // profile is written when that is room enough (without names, if not for
+    // them); else the write says so (README: a write that runs out of memory
+    // fails, says so, and the program runs on). Either way the program goes
+    // on: its new_handler runs once (exit 12 is the scenario's "no dump").
+    if (out.find("out of memory building the profile") == std::string::npos) {
+      CHECK(rc == 0);
+      CHECK(Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)").size() == 1);
+    } else {
+      MESSAGE("no room for the dump here without a reserve: it said so");
+      CHECK((rc == 0 || rc == 12));
+      CHECK(out.find("handler_calls=1") != std::string::npos);
+      CHECK(Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)").empty());
+      CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+    }
   }
   RemoveDir(dir);
 }
@@ -417,11 +432,15 @@ TEST_CASE("oom_dump under an RLIMIT_AS set before start: the reserve is what a d
   const std::string ulimit =
       "sh -c 'ulimit -v " + std::to_string((base + 256 * MiB) / 1024) + " && exec \"$@\"' sh env ";
   std::string off_out, on_out;
-  REQUIRE(RunChildScenario(ulimit + "-u HEAPPROF", "oom_first_failure", off_out) == 0);
+  // One glibc arena: a second thread's allocation meeting the main arena's
+  // lock held (the start-up warm-up's, more often on a loaded machine) makes
+  // glibc map a 64 MiB arena for it, address space that moved the first
+  // failure by up to 64 MiB from run to run (seen under ctest -j2).
+  REQUIRE(RunChildScenario(ulimit + "-u HEAPPROF MALLOC_ARENA_MAX=1", "oom_first_failure", off_out) == 0);
   INFO(off_out);
   const int on_rc = RunChildScenario(
-      ulimit + "HEAPPROF=oom_dump=1,rate=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir, "oom_first_failure",
-      on_out);
+      ulimit + "MALLOC_ARENA_MAX=1 HEAPPROF=oom_dump=1,rate=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+      "oom_first_failure", on_out);
   INFO(on_out);
   REQUIRE(on_rc == 0);
   unsigned long long off_blocks = 0, on_blocks = 0, reserve = 0;
