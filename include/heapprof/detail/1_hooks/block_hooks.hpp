@@ -380,6 +380,15 @@ inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
   return true;
 }
 
+// The malloc under the hooks is not glibc's (or its blocks disagree with the
+// chunk formula): where its code lies, its debug build's size look-up, its
+// class table.
+inline void UseOtherAllocator(void* malloc_fn) noexcept {
+  FindAllocatorCode(malloc_fn);
+  UseDebugAllocatorUsableSize(malloc_fn);
+  DetectClassTable(true);
+}
+
 // Decides g_glibc_chunks (or g_class_table), once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
 // libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
@@ -407,9 +416,7 @@ inline void DetectBlockSize() noexcept {
   Dl_info where{};
   if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
       std::strstr(where.dli_fname, "/libc.so") == nullptr) {
-    FindAllocatorCode(used);  // another allocator
-    UseDebugAllocatorUsableSize(used);
-    DetectClassTable(true);
+    UseOtherAllocator(used);  // another allocator
     return;
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
@@ -429,14 +436,10 @@ inline void DetectBlockSize() noexcept {
   if (agree) {
     StoreRelaxed(g_glibc_chunks, true);
   } else {
-    FindAllocatorCode(used);
-    UseDebugAllocatorUsableSize(used);
-    DetectClassTable(true);
+    UseOtherAllocator(used);
   }
 #else
-  FindAllocatorCode(UnderlyingMallocAddress());
-  UseDebugAllocatorUsableSize(UnderlyingMallocAddress());
-  DetectClassTable(true);
+  UseOtherAllocator(UnderlyingMallocAddress());
 #endif
 }
 
