@@ -2560,6 +2560,15 @@ inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
   return true;
 }
 
+// The malloc under the hooks is not glibc's (or its blocks disagree with the
+// chunk formula): where its code lies, its debug build's size look-up, its
+// class table.
+inline void UseOtherAllocator(void* malloc_fn) noexcept {
+  FindAllocatorCode(malloc_fn);
+  UseDebugAllocatorUsableSize(malloc_fn);
+  DetectClassTable(true);
+}
+
 // Decides g_glibc_chunks (or g_class_table), once, at start-up (engine.hpp: EnsureInit). The inline formula is used only when that
 // malloc is glibc's own (not an allocator preloaded or linked in, not
 // libc_malloc_debug) and agrees with malloc_usable_size on blocks of every kind.
@@ -2587,9 +2596,7 @@ inline void DetectBlockSize() noexcept {
   Dl_info where{};
   if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
       std::strstr(where.dli_fname, "/libc.so") == nullptr) {
-    FindAllocatorCode(used);  // another allocator
-    UseDebugAllocatorUsableSize(used);
-    DetectClassTable(true);
+    UseOtherAllocator(used);  // another allocator
     return;
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
@@ -2609,14 +2616,10 @@ inline void DetectBlockSize() noexcept {
   if (agree) {
     StoreRelaxed(g_glibc_chunks, true);
   } else {
-    FindAllocatorCode(used);
-    UseDebugAllocatorUsableSize(used);
-    DetectClassTable(true);
+    UseOtherAllocator(used);
   }
 #else
-  FindAllocatorCode(UnderlyingMallocAddress());
-  UseDebugAllocatorUsableSize(UnderlyingMallocAddress());
-  DetectClassTable(true);
+  UseOtherAllocator(UnderlyingMallocAddress());
 #endif
 }
 
@@ -15120,6 +15123,16 @@ struct ModulesState {
   ArenaVector<std::pair<std::size_t, std::uint64_t>> dynamic_tls = {};  // (modid, size): the main thread's to find
 };
 
+// [lo, lo + size) as the main thread's TLS root.
+inline void AddMainThreadTlsRoot(ModulesState& st, std::uintptr_t lo, std::uint64_t size) {
+  RootRegion r;
+  r.lo = lo;
+  r.hi = lo + size;
+  r.kind = RootKind::kTls;
+  r.tid = st.main_tid;
+  st.roots->push_back(r);
+}
+
 // The main thread's block of a module's TLS whose block for this thread is
 // [own, own + size): only for static TLS (this thread's block in the mapping
 // of its own descriptor: a dynamic block is malloc'ed, at no fixed offset),
@@ -15135,12 +15148,7 @@ inline bool AddMainThreadTls(ModulesState& st, std::uintptr_t own, std::uint64_t
   if (m == nullptr || m != MappingOf(*st.maps, st.main_self) || !m->readable || !m->writable || size > m->hi - lo) {
     return true;
   }
-  RootRegion r;
-  r.lo = lo;
-  r.hi = lo + size;
-  r.kind = RootKind::kTls;
-  r.tid = st.main_tid;
-  st.roots->push_back(r);
+  AddMainThreadTlsRoot(st, lo, size);
   return true;
 }
 
@@ -15148,13 +15156,19 @@ inline bool ReadWord(SafeReader& reader, std::uintptr_t at, std::uintptr_t& valu
   return reader.Read(at, &value, sizeof value) == sizeof value;
 }
 
+// Entry `modid` of the DTV of the thread whose thread pointer is `tp`
+// (glibc's layout, as above), read through the reader.
+inline bool ReadDtvEntry(SafeReader& reader, std::uintptr_t tp, std::size_t modid, std::uintptr_t& entry) noexcept {
+  std::uintptr_t dtv = 0, length = 0;
+  return ReadWord(reader, tp + kDtvInTcb, dtv) && ReadWord(reader, dtv - kDtvEntryBytes, length) && modid <= length &&
+         ReadWord(reader, dtv + modid * kDtvEntryBytes, entry);
+}
+
 // Whether this thread's DTV entry `modid` is `block` (dl_iterate_phdr's
-// dlpi_tls_data): the layout is glibc's as above.
+// dlpi_tls_data).
 inline bool OwnDtvHolds(ModulesState& st, std::size_t modid, std::uintptr_t block) noexcept {
-  std::uintptr_t dtv = 0, length = 0, entry = 0;
-  return st.own_tp != 0 && modid != 0 && ReadWord(*st.reader, st.own_tp + kDtvInTcb, dtv) &&
-         ReadWord(*st.reader, dtv - kDtvEntryBytes, length) && modid <= length &&
-         ReadWord(*st.reader, dtv + modid * kDtvEntryBytes, entry) && entry == block;
+  std::uintptr_t entry = 0;
+  return st.own_tp != 0 && modid != 0 && ReadDtvEntry(*st.reader, st.own_tp, modid, entry) && entry == block;
 }
 
 // The main thread's block of a module's dynamic TLS (a library dlopen'ed
@@ -15167,20 +15181,13 @@ inline bool OwnDtvHolds(ModulesState& st, std::size_t modid, std::uintptr_t bloc
 inline void AddMainThreadDynamicTls(ModulesState& st, std::size_t modid, std::uint64_t size) {
   if (!st.dtv_agrees || st.main_tid == 0 || size == 0 || modid == 0) return;
   const std::uintptr_t main_tp = st.main_self + (st.own_tp - st.own_self);  // modulo 2^64, as above
-  std::uintptr_t dtv = 0, length = 0, block = 0;
-  if (!ReadWord(*st.reader, main_tp + kDtvInTcb, dtv) || !ReadWord(*st.reader, dtv - kDtvEntryBytes, length) ||
-      modid > length || !ReadWord(*st.reader, dtv + modid * kDtvEntryBytes, block) || block == 0 ||
-      block == ~std::uintptr_t{0}) {
+  std::uintptr_t block = 0;
+  if (!ReadDtvEntry(*st.reader, main_tp, modid, block) || block == 0 || block == ~std::uintptr_t{0}) {
     return;  // (-1: the main thread never used this module's thread_locals)
   }
   const Mapping* m = MappingOf(*st.maps, block);
   if (m == nullptr || !m->readable || !m->writable || size > m->hi - block) return;
-  RootRegion r;
-  r.lo = block;
-  r.hi = block + size;
-  r.kind = RootKind::kTls;
-  r.tid = st.main_tid;
-  st.roots->push_back(r);
+  AddMainThreadTlsRoot(st, block, size);
 }
 
 // A file name's last component.
