@@ -440,9 +440,17 @@ TEST_CASE("leak_exit_code, leak_suppressions or leak_frames without leak_report=
     CHECK(out.find("heapprof: HEAPPROF: leak_exit_code, leak_suppressions and leak_frames have no effect without "
                    "leak_report=1\n") != std::string::npos);
   }
-  std::string out;  // with it: no such line
-  CHECK(RunSelf("HEAPPROF=rate=4k,leak_frames=3,leak_report=1 HEAPPROF_TEST_CHILD=print_rate", out) == 0);
+  // With it: no such line. The report is written in the working directory,
+  // so the child runs in a directory of its own (it left
+  // heapprof.<pid>.leaks.pb.gz and .retention.pb.gz in the build tree).
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  CHECK(heapprof_test::RunCommand("cd " + dir + " && HEAPPROF=rate=4k,leak_frames=3,leak_report=1 " +
+                                      "HEAPPROF_TEST_CHILD=print_rate " + heapprof_test::SelfExe(),
+                                  out) == 0);
   CHECK(out.find("have no effect") == std::string::npos);
+  CHECK(Matching(dir, R"(heapprof\.[0-9]+\.leaks\.pb\.gz)").size() == 1);
+  RemoveDir(dir);
 }
 
 TEST_CASE("HEAPPROF=http=127.0.0.1:0 serves from start-up, says where, and stops before the leak report") {
