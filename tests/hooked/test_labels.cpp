@@ -3,7 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -376,4 +379,91 @@ TEST_CASE("labels: go tool pprof -tags and -tagfocus read them") {
   CHECK(out.find("Showing nodes accounting for 5,") != std::string::npos);  // 5 objects pass the focus
   FreeKept(20, 5);
   std::remove(path.c_str());
+}
+
+TEST_CASE("labels: SetCurrentLabels swaps the thread's set as is and returns the one it replaces") {
+  REQUIRE(heapprof::CurrentLabels().empty());
+  const heapprof::LabelSet task{{"request", "A"}};
+  heapprof::LabelSet outer;
+  {
+    heapprof::ScopedLabels thread_scope{{"thread", "loop"}};
+    const heapprof::LabelSet loop = heapprof::CurrentLabels();
+    // A task resumes: its set in, as is (not merged over the thread's).
+    CHECK(heapprof::SetCurrentLabels(task) == loop);
+    CHECK(heapprof::CurrentLabels() == task);
+    heapprof::LabelSet suspended;
+    {
+      // A scope the task enters before its first suspension...
+      std::optional<heapprof::ScopedLabels> scope;
+      scope.emplace(std::initializer_list<heapprof::Label>{{"step", "1"}});
+      CHECK(heapprof::CurrentLabels() == heapprof::LabelSet{{"request", "A"}, {"step", "1"}});
+      LabeledLeaf(0, 1, 24);
+      // ...suspends: the thread gets its own set back, the task keeps its.
+      suspended = heapprof::SetCurrentLabels(loop);
+      CHECK(heapprof::CurrentLabels() == loop);
+      // The task resumes later (here on the same thread) and ends the scope:
+      // it is current again, so nothing is out of order.
+      CHECK(heapprof::SetCurrentLabels(suspended) == loop);
+      scope.reset();
+      CHECK(heapprof::CurrentLabels() == task);
+    }
+    outer = heapprof::SetCurrentLabels(loop);
+    CHECK(outer == task);
+    CHECK(heapprof::CurrentLabels() == loop);
+  }
+  CHECK(heapprof::CurrentLabels().empty());
+  CHECK(heapprof::SetCurrentLabels(heapprof::LabelSet()).empty());
+  FreeKept(0, 1);
+}
+
+TEST_CASE("labels: C++20 coroutines holding a ScopedLabels across co_await, resumed on a loop and a worker") {
+#if !defined(HEAPPROF_COROUTINE_LABELS_PROGRAM_PATH)
+  MESSAGE("HEAPPROF_COROUTINE_LABELS_PROGRAM_PATH not defined: the compiler has no C++20 coroutines here");
+#else
+  // tests/hooked/programs/coroutine_labels.cpp at rate 1: requests A (1000 B)
+  // and B (2000 B) allocate under {request, tenant} on the loop, on a worker
+  // that resumes them inside its own {thread=worker} scope, and on the loop
+  // again, then once more after their scope under the creator's {tenant}
+  // alone; the loop allocates 50 B per iteration with no labels. Without the
+  // promise's SetCurrentLabels swaps, the scopes end out of order (a debug
+  // build aborts), the worker's 1000/2000 B lose the request, and the loop's
+  // own blocks take a request's labels.
+  const std::string profile = heapprof_test::TempPath(".coroutine_labels.pb.gz");
+  std::string out;
+  const int rc = heapprof_test::RunCommand("env -u HEAPPROF timeout -s KILL 60 " +
+                                               std::string(HEAPPROF_COROUTINE_LABELS_PROGRAM_PATH) + " " + profile,
+                                           out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  int iterations = 0;
+  REQUIRE(std::sscanf(out.c_str() + out.find("loop_iterations="), "loop_iterations=%d", &iterations) == 1);
+  CHECK(out.find("out of order") == std::string::npos);
+  Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(profile, p));
+  std::remove(profile.c_str());
+  const int inuse = heapprof_test::SampleTypeIndex(p, "inuse_space");
+  std::map<std::string, std::int64_t> by_set;  // "k=v,k=v" (key order) -> bytes
+  for (const Sample& s : p.samples) {
+    const auto names = heapprof_test::FunctionNames(p, s);
+    if (names.empty() || names[0].find("CoroAlloc") == std::string::npos) continue;
+    std::map<std::string, std::string> labels;
+    for (const auto& l : s.labels) {
+      if (!l.str.empty()) labels[l.key] = l.str;
+    }
+    std::string key;
+    for (const auto& kv : labels) key += (key.empty() ? "" : ",") + kv.first + "=" + kv.second;
+    by_set[key] += s.values.at(inuse);
+  }
+  const std::map<std::string, std::int64_t> want = {
+      {"request=A,tenant=acme", 4 * 1000},
+      {"request=B,tenant=acme", 4 * 2000},
+      {"tenant=acme", 1001 + 2001},
+      {"thread=worker", 2 * 70},
+      {"", 50 * iterations},
+  };
+  std::string got;
+  for (const auto& kv : by_set) got += "{" + kv.first + "}: " + std::to_string(kv.second) + " ";
+  INFO("bytes by label set: ", got);
+  CHECK(by_set == want);
+#endif
 }

@@ -319,7 +319,9 @@ Label LabelAt(const LabelSetData* set, std::size_t i) noexcept {
 void ReportScopeMisuse(bool abort_after) noexcept {
   static std::atomic<bool> reported{false};
   if (!reported.exchange(true, std::memory_order_relaxed)) {
-    ReportRaw("heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread)\n");
+    ReportRaw(
+        "heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread; a scope held across a "
+        "co_await or a fiber switch needs heapprof::SetCurrentLabels where its task suspends and resumes)\n");
   }
   if (abort_after) std::abort();
 }
