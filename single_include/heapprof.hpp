@@ -644,6 +644,18 @@ class LabelSet {
 // The calling thread's current label set.
 inline LabelSet CurrentLabels() noexcept { return LabelSet::FromData(detail::tls_current_labels); }
 
+// Makes `set` the calling thread's current set, as is, and returns the set it
+// replaces (like std::set_new_handler). For code that switches what a thread
+// runs: a coroutine's promise, a fiber scheduler, an event loop. Swap the
+// task's set in where it resumes and back out where it suspends, and the
+// ScopedLabels inside the task stay nested whatever thread resumes it
+// (README: "Labels across co_await, fibers and event loops").
+inline LabelSet SetCurrentLabels(const LabelSet& set) noexcept {
+  const detail::LabelSetData* previous = detail::tls_current_labels;
+  detail::tls_current_labels = set.data();
+  return LabelSet::FromData(previous);
+}
+
 // Adds labels to the calling thread's current set for the scope's lifetime;
 // for a key already present the inner value wins. Scopes nest strictly per
 // thread: the destructor restores exactly the set that was current before.
@@ -686,6 +698,7 @@ class ScopedLabels {
 #else  // !HEAPPROF_ENABLED: labels are accepted and dropped.
 
 inline LabelSet CurrentLabels() noexcept { return LabelSet(); }
+inline LabelSet SetCurrentLabels(const LabelSet&) noexcept { return LabelSet(); }
 
 class ScopedLabels {
  public:
@@ -20282,7 +20295,9 @@ Label LabelAt(const LabelSetData* set, std::size_t i) noexcept {
 void ReportScopeMisuse(bool abort_after) noexcept {
   static std::atomic<bool> reported{false};
   if (!reported.exchange(true, std::memory_order_relaxed)) {
-    ReportRaw("heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread)\n");
+    ReportRaw(
+        "heapprof: ScopedLabels destroyed out of order (scopes must nest on one thread; a scope held across a "
+        "co_await or a fiber switch needs heapprof::SetCurrentLabels where its task suspends and resumes)\n");
   }
   if (abort_after) std::abort();
 }
