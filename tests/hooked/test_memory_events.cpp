@@ -198,6 +198,30 @@ TEST_CASE("peak profile: ResetPeak starts a new window") {
   delete[] static_cast<char*>(g_window_keep);
 }
 
+TEST_CASE("peak profile: a peak reached while the tracker is held elsewhere is snapshotted when it is let go") {
+  // Another thread's snapshot or a writer's copy holds the tracker; a sample
+  // that crosses the 10% mark meanwhile skips its snapshot (the sampled path
+  // never waits). Before, nothing took it later unless another sample crossed
+  // the mark again: two threads allocating 64 MiB each at once, at rate 1, got
+  // a peak profile with one block in it. Held here is what those holders use;
+  // the block is freed before any other allocation could cross the mark.
+  RateScope rate(1);
+  heapprof::ResetPeak();
+  const std::size_t n = StepAboveTenPercent();
+  {
+    heapprof::detail::PeakTracker::Held busy(heapprof::detail::g_peak);
+    WindowB(n);  // crosses the mark: its snapshot is skipped
+  }
+  delete[] static_cast<char*>(g_window_keep);
+  Profile p;
+  REQUIRE(CapturePeak(p));
+  CHECK(SumForLeaf(p, "WindowB", "inuse_space") == static_cast<std::int64_t>(n));
+  const std::vector<std::string> comments = Comments(p);
+  REQUIRE(!comments.empty());
+  INFO(comments[0]);
+  CHECK(comments[0].find("heapprof peak: " + std::to_string(Total(p, "inuse_space")) + " bytes") == 0);
+}
+
 TEST_CASE("http: /debug/pprof/peak is listed, read by go tool pprof, and takes /heap's queries") {
   RateScope rate(1);
   heapprof::HttpServer server("127.0.0.1:0");
