@@ -25,6 +25,8 @@
 #   impl_twice   two units defining HEAPPROF_IMPLEMENTATION fail to link
 #   no_hooks     implementation without the hooks: the first profile prints
 #                one stderr line saying the hooks are not installed
+#   malloc_only  new/delete hooked, only malloc called before the writes: one
+#                line says new/delete are hooked and malloc is not
 #   disabled     HEAPPROF_DISABLE (what an unsupported platform gets): the API
 #                compiles, links and is a no-op; Write* return false
 #   noexcept     every unit built with -std=c++17 -fno-exceptions -fno-rtti (and the
@@ -193,6 +195,20 @@ for cxx in "${compilers[@]}"; do
     fi
   else
     fail "$tag no_hooks: did not build"; show "$tmp/out"
+  fi
+
+  # ---- malloc_only: new/delete hooked, only malloc called: the line says so --------
+  if "$cxx" -std=c++17 -I"$inc" "$here/malloc_only.cpp" -o "$tmp/malloc_only" -pthread -ldl >"$tmp/out" 2>&1; then
+    "$tmp/malloc_only" >/dev/null 2>"$tmp/err"
+    status=$?
+    lines=$(grep -c 'operator new/delete are hooked (HEAPPROF_REPLACE_NEW_DELETE) and nothing has called them yet; malloc and free are not hooked' "$tmp/err")
+    if ((status == 0)) && ((lines == 1)) && ! grep -q 'not installed' "$tmp/err"; then
+      pass "$tag malloc_only: one stderr line for two profiles, naming what is hooked"
+    else
+      fail "$tag malloc_only: status $status, $lines matching lines"; show "$tmp/err"
+    fi
+  else
+    fail "$tag malloc_only: did not build"; show "$tmp/out"
   fi
 
   # ---- disabled: the documented no-op ----------------------------------------------

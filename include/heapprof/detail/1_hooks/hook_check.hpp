@@ -44,17 +44,25 @@ inline int MainProgramCovers(dl_phdr_info* info, std::size_t, void* data) noexce
 inline bool g_hooks_not_in_effect_reported = false;
 
 // `symbol`: a (mangled) name the hooks define; `hooks`: what they are called
-// in the message.
-inline void ReportHooksNotInEffect(const char* symbol, const char* hooks) noexcept {
+// in the message; `family`: its bit in g_hook_families (snapshot.hpp), set
+// when they are in effect.
+inline void ReportHooksNotInEffect(const char* symbol, const char* hooks, unsigned family) noexcept {
 #if !defined(HEAPPROF_PRELOAD_LIBRARY)  // the preload library says which engine records itself
   const void* own = reinterpret_cast<const void*>(&HookCheckAnchor);
   MainProgramQuery q{reinterpret_cast<std::uintptr_t>(own), false};
   dl_iterate_phdr(&MainProgramCovers, &q);
-  if (q.covered || g_hooks_not_in_effect_reported) return;  // the executable's always come first
+  if (q.covered) {  // the executable's always come first
+    g_hook_families.fetch_or(family, std::memory_order_relaxed);
+    return;
+  }
+  if (g_hooks_not_in_effect_reported) return;
   void* resolved = dlsym(RTLD_DEFAULT, symbol);
   Dl_info ours{}, theirs{};
   if (resolved == nullptr || dladdr(own, &ours) == 0 || dladdr(resolved, &theirs) == 0) return;
-  if (ours.dli_fbase == theirs.dli_fbase) return;
+  if (ours.dli_fbase == theirs.dli_fbase) {
+    g_hook_families.fetch_or(family, std::memory_order_relaxed);
+    return;
+  }
   g_hooks_not_in_effect_reported = true;
   const char* here = ours.dli_fname != nullptr && ours.dli_fname[0] != '\0' ? ours.dli_fname : "a shared object";
   const char* there = theirs.dli_fname != nullptr && theirs.dli_fname[0] != '\0' ? theirs.dli_fname : "the executable";
@@ -69,6 +77,7 @@ inline void ReportHooksNotInEffect(const char* symbol, const char* hooks) noexce
 #else
   (void)symbol;
   (void)hooks;
+  g_hook_families.fetch_or(family, std::memory_order_relaxed);
 #endif
 }
 

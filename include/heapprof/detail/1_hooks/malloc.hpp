@@ -714,6 +714,6 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_ma
 
 // Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
 [[maybe_unused]] static const bool g_heapprof_malloc_hooks_checked =
-    (heapprof::detail::ReportHooksNotInEffect("malloc", "malloc"), true);
+    (heapprof::detail::ReportHooksNotInEffect("malloc", "malloc", heapprof::detail::kMallocHooks), true);
 
 #endif  // HEAPPROF_MALLOC_HOOKS

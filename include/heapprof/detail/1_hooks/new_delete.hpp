@@ -326,6 +326,6 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 
 // Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
 [[maybe_unused]] static const bool g_heapprof_new_delete_hooks_checked =
-    (heapprof::detail::ReportHooksNotInEffect("_Znwm", "operator new/delete"), true);
+    (heapprof::detail::ReportHooksNotInEffect("_Znwm", "operator new/delete", heapprof::detail::kNewDeleteHooks), true);
 
 #endif  // HEAPPROF_ENABLED

@@ -212,9 +212,18 @@ inline void WarnIfNoAllocationSeen() noexcept {
   if (g_no_hooks_reported.load(std::memory_order_relaxed)) return;
   if (g_registry.Sum().alloc_objects != 0) return;
   if (g_no_hooks_reported.exchange(true, std::memory_order_relaxed)) return;
-  ReportRaw("heapprof: writing a profile, but no allocation has been seen: the hooks are not installed. "
-            "Define HEAPPROF_REPLACE_NEW_DELETE before #include <heapprof.hpp> in one .cpp file of the "
-            "program (or allocate through heapprof::allocator).\n");
+  const unsigned hooked = g_hook_families.load(std::memory_order_relaxed);
+  if (hooked == kNewDeleteHooks) {
+    ReportRaw("heapprof: writing a profile, but no allocation has been seen: operator new/delete are hooked "
+              "(HEAPPROF_REPLACE_NEW_DELETE) and nothing has called them yet; malloc and free are not hooked "
+              "(HEAPPROF_REPLACE_MALLOC, or libheapprof_preload.so, hooks them).\n");
+  } else if (hooked != 0) {
+    ReportRaw("heapprof: writing a profile, but no allocation has been seen yet (the hooks are installed).\n");
+  } else {
+    ReportRaw("heapprof: writing a profile, but no allocation has been seen: the hooks are not installed. "
+              "Define HEAPPROF_REPLACE_NEW_DELETE before #include <heapprof.hpp> in one .cpp file of the "
+              "program (or allocate through heapprof::allocator).\n");
+  }
 }
 
 // `data` as a gzip'ed profile.proto message. Throws bad_alloc.
