@@ -918,6 +918,76 @@ TEST_CASE("dwarf: a function's start line comes from its declaration when the li
   RunCommand("rm -rf " + dir, out);
 }
 
+TEST_CASE("dwarf: -gline-tables-only and -g1 name an ABI-tagged function from its symbol, as with -g") {
+  // clang's -gline-tables-only and -g1 write DW_AT_name only ("Build"; and
+  // a subprogram DIE only for a function with inlined calls, hence Make), so
+  // the outermost frame is named from the symbol table, once the symbol is
+  // known to be the same function. The check compared "app::Build[abi:v2]"
+  // with "...::Build" and failed on the ABI tag: every function returning a
+  // std::string (tag cxx11) was named plain "Build", without its namespace
+  // or class, where addr2line and llvm-symbolizer print
+  // "app::Build[abi:cxx11](int)".
+  if (!HaveTool("clang++") || !HaveTool("nm")) {
+    MESSAGE("clang++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "namespace app {\n"
+      "__attribute__((always_inline)) inline char* Make(int n) { return g = new char[n]; }\n"  // line 3
+      "struct Shop {\n"
+      "  __attribute__((noinline, abi_tag(\"v2\"))) char* Name(int n) const { return Make(n + 2); }\n"
+      "};\n"
+      "__attribute__((noinline, abi_tag(\"v2\"))) char* Build(int n) { return Make(n + 1); }\n"
+      "}  // namespace app\n"
+      "int main(int argc, char**) { app::Shop s; s.Name(argc); app::Build(argc); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/tag.cc", source));
+  std::string out;
+  for (const char* flags : {"-gline-tables-only", "-g1", "-g"}) {
+    const std::string flag_text = flags;
+    CAPTURE(flag_text);
+    const std::string binary = dir + "/tag" + std::to_string(std::strlen(flags));
+    REQUIRE_MESSAGE(
+        RunCommand(std::string("clang++ -std=c++17 -O2 ") + flags + " " + dir + "/tag.cc -o " + binary, out) == 0, out);
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+    Symbolizer symbolizer(objects);
+    REQUIRE(symbolizer.HasDebugInfo(0));
+    const struct {
+      const char* symbol;
+      const char* name;
+      const char* full_name;
+    } expected[] = {
+        {"_ZN3app5BuildB2v2Ei", "app::Build[abi:v2]", "app::Build[abi:v2](int)"},
+        {"_ZNK3app4Shop4NameB2v2Ei", "app::Shop::Name[abi:v2]", "app::Shop::Name[abi:v2](int) const"},
+    };
+    for (const auto& e : expected) {
+      const std::string symbol = e.symbol;
+      CAPTURE(symbol);
+      const std::uint64_t address = SymbolAddress(binary, e.symbol);
+      REQUIRE(address != 0);
+      int inlined = 0;
+      for (std::uint64_t a = address; a < address + 12; ++a) {  // both functions are longer
+        SymbolizedFrame frames[32];
+        SymbolizedQuality quality;
+        const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &quality);
+        REQUIRE(n >= 1);
+        CHECK(frames[n - 1].name == e.name);
+        CHECK(frames[n - 1].full_name == e.full_name);
+        CHECK(frames[n - 1].system_name == e.symbol);
+        CHECK(frames[0].file == dir + "/tag.cc");
+        if (n == 2) {
+          ++inlined;
+          CHECK(frames[0].line == 3);
+        }
+      }
+      CHECK(inlined > 0);
+    }
+  }
+  RunCommand("rm -rf " + dir, out);
+}
+
 TEST_CASE("symbols: a return address at a function's first byte after padding names that function") {
   // A signal handler returns to glibc's __restore_rt, a makecontext
   // coroutine to __start_context: return addresses nobody's call pushed, at

@@ -823,11 +823,28 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
     // The symbol must be the DWARF's function: its name, or a qualified form
     // of its plain DWARF name (full_name when there is no linkage name; our
     // qualified name may differ: "{lambda at f.cc:5}" for "{lambda(int)#1}").
-    const auto ends_with = [&short_name](std::string_view tail) {
+    // ABI tags are in the symbol's name only: "app::Build[abi:cxx11]" is the
+    // DWARF's "Build" (clang's -gline-tables-only and -g1 write no linkage
+    // names, so every function returning a std::string met this).
+    char untagged_buf[sizeof short_buf_];
+    std::size_t untagged_len = 0;
+    const bool fits_buf = short_name.size() <= sizeof untagged_buf;  // else compared as it is
+    for (std::size_t i = 0; fits_buf && i < short_name.size();) {
+      if (short_name.compare(i, 5, "[abi:") == 0) {
+        const std::size_t close = short_name.find(']', i);
+        if (close != std::string_view::npos) {
+          i = close + 1;
+          continue;
+        }
+      }
+      untagged_buf[untagged_len++] = short_name[i++];
+    }
+    const std::string_view untagged = fits_buf ? std::string_view(untagged_buf, untagged_len) : short_name;
+    const auto ends_with = [&untagged](std::string_view tail) {
       const std::size_t m = tail.size();
-      return m == 0 || short_name == tail ||
-             (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, tail) == 0 &&
-              short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+      return m == 0 || untagged == tail ||
+             (untagged.size() > m + 2 && untagged.compare(untagged.size() - m, m, tail) == 0 &&
+              untagged.compare(untagged.size() - m - 2, 2, "::") == 0);
     };
     const bool fits = n == 0 || ends_with(f.name) || (outer_plain && ends_with(f.full_name));
     if (fits) {
