@@ -805,6 +805,56 @@ TEST_CASE("dwarf: GCC's inlined lambdas are named by the function that wrote the
   RunCommand("rm -rf " + dir, out);
 }
 
+TEST_CASE("dwarf: GCC's generic lambda with code of its own keeps its linkage name") {
+  // GCC writes neither a linkage name nor a scope for a generic lambda's
+  // operator() that has code of its own: only DW_AT_name "operator()<int>".
+  // The symbol there was refused as not the DWARF's function, its short name
+  // having no template arguments, so the frame lost the symbol's name (what
+  // addr2line and llvm-symbolizer print) for "operator()<int>" as the
+  // system and full name.
+  if (!HaveTool("g++") || !HaveTool("nm")) {
+    MESSAGE("g++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "namespace app {\n"
+      "__attribute__((noinline)) void Sorted(int n) {\n"
+      "  auto make = [](auto k) { g = new char[k]; };\n"  // line 4
+      "  make(n);\n"
+      "}\n"
+      "}  // namespace app\n"
+      "int main(int argc, char**) { app::Sorted(argc); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/generic.cc", source));
+  const std::string binary = dir + "/generic";
+  std::string out;
+  REQUIRE_MESSAGE(RunCommand("g++ -std=c++17 -O0 -g " + dir + "/generic.cc -o " + binary, out) == 0, out);
+  const char* const symbol = "_ZZN3app6SortedEiENKUlT_E_clIiEEDaS0_";  // operator()<int>, GCC 12's mangling
+  const std::uint64_t start = SymbolAddress(binary, symbol);
+  if (start == 0) {
+    MESSAGE("this g++ mangles the lambda otherwise: skipped");
+    RunCommand("rm -rf " + dir, out);
+    return;
+  }
+  heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+  Symbolizer symbolizer(objects);
+  REQUIRE(symbolizer.HasDebugInfo(0));
+  for (std::uint64_t a = start; a < start + 12; ++a) {
+    SymbolizedFrame frames[32];
+    SymbolizedQuality quality;
+    const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &quality);
+    REQUIRE(n == 1);
+    CHECK(frames[0].name == "app::Sorted::{lambda(auto:1)#1}::operator()");
+    CHECK(frames[0].system_name == symbol);
+    CHECK(frames[0].full_name == "auto app::Sorted(int)::{lambda(auto:1)#1}::operator()<int>(int) const");
+    CHECK(frames[0].file == dir + "/generic.cc");
+    CHECK(frames[0].line == 4);
+  }
+  RunCommand("rm -rf " + dir, out);
+}
+
 TEST_CASE("dwarf: a function named from its DWARF scopes has no template arguments, as one named from its linkage name") {
   // GCC writes no linkage name for a member of a template instantiated with
   // a type of an anonymous namespace (internal linkage): hello_heap's

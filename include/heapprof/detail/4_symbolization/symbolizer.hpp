@@ -846,7 +846,24 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
              (untagged.size() > m + 2 && untagged.compare(untagged.size() - m, m, tail) == 0 &&
               untagged.compare(untagged.size() - m - 2, 2, "::") == 0);
     };
-    const bool fits = n == 0 || ends_with(f.name) || (outer_plain && ends_with(f.full_name));
+    // A plain DWARF name keeps its template arguments, which the short name
+    // has not: GCC's generic lambda with code of its own is DWARF's
+    // "operator()<Box<int>, Box<int> >", its symbol's short name
+    // "app::Sorted::{lambda(auto:1 const&, auto:2 const&)#1}::operator()".
+    std::string_view plain = f.full_name;
+    if (outer_plain && !plain.empty() && plain.back() == '>') {
+      int depth = 0;
+      for (std::size_t i = plain.size(); i-- > 0;) {
+        if (plain[i] == '>') ++depth;
+        else if (plain[i] == '<' && --depth == 0) {
+          plain = plain.substr(0, i);
+          while (!plain.empty() && plain.back() == ' ') plain.remove_suffix(1);
+          break;
+        }
+      }
+      if (depth != 0) plain = f.full_name;  // unbalanced: "operator>", compared as it is
+    }
+    const bool fits = n == 0 || ends_with(f.name) || (outer_plain && (ends_with(f.full_name) || ends_with(plain)));
     if (fits) {
       if (n == 0) {
         f = SymbolizedFrame{};
