@@ -1044,6 +1044,71 @@ TEST_CASE("dwarf: -gline-tables-only and -g1 name an ABI-tagged function from it
   RunCommand("rm -rf " + dir, out);
 }
 
+TEST_CASE("dwarf: a DWARF 4 split-DWARF skeleton gives names only, not its inlined code's lines under the caller") {
+  // g++/clang++ -gdwarf-4 -gsplit-dwarf leave in the program a compile unit
+  // naming its .dwo (DW_AT_GNU_dwo_name), with the line table but none of
+  // the functions: the .dwo is not read. The line table alone put each
+  // inlined call's line in the function it was inlined into: here "Build"
+  // at line 2, which is Make's (DWARF 5's skeleton units were already left
+  // out). A skeleton that describes its inline chains itself (clang's
+  // -fsplit-dwarf-inlining) is still read.
+  if (!HaveTool("nm")) {
+    MESSAGE("nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "__attribute__((always_inline)) inline char* Make(int n) { return g = new char[n]; }\n"  // line 2
+      "__attribute__((noinline)) char* Build(int n) { return Make(n + 1); }\n"                 // line 3
+      "int main(int argc, char**) { Build(argc); return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/split.cc", source));
+  std::string out;
+  const struct {
+    const char* compiler;
+    const char* flags;
+    bool inline_chains;
+  } variants[] = {
+      {"g++", "-O2 -gdwarf-4 -gsplit-dwarf", false},
+      {"clang++", "-O2 -gdwarf-4 -gsplit-dwarf", false},
+      {"clang++", "-O2 -gdwarf-4 -gsplit-dwarf -fsplit-dwarf-inlining", true},
+  };
+  int built = 0;
+  for (const auto& v : variants) {
+    if (!HaveTool(v.compiler)) continue;
+    const std::string what = std::string(v.compiler) + " " + v.flags;
+    CAPTURE(what);
+    const std::string binary = dir + "/split" + std::to_string(built++);
+    // From the directory, where the .dwo files go.
+    REQUIRE_MESSAGE(RunCommand("cd " + dir + " && " + what + " split.cc -o " + binary, out) == 0, out);
+    const std::uint64_t build = SymbolAddress(binary, "_Z5Buildi");
+    REQUIRE(build != 0);
+    heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+    Symbolizer symbolizer(objects);
+    int chains = 0;
+    for (std::uint64_t a = build; a < build + 12; ++a) {
+      SymbolizedFrame frames[32];
+      SymbolizedQuality quality;
+      const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &quality);
+      REQUIRE(n >= 1);
+      CHECK(frames[n - 1].name == "Build");
+      if (!v.inline_chains) {
+        CHECK(n == 1);
+        CHECK(!quality.line);
+        CHECK(frames[0].file.empty());
+        CHECK(frames[0].line == 0);
+      } else if (n == 2) {
+        ++chains;
+        CHECK(frames[0].line == 2);
+        CHECK(frames[1].line == 3);
+      }
+    }
+    if (v.inline_chains) CHECK(chains > 0);
+  }
+  RunCommand("rm -rf " + dir, out);
+}
+
 TEST_CASE("symbols: a return address at a function's first byte after padding names that function") {
   // A signal handler returns to glibc's __restore_rt, a makecontext
   // coroutine to __start_context: return addresses nobody's call pushed, at

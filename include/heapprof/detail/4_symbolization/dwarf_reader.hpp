@@ -30,7 +30,8 @@ constexpr std::uint32_t kName = 0x03, kStmtList = 0x10, kLowPc = 0x11, kHighPc =
                         kDeclLine = 0x3b, kSpecification = 0x47, kRanges = 0x55,
                         kCallFile = 0x58, kCallLine = 0x59, kLinkageName = 0x6e,
                         kStrOffsetsBase = 0x72, kAddrBase = 0x73, kRnglistsBase = 0x74,
-                        kMipsLinkageName = 0x2007, kGnuAddrBase = 0x2133;
+                        kDwoName = 0x76, kMipsLinkageName = 0x2007, kGnuDwoName = 0x2130,
+                        kGnuAddrBase = 0x2133;
 }
 namespace form {
 constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0x05, kData4 = 0x06,
