@@ -477,6 +477,17 @@ TEST_CASE("ShortFunctionName: return types, templates, and qualifiers after any 
         "app::Cache::Fill::{lambda()#1}::operator()");
   CHECK(Short("Encode(char const*, unsigned long)::{lambda()#4}::operator()() const::{lambda()#1}::operator()() "
               "const") == "Encode::{lambda()#4}::operator()::{lambda()#1}::operator()");
+  // A function template returning a pointer or a reference to a function
+  // or an array has its name inside the declarator (the demangled names of
+  // g++'s ns::Pick<int> and ns::Row<int>); the short name was the return
+  // type's last word ("void", "[4]").
+  CHECK(Short("void (*ns::Pick<int>(int))(int)") == "ns::Pick");
+  CHECK(Short("int (&ns::Row<int>(int (&) [4], int)) [4]") == "ns::Row");
+  CHECK(Short("void (*ns::Holder<int>::Get() const)(int)") == "ns::Holder::Get");
+  CHECK(Short("void (*(*ns::Chain<int>())(int))(char)") == "ns::Chain");
+  CHECK(Short("ns::Foo::operator void (*)()() const") == "ns::Foo::operator void");
+  // A literal operator keeps its name (it was "_kb").
+  CHECK(Short("ns::lit::operator\"\" _kb(unsigned long long)") == "ns::lit::operator\"\" _kb");
   CHECK(Short("operator new[](unsigned long)") == "operator new[]");
   CHECK(Short("bool operator==<char>(S const&, S const&)") == "operator==");
 }

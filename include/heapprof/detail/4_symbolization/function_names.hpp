@@ -13,12 +13,19 @@
 namespace heapprof {
 namespace detail {
 
+inline std::size_t ShortFunctionNameOf(const char* full, std::size_t len, char* out, std::size_t cap, int depth);
+
 // Writes the short form of `full` into out[0..cap) (NUL-terminated) and
 // returns its length; 0 when it does not fit or nothing would remain.
 inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t cap) {
   if (full == nullptr || cap == 0) return 0;
   std::size_t len = std::strlen(full);
   if (const char* clone = std::strstr(full, " [clone ")) len = static_cast<std::size_t>(clone - full);
+  return ShortFunctionNameOf(full, len, out, cap, 0);
+}
+
+// full[0..len): the name, or (depth > 0) the declarator part of one.
+inline std::size_t ShortFunctionNameOf(const char* full, std::size_t len, char* out, std::size_t cap, int depth) {
   std::size_t n = 0;
   std::size_t top_spaces[64];
   int spaces = 0;
@@ -34,7 +41,7 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
   for (std::size_t i = 0; i < len; ++i) {
     const char ch = full[i];
     if (angle == 0 && paren == 0) {
-      if (std::strncmp(full + i, "(anonymous namespace)", 21) == 0) {
+      if (i + 21 <= len && std::strncmp(full + i, "(anonymous namespace)", 21) == 0) {
         for (std::size_t k = 0; k < 21; ++k) put(full[i + k]);
         i += 20;
         continue;
@@ -48,7 +55,7 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
         }
         continue;
       }
-      if (std::strncmp(full + i, "operator", 8) == 0 && (i == 0 || !is_ident(full[i - 1])) &&
+      if (i + 8 <= len && std::strncmp(full + i, "operator", 8) == 0 && (i == 0 || !is_ident(full[i - 1])) &&
           !(i + 8 < len && is_ident(full[i + 8]))) {
         for (std::size_t k = 0; k < 8; ++k) put(full[i + k]);
         i += 8;
@@ -56,9 +63,10 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
           put('(');
           put(')');
           i += 1;
-        } else if (i < len && full[i] == ' ') {
-          // "operator new[]", "operator delete", a conversion "operator int*":
-          // everything up to the parameter list, minus template arguments.
+        } else if (i < len && (full[i] == ' ' || full[i] == '"')) {
+          // "operator new[]", "operator delete", a conversion "operator int*",
+          // a literal operator 'operator"" _km': everything up to the
+          // parameter list, minus template arguments.
           int a = 0;
           for (; i < len && !(full[i] == '(' && a == 0); ++i) {
             if (full[i] == '<') ++a;
@@ -77,6 +85,24 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
           --i;
         }
         continue;
+      }
+    }
+    if (ch == '(' && angle == 0 && paren == 0 && i + 1 < len && (full[i + 1] == '*' || full[i + 1] == '&')) {
+      // A function returning a pointer to a function or an array has its
+      // name inside the declarator: "void (*ns::get_handler())(int)",
+      // "int (*ns::Table::row(int))[4]". What the parentheses hold, once
+      // past the '*'s and '&'s, is the name with its parameters: that is the
+      // short name ("(*)" holds no parameter list: a conversion operator's type).
+      int nest = 0;
+      std::size_t close = i;
+      for (; close < len; ++close) {
+        if (full[close] == '(') ++nest;
+        else if (full[close] == ')' && --nest == 0) break;
+      }
+      std::size_t open = i + 1;
+      while (open < close && (full[open] == '*' || full[open] == '&' || full[open] == ' ')) ++open;
+      if (depth < 8 && close < len && open < close && std::memchr(full + open, '(', close - open) != nullptr) {
+        return ShortFunctionNameOf(full + open, close - open, out, cap, depth + 1);
       }
     }
     if (ch == '(' && angle == 0) {
