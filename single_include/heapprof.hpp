@@ -435,6 +435,13 @@ constexpr int kRateBits = 40;
 constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
 inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
 
+// The hook families compiled into this program and in effect, set at the
+// static initialisation of the unit that defines them (hook_check.hpp). Read
+// when a profile is written before any allocation was seen (snapshot.hpp:
+// WarnIfNoAllocationSeen says what is hooked rather than "not installed").
+constexpr unsigned kNewDeleteHooks = 1, kMallocHooks = 2;
+inline std::atomic<unsigned> g_hook_families{0};
+
 inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
 inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
@@ -9357,7 +9364,8 @@ constexpr std::uint32_t kName = 0x03, kStmtList = 0x10, kLowPc = 0x11, kHighPc =
                         kDeclLine = 0x3b, kSpecification = 0x47, kRanges = 0x55,
                         kCallFile = 0x58, kCallLine = 0x59, kLinkageName = 0x6e,
                         kStrOffsetsBase = 0x72, kAddrBase = 0x73, kRnglistsBase = 0x74,
-                        kMipsLinkageName = 0x2007, kGnuAddrBase = 0x2133;
+                        kDwoName = 0x76, kMipsLinkageName = 0x2007, kGnuDwoName = 0x2130,
+                        kGnuAddrBase = 0x2133;
 }
 namespace form {
 constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0x05, kData4 = 0x06,
@@ -10074,12 +10082,19 @@ inline bool LineTable::Parse(const Sections& s, std::uint64_t offset, const char
 namespace heapprof {
 namespace detail {
 
+inline std::size_t ShortFunctionNameOf(const char* full, std::size_t len, char* out, std::size_t cap, int depth);
+
 // Writes the short form of `full` into out[0..cap) (NUL-terminated) and
 // returns its length; 0 when it does not fit or nothing would remain.
 inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t cap) {
   if (full == nullptr || cap == 0) return 0;
   std::size_t len = std::strlen(full);
   if (const char* clone = std::strstr(full, " [clone ")) len = static_cast<std::size_t>(clone - full);
+  return ShortFunctionNameOf(full, len, out, cap, 0);
+}
+
+// full[0..len): the name, or (depth > 0) the declarator part of one.
+inline std::size_t ShortFunctionNameOf(const char* full, std::size_t len, char* out, std::size_t cap, int depth) {
   std::size_t n = 0;
   std::size_t top_spaces[64];
   int spaces = 0;
@@ -10095,7 +10110,7 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
   for (std::size_t i = 0; i < len; ++i) {
     const char ch = full[i];
     if (angle == 0 && paren == 0) {
-      if (std::strncmp(full + i, "(anonymous namespace)", 21) == 0) {
+      if (i + 21 <= len && std::strncmp(full + i, "(anonymous namespace)", 21) == 0) {
         for (std::size_t k = 0; k < 21; ++k) put(full[i + k]);
         i += 20;
         continue;
@@ -10109,7 +10124,7 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
         }
         continue;
       }
-      if (std::strncmp(full + i, "operator", 8) == 0 && (i == 0 || !is_ident(full[i - 1])) &&
+      if (i + 8 <= len && std::strncmp(full + i, "operator", 8) == 0 && (i == 0 || !is_ident(full[i - 1])) &&
           !(i + 8 < len && is_ident(full[i + 8]))) {
         for (std::size_t k = 0; k < 8; ++k) put(full[i + k]);
         i += 8;
@@ -10117,9 +10132,10 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
           put('(');
           put(')');
           i += 1;
-        } else if (i < len && full[i] == ' ') {
-          // "operator new[]", "operator delete", a conversion "operator int*":
-          // everything up to the parameter list, minus template arguments.
+        } else if (i < len && (full[i] == ' ' || full[i] == '"')) {
+          // "operator new[]", "operator delete", a conversion "operator int*",
+          // a literal operator 'operator"" _km': everything up to the
+          // parameter list, minus template arguments.
           int a = 0;
           for (; i < len && !(full[i] == '(' && a == 0); ++i) {
             if (full[i] == '<') ++a;
@@ -10138,6 +10154,24 @@ inline std::size_t ShortFunctionName(const char* full, char* out, std::size_t ca
           --i;
         }
         continue;
+      }
+    }
+    if (ch == '(' && angle == 0 && paren == 0 && i + 1 < len && (full[i + 1] == '*' || full[i + 1] == '&')) {
+      // A function returning a pointer to a function or an array has its
+      // name inside the declarator: "void (*ns::get_handler())(int)",
+      // "int (*ns::Table::row(int))[4]". What the parentheses hold, once
+      // past the '*'s and '&'s, is the name with its parameters: that is the
+      // short name ("(*)" holds no parameter list: a conversion operator's type).
+      int nest = 0;
+      std::size_t close = i;
+      for (; close < len; ++close) {
+        if (full[close] == '(') ++nest;
+        else if (full[close] == ')' && --nest == 0) break;
+      }
+      std::size_t open = i + 1;
+      while (open < close && (full[open] == '*' || full[open] == '&' || full[open] == ' ')) ++open;
+      if (depth < 8 && close < len && open < close && std::memchr(full + open, '(', close - open) != nullptr) {
+        return ShortFunctionNameOf(full + open, close - open, out, cap, depth + 1);
       }
     }
     if (ch == '(' && angle == 0) {
@@ -10349,7 +10383,7 @@ inline bool DwarfInfo::IndexUnits() {
     const Abbrev* a = abbrevs->Find(c.Uleb());
     if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit)) continue;
     AttrValue low, high, ranges, comp_dir;
-    bool has_low = false, has_high = false, has_ranges = false, has_comp_dir = false;
+    bool has_low = false, has_high = false, has_ranges = false, has_comp_dir = false, skeleton = false;
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
       const AttrSpec& spec = abbrevs->Attr(*a, k);
       AttrValue v;
@@ -10363,10 +10397,20 @@ inline bool DwarfInfo::IndexUnits() {
         case at::kStrOffsetsBase: u.bases.str_offsets = v.u; break;
         case at::kAddrBase: case at::kGnuAddrBase: u.bases.addr = v.u; break;
         case at::kRnglistsBase: u.bases.rnglists = v.u; u.bases.has_rnglists = true; break;
+        case at::kDwoName: case at::kGnuDwoName: skeleton = true; break;
         default: break;
       }
     }
     if (!c.ok()) continue;
+    // A split-DWARF skeleton (DWARF 4's GNU form: a compile unit naming its
+    // .dwo; DWARF 5's skeleton units are not indexed at all) whose functions
+    // and inlined calls are all in the .dwo, which is not read. Its line
+    // table alone would put the lines of inlined code in the function it
+    // was inlined into ("_M_run" at basic_string.h:1571; 131 of 150 call
+    // sites of a g++ -O2 program): names only, as for DWARF 5. A skeleton
+    // with children (clang's -fsplit-dwarf-inlining) describes its inline
+    // chains and is read as any unit.
+    if (skeleton && (!a->has_children || c.Uleb() == 0)) continue;
     if (has_comp_dir) u.comp_dir = ResolveString(s_, u.header, u.bases, comp_dir);
     if (has_low) ResolveAddress(s_, u.header, u.bases, low, &u.low_pc);
     DebugArray<Scope> found;
@@ -12592,13 +12636,47 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
     // The symbol must be the DWARF's function: its name, or a qualified form
     // of its plain DWARF name (full_name when there is no linkage name; our
     // qualified name may differ: "{lambda at f.cc:5}" for "{lambda(int)#1}").
-    const auto ends_with = [&short_name](std::string_view tail) {
+    // ABI tags are in the symbol's name only: "app::Build[abi:cxx11]" is the
+    // DWARF's "Build" (clang's -gline-tables-only and -g1 write no linkage
+    // names, so every function returning a std::string met this).
+    char untagged_buf[sizeof short_buf_];
+    std::size_t untagged_len = 0;
+    const bool fits_buf = short_name.size() <= sizeof untagged_buf;  // else compared as it is
+    for (std::size_t i = 0; fits_buf && i < short_name.size();) {
+      if (short_name.compare(i, 5, "[abi:") == 0) {
+        const std::size_t close = short_name.find(']', i);
+        if (close != std::string_view::npos) {
+          i = close + 1;
+          continue;
+        }
+      }
+      untagged_buf[untagged_len++] = short_name[i++];
+    }
+    const std::string_view untagged = fits_buf ? std::string_view(untagged_buf, untagged_len) : short_name;
+    const auto ends_with = [&untagged](std::string_view tail) {
       const std::size_t m = tail.size();
-      return m == 0 || short_name == tail ||
-             (short_name.size() > m + 2 && short_name.compare(short_name.size() - m, m, tail) == 0 &&
-              short_name.compare(short_name.size() - m - 2, 2, "::") == 0);
+      return m == 0 || untagged == tail ||
+             (untagged.size() > m + 2 && untagged.compare(untagged.size() - m, m, tail) == 0 &&
+              untagged.compare(untagged.size() - m - 2, 2, "::") == 0);
     };
-    const bool fits = n == 0 || ends_with(f.name) || (outer_plain && ends_with(f.full_name));
+    // A plain DWARF name keeps its template arguments, which the short name
+    // has not: GCC's generic lambda with code of its own is DWARF's
+    // "operator()<Box<int>, Box<int> >", its symbol's short name
+    // "app::Sorted::{lambda(auto:1 const&, auto:2 const&)#1}::operator()".
+    std::string_view plain = f.full_name;
+    if (outer_plain && !plain.empty() && plain.back() == '>') {
+      int depth = 0;
+      for (std::size_t i = plain.size(); i-- > 0;) {
+        if (plain[i] == '>') ++depth;
+        else if (plain[i] == '<' && --depth == 0) {
+          plain = plain.substr(0, i);
+          while (!plain.empty() && plain.back() == ' ') plain.remove_suffix(1);
+          break;
+        }
+      }
+      if (depth != 0) plain = f.full_name;  // unbalanced: "operator>", compared as it is
+    }
+    const bool fits = n == 0 || ends_with(f.name) || (outer_plain && (ends_with(f.full_name) || ends_with(plain)));
     if (fits) {
       if (n == 0) {
         f = SymbolizedFrame{};
@@ -14515,9 +14593,18 @@ inline void WarnIfNoAllocationSeen() noexcept {
   if (g_no_hooks_reported.load(std::memory_order_relaxed)) return;
   if (g_registry.Sum().alloc_objects != 0) return;
   if (g_no_hooks_reported.exchange(true, std::memory_order_relaxed)) return;
-  ReportRaw("heapprof: writing a profile, but no allocation has been seen: the hooks are not installed. "
-            "Define HEAPPROF_REPLACE_NEW_DELETE before #include <heapprof.hpp> in one .cpp file of the "
-            "program (or allocate through heapprof::allocator).\n");
+  const unsigned hooked = g_hook_families.load(std::memory_order_relaxed);
+  if (hooked == kNewDeleteHooks) {
+    ReportRaw("heapprof: writing a profile, but no allocation has been seen: operator new/delete are hooked "
+              "(HEAPPROF_REPLACE_NEW_DELETE) and nothing has called them yet; malloc and free are not hooked "
+              "(HEAPPROF_REPLACE_MALLOC, or libheapprof_preload.so, hooks them).\n");
+  } else if (hooked != 0) {
+    ReportRaw("heapprof: writing a profile, but no allocation has been seen yet (the hooks are installed).\n");
+  } else {
+    ReportRaw("heapprof: writing a profile, but no allocation has been seen: the hooks are not installed. "
+              "Define HEAPPROF_REPLACE_NEW_DELETE before #include <heapprof.hpp> in one .cpp file of the "
+              "program (or allocate through heapprof::allocator).\n");
+  }
 }
 
 // `data` as a gzip'ed profile.proto message. Throws bad_alloc.
@@ -19994,17 +20081,25 @@ inline int MainProgramCovers(dl_phdr_info* info, std::size_t, void* data) noexce
 inline bool g_hooks_not_in_effect_reported = false;
 
 // `symbol`: a (mangled) name the hooks define; `hooks`: what they are called
-// in the message.
-inline void ReportHooksNotInEffect(const char* symbol, const char* hooks) noexcept {
+// in the message; `family`: its bit in g_hook_families (snapshot.hpp), set
+// when they are in effect.
+inline void ReportHooksNotInEffect(const char* symbol, const char* hooks, unsigned family) noexcept {
 #if !defined(HEAPPROF_PRELOAD_LIBRARY)  // the preload library says which engine records itself
   const void* own = reinterpret_cast<const void*>(&HookCheckAnchor);
   MainProgramQuery q{reinterpret_cast<std::uintptr_t>(own), false};
   dl_iterate_phdr(&MainProgramCovers, &q);
-  if (q.covered || g_hooks_not_in_effect_reported) return;  // the executable's always come first
+  if (q.covered) {  // the executable's always come first
+    g_hook_families.fetch_or(family, std::memory_order_relaxed);
+    return;
+  }
+  if (g_hooks_not_in_effect_reported) return;
   void* resolved = dlsym(RTLD_DEFAULT, symbol);
   Dl_info ours{}, theirs{};
   if (resolved == nullptr || dladdr(own, &ours) == 0 || dladdr(resolved, &theirs) == 0) return;
-  if (ours.dli_fbase == theirs.dli_fbase) return;
+  if (ours.dli_fbase == theirs.dli_fbase) {
+    g_hook_families.fetch_or(family, std::memory_order_relaxed);
+    return;
+  }
   g_hooks_not_in_effect_reported = true;
   const char* here = ours.dli_fname != nullptr && ours.dli_fname[0] != '\0' ? ours.dli_fname : "a shared object";
   const char* there = theirs.dli_fname != nullptr && theirs.dli_fname[0] != '\0' ? theirs.dli_fname : "the executable";
@@ -20019,6 +20114,7 @@ inline void ReportHooksNotInEffect(const char* symbol, const char* hooks) noexce
 #else
   (void)symbol;
   (void)hooks;
+  g_hook_families.fetch_or(family, std::memory_order_relaxed);
 #endif
 }
 
@@ -21265,7 +21361,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_ma
 
 // Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
 [[maybe_unused]] static const bool g_heapprof_malloc_hooks_checked =
-    (heapprof::detail::ReportHooksNotInEffect("malloc", "malloc"), true);
+    (heapprof::detail::ReportHooksNotInEffect("malloc", "malloc", heapprof::detail::kMallocHooks), true);
 
 #endif  // HEAPPROF_MALLOC_HOOKS
 // ---- end heapprof/detail/1_hooks/malloc.hpp ----
@@ -21594,7 +21690,7 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 
 // Hooks in a dlopen'ed plugin never run: said once, at its load (hook_check.hpp).
 [[maybe_unused]] static const bool g_heapprof_new_delete_hooks_checked =
-    (heapprof::detail::ReportHooksNotInEffect("_Znwm", "operator new/delete"), true);
+    (heapprof::detail::ReportHooksNotInEffect("_Znwm", "operator new/delete", heapprof::detail::kNewDeleteHooks), true);
 
 #endif  // HEAPPROF_ENABLED
 // ---- end heapprof/detail/1_hooks/new_delete.hpp ----
