@@ -114,13 +114,6 @@ constexpr int kRateBits = 40;
 constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
 inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
 
-// The hook families compiled into this program and in effect, set at the
-// static initialisation of the unit that defines them (hook_check.hpp). Read
-// when a profile is written before any allocation was seen (snapshot.hpp:
-// WarnIfNoAllocationSeen says what is hooked rather than "not installed").
-constexpr unsigned kNewDeleteHooks = 1, kMallocHooks = 2;
-inline std::atomic<unsigned> g_hook_families{0};
-
 inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
 inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
@@ -181,6 +174,13 @@ bool OnFreeSlow(void* p, std::size_t n, unsigned flags, ReleaseFn release = null
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
+
+// The hook families compiled into this program and in effect, set at the
+// static initialisation of the unit that defines them (hook_check.hpp). Read
+// when a profile is written before any allocation was seen (snapshot.hpp:
+// WarnIfNoAllocationSeen says what is hooked rather than "not installed").
+constexpr unsigned kNewDeleteHooks = 1, kMallocHooks = 2;
+inline std::atomic<unsigned> g_hook_families{0};
 
 constexpr unsigned kFreeSized = 1;
 constexpr unsigned kFreeCanDefer = 2;

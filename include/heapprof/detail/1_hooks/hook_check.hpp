@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/1_hooks/fast_path.hpp"  // g_hook_families
 
 namespace heapprof {
 namespace detail {
