@@ -62,7 +62,11 @@ bool WriteAllocsProfile(std::ostream& out);
 
 // The same, to a file: written to a temporary name in the same directory and
 // renamed, so a reader never sees half a profile. False (and `path` untouched)
-// if the file could not be written.
+// if the file could not be written; errno then says why (ENOENT: no such
+// directory, EACCES, ENOSPC, EISDIR: `path` is a directory, ENOMEM: out of
+// memory building the profile, EINVAL: a null path or one that is not a
+// regular file, ENOSYS: heapprof disabled). The same holds for the peak and
+// retention writers below.
 bool WriteHeapProfile(const char* path);
 bool WriteAllocsProfile(const char* path);
 bool WriteHeapProfile(const std::string& path);

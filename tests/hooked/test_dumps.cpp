@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
@@ -652,6 +653,40 @@ TEST_CASE("legacy text heap format (debug=1): exact at rate 1 and parsed by go t
     CHECK(std::regex_search(out, std::regex(R"(\n\s+10\s+40000\s+7\s+28000: )")));
   }
   std::remove(file.c_str());
+}
+
+TEST_CASE("Write*(path) that fail say why in errno") {
+  // They returned false with errno as the last internal call had left it
+  // (for a directory or /dev/null: 0, whatever the reason).
+  const std::string dir = DumpsTempDir();
+  struct Case {
+    std::string path;
+    int err;
+  };
+  const std::vector<Case> cases = {
+      {dir + "/missing/heap.pb.gz", ENOENT},  // no such directory
+      {dir, EISDIR},                          // a directory: not replaced
+      {"/dev/null", EINVAL},                  // not a regular file: not replaced
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.path);
+    errno = 0;
+    CHECK_FALSE(heapprof::WriteHeapProfile(c.path));
+    CHECK(errno == c.err);
+    errno = 0;
+    CHECK_FALSE(heapprof::WriteAllocsProfile(c.path.c_str()));
+    CHECK(errno == c.err);
+    errno = 0;
+    CHECK_FALSE(heapprof::WritePeakHeapProfile(c.path));
+    CHECK(errno == c.err);
+    errno = 0;
+    CHECK_FALSE(heapprof::WriteRetentionProfile(c.path));
+    CHECK(errno == c.err);
+  }
+  errno = 0;
+  CHECK_FALSE(heapprof::WriteHeapProfile(static_cast<const char*>(nullptr)));
+  CHECK(errno == EINVAL);
+  RemoveDir(dir);
 }
 
 TEST_CASE("legacy text heap format (debug=1): zero-size objects counted as in the heap profile") {

@@ -150,17 +150,17 @@ bool WriteHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, false) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WriteAllocsProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, true) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
 bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
@@ -180,9 +180,9 @@ bool WritePeakHeapProfile(const char* path) {
   }
   detail::ReentrancyGuard guard;
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WritePeakProfileFile(path) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile(path.c_str()); }
 
@@ -212,9 +212,9 @@ bool WriteRetentionProfile(const char* path) {
   detail::ReentrancyGuard guard;
   detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WriteRetentionProfileFile(path) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WriteRetentionProfile(const std::string& path) { return WriteRetentionProfile(path.c_str()); }
 
@@ -493,6 +493,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
+#include <cerrno>
 #include <string>
 
 namespace heapprof {
@@ -502,17 +503,41 @@ std::size_t GetSampleRate() noexcept { return 0; }
 Stats GetStats() noexcept { return Stats{}; }
 bool WriteHeapProfile(std::ostream&) { return false; }
 bool WriteAllocsProfile(std::ostream&) { return false; }
-bool WriteHeapProfile(const char*) { return false; }
-bool WriteAllocsProfile(const char*) { return false; }
-bool WriteHeapProfile(const std::string&) { return false; }
-bool WriteAllocsProfile(const std::string&) { return false; }
+bool WriteHeapProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteAllocsProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteHeapProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteAllocsProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
 bool WritePeakHeapProfile(std::ostream&) { return false; }
-bool WritePeakHeapProfile(const char*) { return false; }
-bool WritePeakHeapProfile(const std::string&) { return false; }
+bool WritePeakHeapProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WritePeakHeapProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
 void ResetPeak() noexcept {}
 bool WriteRetentionProfile(std::ostream&) { return false; }
-bool WriteRetentionProfile(const char*) { return false; }
-bool WriteRetentionProfile(const std::string&) { return false; }
+bool WriteRetentionProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteRetentionProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END

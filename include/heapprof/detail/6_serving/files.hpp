@@ -62,6 +62,12 @@ class FileSizeSignalHeld {
   bool was_pending_ = false;
 };
 
+// The public Write*(path) say why they return false in errno.
+inline bool FailWithErrno(int err) noexcept {
+  errno = err;
+  return false;
+}
+
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -71,6 +77,14 @@ class FileSizeSignalHeld {
 // cancellation off during the write, so a cancelled write leaves nothing
 // behind either, with or without exceptions.
 inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString& bytes, ArenaString* error) {
+  // A failure leaves errno saying why (the public Write*(path) return only
+  // false): set last, after the temporary's close and unlink.
+  struct FailureErrno {
+    int value = 0;
+    ~FailureErrno() {
+      if (value != 0) errno = value;
+    }
+  } failure;
   ReentrancyGuard guard;
   // What is at the path decides: nothing or a regular file is replaced; a
   // symlink is followed (its target is replaced, the link stays); anything
@@ -83,6 +97,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     char target[4096];
     const ssize_t n = hops < 16 ? ::readlink(path.c_str(), target, sizeof target - 1) : -1;
     if (n <= 0) {
+      failure.value = hops < 16 ? (n < 0 ? errno : ENOENT) : ELOOP;
       if (error != nullptr) *error = "cannot follow symlink " + given_path;
       return false;
     }
@@ -96,6 +111,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     st.st_mode = S_IFREG;
   }
   if (!S_ISREG(st.st_mode)) {
+    failure.value = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
     if (error != nullptr) *error = "not a regular file, not replaced: " + path;
     return false;
   }
@@ -130,6 +146,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       }
     } tmp{std::move(tmp_name)};
     auto fail = [&](const char* what, int err) {  // every step before the rename is on the temporary
+      failure.value = err;
       if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
@@ -155,6 +172,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     if (::close(fd) != 0) return fail("cannot close", errno);
     if (::rename(tmp.name.c_str(), path.c_str()) != 0) {
       const int err = errno;
+      failure.value = err;
       if (error != nullptr) *error = "cannot rename " + tmp.name + " to " + path + ": " + std::strerror(err);
       return false;
     }
@@ -162,6 +180,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     return true;
   }
   HEAPPROF_CATCH_ALL {
+    failure.value = ENOMEM;
     if (error != nullptr) error->clear();
     return false;
   }
@@ -175,7 +194,9 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
   int state = PTHREAD_CANCEL_ENABLE;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
   const bool ok = WriteFileAtomicNow(path, bytes, error);
+  const int err = errno;
   pthread_setcancelstate(state, nullptr);
+  errno = err;
   if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
   return ok;
 }
@@ -189,6 +210,7 @@ inline bool WriteBuiltProfileFile(const ArenaString& path, ArenaString* error, B
   ArenaString gz;
   if (!headroom.ok() || !build(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
+    errno = ENOMEM;
     return false;
   }
   return WriteFileAtomic(path, gz, error);
