@@ -263,7 +263,11 @@ bool WriteAllocsProfile(std::ostream& out);
 
 // The same, to a file: written to a temporary name in the same directory and
 // renamed, so a reader never sees half a profile. False (and `path` untouched)
-// if the file could not be written.
+// if the file could not be written; errno then says why (ENOENT: no such
+// directory, EACCES, ENOSPC, EISDIR: `path` is a directory, ENOMEM: out of
+// memory building the profile, EINVAL: a null path or one that is not a
+// regular file, ENOSYS: heapprof disabled). The same holds for the peak and
+// retention writers below.
 bool WriteHeapProfile(const char* path);
 bool WriteAllocsProfile(const char* path);
 bool WriteHeapProfile(const std::string& path);
@@ -435,13 +439,6 @@ constexpr int kRateBits = 40;
 constexpr std::uint64_t kMaxRate = (std::uint64_t{1} << kRateBits) - 1;  // 1 TiB
 inline std::atomic<std::uint64_t> g_rate_state{HEAPPROF_DEFAULT_SAMPLE_RATE};
 
-// The hook families compiled into this program and in effect, set at the
-// static initialisation of the unit that defines them (hook_check.hpp). Read
-// when a profile is written before any allocation was seen (snapshot.hpp:
-// WarnIfNoAllocationSeen says what is hooked rather than "not installed").
-constexpr unsigned kNewDeleteHooks = 1, kMallocHooks = 2;
-inline std::atomic<unsigned> g_hook_families{0};
-
 inline std::uint64_t RateOf(std::uint64_t state) noexcept { return state & kMaxRate; }
 inline std::uint64_t EpochOf(std::uint64_t state) noexcept { return state >> kRateBits; }
 
@@ -502,6 +499,13 @@ bool OnFreeSlow(void* p, std::size_t n, unsigned flags, ReleaseFn release = null
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
+
+// The hook families compiled into this program and in effect, set at the
+// static initialisation of the unit that defines them (hook_check.hpp). Read
+// when a profile is written before any allocation was seen (snapshot.hpp:
+// WarnIfNoAllocationSeen says what is hooked rather than "not installed").
+constexpr unsigned kNewDeleteHooks = 1, kMallocHooks = 2;
+inline std::atomic<unsigned> g_hook_families{0};
 
 constexpr unsigned kFreeSized = 1;
 constexpr unsigned kFreeCanDefer = 2;
@@ -16299,6 +16303,12 @@ class FileSizeSignalHeld {
   bool was_pending_ = false;
 };
 
+// The public Write*(path) say why they return false in errno.
+inline bool FailWithErrno(int err) noexcept {
+  errno = err;
+  return false;
+}
+
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -16308,6 +16318,14 @@ class FileSizeSignalHeld {
 // cancellation off during the write, so a cancelled write leaves nothing
 // behind either, with or without exceptions.
 inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString& bytes, ArenaString* error) {
+  // A failure leaves errno saying why (the public Write*(path) return only
+  // false): set last, after the temporary's close and unlink.
+  struct FailureErrno {
+    int value = 0;
+    ~FailureErrno() {
+      if (value != 0) errno = value;
+    }
+  } failure;
   ReentrancyGuard guard;
   // What is at the path decides: nothing or a regular file is replaced; a
   // symlink is followed (its target is replaced, the link stays); anything
@@ -16320,6 +16338,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     char target[4096];
     const ssize_t n = hops < 16 ? ::readlink(path.c_str(), target, sizeof target - 1) : -1;
     if (n <= 0) {
+      failure.value = hops < 16 ? (n < 0 ? errno : ENOENT) : ELOOP;
       if (error != nullptr) *error = "cannot follow symlink " + given_path;
       return false;
     }
@@ -16333,6 +16352,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     st.st_mode = S_IFREG;
   }
   if (!S_ISREG(st.st_mode)) {
+    failure.value = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
     if (error != nullptr) *error = "not a regular file, not replaced: " + path;
     return false;
   }
@@ -16367,6 +16387,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       }
     } tmp{std::move(tmp_name)};
     auto fail = [&](const char* what, int err) {  // every step before the rename is on the temporary
+      failure.value = err;
       if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
@@ -16392,6 +16413,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     if (::close(fd) != 0) return fail("cannot close", errno);
     if (::rename(tmp.name.c_str(), path.c_str()) != 0) {
       const int err = errno;
+      failure.value = err;
       if (error != nullptr) *error = "cannot rename " + tmp.name + " to " + path + ": " + std::strerror(err);
       return false;
     }
@@ -16399,6 +16421,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     return true;
   }
   HEAPPROF_CATCH_ALL {
+    failure.value = ENOMEM;
     if (error != nullptr) error->clear();
     return false;
   }
@@ -16412,7 +16435,9 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
   int state = PTHREAD_CANCEL_ENABLE;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
   const bool ok = WriteFileAtomicNow(path, bytes, error);
+  const int err = errno;
   pthread_setcancelstate(state, nullptr);
+  errno = err;
   if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
   return ok;
 }
@@ -16426,6 +16451,7 @@ inline bool WriteBuiltProfileFile(const ArenaString& path, ArenaString* error, B
   ArenaString gz;
   if (!headroom.ok() || !build(gz)) {
     if (error != nullptr) *error = "out of memory building the profile";
+    errno = ENOMEM;
     return false;
   }
   return WriteFileAtomic(path, gz, error);
@@ -20257,17 +20283,17 @@ bool WriteHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, false); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, false) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WriteAllocsProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WriteProfileFile(path, true); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, true) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
 bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
@@ -20287,9 +20313,9 @@ bool WritePeakHeapProfile(const char* path) {
   }
   detail::ReentrancyGuard guard;
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WritePeakProfileFile(path); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WritePeakProfileFile(path) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile(path.c_str()); }
 
@@ -20319,9 +20345,9 @@ bool WriteRetentionProfile(const char* path) {
   detail::ReentrancyGuard guard;
   detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
   detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return false;
-  HEAPPROF_TRY { return path != nullptr && detail::WriteRetentionProfileFile(path); }
-  HEAPPROF_CATCH_ALL { return false; }
+  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? detail::WriteRetentionProfileFile(path) : detail::FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
 }
 bool WriteRetentionProfile(const std::string& path) { return WriteRetentionProfile(path.c_str()); }
 
@@ -20600,6 +20626,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
+#include <cerrno>
 #include <string>
 
 namespace heapprof {
@@ -20609,17 +20636,41 @@ std::size_t GetSampleRate() noexcept { return 0; }
 Stats GetStats() noexcept { return Stats{}; }
 bool WriteHeapProfile(std::ostream&) { return false; }
 bool WriteAllocsProfile(std::ostream&) { return false; }
-bool WriteHeapProfile(const char*) { return false; }
-bool WriteAllocsProfile(const char*) { return false; }
-bool WriteHeapProfile(const std::string&) { return false; }
-bool WriteAllocsProfile(const std::string&) { return false; }
+bool WriteHeapProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteAllocsProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteHeapProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteAllocsProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
 bool WritePeakHeapProfile(std::ostream&) { return false; }
-bool WritePeakHeapProfile(const char*) { return false; }
-bool WritePeakHeapProfile(const std::string&) { return false; }
+bool WritePeakHeapProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WritePeakHeapProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
 void ResetPeak() noexcept {}
 bool WriteRetentionProfile(std::ostream&) { return false; }
-bool WriteRetentionProfile(const char*) { return false; }
-bool WriteRetentionProfile(const std::string&) { return false; }
+bool WriteRetentionProfile(const char*) {
+  errno = ENOSYS;
+  return false;
+}
+bool WriteRetentionProfile(const std::string&) {
+  errno = ENOSYS;
+  return false;
+}
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END
