@@ -46,13 +46,13 @@ template <class Upstream, bool = std::is_empty<Upstream>::value && !std::is_fina
 class AllocatorState : private Upstream {
  public:
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : Upstream(), labels_() {}
-  AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
+  constexpr AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : Upstream(), labels_() {}
+  constexpr AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
       : Upstream(upstream), labels_(labels) {}
-  Upstream& upstream() noexcept { return *this; }
-  const Upstream& upstream() const noexcept { return *this; }
-  const LabelSet& labels() const noexcept { return labels_; }
+  constexpr Upstream& upstream() noexcept { return *this; }
+  constexpr const Upstream& upstream() const noexcept { return *this; }
+  constexpr const LabelSet& labels() const noexcept { return labels_; }
 
  private:
   LabelSet labels_;
@@ -61,13 +61,13 @@ template <class Upstream>
 class AllocatorState<Upstream, false> {
  public:
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
-  AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
+  constexpr AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
+  constexpr AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
       : upstream_(upstream), labels_(labels) {}
-  Upstream& upstream() noexcept { return upstream_; }
-  const Upstream& upstream() const noexcept { return upstream_; }
-  const LabelSet& labels() const noexcept { return labels_; }
+  constexpr Upstream& upstream() noexcept { return upstream_; }
+  constexpr const Upstream& upstream() const noexcept { return upstream_; }
+  constexpr const LabelSet& labels() const noexcept { return labels_; }
 
  private:
   Upstream upstream_;
@@ -105,16 +105,22 @@ class allocator {
   // instantiates a constructor without (a defaulted one included). A template,
   // so that an allocator of an Upstream without a default constructor has none
   // either (std::is_default_constructible says so), as with `= default`.
+  // constexpr, as std::allocator's are in C++20: a namespace-scope
+  // std::vector<T, heapprof::allocator<T>> is then constant-initialized like a
+  // std::vector<T> (and may be constinit), so another unit's static
+  // constructor can fill it before this unit's initializers run. Not
+  // constexpr, it was initialized dynamically, in its unit's turn: a registry
+  // filled earlier was emptied again (its elements lost, its buffer leaked).
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : state_() {}
-  explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
+  constexpr allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : state_() {}
+  constexpr explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
       : state_(upstream, LabelSet()) {}
   // Every allocation gets `labels`, merged over the allocating thread's set.
-  explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
+  constexpr explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
       : state_(upstream, labels) {}
   template <class U, class UpstreamU>
-  allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
+  constexpr allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
       : state_(Upstream(other.upstream()), other.labels()) {}
 
   // noinline: its return address is the sample's leaf (the container code).
@@ -170,18 +176,18 @@ class allocator {
     return allocator(state_.labels(), upstream_traits::select_on_container_copy_construction(state_.upstream()));
   }
 
-  const Upstream& upstream() const noexcept { return state_.upstream(); }
-  const LabelSet& labels() const noexcept { return state_.labels(); }
+  constexpr const Upstream& upstream() const noexcept { return state_.upstream(); }
+  constexpr const LabelSet& labels() const noexcept { return state_.labels(); }
 
   // Equal when the upstreams are: labels are attribution, not ownership, so
   // memory from one is always freeable by the other exactly when the
   // upstreams say so.
   template <class U, class UpstreamU>
-  friend bool operator==(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
+  friend constexpr bool operator==(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
     return a.upstream() == b.upstream();
   }
   template <class U, class UpstreamU>
-  friend bool operator!=(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
+  friend constexpr bool operator!=(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
     return !(a == b);
   }
 

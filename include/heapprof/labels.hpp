@@ -46,7 +46,7 @@ class LabelSet {
   LabelSet(std::initializer_list<Label> labels) noexcept
       : data_(detail::InternLabels(nullptr, labels.begin(), labels.size())) {}
 
-  bool empty() const noexcept { return data_ == nullptr; }
+  constexpr bool empty() const noexcept { return data_ == nullptr; }
   std::size_t size() const noexcept { return data_ == nullptr ? 0 : detail::LabelCount(data_); }
   // The value for `key`, or an empty view when absent.
   std::string_view Get(std::string_view key) const noexcept {
@@ -59,8 +59,8 @@ class LabelSet {
   // The i-th (key, value) pair, in key order.
   Label operator[](std::size_t i) const noexcept { return detail::LabelAt(data_, i); }
 
-  friend bool operator==(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ == b.data_; }
-  friend bool operator!=(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ != b.data_; }
+  friend constexpr bool operator==(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ == b.data_; }
+  friend constexpr bool operator!=(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ != b.data_; }
 
   const detail::LabelSetData* data() const noexcept { return data_; }
   static LabelSet FromData(const detail::LabelSetData* data) noexcept {

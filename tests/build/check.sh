@@ -27,6 +27,10 @@
 #                one stderr line saying the hooks are not installed
 #   malloc_only  new/delete hooked, only malloc called before the writes: one
 #                line says new/delete are hooked and malloc is not
+#   static_init  C++20: a namespace-scope vector with heapprof::allocator is
+#                constinit, as with std::allocator, so a static constructor of
+#                another unit may fill it before its own unit's initializers
+#                run (both link orders): nothing registered is lost
 #   disabled     HEAPPROF_DISABLE (what an unsupported platform gets): the API
 #                compiles, links and is a no-op; Write* return false
 #   noexcept     every unit built with -std=c++17 -fno-exceptions -fno-rtti (and the
@@ -209,6 +213,25 @@ for cxx in "${compilers[@]}"; do
     fi
   else
     fail "$tag malloc_only: did not build"; show "$tmp/out"
+  fi
+
+  # ---- static_init: constant-initialized containers, as with std::allocator -------
+  # impl1.o is an implementation unit (above). Both link orders: the static
+  # constructor runs before the registry's unit's initializers in one of them.
+  if "$cxx" -std=c++20 -x c++ -fsyntax-only - <<<'constinit int x = 1;' >/dev/null 2>&1; then
+    ok=1
+    for order in "static_init_main.cpp static_init_registry.cpp" "static_init_registry.cpp static_init_main.cpp"; do
+      # shellcheck disable=SC2086
+      if (cd "$here" && "$cxx" -std=c++20 -O1 "${warn[@]}" -I"$inc" $order "$tmp/impl1.o" -o "$tmp/static_init" \
+            -pthread -ldl) >"$tmp/out" 2>&1; then
+        if ! "$tmp/static_init" >"$tmp/out" 2>&1; then
+          fail "$tag static_init: $order: a registration was lost"; show "$tmp/out"; ok=0
+        fi
+      else
+        fail "$tag static_init: $order: did not build"; show "$tmp/out"; ok=0
+      fi
+    done
+    ((ok)) && pass "$tag static_init: constinit std::vector<int, heapprof::allocator<int>>, filled by another unit's static constructor in either order"
   fi
 
   # ---- disabled: the documented no-op ----------------------------------------------

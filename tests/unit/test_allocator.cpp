@@ -365,3 +365,50 @@ TEST_CASE("allocator: an upstream without a default constructor allocates and fr
   w.shrink_to_fit();
   CHECK(w[999] == 7);
 }
+
+namespace {
+// An upstream whose constructors and == are constexpr, as std::allocator's
+// are from C++20 on: heapprof::allocator over it must be a literal type too.
+template <class T>
+struct LiteralUpstream {
+  using value_type = T;
+  constexpr LiteralUpstream() noexcept = default;
+  template <class U>
+  constexpr LiteralUpstream(const LiteralUpstream<U>&) noexcept {}  // NOLINT: implicit, as rebinding requires
+  T* allocate(std::size_t n) { return std::allocator<T>().allocate(n); }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <class U>
+  constexpr bool operator==(const LiteralUpstream<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  constexpr bool operator!=(const LiteralUpstream<U>&) const noexcept {
+    return false;
+  }
+};
+constexpr heapprof::allocator<int, LiteralUpstream<int>> kLiteral{};
+constexpr heapprof::allocator<long, LiteralUpstream<long>> kLiteralRebound(kLiteral);
+static_assert(kLiteral == kLiteralRebound, "compared at compile time");
+static_assert(kLiteralRebound.labels().empty(), "no labels");
+#if __cplusplus >= 202002L
+// What the constexpr constructors are for: constant initialization of a
+// namespace-scope container, as with std::allocator (check.sh: static_init).
+constinit std::vector<int, heapprof::allocator<int>> g_constinit_registry;
+#endif
+}  // namespace
+
+// A namespace-scope container of another unit may be filled by a static
+// constructor that runs before this unit's initializers: with std::allocator
+// (C++20) the container is constant-initialized, so nothing empties it later.
+// heapprof::allocator's constructors were not constexpr: such a container was
+// initialized dynamically, and what was pushed into it before was lost.
+TEST_CASE("allocator: constexpr constructors, as std::allocator's (constant initialization)") {
+  CHECK(kLiteral == kLiteralRebound);
+  std::vector<int, heapprof::allocator<int, LiteralUpstream<int>>> v(kLiteral);
+  v.assign(100, 3);
+  CHECK(v[99] == 3);
+#if __cplusplus >= 202002L
+  g_constinit_registry.push_back(1);
+  CHECK(g_constinit_registry.size() == 1);
+#endif
+}
