@@ -47,8 +47,8 @@
 #if defined(__GNUC__)
 #define HEAPPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HEAPPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define HEAPPROF_NOINLINE __attribute__((noinline))
-#define HEAPPROF_ALWAYS_INLINE inline __attribute__((always_inline))
+#define HEAPPROF_NOINLINE __attribute__((__noinline__))
+#define HEAPPROF_ALWAYS_INLINE inline __attribute__((__always_inline__))
 #else
 #define HEAPPROF_LIKELY(x) (x)
 #define HEAPPROF_UNLIKELY(x) (x)
@@ -67,13 +67,13 @@
 #if defined(HEAPPROF_NO_INITIAL_EXEC_TLS) || !defined(__GNUC__)
 #define HEAPPROF_TLS_MODEL
 #elif defined(__PIE__) || !defined(__PIC__)
-#define HEAPPROF_TLS_MODEL __attribute__((tls_model("local-exec")))
+#define HEAPPROF_TLS_MODEL __attribute__((__tls_model__("local-exec")))
 #else
-#define HEAPPROF_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#define HEAPPROF_TLS_MODEL __attribute__((__tls_model__("initial-exec")))
 #endif
 
 #if defined(__GNUC__)
-#define HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((no_sanitize_address))
+#define HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((__no_sanitize_address__))
 #else
 #define HEAPPROF_NO_SANITIZE_ADDRESS
 #endif
@@ -160,7 +160,7 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024, "HEAPPROF
 // suppress flag), and an implementation unit built hidden failed to link
 // ("hidden symbol ... is referenced by DSO").
 #if defined(__GNUC__)
-#define HEAPPROF_VISIBLE __attribute__((visibility("default")))
+#define HEAPPROF_VISIBLE __attribute__((__visibility__("default")))
 #else
 #define HEAPPROF_VISIBLE
 #endif

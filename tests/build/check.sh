@@ -31,6 +31,12 @@
 #                constinit, as with std::allocator, so a static constructor of
 #                another unit may fill it before its own unit's initializers
 #                run (both link orders): nothing registered is lost
+#   macros       the public headers define no macro a user could collide with
+#                (only HEAPPROF_* and reserved names) and add no `using
+#                namespace`; a unit defining the GCC attribute names as macros
+#                (noinline, always_inline, visibility, ... as kernel-style code
+#                does) compiles with the light API and as the implementation
+#                unit with every hook, as it does with the standard headers
 #   disabled     HEAPPROF_DISABLE (what an unsupported platform gets): the API
 #                compiles, links and is a no-op; Write* return false
 #   noexcept     every unit built with -std=c++17 -fno-exceptions -fno-rtti (and the
@@ -232,6 +238,49 @@ for cxx in "${compilers[@]}"; do
       fi
     done
     ((ok)) && pass "$tag static_init: constinit std::vector<int, heapprof::allocator<int>>, filled by another unit's static constructor in either order"
+  fi
+
+  # ---- macros: what the headers define, and user macros they must survive ----------
+  # Every macro the public headers add beyond the standard headers they include
+  # is HEAPPROF_* or a reserved name (the standard library's own, _X or __x).
+  std_headers='#include <cstddef>\n#include <cstdint>\n#include <type_traits>\n#include <utility>\n#include <memory>\n#include <atomic>\n#include <initializer_list>\n#include <string_view>\n#include <new>\n#include <iosfwd>\n'
+  # shellcheck disable=SC2059
+  printf "$std_headers" | "$cxx" -std=c++17 -dM -E -x c++ - | sort >"$tmp/base_macros"
+  # shellcheck disable=SC2059
+  printf "$std_headers#include <heapprof.hpp>\n#include <heapprof/http.hpp>\n" |
+    "$cxx" -std=c++17 -dM -E -I"$inc" -x c++ - | sort >"$tmp/with_macros"
+  leaked=$(comm -13 "$tmp/base_macros" "$tmp/with_macros" | awk '{print $2}' | sed 's/(.*//' | grep -v -e '^HEAPPROF_' -e '^_')
+  # shellcheck disable=SC2059
+  base_using=$(printf "$std_headers" | "$cxx" -std=c++17 -E -P -x c++ - | grep -c 'using namespace')
+  # shellcheck disable=SC2059
+  with_using=$(printf "$std_headers#include <heapprof.hpp>\n#include <heapprof/http.hpp>\n" |
+               "$cxx" -std=c++17 -E -P -I"$inc" -x c++ - | grep -c 'using namespace')
+  # GCC attribute names are ordinary identifiers: code in the style of the
+  # Linux kernel's compiler attributes defines some of them as macros. The
+  # standard headers spell them __noinline__ etc. and compile regardless.
+  attr_macros=""
+  for m in noinline always_inline visibility tls_model weak noipa no_sanitize_address; do
+    attr_macros+="#define $m \"a user's macro\"\n"
+  done
+  bad_attr=""
+  # shellcheck disable=SC2059
+  printf "$attr_macros#include <string>\n#include <vector>\n#include <mutex>\n#include <thread>\n" |
+    "$cxx" -std=c++17 -x c++ -fsyntax-only - >"$tmp/out" 2>&1 || bad_attr="the standard headers"
+  # shellcheck disable=SC2059
+  { printf "$attr_macros"; cat "$here/uses_api.cpp"; } |
+    "$cxx" -std=c++17 "${warn[@]}" -I"$inc" -x c++ -fsyntax-only - >"$tmp/out_user" 2>&1 || bad_attr+=" uses_api.cpp"
+  # shellcheck disable=SC2059
+  printf "$attr_macros#define HEAPPROF_REPLACE_NEW_DELETE\n#define HEAPPROF_REPLACE_MALLOC\n#include <heapprof.hpp>\n#include <heapprof/http.hpp>\n" |
+    "$cxx" -std=c++17 "${warn[@]}" -I"$inc" -x c++ -fsyntax-only - >"$tmp/out_impl" 2>&1 || bad_attr+=" the implementation unit"
+  if [[ -n "$leaked" ]]; then
+    fail "$tag macros: the public headers define $(echo $leaked | tr '\n' ' ')"
+  elif ((with_using != base_using)); then
+    fail "$tag macros: the public headers add $((with_using - base_using)) using-directive(s)"
+  elif [[ -n "$bad_attr" ]]; then
+    fail "$tag macros: with the attribute names defined as macros:$bad_attr fail to compile"
+    show "$tmp/out_user"; show "$tmp/out_impl"
+  else
+    pass "$tag macros: only HEAPPROF_* macros, no using-directive; the attribute names as user macros compile (API and implementation)"
   fi
 
   # ---- disabled: the documented no-op ----------------------------------------------

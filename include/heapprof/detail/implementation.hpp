@@ -462,7 +462,7 @@ inline const LabelSetData* ThisCopysLabels() noexcept { return tls_current_label
 // sees every C allocation, and this program's operator new reaches its
 // malloc), and this copy turns itself off and forwards its API, its operator
 // new and its labels there (README: the preload library).
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine_role() noexcept {
   using heapprof::detail::EngineApiGetter;
   auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
   if (getter == nullptr) return;

@@ -31,7 +31,7 @@ class SpinLock {
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
-  __attribute__((noinline)) void LockContended() noexcept {
+  __attribute__((__noinline__)) void LockContended() noexcept {
     for (unsigned spins = 0;;) {
       while (locked_.load(std::memory_order_relaxed)) {
         // On 2 cores a preempted holder only progresses if we give the CPU back.

@@ -45,10 +45,10 @@
 // program linked with -fuse-ld=gold called into its ELF header (SIGSEGV).
 // A default-visibility undefined weak reference stays null with gold, ld.bfd
 // and lld alike.
-extern "C" __attribute__((weak)) void heapprof_detail_resolve_malloc() noexcept;
+extern "C" __attribute__((__weak__)) void heapprof_detail_resolve_malloc() noexcept;
 // Defined by the implementation unit: decides whether this copy of the engine
 // records (engine.hpp: g_engine_off). Weak likewise, its definition hidden.
-extern "C" __attribute__((weak)) void heapprof_detail_engine_role() noexcept;
+extern "C" __attribute__((__weak__)) void heapprof_detail_engine_role() noexcept;
 
 namespace heapprof {
 namespace detail {

@@ -550,9 +550,9 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
 // make valloc a call to pvalloc, and the leaf frame would be wrong; and no
 // inlining into a caller in the same unit, which clang does to hooks this small).
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noinline))
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((__visibility__("default"), __used__, __noinline__))
 #else
-#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noipa))
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((__visibility__("default"), __used__, __noipa__))
 #endif
 #define HEAPPROF_DETAIL_RET __builtin_return_address(0)
 
@@ -705,7 +705,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
 
 // Start-up (engine.hpp: EnsureInit) resolves the allocator before it decides
 // how BlockSize reads: hidden, so only this object's engine finds it.
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept {
+extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_resolve_malloc() noexcept {
   heapprof::detail::real::Resolve();
 }
 

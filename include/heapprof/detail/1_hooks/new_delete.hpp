@@ -231,9 +231,9 @@ HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, const volatile std::si
 // small into a caller in the same unit (its return address would then be the
 // caller's): noinline.
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_HOOK __attribute__((noinline))
+#define HEAPPROF_DETAIL_HOOK __attribute__((__noinline__))
 #else
-#define HEAPPROF_DETAIL_HOOK __attribute__((noipa))
+#define HEAPPROF_DETAIL_HOOK __attribute__((__noipa__))
 #endif
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {

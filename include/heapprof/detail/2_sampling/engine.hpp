@@ -88,7 +88,7 @@ inline EnvConfig g_env_config;
 // leak_exit_code missed it. Called before those frames are built. Within
 // the thread's known stack only, leaving 16 KiB above its end; nothing on a
 // stack the profiler does not know (a sigaltstack, a coroutine's).
-__attribute__((noinline)) inline void ClearDeadStack() noexcept {
+__attribute__((__noinline__)) inline void ClearDeadStack() noexcept {
   constexpr std::uintptr_t kClear = std::uintptr_t{64} << 10, kMargin = std::uintptr_t{16} << 10;
   const ThreadState* ts = tls_thread_state;
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));

@@ -68,7 +68,7 @@ constexpr std::size_t kForeignStackProbePages = 64;
 inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 filter
 inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
 
-__attribute__((noinline)) inline int ReadSeccompMode() noexcept {
+__attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
   const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   // Read in pieces, keeping the key's length of overlap, so the buffer stays
@@ -253,7 +253,7 @@ HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool FramePointerChain(
 // Out of the handler's record at `fp` (returning to the trampoline) into
 // the interrupted code, from the kernel's frame above it, and on.
 template <bool kThroughHook>
-HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline)) bool FramePointersAfterSignal(
+HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((__noinline__)) bool FramePointersAfterSignal(
     std::uintptr_t fp, std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo, std::uintptr_t own_hi,
     std::uintptr_t* beyond) noexcept {
 #if defined(HEAPPROF_ARCH_X86_64)
@@ -355,7 +355,7 @@ HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool FramePointerChain(
 // top is not known, ForeignStackBounds), else 0.
 // Out of line: the chain's loop then needs no register saved (see
 // FramePointerChain); inlined into a caller's loop it kept six.
-HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline))
+HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((__noinline__))
 inline bool UnwindFramePointers(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
                                 std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
                                 std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {

@@ -79,7 +79,7 @@
 // uninstrumented, never clear it at return (stale "use-after-scope" shadow).
 // Hence the noinline on the slow paths they call.
 #if defined(__clang__) || defined(__GNUC__)
-#define HEAPPROF_DETAIL_NO_ASAN __attribute__((no_sanitize_address))
+#define HEAPPROF_DETAIL_NO_ASAN __attribute__((__no_sanitize_address__))
 #else
 #define HEAPPROF_DETAIL_NO_ASAN
 #endif
@@ -967,7 +967,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
 
 // The rule for the instruction at `pc` from the tables (0 if none). Out of
 // line: it is the cache-miss path, and see HEAPPROF_DETAIL_NO_ASAN.
-__attribute__((noinline)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+__attribute__((__noinline__)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
   if (c.object == nullptr || pc - c.object->lo >= c.object->hi - c.object->lo) {
     Object* o = FindObject(*c.set, pc);
     if (o == nullptr) {
@@ -1031,7 +1031,7 @@ HEAPPROF_ALWAYS_INLINE CachedRule Unpack(std::uint64_t word) noexcept {
 // looks in slot i ^ 1 too, and a rule whose slot holds a live entry of
 // another return address (its key, word and tag give that address back, and
 // it maps to the slot) goes to the neighbour. The hit path is unchanged.
-__attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
+__attribute__((__noinline__)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
   const std::size_t j = i ^ 1;
   {
     const std::uint64_t word = CacheWord(j);
@@ -1193,7 +1193,7 @@ constexpr std::uintptr_t kSigFrameRsp = kSigFrameGregs + 15 * 8;  // REG_RSP
 constexpr std::uintptr_t kSigFrameRip = kSigFrameGregs + 16 * 8;  // REG_RIP
 static_assert(offsetof(ucontext_t, uc_mcontext) == kSigFrameGregs, "the kernel's ucontext layout");
 #endif
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cursor& c, Regs& r) noexcept {
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline bool SignalFrameStep(Cursor& c, Regs& r) noexcept {
 #if defined(__x86_64__)
   std::uintptr_t pc, sp, fp;
   if (!LoadWord(r.sp + kSigFrameRip, c, pc) || !LoadWord(r.sp + kSigFrameRsp, c, sp) ||
@@ -1219,7 +1219,7 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cu
 }
 
 // The rare rule kinds, out of line.
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
                                                                         std::uintptr_t off) noexcept {
   const eh::Rule rule{bits};
   std::uintptr_t cfa;
@@ -1368,7 +1368,7 @@ constexpr int kSteppedWalks = 64;
 constexpr int kScoredDepth = 8;
 
 // A walk that looked for meetings, scored (see above).
-__attribute__((noinline)) inline void ScoreWalk(WalkRecords& w, int depth, int replayed, int short_meetings) noexcept {
+__attribute__((__noinline__)) inline void ScoreWalk(WalkRecords& w, int depth, int replayed, int short_meetings) noexcept {
   if (depth < kScoredDepth) return;
   if (replayed * 2 >= depth) {
     w.poor_walks = 0;
@@ -1493,7 +1493,7 @@ struct ReplayResult {
   bool truncated;
   bool in_place;
 };
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline ReplayResult Replay(const Cursor& c, const WalkRecord& prev,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline ReplayResult Replay(const Cursor& c, const WalkRecord& prev,
                                                                              int j, WalkRecord& next,
                                                                              CapturedStack& out, int depth) noexcept {
   const int n = prev.n;
@@ -1524,7 +1524,7 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline ReplayResult Replay(con
 // whose top the profiler did not know (Cursor::beyond), once a walk. The
 // registers by value: were `r` passed by reference, the walk would keep it in
 // memory throughout (2x slower stepped walks, bench_unwind).
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t CfaBeyondTop(Cursor& c, std::uintptr_t pc,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline std::uintptr_t CfaBeyondTop(Cursor& c, std::uintptr_t pc,
                                                                                   std::uintptr_t sp,
                                                                                   std::uintptr_t fp) noexcept {
   const CachedRule cached = RuleAt(c, pc);
@@ -1665,7 +1665,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
 // within that stack's bounds [lo, hi), appended to `out`. Every frame
 // stepped (no replay: the thread's walk record holds the handler's stack).
 // Returns the first PC found in no object of the set (0 if none).
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t AppendInterrupted(const Cursor& from,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline std::uintptr_t AppendInterrupted(const Cursor& from,
                                                                                        std::uintptr_t lo,
                                                                                        std::uintptr_t hi,
                                                                                        CapturedStack& out) noexcept {

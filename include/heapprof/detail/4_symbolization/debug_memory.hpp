@@ -168,7 +168,7 @@ class DebugStringPool {
  private:
   // Out of line: inlined into callers with small buffers, GCC's -Warray-bounds
   // would see this branch read past them.
-  __attribute__((noinline)) const char* AddLarge(const char* s, std::size_t n) noexcept {
+  __attribute__((__noinline__)) const char* AddLarge(const char* s, std::size_t n) noexcept {
     Chunk* big = NewChunk(sizeof(Chunk) + n + 1);
     if (big == nullptr) return nullptr;
     // Linked behind the current chunk so that chunks_ keeps bumping.

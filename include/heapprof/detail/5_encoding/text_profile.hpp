@@ -31,7 +31,7 @@ namespace detail {
 // lowest rate of the records (the current rate when there are none); a bucket
 // sampled at a higher one has its counts converted to it. At rate 0 or 1 the
 // counts are the estimates themselves (pprof does not scale those).
-inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((__format__(__printf__, 2, 3)));
 inline void AppendFormat(ArenaString& out, const char* fmt, ...) {
   char buf[512];
   va_list ap;

@@ -391,7 +391,7 @@ inline _Unwind_Reason_Code ExitCallerStep(_Unwind_Context* ctx, void* arg) {
   return _URC_END_OF_STACK;
 }
 // `registers` (16 words) and `count`: out, the caller's callee-saved registers.
-__attribute__((noinline)) inline std::uintptr_t ExitCallerFrame(std::uintptr_t* registers, std::size_t& count) noexcept {
+__attribute__((__noinline__)) inline std::uintptr_t ExitCallerFrame(std::uintptr_t* registers, std::size_t& count) noexcept {
   count = 0;
   ExitCallerWalk w;
   w.registers = registers;

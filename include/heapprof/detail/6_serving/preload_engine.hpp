@@ -64,7 +64,7 @@ inline const EngineApi g_preload_engine_api = {
 }  // namespace detail
 }  // namespace heapprof
 
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine_role() noexcept {
   if (!heapprof::detail::real::g_shadowed) return;
   heapprof::detail::g_engine_off = true;
   Dl_info info{};
@@ -88,7 +88,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
 // malloc itself, run with LD_PRELOAD=libheapprof_preload.so:libtcmalloc_minimal.so.4,
 // hung there: tcmalloc's start-up called the program's operator new, whose
 // copy asked here, and the wait waited for itself.
-extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
+extern "C" __attribute__((__visibility__("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
   heapprof::detail::EnsureInit();
   if (!heapprof::detail::real::Resolve()) return nullptr;
   return heapprof::detail::g_engine_off || heapprof::detail::real::g_shadowed ? nullptr

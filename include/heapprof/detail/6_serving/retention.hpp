@@ -1199,13 +1199,13 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
 // The scan with this thread's registers on its stack: the caller's
 // callee-saved registers are spilled into this frame, and the scan starts
 // below it (ScanFrom's frame is deeper than ours).
-__attribute__((noinline)) inline std::uintptr_t CurrentFrame() noexcept {
+__attribute__((__noinline__)) inline std::uintptr_t CurrentFrame() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
 // `floor`: where this thread's stack starts to be scanned instead, when it
 // is above our own frame (the leak report at exit: ExitCallerFrame).
-__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
+__attribute__((__noinline__)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
   __builtin_unwind_init();
   volatile std::uintptr_t keep = 0;  // a frame that stays
   const std::uintptr_t sp = CurrentFrame();
