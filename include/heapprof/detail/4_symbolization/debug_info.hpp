@@ -415,7 +415,7 @@ inline void DebugObject::UseSupplementary(const char* name, const elf::ByteView&
     if (link != nullptr) link_length = std::strlen(link);
   }
   if (link == nullptr || link_length == 0 || id.size == 0 || id.size > 64) return;
-  const ArenaString hex = elf::HexLower(id.data, static_cast<std::size_t>(id.size));
+  const ArenaString hex = elf::HexLower(id.data, id.size);  // (<= 64; no cast: a useless one on LP64, -Wuseless-cast)
   char candidate[1024];
   // The link relative to the directory of `holder`.
   auto beside = [&](const char* holder) {

@@ -129,7 +129,7 @@ inline std::uint64_t LargestLoadedFileBytes() noexcept {
 inline std::uint64_t AddressSpaceLimit() noexcept {
   rlimit rl{};
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
-  return static_cast<std::uint64_t>(rl.rlim_cur);
+  return rl.rlim_cur;  // (rlim_t: unsigned long; a cast is a useless one, -Wuseless-cast)
 }
 
 // "943.2 MiB"
