@@ -3,9 +3,11 @@
 // replacement.
 //
 // Every allocation is counted exactly once: the upstream runs inside
-// SuppressHooks, so if it reaches a replaced operator new that hook stays
-// silent and this allocator records the allocation itself, with itself as the
-// hook (its caller is the sample's leaf frame).
+// AllocatorScope, so if it reaches a replaced operator new for the block it
+// returns that hook stays silent and this allocator records the allocation
+// itself, with itself as the hook (its caller is the sample's leaf frame).
+// Other blocks the upstream allocates there (a pmr resource's chunks) the
+// hooks count as any.
 #pragma once
 
 #include "heapprof/config.hpp"
@@ -127,9 +129,14 @@ class allocator {
   HEAPPROF_NOINLINE T* allocate(size_type n) {
 #if HEAPPROF_ENABLED
     T* p;
+    std::uint8_t since;
     {
-      detail::SuppressHooks quiet;
+      detail::AllocatorScope scope(nullptr);
+      since = scope.base();
       p = upstream_traits::allocate(state_.upstream(), n);
+    }
+    if (HEAPPROF_UNLIKELY(detail::tls_thread_flags.scope_blocks != since)) {
+      detail::SettleAllocatorScope(p, static_cast<std::size_t>(n) * sizeof(T), since);
     }
     // Restored, not cleared: a signal handler's allocate may run inside
     // another's, which then samples with its own labels still.
@@ -151,7 +158,7 @@ class allocator {
     // an upstream without state can be made again there; a free through one
     // with state is counted now and its sampled entry retired later.
     if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), DeferredRelease())) return;
-    detail::SuppressHooks quiet;
+    detail::AllocatorScope scope(p);
     upstream_traits::deallocate(state_.upstream(), p, n);
   }
 
@@ -209,7 +216,7 @@ class allocator {
   }
   static void ReleaseLater(void* p, std::size_t bytes) noexcept {
     Upstream upstream;
-    detail::SuppressHooks quiet;
+    detail::AllocatorScope scope(p);
     upstream_traits::deallocate(upstream, static_cast<T*>(p), static_cast<size_type>(bytes / sizeof(T)));
   }
 

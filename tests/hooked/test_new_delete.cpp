@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <malloc.h>
 #include <exception>
+#include <memory_resource>
+#include <stdexcept>
 #include <new>
+#include <string>
+#include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -188,4 +192,123 @@ TEST_CASE("new_handler loop, bad_alloc and nothrow null are unchanged") {
   CHECK(aligned_nothrow_result == nullptr);
   CHECK(array_throws);
   CHECK(d.allocs() == 0);  // failures are not allocations
+}
+
+// ---- heapprof::allocator's upstream and the global hooks ----------------------
+// The allocator counts its own block and the hooks stay silent for that one
+// (counted once); every other block its upstream allocates or frees during
+// the call is the upstream's, which the hooks count as any. Before, the hooks
+// were silent for all of them: a pmr resource's chunk, allocated inside an
+// allocate and freed by the resource's destructor outside, was counted at the
+// free only (a monotonic_buffer_resource per request drove live_bytes to 0),
+// the exception an upstream threw at its catch only, and a block the upstream
+// freed that was allocated elsewhere was never counted freed.
+namespace {
+using PmrInts = std::pmr::polymorphic_allocator<int>;
+using ProfiledPmrInts = heapprof::allocator<int, PmrInts>;
+
+// Allocates from the heap and, on its first allocate, frees a block it was
+// handed beforehand (an emergency reserve, a cache it drops).
+void* g_upstream_drops = nullptr;
+template <class T>
+struct DroppingUpstream {
+  using value_type = T;
+  DroppingUpstream() = default;
+  template <class U>
+  DroppingUpstream(const DroppingUpstream<U>&) noexcept {}  // NOLINT: implicit, as rebinding requires
+  T* allocate(std::size_t n) {
+    ::operator delete(g_upstream_drops);
+    g_upstream_drops = nullptr;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  friend bool operator==(const DroppingUpstream&, const DroppingUpstream&) { return true; }
+  friend bool operator!=(const DroppingUpstream&, const DroppingUpstream&) { return false; }
+};
+
+#if HEAPPROF_EXCEPTIONS
+template <class T>
+struct ThrowingUpstream {
+  using value_type = T;
+  ThrowingUpstream() = default;
+  template <class U>
+  ThrowingUpstream(const ThrowingUpstream<U>&) noexcept {}  // NOLINT: implicit, as rebinding requires
+  T* allocate(std::size_t) { throw std::runtime_error(std::string(200, 'x')); }  // its message: operator new
+  void deallocate(T*, std::size_t) noexcept {}
+  friend bool operator==(const ThrowingUpstream&, const ThrowingUpstream&) { return true; }
+  friend bool operator!=(const ThrowingUpstream&, const ThrowingUpstream&) { return false; }
+};
+#endif
+}  // namespace
+
+TEST_CASE("heapprof::allocator over an upstream that allocates for itself: Stats exact with the global hooks") {
+  SUBCASE("a pass-through upstream's block is counted once, by the allocator") {
+    heapprof_test::RateScope rate(1);
+    Delta d;
+    {
+      std::vector<int, heapprof::allocator<int>> a;
+      a.reserve(1000);
+      std::vector<int, ProfiledPmrInts> b{ProfiledPmrInts(PmrInts(std::pmr::new_delete_resource()))};
+      b.reserve(2000);
+    }
+    d.Stop();
+    CHECK(d.allocs() == 2);
+    CHECK(d.alloc_bytes() == 3000 * sizeof(int));
+    CHECK(d.frees() == 2);
+    CHECK(d.free_bytes() == 3000 * sizeof(int));
+  }
+  SUBCASE("a monotonic_buffer_resource per request: its chunks counted at both ends") {
+    for (const std::size_t r : {std::size_t{1}, std::size_t{1} << 30}) {
+      heapprof_test::RateScope rate(r);
+      Delta d;
+      for (int request = 0; request < 50; ++request) {
+        std::pmr::monotonic_buffer_resource arena;
+        std::vector<int, ProfiledPmrInts> v{ProfiledPmrInts(PmrInts(&arena))};
+        for (int i = 0; i < 5000; ++i) v.push_back(i);
+      }
+      d.Stop();
+      INFO("rate " << r);
+      // The vector's 14 buffers a request (the allocator) and the arena's
+      // chunks (the hooks): freed, all of them, by the end of each request.
+      CHECK(d.allocs() > 50 * 14);
+      CHECK(d.frees() == d.allocs());
+      CHECK(d.free_bytes() == d.alloc_bytes());
+    }
+  }
+  SUBCASE("an upstream freeing a block allocated elsewhere: counted freed") {
+    heapprof_test::RateScope rate(std::size_t{1} << 30);  // unsampled: only the counters know it
+    Delta d;
+    g_upstream_drops = ::operator new(3000);
+    const std::size_t dropped = malloc_usable_size(g_upstream_drops);
+    {
+      std::vector<int, heapprof::allocator<int, DroppingUpstream<int>>> v;
+      v.reserve(10);
+    }
+    d.Stop();
+    CHECK(g_upstream_drops == nullptr);
+    CHECK(d.allocs() == 2);
+    CHECK(d.frees() == 2);
+    CHECK(d.alloc_bytes() == dropped + 10 * sizeof(int));
+    CHECK(d.free_bytes() == d.alloc_bytes());
+  }
+#if HEAPPROF_EXCEPTIONS
+  SUBCASE("an upstream that throws: what the exception holds is counted at both ends") {
+    heapprof_test::RateScope rate(1);
+    Delta d;
+    int caught = 0;
+    for (int i = 0; i < 10; ++i) {
+      try {
+        std::vector<int, heapprof::allocator<int, ThrowingUpstream<int>>> v;
+        v.reserve(10);
+      } catch (const std::runtime_error& e) {
+        caught += e.what()[0] == 'x';
+      }
+    }
+    d.Stop();
+    CHECK(caught == 10);
+    CHECK(d.allocs() >= 10);  // the messages' strings, at least
+    CHECK(d.frees() == d.allocs());
+    CHECK(d.free_bytes() == d.alloc_bytes());
+  }
+#endif
 }

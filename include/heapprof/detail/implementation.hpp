@@ -248,7 +248,16 @@ HEAPPROF_NOINLINE bool OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   // A heapprof::allocator's upstream calling operator new: the upstream's own
   // block, which the allocator counts itself. Checked here, before errno is
   // saved (every such allocator call), and only here: AllocSlowPath's one caller.
-  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return true;
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) {
+    // Inside its AllocatorScope the upstream's other blocks are counted:
+    // all are, until SettleAllocatorScope uncounts the allocator's own.
+    if (tls_thread_flags.allocator_scope) {
+      const int saved_errno = errno;
+      CountScopeBlock(tls_thread_flags, p, n);
+      errno = saved_errno;
+    }
+    return true;
+  }
   const int saved_errno = errno;
   const bool kept = AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
   errno = saved_errno;
@@ -268,8 +277,15 @@ HEAPPROF_NOINLINE inline bool FreeSlowKeepingErrno(void* p, std::size_t n, unsig
 HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   // The same for its operator delete of a block no sampled object holds
   // (FreeSlowPath): here, not in the function that saves registers for the rest.
-  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kFreeSized) == 0 && !MaybeSampled(p)) return false;
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kFreeSized) == 0 && !MaybeSampled(p) &&
+      !CountedInScope(tls_thread_flags, p)) {
+    return false;
+  }
   return FreeSlowKeepingErrno(p, n, how, release);
+}
+
+void SettleAllocatorScope(const void* p, std::size_t bytes, std::uint8_t since) noexcept {
+  SettleScopeBlocks(p, bytes, since);
 }
 
 // ---------------------------------------------------------------- labels

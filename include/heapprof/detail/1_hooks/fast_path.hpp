@@ -102,7 +102,12 @@ struct ThreadFlags {
   std::uint32_t guard = 0;  // > 0 while the profiler itself runs on this thread
   bool suppress = false;    // heapprof::allocator is calling its upstream
   bool exiting = false;     // our key destructor ran: do not register again
+  // In a heapprof::allocator's upstream call (AllocatorScope, below): the
+  // global hooks count the upstream's blocks, all but the allocator's own.
+  bool allocator_scope = false;
+  std::uint8_t scope_blocks = 0;    // blocks counted in allocates' scopes so far, modulo 256 (AllocatorScope)
   ThreadState* suppressed = nullptr;  // while `suppress`: the thread's own state (SuppressHooks)
+  const void* own_block = nullptr;    // in a deallocate's scope: the block it returns to the upstream
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
@@ -171,6 +176,12 @@ bool OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) 
 // needs: 2_sampling/live_map.hpp), with `release(p, n)` when given (a
 // heapprof::allocator's upstream), else with the global hooks' real free.
 bool OnFreeSlow(void* p, std::size_t n, unsigned flags, ReleaseFn release = nullptr) noexcept;
+// After a heapprof::allocator's upstream returned `p` for `bytes`
+// (AllocatorScope): the global hooks counted the blocks the upstream
+// allocated; one at `p` requested for `bytes` is the allocator's own, which
+// it counts itself, so it is uncounted here.
+// `since`: the count of scope blocks when its scope began (AllocatorScope::base).
+void SettleAllocatorScope(const void* p, std::size_t bytes, std::uint8_t since) noexcept;
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
@@ -228,26 +239,36 @@ HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) no
 #endif
 }
 
-// heapprof::allocator calls its upstream inside this scope: any operator new or
-// delete that the upstream reaches is not counted a second time. The fast paths
-// stay unchanged: the thread is pointed at the empty state, which sends them to
-// the slow path, which sees `suppress` and returns. What a signal handler does
-// in that window is not the upstream's: the slow paths count its
-// heapprof::allocator blocks, and its frees of sampled objects, on the
-// thread's own state, kept in `suppressed` (2_sampling/engine.hpp).
+// The profiler's own calls that may reach the hooks (start-up's dlsym, an
+// allocator's first malloc_usable_size) run inside this scope, and
+// heapprof::allocator's upstream calls inside AllocatorScope (below), which
+// builds on it. The fast paths stay unchanged: the thread is pointed at the
+// empty state, which sends them to the slow path, which sees `suppress`. What
+// a signal handler does in that window is not the upstream's: the slow paths
+// count its heapprof::allocator blocks, and its frees of sampled objects, on
+// the thread's own state, kept in `suppressed` (2_sampling/engine.hpp).
 #if HEAPPROF_ENABLED
 class SuppressHooks {
  public:
   // `suppressed` is set by the outermost scope only (a nested one's state is
   // the empty one) and never restored: it is read only while `suppress` is.
-  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+  // The profiler's own scopes (start-up's dlsym, an allocator's first
+  // malloc_usable_size) count nothing, inside an AllocatorScope too.
+  SuppressHooks() noexcept
+      : saved_state_(tls_thread_state),
+        saved_suppress_(tls_thread_flags.suppress),
+        saved_allocator_scope_(tls_thread_flags.allocator_scope) {
     if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;
     tls_thread_flags.suppress = true;
+    tls_thread_flags.allocator_scope = false;
     tls_thread_state = &g_empty_thread_state;
+    asm volatile("" ::: "memory");  // (see AllocatorScope)
   }
   ~SuppressHooks() {
+    asm volatile("" ::: "memory");
     tls_thread_state = saved_state_;
     tls_thread_flags.suppress = saved_suppress_;
+    tls_thread_flags.allocator_scope = saved_allocator_scope_;
   }
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
@@ -255,6 +276,47 @@ class SuppressHooks {
  private:
   ThreadState* saved_state_;
   bool saved_suppress_;
+  bool saved_allocator_scope_;
+};
+
+// heapprof::allocator's upstream call: hooks suppressed as above, except that
+// the global hooks count every block the upstream allocates or frees but the
+// allocator's own: the block allocate returns, requested for its bytes
+// (uncounted afterwards, SettleAllocatorScope), and the block at the address
+// deallocate passes down (`own_block`). A pmr resource's chunk, allocated in
+// one allocate and freed by the resource's destructor or release() anywhere,
+// and the exception an upstream throws, freed after its catch, are then
+// counted at both ends. Suppressed whole, they were counted at the free only:
+// a monotonic_buffer_resource per request drove Stats' live_bytes to 0 within
+// a thousand requests. (A signal handler's operator new or delete in that
+// window is counted the same way, and not sampled.)
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(const void* own_block) noexcept
+      : quiet_(), saved_own_block_(tls_thread_flags.own_block), base_(tls_thread_flags.scope_blocks) {
+    tls_thread_flags.allocator_scope = true;  // (quiet_ saved it, and restores it)
+    tls_thread_flags.own_block = own_block;
+    // Compiler barriers around the upstream call: clang takes a replaceable
+    // operator new or delete (libstdc++ calls __builtin_operator_new) for one
+    // that touches no memory of the program's, so it dropped these stores as
+    // dead (the dtor overwrites them) and reused scope_blocks read before the
+    // call: the settle never ran and every block was counted twice.
+    asm volatile("" ::: "memory");
+  }
+  ~AllocatorScope() {
+    asm volatile("" ::: "memory");
+    tls_thread_flags.own_block = saved_own_block_;
+  }
+  // The blocks counted in this scope (and in those nested in it, a signal
+  // handler's) are those after `base`: SettleAllocatorScope's range.
+  std::uint8_t base() const noexcept { return base_; }
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
+
+ private:
+  SuppressHooks quiet_;
+  const void* saved_own_block_;
+  std::uint8_t base_;
 };
 #else
 // Without a profiler: nothing to suppress.
@@ -263,6 +325,13 @@ class SuppressHooks {
   SuppressHooks() noexcept {}
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
+};
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(const void*) noexcept {}
+  std::uint8_t base() const noexcept { return 0; }
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
 };
 #endif
 

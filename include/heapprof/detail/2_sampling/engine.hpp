@@ -463,9 +463,9 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   // (Inside a heapprof::allocator's upstream call, a global hook's block is
-  // the upstream's own: OnAllocSlow returned before this, implementation.hpp.
-  // A heapprof::allocator's own sample there is a signal handler's: counted
-  // and sampled, on the state CurrentThreadSlot finds.)
+  // counted by CountScopeBlock, unsampled: OnAllocSlow returned before this,
+  // implementation.hpp. A heapprof::allocator's own sample there is a signal
+  // handler's: counted and sampled, on the state CurrentThreadSlot finds.)
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   const bool padded = (how & kPaddedBlock) != 0;
@@ -557,17 +557,88 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
   BumpCounter(ts->free_bytes, n);
 }
 
+// ---------------------------------------------------------------- a heapprof::allocator's upstream
+// In an AllocatorScope (fast_path.hpp) the global hooks count the upstream's
+// blocks but the allocator's own. Its own block in a deallocate is known
+// beforehand (`own_block`); in an allocate it is the one the upstream returns,
+// requested for exactly the allocator's bytes (a monotonic_buffer_resource
+// returns the start of a larger chunk, which is the resource's), so the blocks
+// counted there are remembered (the last kScopeBlocks of them) until
+// SettleAllocatorScope uncounts that one.
+struct ScopeBlock {
+  void* p;
+  std::size_t requested;  // (its counted size is BlockSize(p) again: it is still live when settled)
+};
+// Two: an upstream that allocates more than its block in one call is rare
+// (a pmr resource: a chunk), and static TLS is short (test_own_memory.cpp).
+constexpr unsigned kScopeBlocks = 2;  // divides 256: flags.scope_blocks wraps around with the ring
+inline thread_local ScopeBlock tls_scope_blocks[kScopeBlocks] HEAPPROF_TLS_MODEL;
+
+// Whether a global hook's free of `p` while `suppress` is set is counted.
+HEAPPROF_ALWAYS_INLINE bool CountedInScope(const ThreadFlags& flags, const void* p) noexcept {
+  return flags.allocator_scope && p != flags.own_block;
+}
+
+// Where an AllocatorScope's blocks are counted: the thread's own state (saved
+// by the outermost scope), or nullptr for a thread without a slot.
+inline ThreadState* ScopeCounters(const ThreadFlags& flags) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (ts == &g_empty_thread_state && flags.suppress) ts = flags.suppressed;
+  return ts == &g_empty_thread_state ? nullptr : ts;
+}
+
+// A global hook's block allocated in an AllocatorScope: counted as the slow
+// path counts any (its usable size), on the thread's own state; not sampled.
+inline void CountScopeBlock(ThreadFlags& flags, void* p, std::size_t requested) noexcept {
+  if (flags.guard == 0 && !flags.exiting) EnsureInit();  // it decides how BlockSize reads
+  const std::size_t size = BlockSize(p);
+  ThreadState* ts = ScopeCounters(flags);
+  if (ts == nullptr) {
+    if (g_engine_off) return;
+    g_registry.CountUnregisteredAlloc(size);
+  } else {
+    BumpCounter(ts->alloc_objects, 1);
+    BumpCounter(ts->alloc_bytes, size);
+  }
+  if (flags.own_block != nullptr) return;  // a deallocate's scope: nothing to settle
+  tls_scope_blocks[flags.scope_blocks % kScopeBlocks] = ScopeBlock{p, requested};
+  ++flags.scope_blocks;  // (modulo 256)
+}
+
+// The allocate's upstream returned `p` for `bytes`: a block of that request
+// the hooks counted at `p` in its scope (entries after `since`) is the
+// allocator's own (it counts it itself), so it is uncounted.
+inline void SettleScopeBlocks(const void* p, std::size_t bytes, std::uint8_t since) noexcept {
+  const ThreadFlags& flags = tls_thread_flags;
+  unsigned n = static_cast<std::uint8_t>(flags.scope_blocks - since);
+  if (n > kScopeBlocks) n = kScopeBlocks;  // older ones were overwritten: they stay counted
+  for (unsigned i = 1; i <= n; ++i) {      // newest first: an address freed and reused there
+    const ScopeBlock& b = tls_scope_blocks[static_cast<std::uint8_t>(flags.scope_blocks - i) % kScopeBlocks];
+    if (b.p != p || b.requested != bytes) continue;
+    const std::size_t size = BlockSize(b.p);
+    ThreadState* ts = ScopeCounters(flags);
+    if (ts == nullptr) {
+      if (!g_engine_off) g_registry.UncountUnregisteredAlloc(size);
+    } else {
+      BumpCounter(ts->alloc_objects, ~std::uint64_t{0});  // -1: the counters are summed modulo 2^64
+      BumpCounter(ts->alloc_bytes, std::uint64_t{0} - size);
+    }
+    return;
+  }
+}
+
 // The body of OnFreeSlow. True: the block was queued (see live_map.hpp) and
 // the caller must not release it.
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  // Inside a heapprof::allocator's upstream call, a global hook's free is of
-  // a block the upstream allocated there, uncounted: unless it is a sampled
-  // object's (a signal handler's free, or an upstream freeing what it did not
-  // allocate), which is never lost. A heapprof::allocator's own free (sized)
-  // there is a signal handler's: counted as any.
+  // Inside a heapprof::allocator's deallocate, the global hook's free of the
+  // block it passes down is the allocator's own, which it counted itself:
+  // uncounted, unless a sampled object's (never lost). Any other block freed
+  // in its upstream call is counted as anywhere (CountedInScope); in the
+  // profiler's own SuppressHooks nothing is. A heapprof::allocator's own free
+  // (sized) there is a signal handler's: counted as any.
   bool counted = true;
-  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kFreeSized) == 0) {
+  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kFreeSized) == 0 && !CountedInScope(flags, p)) {
     if (!MaybeSampled(p)) return false;
     counted = false;  // unless the live map has it
   }

@@ -92,6 +92,12 @@ class ThreadRegistry {
   void CountNestedSample() noexcept { nested_samples_.fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t NestedSamples() const noexcept { return nested_samples_.load(std::memory_order_relaxed); }
 
+  // An unregistered thread's block that turned out a heapprof::allocator's
+  // own (engine.hpp: UncountScopeBlock): counted by the allocator instead.
+  void UncountUnregisteredAlloc(std::uint64_t bytes) noexcept {
+    orphan_alloc_objects_.fetch_sub(1, std::memory_order_relaxed);
+    orphan_alloc_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
   void CountUnregisteredFree(std::uint64_t bytes) noexcept {
     orphan_free_objects_.fetch_add(1, std::memory_order_relaxed);
     orphan_free_bytes_.fetch_add(bytes, std::memory_order_relaxed);
