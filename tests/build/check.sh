@@ -37,6 +37,12 @@
 #                (noinline, always_inline, visibility, ... as kernel-style code
 #                does) compiles with the light API and as the implementation
 #                unit with every hook, as it does with the standard headers
+#   odd_flags    two user units (uses_api.cpp, two_units_main.cpp) built with
+#                -O2 -flto, -O0, -Os, -D_GLIBCXX_DEBUG, -D_GLIBCXX_ASSERTIONS,
+#                -static-libstdc++ (g++), -fvisibility=hidden -fno-exceptions
+#                -fno-rtti, linked with an implementation unit built without
+#                them: links (no duplicate definition under LTO), and
+#                heapprof::allocator containers count exactly at rate 1
 #   disabled     HEAPPROF_DISABLE (what an unsupported platform gets): the API
 #                compiles, links and is a no-op; Write* return false
 #   noexcept     every unit built with -std=c++17 -fno-exceptions -fno-rtti (and the
@@ -282,6 +288,31 @@ for cxx in "${compilers[@]}"; do
   else
     pass "$tag macros: only HEAPPROF_* macros, no using-directive; the attribute names as user macros compile (API and implementation)"
   fi
+
+  # ---- odd_flags: user units built the ways code bases build -------------------------
+  bad=0
+  odd=("-O2 -flto" "-O0" "-Os" "-O1 -D_GLIBCXX_DEBUG" "-O1 -D_GLIBCXX_ASSERTIONS"
+       "-O2 -fvisibility=hidden -fno-exceptions -fno-rtti")
+  [[ "$tag" == g++* ]] && odd+=("-O2 -static-libstdc++")
+  for flags in "${odd[@]}"; do
+    extra=()
+    [[ "$tag" == clang* ]] && extra+=(-fsized-deallocation)
+    if [[ "$flags" == *-flto* && "$tag" == clang* ]]; then
+      # clang's LTO objects need a linker that reads LLVM bitcode.
+      "$cxx" -flto -fuse-ld=lld -x c++ - -o "$tmp/lto" <<<'int main() { return 0; }' >/dev/null 2>&1 || continue
+      extra+=(-fuse-ld=lld)
+    fi
+    # shellcheck disable=SC2086
+    if "$cxx" -std=c++17 $flags "${extra[@]}" "${warn[@]}" -I"$inc" "$here/two_units_main.cpp" "$here/uses_api.cpp" \
+         "$tmp/impl1.o" -o "$tmp/odd" -pthread -ldl >"$tmp/out" 2>&1; then
+      if ! "$tmp/odd" >"$tmp/out" 2>&1; then
+        fail "$tag odd_flags: $flags: the program failed"; show "$tmp/out"; bad=1
+      fi
+    else
+      fail "$tag odd_flags: $flags: did not build"; show "$tmp/out"; bad=1
+    fi
+  done
+  ((bad)) || pass "$tag odd_flags: two user units with -flto, -O0, -Os, _GLIBCXX_DEBUG/ASSERTIONS, hidden visibility without exceptions$([[ "$tag" == g++* ]] && echo ", -static-libstdc++"): exact"
 
   # ---- disabled: the documented no-op ----------------------------------------------
   if "$cxx" -std=c++17 "${warn[@]}" -DHEAPPROF_DISABLE -I"$inc" "$here/disabled.cpp" "$here/uses_api.cpp" \
