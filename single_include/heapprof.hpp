@@ -78,8 +78,8 @@
 #if defined(__GNUC__)
 #define HEAPPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HEAPPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define HEAPPROF_NOINLINE __attribute__((noinline))
-#define HEAPPROF_ALWAYS_INLINE inline __attribute__((always_inline))
+#define HEAPPROF_NOINLINE __attribute__((__noinline__))
+#define HEAPPROF_ALWAYS_INLINE inline __attribute__((__always_inline__))
 #else
 #define HEAPPROF_LIKELY(x) (x)
 #define HEAPPROF_UNLIKELY(x) (x)
@@ -98,13 +98,13 @@
 #if defined(HEAPPROF_NO_INITIAL_EXEC_TLS) || !defined(__GNUC__)
 #define HEAPPROF_TLS_MODEL
 #elif defined(__PIE__) || !defined(__PIC__)
-#define HEAPPROF_TLS_MODEL __attribute__((tls_model("local-exec")))
+#define HEAPPROF_TLS_MODEL __attribute__((__tls_model__("local-exec")))
 #else
-#define HEAPPROF_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#define HEAPPROF_TLS_MODEL __attribute__((__tls_model__("initial-exec")))
 #endif
 
 #if defined(__GNUC__)
-#define HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((no_sanitize_address))
+#define HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((__no_sanitize_address__))
 #else
 #define HEAPPROF_NO_SANITIZE_ADDRESS
 #endif
@@ -191,7 +191,7 @@ static_assert(HEAPPROF_MAX_FRAMES >= 4 && HEAPPROF_MAX_FRAMES <= 1024, "HEAPPROF
 // suppress flag), and an implementation unit built hidden failed to link
 // ("hidden symbol ... is referenced by DSO").
 #if defined(__GNUC__)
-#define HEAPPROF_VISIBLE __attribute__((visibility("default")))
+#define HEAPPROF_VISIBLE __attribute__((__visibility__("default")))
 #else
 #define HEAPPROF_VISIBLE
 #endif
@@ -427,7 +427,12 @@ struct ThreadFlags {
   std::uint32_t guard = 0;  // > 0 while the profiler itself runs on this thread
   bool suppress = false;    // heapprof::allocator is calling its upstream
   bool exiting = false;     // our key destructor ran: do not register again
+  // In a heapprof::allocator's upstream call (AllocatorScope, below): the
+  // global hooks count the upstream's blocks, all but the allocator's own.
+  bool allocator_scope = false;
+  std::uint8_t scope_blocks = 0;    // blocks counted in allocates' scopes so far, modulo 256 (AllocatorScope)
   ThreadState* suppressed = nullptr;  // while `suppress`: the thread's own state (SuppressHooks)
+  const void* own_block = nullptr;    // in a deallocate's scope: the block it returns to the upstream
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
@@ -496,6 +501,12 @@ bool OnAllocSlow(void* p, std::size_t n, const void* hook_return, unsigned how) 
 // needs: 2_sampling/live_map.hpp), with `release(p, n)` when given (a
 // heapprof::allocator's upstream), else with the global hooks' real free.
 bool OnFreeSlow(void* p, std::size_t n, unsigned flags, ReleaseFn release = nullptr) noexcept;
+// After a heapprof::allocator's upstream returned `p` for `bytes`
+// (AllocatorScope): the global hooks counted the blocks the upstream
+// allocated; one at `p` requested for `bytes` is the allocator's own, which
+// it counts itself, so it is uncounted here.
+// `since`: the count of scope blocks when its scope began (AllocatorScope::base).
+void SettleAllocatorScope(const void* p, std::size_t bytes, std::uint8_t since) noexcept;
 HEAPPROF_LINKED_END
 
 #endif  // HEAPPROF_ENABLED
@@ -553,26 +564,36 @@ HEAPPROF_ALWAYS_INLINE bool OnFree(void* p, std::size_t n, ReleaseFn release) no
 #endif
 }
 
-// heapprof::allocator calls its upstream inside this scope: any operator new or
-// delete that the upstream reaches is not counted a second time. The fast paths
-// stay unchanged: the thread is pointed at the empty state, which sends them to
-// the slow path, which sees `suppress` and returns. What a signal handler does
-// in that window is not the upstream's: the slow paths count its
-// heapprof::allocator blocks, and its frees of sampled objects, on the
-// thread's own state, kept in `suppressed` (2_sampling/engine.hpp).
+// The profiler's own calls that may reach the hooks (start-up's dlsym, an
+// allocator's first malloc_usable_size) run inside this scope, and
+// heapprof::allocator's upstream calls inside AllocatorScope (below), which
+// builds on it. The fast paths stay unchanged: the thread is pointed at the
+// empty state, which sends them to the slow path, which sees `suppress`. What
+// a signal handler does in that window is not the upstream's: the slow paths
+// count its heapprof::allocator blocks, and its frees of sampled objects, on
+// the thread's own state, kept in `suppressed` (2_sampling/engine.hpp).
 #if HEAPPROF_ENABLED
 class SuppressHooks {
  public:
   // `suppressed` is set by the outermost scope only (a nested one's state is
   // the empty one) and never restored: it is read only while `suppress` is.
-  SuppressHooks() noexcept : saved_state_(tls_thread_state), saved_suppress_(tls_thread_flags.suppress) {
+  // The profiler's own scopes (start-up's dlsym, an allocator's first
+  // malloc_usable_size) count nothing, inside an AllocatorScope too.
+  SuppressHooks() noexcept
+      : saved_state_(tls_thread_state),
+        saved_suppress_(tls_thread_flags.suppress),
+        saved_allocator_scope_(tls_thread_flags.allocator_scope) {
     if (!saved_suppress_) tls_thread_flags.suppressed = saved_state_;
     tls_thread_flags.suppress = true;
+    tls_thread_flags.allocator_scope = false;
     tls_thread_state = &g_empty_thread_state;
+    asm volatile("" ::: "memory");  // (see AllocatorScope)
   }
   ~SuppressHooks() {
+    asm volatile("" ::: "memory");
     tls_thread_state = saved_state_;
     tls_thread_flags.suppress = saved_suppress_;
+    tls_thread_flags.allocator_scope = saved_allocator_scope_;
   }
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
@@ -580,6 +601,47 @@ class SuppressHooks {
  private:
   ThreadState* saved_state_;
   bool saved_suppress_;
+  bool saved_allocator_scope_;
+};
+
+// heapprof::allocator's upstream call: hooks suppressed as above, except that
+// the global hooks count every block the upstream allocates or frees but the
+// allocator's own: the block allocate returns, requested for its bytes
+// (uncounted afterwards, SettleAllocatorScope), and the block at the address
+// deallocate passes down (`own_block`). A pmr resource's chunk, allocated in
+// one allocate and freed by the resource's destructor or release() anywhere,
+// and the exception an upstream throws, freed after its catch, are then
+// counted at both ends. Suppressed whole, they were counted at the free only:
+// a monotonic_buffer_resource per request drove Stats' live_bytes to 0 within
+// a thousand requests. (A signal handler's operator new or delete in that
+// window is counted the same way, and not sampled.)
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(const void* own_block) noexcept
+      : quiet_(), saved_own_block_(tls_thread_flags.own_block), base_(tls_thread_flags.scope_blocks) {
+    tls_thread_flags.allocator_scope = true;  // (quiet_ saved it, and restores it)
+    tls_thread_flags.own_block = own_block;
+    // Compiler barriers around the upstream call: clang takes a replaceable
+    // operator new or delete (libstdc++ calls __builtin_operator_new) for one
+    // that touches no memory of the program's, so it dropped these stores as
+    // dead (the dtor overwrites them) and reused scope_blocks read before the
+    // call: the settle never ran and every block was counted twice.
+    asm volatile("" ::: "memory");
+  }
+  ~AllocatorScope() {
+    asm volatile("" ::: "memory");
+    tls_thread_flags.own_block = saved_own_block_;
+  }
+  // The blocks counted in this scope (and in those nested in it, a signal
+  // handler's) are those after `base`: SettleAllocatorScope's range.
+  std::uint8_t base() const noexcept { return base_; }
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
+
+ private:
+  SuppressHooks quiet_;
+  const void* saved_own_block_;
+  std::uint8_t base_;
 };
 #else
 // Without a profiler: nothing to suppress.
@@ -588,6 +650,13 @@ class SuppressHooks {
   SuppressHooks() noexcept {}
   SuppressHooks(const SuppressHooks&) = delete;
   SuppressHooks& operator=(const SuppressHooks&) = delete;
+};
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(const void*) noexcept {}
+  std::uint8_t base() const noexcept { return 0; }
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
 };
 #endif
 
@@ -623,7 +692,7 @@ class LabelSet {
   LabelSet(std::initializer_list<Label> labels) noexcept
       : data_(detail::InternLabels(nullptr, labels.begin(), labels.size())) {}
 
-  bool empty() const noexcept { return data_ == nullptr; }
+  constexpr bool empty() const noexcept { return data_ == nullptr; }
   std::size_t size() const noexcept { return data_ == nullptr ? 0 : detail::LabelCount(data_); }
   // The value for `key`, or an empty view when absent.
   std::string_view Get(std::string_view key) const noexcept {
@@ -636,8 +705,8 @@ class LabelSet {
   // The i-th (key, value) pair, in key order.
   Label operator[](std::size_t i) const noexcept { return detail::LabelAt(data_, i); }
 
-  friend bool operator==(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ == b.data_; }
-  friend bool operator!=(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ != b.data_; }
+  friend constexpr bool operator==(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ == b.data_; }
+  friend constexpr bool operator!=(const LabelSet& a, const LabelSet& b) noexcept { return a.data_ != b.data_; }
 
   const detail::LabelSetData* data() const noexcept { return data_; }
   static LabelSet FromData(const detail::LabelSetData* data) noexcept {
@@ -733,9 +802,11 @@ class ScopedLabels {
 // replacement.
 //
 // Every allocation is counted exactly once: the upstream runs inside
-// SuppressHooks, so if it reaches a replaced operator new that hook stays
-// silent and this allocator records the allocation itself, with itself as the
-// hook (its caller is the sample's leaf frame).
+// AllocatorScope, so if it reaches a replaced operator new for the block it
+// returns that hook stays silent and this allocator records the allocation
+// itself, with itself as the hook (its caller is the sample's leaf frame).
+// Other blocks the upstream allocates there (a pmr resource's chunks) the
+// hooks count as any.
 
 
 #if defined(HEAPPROF_CXX17)
@@ -772,13 +843,13 @@ template <class Upstream, bool = std::is_empty<Upstream>::value && !std::is_fina
 class AllocatorState : private Upstream {
  public:
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : Upstream(), labels_() {}
-  AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
+  constexpr AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : Upstream(), labels_() {}
+  constexpr AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
       : Upstream(upstream), labels_(labels) {}
-  Upstream& upstream() noexcept { return *this; }
-  const Upstream& upstream() const noexcept { return *this; }
-  const LabelSet& labels() const noexcept { return labels_; }
+  constexpr Upstream& upstream() noexcept { return *this; }
+  constexpr const Upstream& upstream() const noexcept { return *this; }
+  constexpr const LabelSet& labels() const noexcept { return labels_; }
 
  private:
   LabelSet labels_;
@@ -787,13 +858,13 @@ template <class Upstream>
 class AllocatorState<Upstream, false> {
  public:
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
-  AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
+  constexpr AllocatorState() noexcept(std::is_nothrow_default_constructible<U>::value) : upstream_(), labels_() {}
+  constexpr AllocatorState(const Upstream& upstream, const LabelSet& labels) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
       : upstream_(upstream), labels_(labels) {}
-  Upstream& upstream() noexcept { return upstream_; }
-  const Upstream& upstream() const noexcept { return upstream_; }
-  const LabelSet& labels() const noexcept { return labels_; }
+  constexpr Upstream& upstream() noexcept { return upstream_; }
+  constexpr const Upstream& upstream() const noexcept { return upstream_; }
+  constexpr const LabelSet& labels() const noexcept { return labels_; }
 
  private:
   Upstream upstream_;
@@ -831,25 +902,36 @@ class allocator {
   // instantiates a constructor without (a defaulted one included). A template,
   // so that an allocator of an Upstream without a default constructor has none
   // either (std::is_default_constructible says so), as with `= default`.
+  // constexpr, as std::allocator's are in C++20: a namespace-scope
+  // std::vector<T, heapprof::allocator<T>> is then constant-initialized like a
+  // std::vector<T> (and may be constinit), so another unit's static
+  // constructor can fill it before this unit's initializers run. Not
+  // constexpr, it was initialized dynamically, in its unit's turn: a registry
+  // filled earlier was emptied again (its elements lost, its buffer leaked).
   template <class U = Upstream, typename std::enable_if<std::is_default_constructible<U>::value, int>::type = 0>
-  allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : state_() {}
-  explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
+  constexpr allocator() noexcept(std::is_nothrow_default_constructible<U>::value) : state_() {}
+  constexpr explicit allocator(const Upstream& upstream) noexcept(std::is_nothrow_copy_constructible<Upstream>::value)
       : state_(upstream, LabelSet()) {}
   // Every allocation gets `labels`, merged over the allocating thread's set.
-  explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
+  constexpr explicit allocator(const LabelSet& labels, const Upstream& upstream = Upstream()) noexcept(
       std::is_nothrow_copy_constructible<Upstream>::value)
       : state_(upstream, labels) {}
   template <class U, class UpstreamU>
-  allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
+  constexpr allocator(const allocator<U, UpstreamU>& other) noexcept  // NOLINT: implicit, as rebinding requires
       : state_(Upstream(other.upstream()), other.labels()) {}
 
   // noinline: its return address is the sample's leaf (the container code).
   HEAPPROF_NOINLINE T* allocate(size_type n) {
 #if HEAPPROF_ENABLED
     T* p;
+    std::uint8_t since;
     {
-      detail::SuppressHooks quiet;
+      detail::AllocatorScope scope(nullptr);
+      since = scope.base();
       p = upstream_traits::allocate(state_.upstream(), n);
+    }
+    if (HEAPPROF_UNLIKELY(detail::tls_thread_flags.scope_blocks != since)) {
+      detail::SettleAllocatorScope(p, static_cast<std::size_t>(n) * sizeof(T), since);
     }
     // Restored, not cleared: a signal handler's allocate may run inside
     // another's, which then samples with its own labels still.
@@ -871,7 +953,7 @@ class allocator {
     // an upstream without state can be made again there; a free through one
     // with state is counted now and its sampled entry retired later.
     if (detail::OnFree(p, static_cast<std::size_t>(n) * sizeof(T), DeferredRelease())) return;
-    detail::SuppressHooks quiet;
+    detail::AllocatorScope scope(p);
     upstream_traits::deallocate(state_.upstream(), p, n);
   }
 
@@ -896,18 +978,18 @@ class allocator {
     return allocator(state_.labels(), upstream_traits::select_on_container_copy_construction(state_.upstream()));
   }
 
-  const Upstream& upstream() const noexcept { return state_.upstream(); }
-  const LabelSet& labels() const noexcept { return state_.labels(); }
+  constexpr const Upstream& upstream() const noexcept { return state_.upstream(); }
+  constexpr const LabelSet& labels() const noexcept { return state_.labels(); }
 
   // Equal when the upstreams are: labels are attribution, not ownership, so
   // memory from one is always freeable by the other exactly when the
   // upstreams say so.
   template <class U, class UpstreamU>
-  friend bool operator==(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
+  friend constexpr bool operator==(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
     return a.upstream() == b.upstream();
   }
   template <class U, class UpstreamU>
-  friend bool operator!=(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
+  friend constexpr bool operator!=(const allocator& a, const allocator<U, UpstreamU>& b) noexcept {
     return !(a == b);
   }
 
@@ -929,7 +1011,7 @@ class allocator {
   }
   static void ReleaseLater(void* p, std::size_t bytes) noexcept {
     Upstream upstream;
-    detail::SuppressHooks quiet;
+    detail::AllocatorScope scope(p);
     upstream_traits::deallocate(upstream, static_cast<T*>(p), static_cast<size_type>(bytes / sizeof(T)));
   }
 
@@ -1088,7 +1170,7 @@ class SpinLock {
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
-  __attribute__((noinline)) void LockContended() noexcept {
+  __attribute__((__noinline__)) void LockContended() noexcept {
     for (unsigned spins = 0;;) {
       while (locked_.load(std::memory_order_relaxed)) {
         // On 2 cores a preempted holder only progresses if we give the CPU back.
@@ -2249,10 +2331,10 @@ inline ArenaString FormatBytes(double bytes) {
 // program linked with -fuse-ld=gold called into its ELF header (SIGSEGV).
 // A default-visibility undefined weak reference stays null with gold, ld.bfd
 // and lld alike.
-extern "C" __attribute__((weak)) void heapprof_detail_resolve_malloc() noexcept;
+extern "C" __attribute__((__weak__)) void heapprof_detail_resolve_malloc() noexcept;
 // Defined by the implementation unit: decides whether this copy of the engine
 // records (engine.hpp: g_engine_off). Weak likewise, its definition hidden.
-extern "C" __attribute__((weak)) void heapprof_detail_engine_role() noexcept;
+extern "C" __attribute__((__weak__)) void heapprof_detail_engine_role() noexcept;
 
 namespace heapprof {
 namespace detail {
@@ -3094,6 +3176,12 @@ class ThreadRegistry {
   void CountNestedSample() noexcept { nested_samples_.fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t NestedSamples() const noexcept { return nested_samples_.load(std::memory_order_relaxed); }
 
+  // An unregistered thread's block that turned out a heapprof::allocator's
+  // own (engine.hpp: UncountScopeBlock): counted by the allocator instead.
+  void UncountUnregisteredAlloc(std::uint64_t bytes) noexcept {
+    orphan_alloc_objects_.fetch_sub(1, std::memory_order_relaxed);
+    orphan_alloc_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
   void CountUnregisteredFree(std::uint64_t bytes) noexcept {
     orphan_free_objects_.fetch_add(1, std::memory_order_relaxed);
     orphan_free_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -4632,7 +4720,7 @@ constexpr std::size_t kForeignStackProbePages = 64;
 inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 filter
 inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
 
-__attribute__((noinline)) inline int ReadSeccompMode() noexcept {
+__attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
   const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   // Read in pieces, keeping the key's length of overlap, so the buffer stays
@@ -4817,7 +4905,7 @@ HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool FramePointerChain(
 // Out of the handler's record at `fp` (returning to the trampoline) into
 // the interrupted code, from the kernel's frame above it, and on.
 template <bool kThroughHook>
-HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline)) bool FramePointersAfterSignal(
+HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((__noinline__)) bool FramePointersAfterSignal(
     std::uintptr_t fp, std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo, std::uintptr_t own_hi,
     std::uintptr_t* beyond) noexcept {
 #if defined(HEAPPROF_ARCH_X86_64)
@@ -4919,7 +5007,7 @@ HEAPPROF_NO_SANITIZE_ADDRESS HEAPPROF_ALWAYS_INLINE bool FramePointerChain(
 // top is not known, ForeignStackBounds), else 0.
 // Out of line: the chain's loop then needs no register saved (see
 // FramePointerChain); inlined into a caller's loop it kept six.
-HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((noinline))
+HEAPPROF_NO_SANITIZE_ADDRESS __attribute__((__noinline__))
 inline bool UnwindFramePointers(const void* frame, const void* hook_return, std::uintptr_t stack_lo,
                                 std::uintptr_t stack_hi, CapturedStack& out, std::uintptr_t own_lo = 0,
                                 std::uintptr_t own_hi = 0, std::uintptr_t* beyond = nullptr) noexcept {
@@ -6456,7 +6544,7 @@ inline Rule FindRule(const Row* rows, std::size_t n, std::uint64_t pc) noexcept 
 // uninstrumented, never clear it at return (stale "use-after-scope" shadow).
 // Hence the noinline on the slow paths they call.
 #if defined(__clang__) || defined(__GNUC__)
-#define HEAPPROF_DETAIL_NO_ASAN __attribute__((no_sanitize_address))
+#define HEAPPROF_DETAIL_NO_ASAN __attribute__((__no_sanitize_address__))
 #else
 #define HEAPPROF_DETAIL_NO_ASAN
 #endif
@@ -7344,7 +7432,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
 
 // The rule for the instruction at `pc` from the tables (0 if none). Out of
 // line: it is the cache-miss path, and see HEAPPROF_DETAIL_NO_ASAN.
-__attribute__((noinline)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+__attribute__((__noinline__)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
   if (c.object == nullptr || pc - c.object->lo >= c.object->hi - c.object->lo) {
     Object* o = FindObject(*c.set, pc);
     if (o == nullptr) {
@@ -7408,7 +7496,7 @@ HEAPPROF_ALWAYS_INLINE CachedRule Unpack(std::uint64_t word) noexcept {
 // looks in slot i ^ 1 too, and a rule whose slot holds a live entry of
 // another return address (its key, word and tag give that address back, and
 // it maps to the slot) goes to the neighbour. The hit path is unchanged.
-__attribute__((noinline)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
+__attribute__((__noinline__)) inline CachedRule RuleMiss(Cursor& c, std::uintptr_t ra, std::size_t i) noexcept {
   const std::size_t j = i ^ 1;
   {
     const std::uint64_t word = CacheWord(j);
@@ -7570,7 +7658,7 @@ constexpr std::uintptr_t kSigFrameRsp = kSigFrameGregs + 15 * 8;  // REG_RSP
 constexpr std::uintptr_t kSigFrameRip = kSigFrameGregs + 16 * 8;  // REG_RIP
 static_assert(offsetof(ucontext_t, uc_mcontext) == kSigFrameGregs, "the kernel's ucontext layout");
 #endif
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cursor& c, Regs& r) noexcept {
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline bool SignalFrameStep(Cursor& c, Regs& r) noexcept {
 #if defined(__x86_64__)
   std::uintptr_t pc, sp, fp;
   if (!LoadWord(r.sp + kSigFrameRip, c, pc) || !LoadWord(r.sp + kSigFrameRsp, c, sp) ||
@@ -7596,7 +7684,7 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool SignalFrameStep(Cu
 }
 
 // The rare rule kinds, out of line.
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline bool StepOther(Cursor& c, Regs& r, std::uint32_t bits,
                                                                         std::uintptr_t off) noexcept {
   const eh::Rule rule{bits};
   std::uintptr_t cfa;
@@ -7745,7 +7833,7 @@ constexpr int kSteppedWalks = 64;
 constexpr int kScoredDepth = 8;
 
 // A walk that looked for meetings, scored (see above).
-__attribute__((noinline)) inline void ScoreWalk(WalkRecords& w, int depth, int replayed, int short_meetings) noexcept {
+__attribute__((__noinline__)) inline void ScoreWalk(WalkRecords& w, int depth, int replayed, int short_meetings) noexcept {
   if (depth < kScoredDepth) return;
   if (replayed * 2 >= depth) {
     w.poor_walks = 0;
@@ -7870,7 +7958,7 @@ struct ReplayResult {
   bool truncated;
   bool in_place;
 };
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline ReplayResult Replay(const Cursor& c, const WalkRecord& prev,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline ReplayResult Replay(const Cursor& c, const WalkRecord& prev,
                                                                              int j, WalkRecord& next,
                                                                              CapturedStack& out, int depth) noexcept {
   const int n = prev.n;
@@ -7901,7 +7989,7 @@ HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline ReplayResult Replay(con
 // whose top the profiler did not know (Cursor::beyond), once a walk. The
 // registers by value: were `r` passed by reference, the walk would keep it in
 // memory throughout (2x slower stepped walks, bench_unwind).
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t CfaBeyondTop(Cursor& c, std::uintptr_t pc,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline std::uintptr_t CfaBeyondTop(Cursor& c, std::uintptr_t pc,
                                                                                   std::uintptr_t sp,
                                                                                   std::uintptr_t fp) noexcept {
   const CachedRule cached = RuleAt(c, pc);
@@ -8042,7 +8130,7 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool Walk(Cursor& c, std::uintptr
 // within that stack's bounds [lo, hi), appended to `out`. Every frame
 // stepped (no replay: the thread's walk record holds the handler's stack).
 // Returns the first PC found in no object of the set (0 if none).
-HEAPPROF_DETAIL_NO_ASAN __attribute__((noinline)) inline std::uintptr_t AppendInterrupted(const Cursor& from,
+HEAPPROF_DETAIL_NO_ASAN __attribute__((__noinline__)) inline std::uintptr_t AppendInterrupted(const Cursor& from,
                                                                                        std::uintptr_t lo,
                                                                                        std::uintptr_t hi,
                                                                                        CapturedStack& out) noexcept {
@@ -8239,7 +8327,7 @@ inline EnvConfig g_env_config;
 // leak_exit_code missed it. Called before those frames are built. Within
 // the thread's known stack only, leaving 16 KiB above its end; nothing on a
 // stack the profiler does not know (a sigaltstack, a coroutine's).
-__attribute__((noinline)) inline void ClearDeadStack() noexcept {
+__attribute__((__noinline__)) inline void ClearDeadStack() noexcept {
   constexpr std::uintptr_t kClear = std::uintptr_t{64} << 10, kMargin = std::uintptr_t{16} << 10;
   const ThreadState* ts = tls_thread_state;
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
@@ -8614,9 +8702,9 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
                                           const void* frame) noexcept {
   ThreadFlags& flags = tls_thread_flags;
   // (Inside a heapprof::allocator's upstream call, a global hook's block is
-  // the upstream's own: OnAllocSlow returned before this, implementation.hpp.
-  // A heapprof::allocator's own sample there is a signal handler's: counted
-  // and sampled, on the state CurrentThreadSlot finds.)
+  // counted by CountScopeBlock, unsampled: OnAllocSlow returned before this,
+  // implementation.hpp. A heapprof::allocator's own sample there is a signal
+  // handler's: counted and sampled, on the state CurrentThreadSlot finds.)
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   const bool padded = (how & kPaddedBlock) != 0;
@@ -8708,17 +8796,88 @@ HEAPPROF_ALWAYS_INLINE void CountFree(ThreadFlags& flags, std::size_t n) noexcep
   BumpCounter(ts->free_bytes, n);
 }
 
+// ---------------------------------------------------------------- a heapprof::allocator's upstream
+// In an AllocatorScope (fast_path.hpp) the global hooks count the upstream's
+// blocks but the allocator's own. Its own block in a deallocate is known
+// beforehand (`own_block`); in an allocate it is the one the upstream returns,
+// requested for exactly the allocator's bytes (a monotonic_buffer_resource
+// returns the start of a larger chunk, which is the resource's), so the blocks
+// counted there are remembered (the last kScopeBlocks of them) until
+// SettleAllocatorScope uncounts that one.
+struct ScopeBlock {
+  void* p;
+  std::size_t requested;  // (its counted size is BlockSize(p) again: it is still live when settled)
+};
+// Two: an upstream that allocates more than its block in one call is rare
+// (a pmr resource: a chunk), and static TLS is short (test_own_memory.cpp).
+constexpr unsigned kScopeBlocks = 2;  // divides 256: flags.scope_blocks wraps around with the ring
+inline thread_local ScopeBlock tls_scope_blocks[kScopeBlocks] HEAPPROF_TLS_MODEL;
+
+// Whether a global hook's free of `p` while `suppress` is set is counted.
+HEAPPROF_ALWAYS_INLINE bool CountedInScope(const ThreadFlags& flags, const void* p) noexcept {
+  return flags.allocator_scope && p != flags.own_block;
+}
+
+// Where an AllocatorScope's blocks are counted: the thread's own state (saved
+// by the outermost scope), or nullptr for a thread without a slot.
+inline ThreadState* ScopeCounters(const ThreadFlags& flags) noexcept {
+  ThreadState* ts = tls_thread_state;
+  if (ts == &g_empty_thread_state && flags.suppress) ts = flags.suppressed;
+  return ts == &g_empty_thread_state ? nullptr : ts;
+}
+
+// A global hook's block allocated in an AllocatorScope: counted as the slow
+// path counts any (its usable size), on the thread's own state; not sampled.
+inline void CountScopeBlock(ThreadFlags& flags, void* p, std::size_t requested) noexcept {
+  if (flags.guard == 0 && !flags.exiting) EnsureInit();  // it decides how BlockSize reads
+  const std::size_t size = BlockSize(p);
+  ThreadState* ts = ScopeCounters(flags);
+  if (ts == nullptr) {
+    if (g_engine_off) return;
+    g_registry.CountUnregisteredAlloc(size);
+  } else {
+    BumpCounter(ts->alloc_objects, 1);
+    BumpCounter(ts->alloc_bytes, size);
+  }
+  if (flags.own_block != nullptr) return;  // a deallocate's scope: nothing to settle
+  tls_scope_blocks[flags.scope_blocks % kScopeBlocks] = ScopeBlock{p, requested};
+  ++flags.scope_blocks;  // (modulo 256)
+}
+
+// The allocate's upstream returned `p` for `bytes`: a block of that request
+// the hooks counted at `p` in its scope (entries after `since`) is the
+// allocator's own (it counts it itself), so it is uncounted.
+inline void SettleScopeBlocks(const void* p, std::size_t bytes, std::uint8_t since) noexcept {
+  const ThreadFlags& flags = tls_thread_flags;
+  unsigned n = static_cast<std::uint8_t>(flags.scope_blocks - since);
+  if (n > kScopeBlocks) n = kScopeBlocks;  // older ones were overwritten: they stay counted
+  for (unsigned i = 1; i <= n; ++i) {      // newest first: an address freed and reused there
+    const ScopeBlock& b = tls_scope_blocks[static_cast<std::uint8_t>(flags.scope_blocks - i) % kScopeBlocks];
+    if (b.p != p || b.requested != bytes) continue;
+    const std::size_t size = BlockSize(b.p);
+    ThreadState* ts = ScopeCounters(flags);
+    if (ts == nullptr) {
+      if (!g_engine_off) g_registry.UncountUnregisteredAlloc(size);
+    } else {
+      BumpCounter(ts->alloc_objects, ~std::uint64_t{0});  // -1: the counters are summed modulo 2^64
+      BumpCounter(ts->alloc_bytes, std::uint64_t{0} - size);
+    }
+    return;
+  }
+}
+
 // The body of OnFreeSlow. True: the block was queued (see live_map.hpp) and
 // the caller must not release it.
 HEAPPROF_ALWAYS_INLINE bool FreeSlowPath(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   ThreadFlags& flags = tls_thread_flags;
-  // Inside a heapprof::allocator's upstream call, a global hook's free is of
-  // a block the upstream allocated there, uncounted: unless it is a sampled
-  // object's (a signal handler's free, or an upstream freeing what it did not
-  // allocate), which is never lost. A heapprof::allocator's own free (sized)
-  // there is a signal handler's: counted as any.
+  // Inside a heapprof::allocator's deallocate, the global hook's free of the
+  // block it passes down is the allocator's own, which it counted itself:
+  // uncounted, unless a sampled object's (never lost). Any other block freed
+  // in its upstream call is counted as anywhere (CountedInScope); in the
+  // profiler's own SuppressHooks nothing is. A heapprof::allocator's own free
+  // (sized) there is a signal handler's: counted as any.
   bool counted = true;
-  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kFreeSized) == 0) {
+  if (HEAPPROF_UNLIKELY(flags.suppress) && (how & kFreeSized) == 0 && !CountedInScope(flags, p)) {
     if (!MaybeSampled(p)) return false;
     counted = false;  // unless the live map has it
   }
@@ -9262,7 +9421,7 @@ class DebugStringPool {
  private:
   // Out of line: inlined into callers with small buffers, GCC's -Warray-bounds
   // would see this branch read past them.
-  __attribute__((noinline)) const char* AddLarge(const char* s, std::size_t n) noexcept {
+  __attribute__((__noinline__)) const char* AddLarge(const char* s, std::size_t n) noexcept {
     Chunk* big = NewChunk(sizeof(Chunk) + n + 1);
     if (big == nullptr) return nullptr;
     // Linked behind the current chunk so that chunks_ keeps bumping.
@@ -11698,7 +11857,7 @@ inline void DebugObject::UseSupplementary(const char* name, const elf::ByteView&
     if (link != nullptr) link_length = std::strlen(link);
   }
   if (link == nullptr || link_length == 0 || id.size == 0 || id.size > 64) return;
-  const ArenaString hex = elf::HexLower(id.data, static_cast<std::size_t>(id.size));
+  const ArenaString hex = elf::HexLower(id.data, id.size);  // (<= 64; no cast: a useless one on LP64, -Wuseless-cast)
   char candidate[1024];
   // The link relative to the directory of `holder`.
   auto beside = [&](const char* holder) {
@@ -14759,7 +14918,7 @@ namespace detail {
 // lowest rate of the records (the current rate when there are none); a bucket
 // sampled at a higher one has its counts converted to it. At rate 0 or 1 the
 // counts are the estimates themselves (pprof does not scale those).
-inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void AppendFormat(ArenaString& out, const char* fmt, ...) __attribute__((__format__(__printf__, 2, 3)));
 inline void AppendFormat(ArenaString& out, const char* fmt, ...) {
   char buf[512];
   va_list ap;
@@ -16181,13 +16340,13 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
 // The scan with this thread's registers on its stack: the caller's
 // callee-saved registers are spilled into this frame, and the scan starts
 // below it (ScanFrom's frame is deeper than ours).
-__attribute__((noinline)) inline std::uintptr_t CurrentFrame() noexcept {
+__attribute__((__noinline__)) inline std::uintptr_t CurrentFrame() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
 // `floor`: where this thread's stack starts to be scanned instead, when it
 // is above our own frame (the leak report at exit: ExitCallerFrame).
-__attribute__((noinline)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
+__attribute__((__noinline__)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
   __builtin_unwind_init();
   volatile std::uintptr_t keep = 0;  // a frame that stays
   const std::uintptr_t sp = CurrentFrame();
@@ -16887,7 +17046,7 @@ inline std::uint64_t LargestLoadedFileBytes() noexcept {
 inline std::uint64_t AddressSpaceLimit() noexcept {
   rlimit rl{};
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
-  return static_cast<std::uint64_t>(rl.rlim_cur);
+  return rl.rlim_cur;  // (rlim_t: unsigned long; a cast is a useless one, -Wuseless-cast)
 }
 
 // "943.2 MiB"
@@ -17895,7 +18054,7 @@ inline _Unwind_Reason_Code ExitCallerStep(_Unwind_Context* ctx, void* arg) {
   return _URC_END_OF_STACK;
 }
 // `registers` (16 words) and `count`: out, the caller's callee-saved registers.
-__attribute__((noinline)) inline std::uintptr_t ExitCallerFrame(std::uintptr_t* registers, std::size_t& count) noexcept {
+__attribute__((__noinline__)) inline std::uintptr_t ExitCallerFrame(std::uintptr_t* registers, std::size_t& count) noexcept {
   count = 0;
   ExitCallerWalk w;
   w.registers = registers;
@@ -20381,7 +20540,16 @@ HEAPPROF_NOINLINE bool OnAllocSlow(void* p, std::size_t n, const void* hook_retu
   // A heapprof::allocator's upstream calling operator new: the upstream's own
   // block, which the allocator counts itself. Checked here, before errno is
   // saved (every such allocator call), and only here: AllocSlowPath's one caller.
-  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) return true;
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kCountBlock) != 0) {
+    // Inside its AllocatorScope the upstream's other blocks are counted:
+    // all are, until SettleAllocatorScope uncounts the allocator's own.
+    if (tls_thread_flags.allocator_scope) {
+      const int saved_errno = errno;
+      CountScopeBlock(tls_thread_flags, p, n);
+      errno = saved_errno;
+    }
+    return true;
+  }
   const int saved_errno = errno;
   const bool kept = AllocSlowPath(p, n, hook_return, how, __builtin_frame_address(0));
   errno = saved_errno;
@@ -20401,8 +20569,15 @@ HEAPPROF_NOINLINE inline bool FreeSlowKeepingErrno(void* p, std::size_t n, unsig
 HEAPPROF_NOINLINE bool OnFreeSlow(void* p, std::size_t n, unsigned how, ReleaseFn release) noexcept {
   // The same for its operator delete of a block no sampled object holds
   // (FreeSlowPath): here, not in the function that saves registers for the rest.
-  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kFreeSized) == 0 && !MaybeSampled(p)) return false;
+  if (HEAPPROF_UNLIKELY(tls_thread_flags.suppress) && (how & kFreeSized) == 0 && !MaybeSampled(p) &&
+      !CountedInScope(tls_thread_flags, p)) {
+    return false;
+  }
   return FreeSlowKeepingErrno(p, n, how, release);
+}
+
+void SettleAllocatorScope(const void* p, std::size_t bytes, std::uint8_t since) noexcept {
+  SettleScopeBlocks(p, bytes, since);
 }
 
 // ---------------------------------------------------------------- labels
@@ -20595,7 +20770,7 @@ inline const LabelSetData* ThisCopysLabels() noexcept { return tls_current_label
 // sees every C allocation, and this program's operator new reaches its
 // malloc), and this copy turns itself off and forwards its API, its operator
 // new and its labels there (README: the preload library).
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine_role() noexcept {
   using heapprof::detail::EngineApiGetter;
   auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
   if (getter == nullptr) return;
@@ -21248,9 +21423,9 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
 // make valloc a call to pvalloc, and the leaf frame would be wrong; and no
 // inlining into a caller in the same unit, which clang does to hooks this small).
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noinline))
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((__visibility__("default"), __used__, __noinline__))
 #else
-#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((visibility("default"), used, noipa))
+#define HEAPPROF_DETAIL_MALLOC_HOOK extern "C" __attribute__((__visibility__("default"), __used__, __noipa__))
 #endif
 #define HEAPPROF_DETAIL_RET __builtin_return_address(0)
 
@@ -21403,7 +21578,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
 
 // Start-up (engine.hpp: EnsureInit) resolves the allocator before it decides
 // how BlockSize reads: hidden, so only this object's engine finds it.
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_resolve_malloc() noexcept {
+extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_resolve_malloc() noexcept {
   heapprof::detail::real::Resolve();
 }
 
@@ -21646,9 +21821,9 @@ HEAPPROF_ALWAYS_INLINE void* HotNewAligned(std::size_t n, const volatile std::si
 // small into a caller in the same unit (its return address would then be the
 // caller's): noinline.
 #if defined(__clang__)
-#define HEAPPROF_DETAIL_HOOK __attribute__((noinline))
+#define HEAPPROF_DETAIL_HOOK __attribute__((__noinline__))
 #else
-#define HEAPPROF_DETAIL_HOOK __attribute__((noipa))
+#define HEAPPROF_DETAIL_HOOK __attribute__((__noipa__))
 #endif
 
 HEAPPROF_DETAIL_HOOK void* operator new(std::size_t n) {
@@ -21807,7 +21982,7 @@ inline const EngineApi g_preload_engine_api = {
 }  // namespace detail
 }  // namespace heapprof
 
-extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_role() noexcept {
+extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine_role() noexcept {
   if (!heapprof::detail::real::g_shadowed) return;
   heapprof::detail::g_engine_off = true;
   Dl_info info{};
@@ -21831,7 +22006,7 @@ extern "C" __attribute__((visibility("hidden"))) void heapprof_detail_engine_rol
 // malloc itself, run with LD_PRELOAD=libheapprof_preload.so:libtcmalloc_minimal.so.4,
 // hung there: tcmalloc's start-up called the program's operator new, whose
 // copy asked here, and the wait waited for itself.
-extern "C" __attribute__((visibility("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
+extern "C" __attribute__((__visibility__("default"))) const heapprof::detail::EngineApi* heapprof_preload_engine_v1() noexcept {
   heapprof::detail::EnsureInit();
   if (!heapprof::detail::real::Resolve()) return nullptr;
   return heapprof::detail::g_engine_off || heapprof::detail::real::g_shadowed ? nullptr
