@@ -20805,47 +20805,30 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
 #include <string>
 
 namespace heapprof {
+namespace detail {
+// The path writers' failure: errno says heapprof is not here.
+inline bool NoFileWritten() noexcept {
+  errno = ENOSYS;
+  return false;
+}
+}  // namespace detail
 HEAPPROF_LINKED_BEGIN
 void SetSampleRate(std::size_t) noexcept {}
 std::size_t GetSampleRate() noexcept { return 0; }
 Stats GetStats() noexcept { return Stats{}; }
 bool WriteHeapProfile(std::ostream&) { return false; }
 bool WriteAllocsProfile(std::ostream&) { return false; }
-bool WriteHeapProfile(const char*) {
-  errno = ENOSYS;
-  return false;
-}
-bool WriteAllocsProfile(const char*) {
-  errno = ENOSYS;
-  return false;
-}
-bool WriteHeapProfile(const std::string&) {
-  errno = ENOSYS;
-  return false;
-}
-bool WriteAllocsProfile(const std::string&) {
-  errno = ENOSYS;
-  return false;
-}
+bool WriteHeapProfile(const char*) { return detail::NoFileWritten(); }
+bool WriteAllocsProfile(const char*) { return detail::NoFileWritten(); }
+bool WriteHeapProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WriteAllocsProfile(const std::string&) { return detail::NoFileWritten(); }
 bool WritePeakHeapProfile(std::ostream&) { return false; }
-bool WritePeakHeapProfile(const char*) {
-  errno = ENOSYS;
-  return false;
-}
-bool WritePeakHeapProfile(const std::string&) {
-  errno = ENOSYS;
-  return false;
-}
+bool WritePeakHeapProfile(const char*) { return detail::NoFileWritten(); }
+bool WritePeakHeapProfile(const std::string&) { return detail::NoFileWritten(); }
 void ResetPeak() noexcept {}
 bool WriteRetentionProfile(std::ostream&) { return false; }
-bool WriteRetentionProfile(const char*) {
-  errno = ENOSYS;
-  return false;
-}
-bool WriteRetentionProfile(const std::string&) {
-  errno = ENOSYS;
-  return false;
-}
+bool WriteRetentionProfile(const char*) { return detail::NoFileWritten(); }
+bool WriteRetentionProfile(const std::string&) { return detail::NoFileWritten(); }
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END
