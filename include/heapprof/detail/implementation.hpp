@@ -149,18 +149,12 @@ bool WriteAllocsProfile(std::ostream& out) {
 bool WriteHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, false) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WriteProfileFile(p, false); });
 }
 bool WriteAllocsProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, true) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WriteProfileFile(p, true); });
 }
 bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
 bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
@@ -179,10 +173,7 @@ bool WritePeakHeapProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_peak_path) && e->write_peak_path(path);
   }
   detail::ReentrancyGuard guard;
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WritePeakProfileFile(path) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WritePeakProfileFile(p); });
 }
 bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile(path.c_str()); }
 
@@ -211,10 +202,7 @@ bool WriteRetentionProfile(const char* path) {
   }
   detail::ReentrancyGuard guard;
   detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WriteRetentionProfileFile(path) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WriteRetentionProfileFile(p); });
 }
 bool WriteRetentionProfile(const std::string& path) { return WriteRetentionProfile(path.c_str()); }
 
@@ -509,34 +497,26 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
-#include <cerrno>
 #include <string>
 
 namespace heapprof {
-namespace detail {
-// The path writers' failure: errno says heapprof is not here.
-inline bool NoFileWritten() noexcept {
-  errno = ENOSYS;
-  return false;
-}
-}  // namespace detail
 HEAPPROF_LINKED_BEGIN
 void SetSampleRate(std::size_t) noexcept {}
 std::size_t GetSampleRate() noexcept { return 0; }
 Stats GetStats() noexcept { return Stats{}; }
 bool WriteHeapProfile(std::ostream&) { return false; }
 bool WriteAllocsProfile(std::ostream&) { return false; }
-bool WriteHeapProfile(const char*) { return detail::NoFileWritten(); }
-bool WriteAllocsProfile(const char*) { return detail::NoFileWritten(); }
-bool WriteHeapProfile(const std::string&) { return detail::NoFileWritten(); }
-bool WriteAllocsProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WriteHeapProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WriteAllocsProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WriteHeapProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
+bool WriteAllocsProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
 bool WritePeakHeapProfile(std::ostream&) { return false; }
-bool WritePeakHeapProfile(const char*) { return detail::NoFileWritten(); }
-bool WritePeakHeapProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WritePeakHeapProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WritePeakHeapProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
 void ResetPeak() noexcept {}
 bool WriteRetentionProfile(std::ostream&) { return false; }
-bool WriteRetentionProfile(const char*) { return detail::NoFileWritten(); }
-bool WriteRetentionProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WriteRetentionProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WriteRetentionProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END

@@ -1,7 +1,9 @@
-// heapprof: throwing std::bad_alloc whether or not exceptions are on, and
-// catching everything except thread cancellation.
+// heapprof: throwing std::bad_alloc whether or not exceptions are on,
+// catching everything except thread cancellation, and the public path
+// writers' errno.
 #pragma once
 
+#include <cerrno>
 #include <new>
 
 #include "heapprof/config.hpp"
@@ -53,6 +55,12 @@ namespace detail {
 #else
   std::abort();
 #endif
+}
+
+// The public Write*(path) say why they return false in errno.
+inline bool FailWithErrno(int err) noexcept {
+  errno = err;
+  return false;
 }
 
 }  // namespace detail

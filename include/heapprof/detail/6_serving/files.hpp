@@ -62,12 +62,6 @@ class FileSizeSignalHeld {
   bool was_pending_ = false;
 };
 
-// The public Write*(path) say why they return false in errno.
-inline bool FailWithErrno(int err) noexcept {
-  errno = err;
-  return false;
-}
-
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -214,6 +208,17 @@ inline bool WriteBuiltProfileFile(const ArenaString& path, ArenaString* error, B
     return false;
   }
   return WriteFileAtomic(path, gz, error);
+}
+
+// The body of the public Write*(path) (implementation.hpp), under the
+// caller's ReentrancyGuard: `write(path)` with its headroom first, false with
+// errno saying why when it fails.
+template <class Write>
+inline bool WriteToPath(const char* path, Write write) {
+  WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? write(path) : FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return FailWithErrno(ENOMEM); }
 }
 
 // The profile, gzip'ed, written atomically to `path`.
