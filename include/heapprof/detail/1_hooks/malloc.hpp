@@ -542,6 +542,23 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
   return true;
 }
 
+// The body of the aligned forms but posix_memalign: the block `alloc()` gives
+// is counted (`ret`: the hook's return address, the sample's leaf); after a
+// failure that released oom_dump's reserve (OnAllocFailure is true once at
+// most), `alloc()` is tried once more.
+template <class Alloc>
+HEAPPROF_ALWAYS_INLINE void* AllocOrRetry(std::size_t n, const void* ret, Alloc alloc) noexcept {
+  void* p;
+  do {
+    p = alloc();
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      OnAllocBlock(p, n, ret);
+      return p;
+    }
+  } while (n != 0 && OnAllocFailure(n));
+  return p;
+}
+
 }  // namespace real
 }  // namespace detail
 }  // namespace heapprof
@@ -632,7 +649,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
 }
 
 // The aligned forms: once more after a failure that released oom_dump's
-// reserve (OnAllocFailure is true once at most).
+// reserve (OnAllocFailure is true once at most; AllocOrRetry).
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
   int e;
   do {
@@ -646,39 +663,20 @@ HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(n, HEAPPROF_DETAIL_RET, [&] {
+    return heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
+  });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(n, HEAPPROF_DETAIL_RET, [&] {
+    return heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
+  });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(
+      n, HEAPPROF_DETAIL_RET, [&] { return heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n)); });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
@@ -686,15 +684,8 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
   if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowPvalloc))) {
     return heapprof::detail::real::ProcessPvalloc(n);
   }
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.pvalloc(n);
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(n, HEAPPROF_DETAIL_RET,
+                                              [&] { return heapprof::detail::real::g_fn.pvalloc(n); });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {

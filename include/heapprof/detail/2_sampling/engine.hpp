@@ -587,19 +587,31 @@ inline ThreadState* ScopeCounters(const ThreadFlags& flags) noexcept {
   return ts == &g_empty_thread_state ? nullptr : ts;
 }
 
+// One allocation of `size` bytes in an AllocatorScope, counted (+1) or
+// uncounted (-1: the counters are summed modulo 2^64) where the scope's
+// blocks are (ScopeCounters), or in the orphan totals. False: not counted
+// (the engine is off).
+inline bool CountScopeAlloc(const ThreadFlags& flags, std::size_t size, bool uncount) noexcept {
+  ThreadState* ts = ScopeCounters(flags);
+  if (ts == nullptr) {
+    if (g_engine_off) return false;
+    if (uncount) {
+      g_registry.UncountUnregisteredAlloc(size);
+    } else {
+      g_registry.CountUnregisteredAlloc(size);
+    }
+    return true;
+  }
+  BumpCounter(ts->alloc_objects, uncount ? ~std::uint64_t{0} : std::uint64_t{1});
+  BumpCounter(ts->alloc_bytes, uncount ? std::uint64_t{0} - size : size);
+  return true;
+}
+
 // A global hook's block allocated in an AllocatorScope: counted as the slow
 // path counts any (its usable size), on the thread's own state; not sampled.
 inline void CountScopeBlock(ThreadFlags& flags, void* p, std::size_t requested) noexcept {
   if (flags.guard == 0 && !flags.exiting) EnsureInit();  // it decides how BlockSize reads
-  const std::size_t size = BlockSize(p);
-  ThreadState* ts = ScopeCounters(flags);
-  if (ts == nullptr) {
-    if (g_engine_off) return;
-    g_registry.CountUnregisteredAlloc(size);
-  } else {
-    BumpCounter(ts->alloc_objects, 1);
-    BumpCounter(ts->alloc_bytes, size);
-  }
+  if (!CountScopeAlloc(flags, BlockSize(p), false)) return;
   if (flags.own_block != nullptr) return;  // a deallocate's scope: nothing to settle
   tls_scope_blocks[flags.scope_blocks % kScopeBlocks] = ScopeBlock{p, requested};
   ++flags.scope_blocks;  // (modulo 256)
@@ -615,14 +627,7 @@ inline void SettleScopeBlocks(const void* p, std::size_t bytes, std::uint8_t sin
   for (unsigned i = 1; i <= n; ++i) {      // newest first: an address freed and reused there
     const ScopeBlock& b = tls_scope_blocks[static_cast<std::uint8_t>(flags.scope_blocks - i) % kScopeBlocks];
     if (b.p != p || b.requested != bytes) continue;
-    const std::size_t size = BlockSize(b.p);
-    ThreadState* ts = ScopeCounters(flags);
-    if (ts == nullptr) {
-      if (!g_engine_off) g_registry.UncountUnregisteredAlloc(size);
-    } else {
-      BumpCounter(ts->alloc_objects, ~std::uint64_t{0});  // -1: the counters are summed modulo 2^64
-      BumpCounter(ts->alloc_bytes, std::uint64_t{0} - size);
-    }
+    CountScopeAlloc(flags, BlockSize(b.p), true);
     return;
   }
 }

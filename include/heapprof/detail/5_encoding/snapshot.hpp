@@ -234,6 +234,29 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   return gz;
 }
 
+// EncodeGzipped with `symbolizer`'s names, saying what they lack: a file the
+// symbolizer could not map for want of memory (elf_file.hpp:
+// tls_files_not_mapped) costs the profile names, or files and lines. A
+// comment says so when the symbol tables were missed (they are read before
+// the encoding), a stderr line when anything was.
+inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<LoadedObject>& objects,
+                                      Symbolizer& symbolizer) {
+  if (elf::tls_files_not_mapped != 0) {
+    data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
+                               "go tool pprof symbolizes the addresses from the binaries");
+  }
+  ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+  if (elf::tls_files_not_mapped != 0) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
+                  "or lines\n",
+                  elf::tls_files_not_mapped);
+    ReportRaw(line);
+  }
+  return gz;
+}
+
 // Tests: the next this many encodings with names run out of memory (builds
 // with exceptions; see EncodeGzippedSymbolized).
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
@@ -248,25 +271,6 @@ inline std::atomic<int> g_symbolize_oom_for_tests{0};
 // the first encoding gets that second chance, which needs less memory.)
 // Only with exceptions: without, the write's headroom decides beforehand
 // (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
-// A file the symbolizer could not map for want of memory (elf_file.hpp:
-// tls_files_not_mapped) costs the profile names, or files and lines: a
-// comment says so when the symbol tables were missed (they are read before
-// the encoding), a stderr line when anything was.
-inline void NoteFilesNotMapped(ProfileData& data) {
-  if (elf::tls_files_not_mapped == 0) return;
-  data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
-                             "go tool pprof symbolizes the addresses from the binaries");
-}
-inline void ReportFilesNotMapped() noexcept {
-  if (elf::tls_files_not_mapped == 0) return;
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
-                "or lines\n",
-                elf::tls_files_not_mapped);
-  ReportRaw(line);
-}
-
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
   elf::tls_files_not_mapped = 0;
 #if HEAPPROF_EXCEPTIONS
@@ -276,10 +280,7 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
         g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
       throw std::bad_alloc();
     }
-    NoteFilesNotMapped(data);
-    ArenaString gz = EncodeGzipped(data, objects, symbolizer);
-    ReportFilesNotMapped();
-    return gz;
+    return EncodeGzippedNamed(data, objects, symbolizer);
   } catch (const std::bad_alloc&) {
     // The symbolizer's memory is back in the arena (what the debug-info
     // cache kept stays for later writes).
@@ -294,10 +295,7 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
   return gz;
 #else
   Symbolizer symbolizer(objects);
-  NoteFilesNotMapped(data);
-  ArenaString gz = EncodeGzipped(data, objects, symbolizer);
-  ReportFilesNotMapped();
-  return gz;
+  return EncodeGzippedNamed(data, objects, symbolizer);
 #endif
 }
 
