@@ -1663,9 +1663,11 @@ class InternTable {
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/intern_table.hpp ----
 // ---- begin heapprof/detail/0_base/errors.hpp ----
-// heapprof: throwing std::bad_alloc whether or not exceptions are on, and
-// catching everything except thread cancellation.
+// heapprof: throwing std::bad_alloc whether or not exceptions are on,
+// catching everything except thread cancellation, and the public path
+// writers' errno.
 
+#include <cerrno>
 #include <new>
 
 #if !HEAPPROF_EXCEPTIONS && defined(HEAPPROF_HAVE_FUNCTEXCEPT_H)
@@ -1716,6 +1718,12 @@ namespace detail {
 #else
   std::abort();
 #endif
+}
+
+// The public Write*(path) say why they return false in errno.
+inline bool FailWithErrno(int err) noexcept {
+  errno = err;
+  return false;
 }
 
 }  // namespace detail
@@ -8826,19 +8834,31 @@ inline ThreadState* ScopeCounters(const ThreadFlags& flags) noexcept {
   return ts == &g_empty_thread_state ? nullptr : ts;
 }
 
+// One allocation of `size` bytes in an AllocatorScope, counted (+1) or
+// uncounted (-1: the counters are summed modulo 2^64) where the scope's
+// blocks are (ScopeCounters), or in the orphan totals. False: not counted
+// (the engine is off).
+inline bool CountScopeAlloc(const ThreadFlags& flags, std::size_t size, bool uncount) noexcept {
+  ThreadState* ts = ScopeCounters(flags);
+  if (ts == nullptr) {
+    if (g_engine_off) return false;
+    if (uncount) {
+      g_registry.UncountUnregisteredAlloc(size);
+    } else {
+      g_registry.CountUnregisteredAlloc(size);
+    }
+    return true;
+  }
+  BumpCounter(ts->alloc_objects, uncount ? ~std::uint64_t{0} : std::uint64_t{1});
+  BumpCounter(ts->alloc_bytes, uncount ? std::uint64_t{0} - size : size);
+  return true;
+}
+
 // A global hook's block allocated in an AllocatorScope: counted as the slow
 // path counts any (its usable size), on the thread's own state; not sampled.
 inline void CountScopeBlock(ThreadFlags& flags, void* p, std::size_t requested) noexcept {
   if (flags.guard == 0 && !flags.exiting) EnsureInit();  // it decides how BlockSize reads
-  const std::size_t size = BlockSize(p);
-  ThreadState* ts = ScopeCounters(flags);
-  if (ts == nullptr) {
-    if (g_engine_off) return;
-    g_registry.CountUnregisteredAlloc(size);
-  } else {
-    BumpCounter(ts->alloc_objects, 1);
-    BumpCounter(ts->alloc_bytes, size);
-  }
+  if (!CountScopeAlloc(flags, BlockSize(p), false)) return;
   if (flags.own_block != nullptr) return;  // a deallocate's scope: nothing to settle
   tls_scope_blocks[flags.scope_blocks % kScopeBlocks] = ScopeBlock{p, requested};
   ++flags.scope_blocks;  // (modulo 256)
@@ -8854,14 +8874,7 @@ inline void SettleScopeBlocks(const void* p, std::size_t bytes, std::uint8_t sin
   for (unsigned i = 1; i <= n; ++i) {      // newest first: an address freed and reused there
     const ScopeBlock& b = tls_scope_blocks[static_cast<std::uint8_t>(flags.scope_blocks - i) % kScopeBlocks];
     if (b.p != p || b.requested != bytes) continue;
-    const std::size_t size = BlockSize(b.p);
-    ThreadState* ts = ScopeCounters(flags);
-    if (ts == nullptr) {
-      if (!g_engine_off) g_registry.UncountUnregisteredAlloc(size);
-    } else {
-      BumpCounter(ts->alloc_objects, ~std::uint64_t{0});  // -1: the counters are summed modulo 2^64
-      BumpCounter(ts->alloc_bytes, std::uint64_t{0} - size);
-    }
+    CountScopeAlloc(flags, BlockSize(b.p), true);
     return;
   }
 }
@@ -14778,6 +14791,29 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
   return gz;
 }
 
+// EncodeGzipped with `symbolizer`'s names, saying what they lack: a file the
+// symbolizer could not map for want of memory (elf_file.hpp:
+// tls_files_not_mapped) costs the profile names, or files and lines. A
+// comment says so when the symbol tables were missed (they are read before
+// the encoding), a stderr line when anything was.
+inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<LoadedObject>& objects,
+                                      Symbolizer& symbolizer) {
+  if (elf::tls_files_not_mapped != 0) {
+    data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
+                               "go tool pprof symbolizes the addresses from the binaries");
+  }
+  ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+  if (elf::tls_files_not_mapped != 0) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
+                  "or lines\n",
+                  elf::tls_files_not_mapped);
+    ReportRaw(line);
+  }
+  return gz;
+}
+
 // Tests: the next this many encodings with names run out of memory (builds
 // with exceptions; see EncodeGzippedSymbolized).
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
@@ -14792,25 +14828,6 @@ inline std::atomic<int> g_symbolize_oom_for_tests{0};
 // the first encoding gets that second chance, which needs less memory.)
 // Only with exceptions: without, the write's headroom decides beforehand
 // (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
-// A file the symbolizer could not map for want of memory (elf_file.hpp:
-// tls_files_not_mapped) costs the profile names, or files and lines: a
-// comment says so when the symbol tables were missed (they are read before
-// the encoding), a stderr line when anything was.
-inline void NoteFilesNotMapped(ProfileData& data) {
-  if (elf::tls_files_not_mapped == 0) return;
-  data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
-                             "go tool pprof symbolizes the addresses from the binaries");
-}
-inline void ReportFilesNotMapped() noexcept {
-  if (elf::tls_files_not_mapped == 0) return;
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
-                "or lines\n",
-                elf::tls_files_not_mapped);
-  ReportRaw(line);
-}
-
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
   elf::tls_files_not_mapped = 0;
 #if HEAPPROF_EXCEPTIONS
@@ -14820,10 +14837,7 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
         g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
       throw std::bad_alloc();
     }
-    NoteFilesNotMapped(data);
-    ArenaString gz = EncodeGzipped(data, objects, symbolizer);
-    ReportFilesNotMapped();
-    return gz;
+    return EncodeGzippedNamed(data, objects, symbolizer);
   } catch (const std::bad_alloc&) {
     // The symbolizer's memory is back in the arena (what the debug-info
     // cache kept stays for later writes).
@@ -14838,10 +14852,7 @@ inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<
   return gz;
 #else
   Symbolizer symbolizer(objects);
-  NoteFilesNotMapped(data);
-  ArenaString gz = EncodeGzipped(data, objects, symbolizer);
-  ReportFilesNotMapped();
-  return gz;
+  return EncodeGzippedNamed(data, objects, symbolizer);
 #endif
 }
 
@@ -16462,12 +16473,6 @@ class FileSizeSignalHeld {
   bool was_pending_ = false;
 };
 
-// The public Write*(path) say why they return false in errno.
-inline bool FailWithErrno(int err) noexcept {
-  errno = err;
-  return false;
-}
-
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -16614,6 +16619,17 @@ inline bool WriteBuiltProfileFile(const ArenaString& path, ArenaString* error, B
     return false;
   }
   return WriteFileAtomic(path, gz, error);
+}
+
+// The body of the public Write*(path) (implementation.hpp), under the
+// caller's ReentrancyGuard: `write(path)` with its headroom first, false with
+// errno saying why when it fails.
+template <class Write>
+inline bool WriteToPath(const char* path, Write write) {
+  WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
+  if (!headroom.ok()) return FailWithErrno(ENOMEM);
+  HEAPPROF_TRY { return path != nullptr ? write(path) : FailWithErrno(EINVAL); }
+  HEAPPROF_CATCH_ALL { return FailWithErrno(ENOMEM); }
 }
 
 // The profile, gzip'ed, written atomically to `path`.
@@ -20441,18 +20457,12 @@ bool WriteAllocsProfile(std::ostream& out) {
 bool WriteHeapProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, false);
   detail::ReentrancyGuard guard;
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, false) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WriteProfileFile(p, false); });
 }
 bool WriteAllocsProfile(const char* path) {
   if (const detail::EngineApi* e = detail::ExternalEngine()) return path != nullptr && e->write_path(path, true);
   detail::ReentrancyGuard guard;
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WriteProfileFile(path, true) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WriteProfileFile(p, true); });
 }
 bool WriteHeapProfile(const std::string& path) { return WriteHeapProfile(path.c_str()); }
 bool WriteAllocsProfile(const std::string& path) { return WriteAllocsProfile(path.c_str()); }
@@ -20471,10 +20481,7 @@ bool WritePeakHeapProfile(const char* path) {
     return path != nullptr && HEAPPROF_ENGINE_HAS(e, write_peak_path) && e->write_peak_path(path);
   }
   detail::ReentrancyGuard guard;
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WritePeakProfileFile(path) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WritePeakProfileFile(p); });
 }
 bool WritePeakHeapProfile(const std::string& path) { return WritePeakHeapProfile(path.c_str()); }
 
@@ -20503,10 +20510,7 @@ bool WriteRetentionProfile(const char* path) {
   }
   detail::ReentrancyGuard guard;
   detail::ClearDeadStack();  // the scan reads this thread's stack, ours included
-  detail::WriteHeadroom headroom;  // built without exceptions: the memory first (the path's string too)
-  if (!headroom.ok()) return detail::FailWithErrno(ENOMEM);
-  HEAPPROF_TRY { return path != nullptr ? detail::WriteRetentionProfileFile(path) : detail::FailWithErrno(EINVAL); }
-  HEAPPROF_CATCH_ALL { return detail::FailWithErrno(ENOMEM); }
+  return detail::WriteToPath(path, [](const char* p) { return detail::WriteRetentionProfileFile(p); });
 }
 bool WriteRetentionProfile(const std::string& path) { return WriteRetentionProfile(path.c_str()); }
 
@@ -20801,34 +20805,26 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
 
 #else  // !HEAPPROF_ENABLED: the documented no-op API of unsupported platforms.
 
-#include <cerrno>
 #include <string>
 
 namespace heapprof {
-namespace detail {
-// The path writers' failure: errno says heapprof is not here.
-inline bool NoFileWritten() noexcept {
-  errno = ENOSYS;
-  return false;
-}
-}  // namespace detail
 HEAPPROF_LINKED_BEGIN
 void SetSampleRate(std::size_t) noexcept {}
 std::size_t GetSampleRate() noexcept { return 0; }
 Stats GetStats() noexcept { return Stats{}; }
 bool WriteHeapProfile(std::ostream&) { return false; }
 bool WriteAllocsProfile(std::ostream&) { return false; }
-bool WriteHeapProfile(const char*) { return detail::NoFileWritten(); }
-bool WriteAllocsProfile(const char*) { return detail::NoFileWritten(); }
-bool WriteHeapProfile(const std::string&) { return detail::NoFileWritten(); }
-bool WriteAllocsProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WriteHeapProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WriteAllocsProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WriteHeapProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
+bool WriteAllocsProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
 bool WritePeakHeapProfile(std::ostream&) { return false; }
-bool WritePeakHeapProfile(const char*) { return detail::NoFileWritten(); }
-bool WritePeakHeapProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WritePeakHeapProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WritePeakHeapProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
 void ResetPeak() noexcept {}
 bool WriteRetentionProfile(std::ostream&) { return false; }
-bool WriteRetentionProfile(const char*) { return detail::NoFileWritten(); }
-bool WriteRetentionProfile(const std::string&) { return detail::NoFileWritten(); }
+bool WriteRetentionProfile(const char*) { return detail::FailWithErrno(ENOSYS); }
+bool WriteRetentionProfile(const std::string&) { return detail::FailWithErrno(ENOSYS); }
 void SetUnwinder(Unwinder) noexcept {}
 Unwinder GetUnwinder() noexcept { return Unwinder::kTable; }
 HEAPPROF_LINKED_END
@@ -21398,6 +21394,23 @@ HEAPPROF_ALWAYS_INLINE bool HotRealloc(void* p, std::size_t n, void*& out) noexc
   return true;
 }
 
+// The body of the aligned forms but posix_memalign: the block `alloc()` gives
+// is counted (`ret`: the hook's return address, the sample's leaf); after a
+// failure that released oom_dump's reserve (OnAllocFailure is true once at
+// most), `alloc()` is tried once more.
+template <class Alloc>
+HEAPPROF_ALWAYS_INLINE void* AllocOrRetry(std::size_t n, const void* ret, Alloc alloc) noexcept {
+  void* p;
+  do {
+    p = alloc();
+    if (HEAPPROF_LIKELY(p != nullptr)) {
+      OnAllocBlock(p, n, ret);
+      return p;
+    }
+  } while (n != 0 && OnAllocFailure(n));
+  return p;
+}
+
 }  // namespace real
 }  // namespace detail
 }  // namespace heapprof
@@ -21488,7 +21501,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* reallocarray(void* p, std::size_t count, std::
 }
 
 // The aligned forms: once more after a failure that released oom_dump's
-// reserve (OnAllocFailure is true once at most).
+// reserve (OnAllocFailure is true once at most; AllocOrRetry).
 HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment, std::size_t n) noexcept {
   int e;
   do {
@@ -21502,39 +21515,20 @@ HEAPPROF_DETAIL_MALLOC_HOOK int posix_memalign(void** out, std::size_t alignment
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(n, HEAPPROF_DETAIL_RET, [&] {
+    return heapprof::detail::real::g_fn.aligned_alloc(alignment, heapprof::detail::SampledRequest(n, alignment));
+  });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* memalign(std::size_t alignment, std::size_t n) noexcept {
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(n, HEAPPROF_DETAIL_RET, [&] {
+    return heapprof::detail::real::g_fn.memalign(alignment, heapprof::detail::SampledRequest(n));
+  });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* valloc(std::size_t n) noexcept {
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n));
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(
+      n, HEAPPROF_DETAIL_RET, [&] { return heapprof::detail::real::g_fn.valloc(heapprof::detail::SampledRequest(n)); });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
@@ -21542,15 +21536,8 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
   if (HEAPPROF_UNLIKELY(heapprof::detail::real::ForwardsToProcess(heapprof::detail::real::kShadowPvalloc))) {
     return heapprof::detail::real::ProcessPvalloc(n);
   }
-  void* p;
-  do {
-    p = heapprof::detail::real::g_fn.pvalloc(n);
-    if (HEAPPROF_LIKELY(p != nullptr)) {
-      heapprof::detail::OnAllocBlock(p, n, HEAPPROF_DETAIL_RET);
-      return p;
-    }
-  } while (n != 0 && heapprof::detail::OnAllocFailure(n));
-  return p;
+  return heapprof::detail::real::AllocOrRetry(n, HEAPPROF_DETAIL_RET,
+                                              [&] { return heapprof::detail::real::g_fn.pvalloc(n); });
 }
 
 HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
