@@ -271,6 +271,40 @@ TEST_CASE("http: /debug/pprof/symbol answers pprof's symbolz protocol") {
   CHECK(r.body.find("HttpTextLeaf") != std::string::npos);
 }
 
+// A symbolz POST whose head is over 4 KiB (a proxy's or a browser's headers)
+// and whose body arrives in the same read as the head's end. The server read
+// the head into a buffer capped at 8 KiB + 1 and dropped the rest of that
+// read: the first body bytes past the cap were lost, the body never
+// completed, and the client got a 408 after 10 s (Go's server: a 200 at once).
+TEST_CASE("http: a symbolz POST with a head over 4 KiB keeps the body bytes read with the head") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  char addr[64];
+  std::snprintf(addr, sizeof addr, "%#llx",
+                static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(&HttpTextLeaf) + 4));
+  std::string body;
+  while (body.size() < 5000) body += "0x0+";
+  body += addr;
+  const std::string head = "POST /debug/pprof/symbol HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\nX-Pad: " + std::string(5000, 'p') + "\r\n\r\n";
+  REQUIRE(head.size() < 8192);
+  const int fd = ConnectLoopback(server.port());
+  REQUIRE(fd >= 0);
+  REQUIRE(SendAll(fd, head.substr(0, 4200)));
+  // Another request answered: the server has read those 4200 bytes by then
+  // (they were queued before that connection existed, and one poll() pass
+  // reads every ready connection in the order accepted).
+  REQUIRE(HttpGet(server.port(), "/debug/pprof/cmdline").status == 200);
+  // The rest of the head and the body at once: the next read takes the
+  // head's end and the body's start together.
+  REQUIRE(SendAll(fd, head.substr(4200) + body));
+  bool timed_out = false;
+  const HttpResponse r = ParseHttpResponse(ReadAll(fd, 5000, &timed_out));
+  ::close(fd);
+  CHECK_FALSE(timed_out);
+  REQUIRE(r.status == 200);
+  CHECK(r.body == "num_symbols: 1\n" + std::string(addr) + " (anonymous namespace)::HttpTextLeaf()\n");
+}
+
 // Go's /debug/pprof/cmdline: os.Args joined by NUL bytes (no NUL after the
 // last), as text/plain. Before, a 404 "Unknown profile".
 TEST_CASE("http: /debug/pprof/cmdline answers the arguments joined by NUL bytes, as Go's") {

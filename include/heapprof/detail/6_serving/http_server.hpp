@@ -1053,8 +1053,14 @@ class Server {
         continue;
       }
       if (c.state == Connection::State::kWaiting) continue;  // bytes after the head: ignored
+      // Reading the head: every byte of the read is kept (OnInput answers a
+      // 431 as soon as more than kMaxHeadBytes are held without an end, so
+      // `in` stays under kMaxHeadBytes + sizeof buf). Capped at
+      // kMaxHeadBytes + 1, a read that took the rest of a head of over 4 KiB
+      // and the start of a symbolz body lost the body's first bytes past the
+      // cap: the body never completed, and the client got a 408 after 10 s.
       const std::size_t cap = c.state == Connection::State::kReadingBody ? c.head_end + c.plan.body_bytes
-                                                                           : kMaxHeadBytes + 1;
+                                                                           : kMaxHeadBytes + sizeof buf;
       const std::size_t room = cap > c.in.size() ? cap - c.in.size() : 0;
       c.in.append(buf, static_cast<std::size_t>(got) < room ? static_cast<std::size_t>(got) : room);
       if (c.state == Connection::State::kReadingBody) {
