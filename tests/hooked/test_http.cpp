@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <csignal>
@@ -189,6 +190,53 @@ TEST_CASE("http: index, redirect and the profile endpoints with Go's headers") {
   CHECK(r.Header("content-disposition") == "attachment; filename=\"heap\"");
   CHECK(std::atoi(r.Header("content-length").c_str()) > 0);
   CHECK(r.body.empty());
+}
+
+namespace {
+// The Date header line for a time, as the C library formats it (the test
+// program's locale is "C").
+std::string LibcDateLine(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+  return buf;
+}
+}  // namespace
+
+// RFC 9110 6.6.1: an origin server with a clock sends Date on its 2xx, 3xx and
+// 4xx responses; Go's server sends it on every response. Before, none had it.
+TEST_CASE("http: every response carries a Date header in IMF-fixdate form") {
+  CHECK(HttpDateHeader(784111777) == "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");  // RFC 9110's example
+  CHECK(HttpDateHeader(0) == "Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n");
+  CHECK(HttpDateHeader(951782400) == "Date: Tue, 29 Feb 2000 00:00:00 GMT\r\n");
+  CHECK(HttpDateHeader(4102444799) == "Date: Thu, 31 Dec 2099 23:59:59 GMT\r\n");
+  // Every day (at a varying second) from 1970 to 2200, against the C library.
+  int mismatches = 0;
+  for (std::int64_t t = 0; t < 7258118400; t += 86400 + 7) {
+    if (HttpDateHeader(t) != LibcDateLine(static_cast<std::time_t>(t)) && ++mismatches <= 3) {
+      CHECK(HttpDateHeader(t) == LibcDateLine(static_cast<std::time_t>(t)));
+    }
+  }
+  CHECK(mismatches == 0);
+
+  heapprof::HttpServer server("127.0.0.1:0");
+  const std::vector<std::pair<std::string, std::string>> requests = {
+      {"GET", "/debug/pprof/"},          {"GET", "/debug/pprof/heap"},  {"HEAD", "/debug/pprof/allocs"},
+      {"GET", "/debug/pprof/heap?debug=1"}, {"GET", "/debug/pprof/cmdline"}, {"GET", "/debug/pprof"},
+      {"GET", "/debug/pprof/nosuch"},    {"POST", "/debug/pprof/heap"}};
+  for (const auto& [method, target] : requests) {
+    INFO(method << " " << target);
+    const std::time_t before = std::time(nullptr);
+    const HttpResponse r = HttpGet(server.port(), target, method);
+    const std::time_t after = std::time(nullptr);
+    REQUIRE(r.status != 0);
+    const std::string line = "Date: " + r.Header("date") + "\r\n";
+    bool in_window = false;
+    for (std::time_t t = before; t <= after; ++t) in_window = in_window || line == LibcDateLine(t);
+    CHECK(in_window);
+    CHECK(r.head.find("\r\n" + line) != std::string::npos);
+  }
 }
 
 namespace {

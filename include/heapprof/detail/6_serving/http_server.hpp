@@ -195,13 +195,51 @@ inline const char* StatusText(int status) noexcept {
   }
 }
 
-// Status line, headers, Content-Length, Connection: close, then the body
-// unless head_only.
+// `Date: <IMF-fixdate>` for the time `unix_seconds` (RFC 9110 5.6.7:
+// "Sun, 06 Nov 1994 08:49:37 GMT"), as Go's server sends on every response
+// (RFC 9110 6.6.1: an origin server with a clock must, on 2xx, 3xx and 4xx).
+// Arithmetic only: strftime's day and month names follow the program's
+// locale, and gmtime_r may read the time zone files (and allocate) once.
+inline void AppendDateHeader(ArenaString& out, std::int64_t unix_seconds) {
+  static constexpr const char kDays[7][4] = {"Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"};  // day 0: 1970-01-01
+  static constexpr const char kMonths[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  std::int64_t days = unix_seconds / 86400, secs = unix_seconds % 86400;
+  if (secs < 0) {
+    secs += 86400;
+    --days;
+  }
+  const int weekday = static_cast<int>(((days % 7) + 7) % 7);
+  // The civil date of a day count (days since 1970-01-01), in eras of 400
+  // years that start on March 1st (the leap day last in its year).
+  const std::int64_t z = days + 719468;
+  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const std::int64_t doe = z - era * 146097;                                 // [0, 146096]
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;  // [0, 399]
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);          // [0, 365]
+  const std::int64_t mp = (5 * doy + 2) / 153;                               // [0, 11], March first
+  const std::int64_t day = doy - (153 * mp + 2) / 5 + 1;                     // [1, 31]
+  const std::int64_t month = mp < 10 ? mp + 3 : mp - 9;                      // [1, 12]
+  const std::int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
+  AppendFormat(out, "Date: %s, %02d %s %04lld %02d:%02d:%02d GMT\r\n", kDays[weekday], static_cast<int>(day),
+               kMonths[month - 1], static_cast<long long>(year), static_cast<int>(secs / 3600),
+               static_cast<int>(secs / 60 % 60), static_cast<int>(secs % 60));
+}
+
+inline void AppendDateHeader(ArenaString& out) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  AppendDateHeader(out, static_cast<std::int64_t>(now.tv_sec));
+}
+
+// Status line, Date, headers, Content-Length, Connection: close, then the
+// body unless head_only.
 inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
                            const ArenaString& body, bool head_only) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
+  AppendDateHeader(out);
   for (const auto& h : headers) {
     out += h.first;
     out += ": ";
@@ -223,6 +261,7 @@ inline void AppendStreamHead(ArenaString& out, int status,
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
+  AppendDateHeader(out);
   for (const auto& h : headers) {
     out += h.first;
     out += ": ";
