@@ -9,11 +9,13 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dump_scenarios.hpp"
@@ -335,6 +337,38 @@ inline int RunTightNames() {
   return 0;
 }
 
+// oom_dump=1 with kOomThreads threads whose allocations fail at the same
+// moment (a 1 GiB nothrow new under RLIMIT_AS = address space + 256 MiB),
+// each of which then ends the process at once (_exit, as an uncaught
+// bad_alloc's std::terminate does). One of them writes the dump; the others
+// must wait for it: before, the first to give up ended the process in the
+// middle of the dump (no oom profile, 0 runs of 7).
+constexpr int kOomThreads = 4;
+inline std::atomic<int> g_oom_ready{0};
+
+__attribute__((noinline)) inline void OomThreadFails() {
+  g_oom_ready.fetch_add(1);
+  while (g_oom_ready.load() < kOomThreads + 1) {
+  }
+  void* p = ::operator new(std::size_t{1} << 30, std::nothrow);
+  if (p != nullptr) _exit(20);
+  std::fflush(stdout);
+  _exit(0);
+}
+
+inline int RunOomDumpThreads() {
+  OomHolder();
+  if (!WaitForWarmDumper()) return 9;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOomThreads; ++i) threads.emplace_back(&OomThreadFails);
+  while (g_oom_ready.load() < kOomThreads) {
+  }
+  if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::uint64_t{256} << 20))) return 10;
+  g_oom_ready.fetch_add(1);
+  for (std::thread& t : threads) t.join();  // never returns: a thread ends the process
+  return 11;
+}
+
 inline int RunMemoryScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
@@ -343,6 +377,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "rss_interval") == 0) return RunRssInterval();
   if (std::strcmp(name, "quiet_watch") == 0) return RunQuietWatch();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
+  if (std::strcmp(name, "oom_dump_threads") == 0) return RunOomDumpThreads();
   if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
   if (std::strcmp(name, "oom_first_failure") == 0) return RunOomFirstFailure();
   if (std::strcmp(name, "tight_names") == 0) return RunTightNames();

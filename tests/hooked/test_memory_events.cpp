@@ -440,6 +440,25 @@ TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one prof
   RemoveDir(dir);
 }
 
+TEST_CASE("oom_dump: threads failing together wait for the one dump before the process ends") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "oom_dump_threads", out);
+  INFO(out);
+  CHECK(rc == 0);
+  const std::size_t first = out.find("(oom_dump: an allocation of 1073741824 bytes failed");
+  CHECK((first != std::string::npos && out.find("(oom_dump:", first + 1) == std::string::npos));
+  const std::vector<std::string> oom = Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)");
+  REQUIRE(oom.size() == 1);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/" + oom[0], p));
+  CHECK(SumForLeaf(p, "OomHolder", "inuse_space") == (std::int64_t{32} << 20));
+  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  RemoveDir(dir);
+}
+
 TEST_CASE("oom_dump under an RLIMIT_AS set before start: the reserve is what a dump with names needs, not 64 MiB") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   // The same child, under the same `ulimit -v` (256 MiB above its address
