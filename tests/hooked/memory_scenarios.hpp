@@ -162,6 +162,42 @@ inline int RunNearOomJump() {
   return rc;
 }
 
+// /proc/self/statm's data field: what RLIMIT_DATA limits (+ the main stack).
+inline std::uint64_t DataBytes() {
+  unsigned long long f[6] = {};
+  if (FILE* file = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(file, "%llu %llu %llu %llu %llu %llu", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]) != 6) f[5] = 0;
+    std::fclose(file);
+  }
+  return f[5] * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// dump_near_oom=0.8 under RLIMIT_DATA (ulimit -d) = the data now + 2 GiB
+// and a looser RLIMIT_AS (address space now + 8 GiB), then one private
+// writable mapping, untouched, to 85% of RLIMIT_DATA: one dump, naming
+// RLIMIT_DATA, the limit with less room left. Before, RLIMIT_DATA was not
+// read: the limit was RLIMIT_AS (without it, physical memory), and no dump
+// came before allocations failed.
+inline int RunNearOomData() {
+  if (!WaitForWarmDumper()) return 8;
+  if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 9;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_DATA, &rl) != 0) return 10;
+  const std::uint64_t limit = DataBytes() + (std::uint64_t{2048} << 20);
+  rl.rlim_cur = limit;
+  if (setrlimit(RLIMIT_DATA, &rl) != 0) return 11;
+  if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::uint64_t{8192} << 20))) return 15;
+  const std::uint64_t now = DataBytes();
+  const std::uint64_t target = limit - limit / 100 * 15;  // 85%
+  if (now >= limit - limit / 5) return 12;                 // already past 80%
+  const auto bytes = static_cast<std::size_t>(target - now);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return 13;
+  const int rc = WaitForFile(DumpPath(1)) ? 0 : 14;
+  ::munmap(p, bytes);
+  return rc;
+}
+
 // rss_interval=16m: 20 MiB more touched each step; each step is a new RSS
 // high 16 MiB above the last dump's, so each gives (at least) one dump.
 inline int RunRssInterval() {
@@ -374,6 +410,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
   if (std::strcmp(name, "near_oom") == 0) return RunNearOom();
   if (std::strcmp(name, "near_oom_jump") == 0) return RunNearOomJump();
+  if (std::strcmp(name, "near_oom_data") == 0) return RunNearOomData();
   if (std::strcmp(name, "rss_interval") == 0) return RunRssInterval();
   if (std::strcmp(name, "quiet_watch") == 0) return RunQuietWatch();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();

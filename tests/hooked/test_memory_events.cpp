@@ -311,6 +311,20 @@ TEST_CASE("dump_near_oom: under RLIMIT_AS, a dump at 80% of the limit and one at
   RemoveDir(dir);
 }
 
+TEST_CASE("dump_near_oom: under RLIMIT_DATA and a looser RLIMIT_AS the limit is RLIMIT_DATA with the data size") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=dump_near_oom=0.8,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "near_oom_data", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(Matching(dir, R"(p\.[0-9]+\.0001\.heap\.pb\.gz)").size() == 1);
+  const std::regex line(R"(\(dump_near_oom: data .* of RLIMIT_DATA .* \(8[0-9]\.[0-9]%\), threshold 80\.0%\))");
+  CHECK(std::regex_search(out, line));
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_near_oom: a dump that stands for several thresholds names them all") {
   // One step from below 80% to 95.5%: the line said "threshold 80.0%" only,
   // and the next dump's "threshold 97.5%" read as if 90% and 95% had none.

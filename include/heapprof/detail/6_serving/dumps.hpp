@@ -663,6 +663,7 @@ class Dumper {
     unsigned halvings = 0;        // dump_near_oom: headroom halvings already dumped for
     bool near_oom_done = false;   // the headroom left is below kNearOomMinHeadroom
     std::uint64_t limit_seen = 0; // a new limit starts the thresholds again
+    MemoryLimit::Source source_seen = MemoryLimit::kNone;
     std::uint64_t rss_mark = 0;   // rss_interval: the RSS that dumps next (the last such dump's, or start-up's, + interval)
     bool rss_dumped = false;      // an rss_interval dump was written: the base is its RSS, not start-up's
 
@@ -709,8 +710,9 @@ class Dumper {
       if (now >= next_limit_read) {
         limit = FindMemoryLimit();
         next_limit_read = now + kLimitRefreshMillis;
-        if (limit.limit != limit_seen) {
+        if (limit.limit != limit_seen || limit.source != source_seen) {
           limit_seen = limit.limit;
+          source_seen = limit.source;
           halvings = 0;
           near_oom_done = false;
         }

@@ -1,13 +1,21 @@
 // heapprof: the process's memory limit and its usage, for dump_near_oom and
 // rss_interval (dumps.hpp).
 //
-// The limit is the first of:
+// The limits:
 //   1. the memory cgroup's: v2 memory.max / memory.high (the lower; every
 //      ancestor up to the mount's root counts), v1 memory.limit_in_bytes;
 //      usage: that cgroup's memory.current / memory.usage_in_bytes, what the
 //      kernel charges (page cache included, as the OOM killer sees it);
 //   2. RLIMIT_AS; usage: the address space (VmSize, /proc/self/statm);
+//      RLIMIT_DATA (ulimit -d, systemd's LimitDATA=: since Linux 4.7 it
+//      limits every private writable mapping, so malloc fails at it); usage:
+//      statm's data field (VmData + VmStk: the main thread's stack, usually
+//      132 KiB, is counted too). Before, RLIMIT_DATA was not looked at:
+//      under `ulimit -d` dump_near_oom watched physical memory and wrote
+//      nothing before the bad_alloc;
 //   3. physical memory; usage: RSS (/proc/self/statm).
+// Of 1 and 2, the one with the least room left (limit - usage) when the
+// limit is read (FindMemoryLimit).
 // Cgroup mount points come from /proc/self/mountinfo, and the cgroup's path
 // from /proc/self/cgroup (relative to the mount's root, so a container that
 // mounts its own cgroup at / works). A cgroup "without a limit" (v1 shows
@@ -69,7 +77,7 @@ inline std::uint64_t PhysicalMemoryBytes() noexcept {
   return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
 }
 
-// Field `index` (0: size, 1: resident) of /proc/self/statm, in bytes.
+// Field `index` (0: size, 1: resident, 5: data) of /proc/self/statm, in bytes.
 inline std::uint64_t StatmBytes(int index) noexcept {
   char buf[256];
   if (ReadSmallFile("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
@@ -86,7 +94,7 @@ inline std::uint64_t StatmBytes(int index) noexcept {
 inline std::uint64_t ResidentBytes() noexcept { return StatmBytes(1); }
 
 struct MemoryLimit {
-  enum Source { kNone, kCgroupV2Max, kCgroupV2High, kCgroupV1, kRlimitAs, kPhysical };
+  enum Source { kNone, kCgroupV2Max, kCgroupV2High, kCgroupV1, kRlimitAs, kRlimitData, kPhysical };
   Source source = kNone;
   std::uint64_t limit = 0;
   std::string usage_file;  // cgroup sources: the counter to read
@@ -97,6 +105,7 @@ struct MemoryLimit {
       case kCgroupV2High: return "cgroup memory.high";
       case kCgroupV1: return "cgroup v1 memory.limit_in_bytes";
       case kRlimitAs: return "RLIMIT_AS";
+      case kRlimitData: return "RLIMIT_DATA";
       case kPhysical: return "physical memory";
       case kNone: break;
     }
@@ -107,6 +116,7 @@ struct MemoryLimit {
       case kCgroupV2Max: case kCgroupV2High: return "cgroup memory.current";
       case kCgroupV1: return "cgroup memory.usage_in_bytes";
       case kRlimitAs: return "address space";
+      case kRlimitData: return "data";
       case kPhysical: return "RSS";
       case kNone: break;
     }
@@ -120,6 +130,7 @@ struct MemoryLimit {
       case kCgroupV2Max: case kCgroupV2High: case kCgroupV1:
         return ReadCgroupNumber(usage_file, v) ? v : 0;
       case kRlimitAs: return StatmBytes(0);
+      case kRlimitData: return StatmBytes(5);
       case kPhysical: return StatmBytes(1);
       case kNone: break;
     }
@@ -239,23 +250,50 @@ inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
   return CgroupLimitUnder(mount, root, path, v2, out);
 }
 
+// The room left under a limit: how much more use it allows now.
+inline std::uint64_t LimitRoom(const MemoryLimit& m) noexcept {
+  const std::uint64_t used = m.Usage();
+  return m.limit > used ? m.limit - used : 0;
+}
+
+// Of the limits that apply (the cgroup's, RLIMIT_AS, RLIMIT_DATA), the one
+// with the least room left now: the one the process will hit first, if it
+// grows as it is growing. A fixed order (the cgroup's first, then
+// RLIMIT_AS) watched a limit the process never reached when another,
+// tighter one was set as well (a container's memory.max and a service's
+// `ulimit -v`; RLIMIT_DATA was not read at all). Physical memory when none.
 inline MemoryLimit FindMemoryLimit() {
-  MemoryLimit m;
-  if (FindCgroupLimit(true, m) || FindCgroupLimit(false, m)) {
+  MemoryLimit best;
+  std::uint64_t best_room = 0;
+  auto consider = [&best, &best_room](const MemoryLimit& m) {
+    const std::uint64_t room = LimitRoom(m);
+    if (best.source == MemoryLimit::kNone || room < best_room) {
+      best = m;
+      best_room = room;
+    }
+  };
+  MemoryLimit cgroup;
+  if (FindCgroupLimit(true, cgroup) || FindCgroupLimit(false, cgroup)) {
     // A cgroup limit above physical memory never binds.
     const std::uint64_t phys = PhysicalMemoryBytes();
-    if (phys == 0 || m.limit < phys) return m;
-    m = MemoryLimit();
+    if (phys == 0 || cgroup.limit < phys) consider(cgroup);
   }
-  rlimit rl{};
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    m.source = MemoryLimit::kRlimitAs;
+  const struct {
+    int resource;
+    MemoryLimit::Source source;
+  } rlimits[2] = {{RLIMIT_AS, MemoryLimit::kRlimitAs}, {RLIMIT_DATA, MemoryLimit::kRlimitData}};
+  for (const auto& r : rlimits) {
+    rlimit rl{};
+    if (getrlimit(r.resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) continue;
+    MemoryLimit m;
+    m.source = r.source;
     m.limit = rl.rlim_cur;
-    return m;
+    consider(m);
   }
-  m.limit = PhysicalMemoryBytes();
-  m.source = m.limit != 0 ? MemoryLimit::kPhysical : MemoryLimit::kNone;
-  return m;
+  if (best.source != MemoryLimit::kNone) return best;
+  best.limit = PhysicalMemoryBytes();
+  best.source = best.limit != 0 ? MemoryLimit::kPhysical : MemoryLimit::kNone;
+  return best;
 }
 
 }  // namespace detail
