@@ -94,7 +94,7 @@ void Put(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("memory limit: the lowest limit from the process's cgroup up to the root, and its usage file") {
+TEST_CASE("memory limit: the limit with the least room from the process's cgroup up to the root and its usage file") {
   char tmpl[] = "/tmp/heapprof_cgroup_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string top = tmpl;
@@ -128,7 +128,26 @@ TEST_CASE("memory limit: the lowest limit from the process's cgroup up to the ro
   CHECK(v1.Usage() == 4096u);
   hd::MemoryLimit none;
   CHECK_FALSE(hd::CgroupLimitUnder(top, "/", "/nothing/here", false, none));
+  // A parent whose children together near its limit: its room (100 MB) is
+  // less than the process's own cgroup's (500 MB under a lower limit).
+  Put(top + "/a/memory.max", "2000000000\n");
+  Put(top + "/a/memory.high", "max\n");
+  Put(top + "/a/memory.current", "1900000000\n");
+  Put(top + "/a/b/memory.max", "1500000000\n");
+  Put(top + "/a/b/memory.current", "1000000000\n");
+  hd::MemoryLimit parent;
+  REQUIRE(hd::CgroupLimitUnder(top, "/", "/a/b", true, parent));
+  CHECK(parent.source == hd::MemoryLimit::kCgroupV2Max);
+  CHECK(parent.limit == 2000000000u);
+  CHECK(parent.usage_file == top + "/a/memory.current");
+  // The child's own use grows: its room (50 MB) is now the least.
+  Put(top + "/a/b/memory.current", "1450000000\n");
+  hd::MemoryLimit child;
+  REQUIRE(hd::CgroupLimitUnder(top, "/", "/a/b", true, child));
+  CHECK(child.limit == 1500000000u);
+  CHECK(child.usage_file == top + "/a/b/memory.current");
   for (const char* f : {"/a/b/memory.max", "/a/b/memory.high", "/a/b/memory.limit_in_bytes", "/a/b/memory.usage_in_bytes",
+                        "/a/b/memory.current",
                         "/a/memory.max", "/a/memory.high", "/a/memory.current", "/a/memory.limit_in_bytes", "/memory.max"}) {
     std::remove((top + f).c_str());
   }

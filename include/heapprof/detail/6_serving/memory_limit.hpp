@@ -2,8 +2,9 @@
 // rss_interval (dumps.hpp).
 //
 // The limits:
-//   1. the memory cgroup's: v2 memory.max / memory.high (the lower; every
-//      ancestor up to the mount's root counts), v1 memory.limit_in_bytes;
+//   1. the memory cgroup's: v2 memory.max / memory.high, v1
+//      memory.limit_in_bytes, of the process's cgroup and every ancestor up
+//      to the mount's root (the one with the least room left);
 //      usage: that cgroup's memory.current / memory.usage_in_bytes, what the
 //      kernel charges (page cache included, as the OOM killer sees it);
 //   2. RLIMIT_AS; usage: the address space (VmSize, /proc/self/statm);
@@ -212,26 +213,37 @@ inline bool CgroupPathIn(std::string_view text, bool v2, std::string& path) {
   return false;
 }
 
-// The lowest limit on the way from the cgroup at `path` (as /proc/self/cgroup
+// Of the limits on the way from the cgroup at `path` (as /proc/self/cgroup
 // gives it) up to the root of the hierarchy mounted at `mount` (whose root is
-// `root`); false if none is set.
+// `root`), the one with the least room left (limit - that cgroup's usage,
+// which counts its children's); false if none is set. The lowest limit was
+// taken before: a parent (a pod, a systemd slice) whose children together
+// neared its limit was not watched while the process's own cgroup, with a
+// lower limit, had room.
 inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, std::string path, bool v2,
                              MemoryLimit& out) {
   if (root != "/" && path.compare(0, root.size(), root) == 0) path = path.substr(root.size());
   if (path.empty() || path[0] != '/') path.insert(path.begin(), '/');
   const std::uint64_t unlimited = std::uint64_t{1} << 62;  // v1's "no limit" is 2^63 - a page
   bool found = false;
+  std::uint64_t best_room = 0;
   for (;;) {
     const std::string dir = mount + (path == "/" ? std::string() : path);
     std::uint64_t v = 0;
     const char* files[2] = {v2 ? "/memory.max" : "/memory.limit_in_bytes", v2 ? "/memory.high" : nullptr};
     for (int i = 0; i < 2; ++i) {
       if (files[i] == nullptr) continue;
-      if (ReadCgroupNumber(dir + files[i], v) && v != 0 && v < unlimited && (!found || v < out.limit)) {
+      if (!ReadCgroupNumber(dir + files[i], v) || v == 0 || v >= unlimited) continue;
+      const std::string usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
+      std::uint64_t used = 0;
+      if (!ReadCgroupNumber(usage_file, used)) used = 0;
+      const std::uint64_t room = v > used ? v - used : 0;
+      if (!found || room < best_room || (room == best_room && v < out.limit)) {
         found = true;
+        best_room = room;
         out.limit = v;
         out.source = !v2 ? MemoryLimit::kCgroupV1 : i == 0 ? MemoryLimit::kCgroupV2Max : MemoryLimit::kCgroupV2High;
-        out.usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
+        out.usage_file = usage_file;
       }
     }
     if (path == "/") break;
