@@ -164,6 +164,26 @@ inline int RunDumpSignalResetHand() {
   while (std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return g_term_handled > 1 ? 15 : 16;  // still alive: the handler ran again (15) or nothing ended us (16)
 }
+// dump_signal=TERM arriving while the program exits, TERM's default
+// disposition: the process still ends by the signal (status 128 + 15 in the
+// shell), not with the status it was exiting with. "dump_signal_term_exiting":
+// raised by the program's atexit handler, which runs just before heapprof's
+// exit actions (the dump thread may not have taken it yet): dumped once.
+// "dump_signal_term_exited": raised by a destructor function, which runs after
+// them (no dump thread left): ends the process without a dump.
+inline volatile std::sig_atomic_t g_term_in_destructor = 0;
+inline void RaiseTermAtExit() { std::raise(SIGTERM); }
+inline int RunDumpSignalTermExiting() {
+  std::atexit(&RaiseTermAtExit);
+  return 0;
+}
+inline int RunDumpSignalTermExited() {
+  g_term_in_destructor = 1;
+  return 0;
+}
+__attribute__((destructor)) inline void RaiseTermInDestructor() {
+  if (g_term_in_destructor) std::raise(SIGTERM);
+}
 inline int RunDumpSignalTerm(bool handler) {
   for (int i = 1; i <= 3; ++i) {
     std::raise(SIGTERM);
@@ -330,6 +350,8 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal_ignored") == 0) return RunDumpSignalTerm(false);
   if (std::strcmp(name, "dump_signal_handler") == 0) return RunDumpSignalTerm(true);
   if (std::strcmp(name, "dump_signal_resethand") == 0) return RunDumpSignalResetHand();
+  if (std::strcmp(name, "dump_signal_term_exiting") == 0) return RunDumpSignalTermExiting();
+  if (std::strcmp(name, "dump_signal_term_exited") == 0) return RunDumpSignalTermExited();
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();

@@ -222,6 +222,25 @@ TEST_CASE("dump_signal=TERM forwards to the program's handler as the kernel woul
   RemoveDir(dir);
 }
 
+TEST_CASE("dump_signal=TERM that arrives while the program exits still ends the process by the signal") {
+  // Before: the dump thread was stopped with the signal not taken (or gone
+  // when it came), and the process exited 0 (python3 -c that sends itself
+  // TERM as its last statement: status 0, not 143, and no dump).
+  for (const std::string child : {"dump_signal_term_exiting", "dump_signal_term_exited"}) {
+    INFO(child);
+    const std::string dir = DumpsTempDir();
+    std::string out;
+    const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=TERM HEAPPROF_TEST_DIR=" + dir +
+                               " HEAPPROF_TEST_CHILD=" + child,
+                           out);
+    INFO(out);
+    CHECK(rc == 128 + SIGTERM);
+    // Before heapprof's exit actions: the dump, then the signal; after them: the signal alone.
+    CheckDumps(dir, child == "dump_signal_term_exiting" ? 1 : 0);
+    RemoveDir(dir);
+  }
+}
+
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = DumpsTempDir();
   std::string out;

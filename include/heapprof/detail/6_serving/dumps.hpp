@@ -163,11 +163,23 @@ class Dumper {
   }
 
   // Stops and joins the thread (exit path); later Dump() calls still work.
+  //
+  // A dump_signal the thread had not taken yet is done here: a TERM that came
+  // just before the program's own exit() was dropped with the thread, and the
+  // process ended with the program's status, not the signal's (python3 -c
+  // 'os.kill(os.getpid(), signal.SIGTERM)' under dump_signal=TERM: 0, not
+  // 143). From here on the handler forwards a terminating signal itself
+  // (ForwardSignalAtExit).
   void Stop() noexcept {
     if (!running_.exchange(false, std::memory_order_acq_rel)) return;
     stop_.store(true, std::memory_order_release);
     Wake();
     pthread_join(thread_, nullptr);
+    exiting_.store(true, std::memory_order_seq_cst);
+    if (signal_pending_.exchange(false, std::memory_order_seq_cst)) {
+      Dump("dump_signal");
+      ForwardSignal();
+    }
   }
 
   // A dump refused for want of memory (WriteHeadroom), said without allocating.
@@ -326,8 +338,9 @@ class Dumper {
 
   // The signal handler's wake-up (async-signal-safe: an atomic add and a futex call).
   void OnSignal() noexcept {
-    signal_pending_.store(true, std::memory_order_relaxed);
+    signal_pending_.store(true, std::memory_order_seq_cst);
     Wake();
+    ForwardSignalAtExit();
   }
 
  private:
@@ -448,6 +461,7 @@ class Dumper {
     running_.store(false, std::memory_order_relaxed);
     stop_.store(false, std::memory_order_relaxed);
     signal_pending_.store(false, std::memory_order_relaxed);
+    exiting_.store(false, std::memory_order_relaxed);
     if (cfg_->dump_interval != 0 || cfg_->inuse_interval != 0) {
       const Stats s = GetStats();
       const std::uint64_t di = cfg_->dump_interval, ii = cfg_->inuse_interval;
@@ -500,6 +514,20 @@ class Dumper {
       forwarding_.fetch_add(1, std::memory_order_acq_rel);
     }
     ::kill(getpid(), sig);
+  }
+
+  // Once Stop() has joined the thread (the exit actions are running, or
+  // are over: a destructor of the program's), no thread is left to take a
+  // dump_signal: a terminating one does now what it did before heapprof,
+  // without a dump (a handler cannot write one). It was dropped, and the
+  // process exited with its own status. Stop() sets exiting_ and then takes
+  // the pending flag; this sets the flag and then reads exiting_ (both
+  // sequentially consistent): one of the two sees the other, and the exchange
+  // lets only one of them act. Async-signal-safe.
+  void ForwardSignalAtExit() noexcept {
+    if (!exiting_.load(std::memory_order_seq_cst)) return;
+    if (!signal_pending_.exchange(false, std::memory_order_seq_cst)) return;
+    ForwardSignal();
   }
 
   // Runs the previous handler as the kernel would have: with its sa_mask
@@ -764,6 +792,7 @@ class Dumper {
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> signal_pending_{false};
+  std::atomic<bool> exiting_{false};  // Stop() has joined the thread: the handler forwards a terminating signal itself
   pthread_mutex_t write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   struct sigaction previous_ {};  // dump_signal's disposition before ours
   std::atomic<unsigned> forwarding_{0};  // signals ForwardSignal sent for the previous handler
