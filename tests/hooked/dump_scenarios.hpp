@@ -184,6 +184,16 @@ inline int RunDumpSignalTermExited() {
 __attribute__((destructor)) inline void RaiseTermInDestructor() {
   if (g_term_in_destructor) std::raise(SIGTERM);
 }
+// exec() keeps the pid: "dump_then_exec" dumps once (dump_signal=USR1),
+// then execs this program again as "exec_image", which only exits (its
+// dump_at_exit is the pid's second dump, not a new 0001 over the first).
+inline int RunDumpThenExec() {
+  std::raise(SIGUSR1);
+  if (!WaitForFile(DumpPath(1))) return 11;
+  if (::setenv("HEAPPROF_TEST_CHILD", "exec_image", 1) != 0) return 12;
+  ::execl("/proc/self/exe", "hooked_tests", static_cast<char*>(nullptr));
+  return 13;
+}
 inline int RunDumpSignalTerm(bool handler) {
   for (int i = 1; i <= 3; ++i) {
     std::raise(SIGTERM);
@@ -352,6 +362,8 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_signal_resethand") == 0) return RunDumpSignalResetHand();
   if (std::strcmp(name, "dump_signal_term_exiting") == 0) return RunDumpSignalTermExiting();
   if (std::strcmp(name, "dump_signal_term_exited") == 0) return RunDumpSignalTermExited();
+  if (std::strcmp(name, "dump_then_exec") == 0) return RunDumpThenExec();
+  if (std::strcmp(name, "exec_image") == 0) return 0;
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();

@@ -241,6 +241,22 @@ TEST_CASE("dump_signal=TERM that arrives while the program exits still ends the 
   }
 }
 
+TEST_CASE("a program that execs keeps its pid: the new image's dumps do not replace the old one's") {
+  // Before: both numbered from 0001, and the new image's dump_at_exit was
+  // written over the old image's dump_signal dump.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=USR1,dump_at_exit=1 HEAPPROF_TEST_DIR=" + dir +
+                             " HEAPPROF_TEST_CHILD=dump_then_exec",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);
+  CheckDumps(dir, 2);
+  CHECK(std::regex_search(out, std::regex(R"(wrote \S+/p\.([0-9]+)\.0001\.heap\.pb\.gz \(dump_signal\)\n)"
+                                          R"((.*\n)*heapprof: wrote \S+/p\.\1\.0002\.heap\.pb\.gz \(dump_at_exit\))")));
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = DumpsTempDir();
   std::string out;

@@ -65,6 +65,9 @@
 namespace heapprof {
 namespace detail {
 
+// Dump numbers passed over because a file of that name is there (Dump):
+// past them the next number is written over.
+constexpr unsigned kMaxDumpNamesSkipped = 100000;
 // How often the dumper thread reads Stats while a byte trigger is set.
 constexpr int kDumpPollMillis = 10;
 // dump_near_oom halves the headroom left until it is below this.
@@ -199,10 +202,20 @@ class Dumper {
     pthread_mutex_lock(&write_mutex_);
     bool ok = false;
     HEAPPROF_TRY {
-      const unsigned seq = ++seq_;
-      char name[64];
-      std::snprintf(name, sizeof name, ".%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), seq);
-      const ArenaString path = Prefix() + name;
+      // A name already taken moves on to the next number, never replaces
+      // that file: a program that exec()s keeps its pid, and the new image,
+      // numbering from 0001 again, overwrote the dumps the old one wrote
+      // (python3 dumping at dump_interval, then os.execv: its 0001 became
+      // the new image's dump_at_exit). An earlier process of the same pid
+      // (pids are reused) keeps its files the same way.
+      ArenaString path;
+      for (unsigned skipped = 0;; ++skipped) {
+        char name[64];
+        std::snprintf(name, sizeof name, ".%ld.%04u.heap.pb.gz", static_cast<long>(getpid()), ++seq_);
+        path = Prefix() + name;
+        struct stat st {};
+        if (skipped >= kMaxDumpNamesSkipped || ::lstat(path.c_str(), &st) != 0) break;
+      }
       ArenaString error;
       ok = WriteProfileFile(path, false, &error);
       if (ok) {
