@@ -435,7 +435,9 @@ class Dumper {
       if (oom_dump_written_.load(std::memory_order_acquire) != 0) return;
       const std::int64_t left = deadline - MonotonicMillis();
       if (left <= 0) return;
-      timespec ts{static_cast<time_t>(left / 1000), static_cast<long>(left % 1000) * 1000000L};
+      timespec ts{};
+      ts.tv_sec = left / 1000;
+      ts.tv_nsec = left % 1000 * 1000000;
       ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&oom_dump_written_), FUTEX_WAIT_PRIVATE, 0u, &ts,
                 nullptr, 0);
     }

@@ -229,7 +229,7 @@ inline void AppendDateHeader(ArenaString& out, std::int64_t unix_seconds) {
 inline void AppendDateHeader(ArenaString& out) {
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  AppendDateHeader(out, static_cast<std::int64_t>(now.tv_sec));
+  AppendDateHeader(out, std::int64_t{now.tv_sec});
 }
 
 // Status line, Date, headers, Content-Length, Connection: close, then the
