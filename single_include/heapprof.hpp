@@ -17787,7 +17787,9 @@ class Dumper {
       if (oom_dump_written_.load(std::memory_order_acquire) != 0) return;
       const std::int64_t left = deadline - MonotonicMillis();
       if (left <= 0) return;
-      timespec ts{static_cast<time_t>(left / 1000), static_cast<long>(left % 1000) * 1000000L};
+      timespec ts{};
+      ts.tv_sec = left / 1000;
+      ts.tv_nsec = left % 1000 * 1000000;
       ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&oom_dump_written_), FUTEX_WAIT_PRIVATE, 0u, &ts,
                 nullptr, 0);
     }
@@ -19481,7 +19483,7 @@ inline void AppendDateHeader(ArenaString& out, std::int64_t unix_seconds) {
 inline void AppendDateHeader(ArenaString& out) {
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  AppendDateHeader(out, static_cast<std::int64_t>(now.tv_sec));
+  AppendDateHeader(out, std::int64_t{now.tv_sec});
 }
 
 // Status line, Date, headers, Content-Length, Connection: close, then the
