@@ -126,7 +126,8 @@ class DebugObject {
     sup_info_ = nullptr;
     sup_sections_ = dwarf::Sections{};
     sup_file_ = elf::MappedFile{};
-    FreeInflated(0);
+    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
+    inflated_count_ = 0;
     sections_ = dwarf::Sections{};
     file_ = elf::MappedFile{};
     debug_file_ = nullptr;
@@ -138,16 +139,9 @@ class DebugObject {
   elf::MappedFile sup_file_;  // dwz -m's common file (.gnu_debugaltlink) or a DWARF 5 supplementary file
   dwarf::Sections sup_sections_{};
   dwarf::DwarfInfo* sup_info_ = nullptr;
-  // Compressed sections inflated: of the file, its supplementary file and
-  // its .dwo files (-gz -gsplit-dwarf compresses those too).
-  DebugArray<Inflated> inflated_;
-  // Gives back the inflated sections from the `keep`-th on.
-  void FreeInflated(std::size_t keep) noexcept {
-    while (inflated_.size() > keep) {
-      DebugFree(inflated_.back().data, inflated_.back().size);
-      inflated_.Pop();
-    }
-  }
+  static constexpr int kMaxInflated = 24;  // the sections of both files
+  Inflated inflated_[kMaxInflated] = {};
+  int inflated_count_ = 0;
   dwarf::DwarfInfo* info_ = nullptr;
   DebugArray<elf::MappedFile*> dwo_files_;  // the .dwo files info_'s split units are read from
   bool loaded_ = false;
@@ -345,14 +339,14 @@ inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const e
       *target = bytes;
       continue;
     }
-    if (size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES || !inflated_.Reserve(inflated_.size() + 1)) continue;
+    if (inflated_count_ == kMaxInflated || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
     auto* out = static_cast<unsigned char*>(DebugAllocate(size));
     if (out == nullptr) continue;
     if (!inflate::ZlibInflate(packed, packed_size, out, size)) {
       DebugFree(out, size);
       continue;
     }
-    (void)inflated_.Push(Inflated{out, size});  // (room reserved above)
+    inflated_[inflated_count_++] = Inflated{out, size};
     *target = elf::ByteView{out, size};
   }
   // Without units there is nothing to find a line program through.
@@ -364,7 +358,7 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
   elf::MappedFile* f = DebugNew<elf::MappedFile>();
   if (f == nullptr) return false;
   elf::SectionTable sections;
-  const std::size_t inflated_before = inflated_.size();
+  const int inflated_before = inflated_count_;
   dwarf::Sections found{};
   elf::ByteView no_altlink, no_sup;
   dwarf::UnitHeader unit;
@@ -375,7 +369,10 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
     *out = found;
     return true;
   }
-  FreeInflated(inflated_before);
+  while (inflated_count_ > inflated_before) {
+    --inflated_count_;
+    DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
+  }
   DebugDelete(f);
   return false;
 }
@@ -447,7 +444,7 @@ inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, 
   elf::MappedFile f;
   elf::SectionTable sections;
   if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) return false;
-  const std::size_t inflated_before = inflated_.size();
+  const int inflated_before = inflated_count_;
   dwarf::Sections found{};
   elf::ByteView its_altlink, its_sup;
   bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
@@ -461,7 +458,10 @@ inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, 
   }
   dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
   if (info == nullptr) {
-    FreeInflated(inflated_before);
+    while (inflated_count_ > inflated_before) {
+      --inflated_count_;
+      DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
+    }
     return false;
   }
   sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
