@@ -308,8 +308,7 @@ class Dumper {
     tls_symbolize_cached_debug_only = false;
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     oom_dump_written_.store(1, std::memory_order_release);
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&oom_dump_written_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-              nullptr, 0);
+    FutexWake(oom_dump_written_, INT_MAX);
     return oom_reserve_bytes_released_ != 0;
   }
 
@@ -363,17 +362,26 @@ class Dumper {
   // files, and the signal handler wrote its byte into one of them while the
   // thread spun on poll() (POLLIN or POLLNVAL at once, every time).
   void Wake() noexcept {
-    const int saved = errno;
     wake_seq_.fetch_add(1, std::memory_order_release);
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-    errno = saved;
+    FutexWake(wake_seq_, 1);
   }
   // Sleeps until Wake() has run since wake_seq_ was `seen`, or `timeout_ms`
   // (-1: no limit) has passed.
-  void WaitForWake(std::uint32_t seen, int timeout_ms) noexcept {
+  void WaitForWake(std::uint32_t seen, int timeout_ms) noexcept { FutexWait(wake_seq_, seen, timeout_ms); }
+
+  // The futex calls of Wake/WaitForWake and of the oom dump's waiters
+  // (OnAllocFailed, WaitForOomDump). Both keep errno: a signal handler
+  // (Wake) and a failed allocation's caller must see their own.
+  static void FutexWake(std::atomic<std::uint32_t>& word, int count) noexcept {
+    const int saved = errno;
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+    errno = saved;
+  }
+  // Sleeps while `word` is `expected`, at most `timeout_ms` (-1: no limit).
+  static void FutexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected, int timeout_ms) noexcept {
     timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
     const int saved = errno;
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAIT_PRIVATE, seen,
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
               timeout_ms < 0 ? nullptr : &ts, nullptr, 0);
     errno = saved;
   }
@@ -433,13 +441,9 @@ class Dumper {
     const std::int64_t deadline = MonotonicMillis() + kOomDumpWaitMillis;
     for (;;) {
       if (oom_dump_written_.load(std::memory_order_acquire) != 0) return;
-      const std::int64_t left = deadline - MonotonicMillis();
+      const std::int64_t left = deadline - MonotonicMillis();  // (at most kOomDumpWaitMillis)
       if (left <= 0) return;
-      timespec ts{};
-      ts.tv_sec = left / 1000;
-      ts.tv_nsec = left % 1000 * 1000000;
-      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&oom_dump_written_), FUTEX_WAIT_PRIVATE, 0u, &ts,
-                nullptr, 0);
+      FutexWait(oom_dump_written_, 0, static_cast<int>(left));
     }
   }
 
