@@ -220,6 +220,11 @@ inline bool CgroupPathIn(std::string_view text, bool v2, std::string& path) {
 // taken before: a parent (a pod, a systemd slice) whose children together
 // neared its limit was not watched while the process's own cgroup, with a
 // lower limit, had room.
+// The room left under `limit` at usage `used`: how much more use it allows.
+inline std::uint64_t RoomUnder(std::uint64_t limit, std::uint64_t used) noexcept {
+  return limit > used ? limit - used : 0;
+}
+
 inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, std::string path, bool v2,
                              MemoryLimit& out) {
   if (root != "/" && path.compare(0, root.size(), root) == 0) path = path.substr(root.size());
@@ -229,15 +234,16 @@ inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, 
   std::uint64_t best_room = 0;
   for (;;) {
     const std::string dir = mount + (path == "/" ? std::string() : path);
-    std::uint64_t v = 0;
+    const std::string usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
+    bool usage_read = false;  // read once per directory, when it has a limit
+    std::uint64_t used = 0, v = 0;
     const char* files[2] = {v2 ? "/memory.max" : "/memory.limit_in_bytes", v2 ? "/memory.high" : nullptr};
     for (int i = 0; i < 2; ++i) {
       if (files[i] == nullptr) continue;
       if (!ReadCgroupNumber(dir + files[i], v) || v == 0 || v >= unlimited) continue;
-      const std::string usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
-      std::uint64_t used = 0;
-      if (!ReadCgroupNumber(usage_file, used)) used = 0;
-      const std::uint64_t room = v > used ? v - used : 0;
+      if (!usage_read && !ReadCgroupNumber(usage_file, used)) used = 0;
+      usage_read = true;
+      const std::uint64_t room = RoomUnder(v, used);
       if (!found || room < best_room || (room == best_room && v < out.limit)) {
         found = true;
         best_room = room;
@@ -262,12 +268,6 @@ inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
   return CgroupLimitUnder(mount, root, path, v2, out);
 }
 
-// The room left under a limit: how much more use it allows now.
-inline std::uint64_t LimitRoom(const MemoryLimit& m) noexcept {
-  const std::uint64_t used = m.Usage();
-  return m.limit > used ? m.limit - used : 0;
-}
-
 // Of the limits that apply (the cgroup's, RLIMIT_AS, RLIMIT_DATA), the one
 // with the least room left now: the one the process will hit first, if it
 // grows as it is growing. A fixed order (the cgroup's first, then
@@ -278,7 +278,7 @@ inline MemoryLimit FindMemoryLimit() {
   MemoryLimit best;
   std::uint64_t best_room = 0;
   auto consider = [&best, &best_room](const MemoryLimit& m) {
-    const std::uint64_t room = LimitRoom(m);
+    const std::uint64_t room = RoomUnder(m.limit, m.Usage());
     if (best.source == MemoryLimit::kNone || room < best_room) {
       best = m;
       best_room = room;
