@@ -232,10 +232,10 @@ inline void AppendDateHeader(ArenaString& out) {
   AppendDateHeader(out, std::int64_t{now.tv_sec});
 }
 
-// Status line, Date, headers, Content-Length, Connection: close, then the
-// body unless head_only.
-inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
-                           const ArenaString& body, bool head_only) {
+// A response head's start: the status line, Date, then `headers` (each
+// response's own; AppendResponse and AppendStreamHead end the head).
+inline void AppendHeadStart(ArenaString& out, int status,
+                            const ArenaVector<std::pair<const char*, ArenaString>>& headers) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -246,6 +246,14 @@ inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::
     out += h.second;
     out += "\r\n";
   }
+}
+
+// Status line, Date, headers, Content-Length, Connection: close, then the
+// body unless head_only.
+inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
+                           const ArenaString& body, bool head_only) {
+  AppendHeadStart(out, status, headers);
+  char line[96];
   std::snprintf(line, sizeof line, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.size());
   out += line;
   if (!head_only) out += body;
@@ -258,16 +266,7 @@ inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::
 // chunks) the end of the body is the end of the connection, RFC 9112 6.3.
 inline void AppendStreamHead(ArenaString& out, int status,
                              const ArenaVector<std::pair<const char*, ArenaString>>& headers, bool chunked) {
-  char line[96];
-  std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
-  out += line;
-  AppendDateHeader(out);
-  for (const auto& h : headers) {
-    out += h.first;
-    out += ": ";
-    out += h.second;
-    out += "\r\n";
-  }
+  AppendHeadStart(out, status, headers);
   if (chunked) out += "Transfer-Encoding: chunked\r\n";
   out += "Connection: close\r\n\r\n";
 }
