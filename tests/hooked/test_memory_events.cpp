@@ -102,6 +102,21 @@ bool CapturePeak(Profile& p, std::string* gz_out = nullptr) {
 // the peak snapshot is then taken right at it.
 std::size_t StepAboveTenPercent() { return heapprof::detail::g_peak.InuseEstimate() / 4 + (std::size_t{8} << 20); }
 
+// The oom_dump scenarios' one dump: said once, for the allocation of
+// `failed_bytes` that failed first; one file, holding OomHolder's 32 MiB; no
+// temporary file left.
+void CheckOneOomDump(const std::string& dir, const std::string& out, const std::string& failed_bytes) {
+  CHECK(out.find("(oom_dump: an allocation of " + failed_bytes + " bytes failed") != std::string::npos);
+  const std::size_t first = out.find("(oom_dump:");
+  CHECK((first != std::string::npos && out.find("(oom_dump:", first + 1) == std::string::npos));
+  const std::vector<std::string> oom = Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)");
+  REQUIRE(oom.size() == 1);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/" + oom[0], p));
+  CHECK(SumForLeaf(p, "OomHolder", "inuse_space") == (std::int64_t{32} << 20));
+  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+}
+
 }  // namespace
 
 TEST_CASE("peak profile: a workload that peaks in one function and settles elsewhere, exact at rate 1") {
@@ -441,16 +456,8 @@ TEST_CASE("oom_dump: under RLIMIT_AS the first failed allocation writes one prof
   INFO(out);
   CHECK(rc == 0);
   CHECK(out.find("handler_calls=1 dump_before_handler=1") != std::string::npos);
-  CHECK(out.find("(oom_dump: an allocation of 16777216 bytes failed") != std::string::npos);
   // Once: the later failures (512 MiB, thrown and nothrow) wrote nothing.
-  const std::size_t first = out.find("(oom_dump:");
-  CHECK((first != std::string::npos && out.find("(oom_dump:", first + 1) == std::string::npos));
-  const std::vector<std::string> oom = Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)");
-  REQUIRE(oom.size() == 1);
-  Profile p;
-  REQUIRE(ReadProfileFile(dir + "/" + oom[0], p));
-  CHECK(SumForLeaf(p, "OomHolder", "inuse_space") == (std::int64_t{32} << 20));
-  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  CheckOneOomDump(dir, out, "16777216");
   RemoveDir(dir);
 }
 
@@ -462,14 +469,8 @@ TEST_CASE("oom_dump: threads failing together wait for the one dump before the p
                                   "oom_dump_threads", out);
   INFO(out);
   CHECK(rc == 0);
-  const std::size_t first = out.find("(oom_dump: an allocation of 1073741824 bytes failed");
-  CHECK((first != std::string::npos && out.find("(oom_dump:", first + 1) == std::string::npos));
-  const std::vector<std::string> oom = Matching(dir, R"(p\.[0-9]+\.oom\.pb\.gz)");
-  REQUIRE(oom.size() == 1);
-  Profile p;
-  REQUIRE(ReadProfileFile(dir + "/" + oom[0], p));
-  CHECK(SumForLeaf(p, "OomHolder", "inuse_space") == (std::int64_t{32} << 20));
-  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  // Once, for the first thread's 1 GiB: the others waited for it.
+  CheckOneOomDump(dir, out, "1073741824");
   RemoveDir(dir);
 }
 
