@@ -16953,6 +16953,11 @@ inline bool CgroupPathIn(std::string_view text, bool v2, std::string& path) {
 // taken before: a parent (a pod, a systemd slice) whose children together
 // neared its limit was not watched while the process's own cgroup, with a
 // lower limit, had room.
+// The room left under `limit` at usage `used`: how much more use it allows.
+inline std::uint64_t RoomUnder(std::uint64_t limit, std::uint64_t used) noexcept {
+  return limit > used ? limit - used : 0;
+}
+
 inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, std::string path, bool v2,
                              MemoryLimit& out) {
   if (root != "/" && path.compare(0, root.size(), root) == 0) path = path.substr(root.size());
@@ -16962,15 +16967,16 @@ inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, 
   std::uint64_t best_room = 0;
   for (;;) {
     const std::string dir = mount + (path == "/" ? std::string() : path);
-    std::uint64_t v = 0;
+    const std::string usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
+    bool usage_read = false;  // read once per directory, when it has a limit
+    std::uint64_t used = 0, v = 0;
     const char* files[2] = {v2 ? "/memory.max" : "/memory.limit_in_bytes", v2 ? "/memory.high" : nullptr};
     for (int i = 0; i < 2; ++i) {
       if (files[i] == nullptr) continue;
       if (!ReadCgroupNumber(dir + files[i], v) || v == 0 || v >= unlimited) continue;
-      const std::string usage_file = dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes");
-      std::uint64_t used = 0;
-      if (!ReadCgroupNumber(usage_file, used)) used = 0;
-      const std::uint64_t room = v > used ? v - used : 0;
+      if (!usage_read && !ReadCgroupNumber(usage_file, used)) used = 0;
+      usage_read = true;
+      const std::uint64_t room = RoomUnder(v, used);
       if (!found || room < best_room || (room == best_room && v < out.limit)) {
         found = true;
         best_room = room;
@@ -16995,12 +17001,6 @@ inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
   return CgroupLimitUnder(mount, root, path, v2, out);
 }
 
-// The room left under a limit: how much more use it allows now.
-inline std::uint64_t LimitRoom(const MemoryLimit& m) noexcept {
-  const std::uint64_t used = m.Usage();
-  return m.limit > used ? m.limit - used : 0;
-}
-
 // Of the limits that apply (the cgroup's, RLIMIT_AS, RLIMIT_DATA), the one
 // with the least room left now: the one the process will hit first, if it
 // grows as it is growing. A fixed order (the cgroup's first, then
@@ -17011,7 +17011,7 @@ inline MemoryLimit FindMemoryLimit() {
   MemoryLimit best;
   std::uint64_t best_room = 0;
   auto consider = [&best, &best_room](const MemoryLimit& m) {
-    const std::uint64_t room = LimitRoom(m);
+    const std::uint64_t room = RoomUnder(m.limit, m.Usage());
     if (best.source == MemoryLimit::kNone || room < best_room) {
       best = m;
       best_room = room;
@@ -17291,8 +17291,7 @@ class Dumper {
     tls_symbolize_cached_debug_only = false;
     g_alloc_failure_hook.store(nullptr, std::memory_order_release);
     oom_dump_written_.store(1, std::memory_order_release);
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&oom_dump_written_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-              nullptr, 0);
+    FutexWake(oom_dump_written_, INT_MAX);
     return oom_reserve_bytes_released_ != 0;
   }
 
@@ -17346,17 +17345,26 @@ class Dumper {
   // files, and the signal handler wrote its byte into one of them while the
   // thread spun on poll() (POLLIN or POLLNVAL at once, every time).
   void Wake() noexcept {
-    const int saved = errno;
     wake_seq_.fetch_add(1, std::memory_order_release);
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-    errno = saved;
+    FutexWake(wake_seq_, 1);
   }
   // Sleeps until Wake() has run since wake_seq_ was `seen`, or `timeout_ms`
   // (-1: no limit) has passed.
-  void WaitForWake(std::uint32_t seen, int timeout_ms) noexcept {
+  void WaitForWake(std::uint32_t seen, int timeout_ms) noexcept { FutexWait(wake_seq_, seen, timeout_ms); }
+
+  // The futex calls of Wake/WaitForWake and of the oom dump's waiters
+  // (OnAllocFailed, WaitForOomDump). Both keep errno: a signal handler
+  // (Wake) and a failed allocation's caller must see their own.
+  static void FutexWake(std::atomic<std::uint32_t>& word, int count) noexcept {
+    const int saved = errno;
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+    errno = saved;
+  }
+  // Sleeps while `word` is `expected`, at most `timeout_ms` (-1: no limit).
+  static void FutexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected, int timeout_ms) noexcept {
     timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
     const int saved = errno;
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_seq_), FUTEX_WAIT_PRIVATE, seen,
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
               timeout_ms < 0 ? nullptr : &ts, nullptr, 0);
     errno = saved;
   }
@@ -17416,13 +17424,9 @@ class Dumper {
     const std::int64_t deadline = MonotonicMillis() + kOomDumpWaitMillis;
     for (;;) {
       if (oom_dump_written_.load(std::memory_order_acquire) != 0) return;
-      const std::int64_t left = deadline - MonotonicMillis();
+      const std::int64_t left = deadline - MonotonicMillis();  // (at most kOomDumpWaitMillis)
       if (left <= 0) return;
-      timespec ts{};
-      ts.tv_sec = left / 1000;
-      ts.tv_nsec = left % 1000 * 1000000;
-      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&oom_dump_written_), FUTEX_WAIT_PRIVATE, 0u, &ts,
-                nullptr, 0);
+      FutexWait(oom_dump_written_, 0, static_cast<int>(left));
     }
   }
 
@@ -19117,10 +19121,10 @@ inline void AppendDateHeader(ArenaString& out) {
   AppendDateHeader(out, std::int64_t{now.tv_sec});
 }
 
-// Status line, Date, headers, Content-Length, Connection: close, then the
-// body unless head_only.
-inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
-                           const ArenaString& body, bool head_only) {
+// A response head's start: the status line, Date, then `headers` (each
+// response's own; AppendResponse and AppendStreamHead end the head).
+inline void AppendHeadStart(ArenaString& out, int status,
+                            const ArenaVector<std::pair<const char*, ArenaString>>& headers) {
   char line[96];
   std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
   out += line;
@@ -19131,6 +19135,14 @@ inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::
     out += h.second;
     out += "\r\n";
   }
+}
+
+// Status line, Date, headers, Content-Length, Connection: close, then the
+// body unless head_only.
+inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::pair<const char*, ArenaString>>& headers,
+                           const ArenaString& body, bool head_only) {
+  AppendHeadStart(out, status, headers);
+  char line[96];
   std::snprintf(line, sizeof line, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.size());
   out += line;
   if (!head_only) out += body;
@@ -19143,16 +19155,7 @@ inline void AppendResponse(ArenaString& out, int status, const ArenaVector<std::
 // chunks) the end of the body is the end of the connection, RFC 9112 6.3.
 inline void AppendStreamHead(ArenaString& out, int status,
                              const ArenaVector<std::pair<const char*, ArenaString>>& headers, bool chunked) {
-  char line[96];
-  std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, StatusText(status));
-  out += line;
-  AppendDateHeader(out);
-  for (const auto& h : headers) {
-    out += h.first;
-    out += ": ";
-    out += h.second;
-    out += "\r\n";
-  }
+  AppendHeadStart(out, status, headers);
   if (chunked) out += "Transfer-Encoding: chunked\r\n";
   out += "Connection: close\r\n\r\n";
 }
