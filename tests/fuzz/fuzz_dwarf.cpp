@@ -12,7 +12,8 @@
 // and .debug_rnglists (.debug_ranges shares the last); a few addresses from
 // the input are then looked up. The same sections also stand for the file
 // that dwz -m's DW_FORM_GNU_ref_alt / GNU_strp_alt and DWARF 5's ref_sup /
-// strp_sup point into. The check: no crash, no UB, no read outside
+// strp_sup point into, and for the .dwo file a split-DWARF skeleton unit
+// names (its split unit found there by dwo_id). The check: no crash, no UB, no read outside
 // the sections (exact-size buffers: ASan sees any overread), and every frame
 // returned points at a NUL-terminated name.
 #include <cstddef>
@@ -23,6 +24,14 @@
 #include "heapprof/detail/4_symbolization/inflate.hpp"
 
 namespace dw = heapprof::detail::dwarf;
+
+namespace {
+// The .dwo of every skeleton unit: the input's own sections.
+bool OpenDwo(void* context, const char*, const char*, std::uint64_t, dw::Sections* out) {
+  *out = *static_cast<const dw::Sections*>(context);
+  return true;
+}
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
@@ -52,6 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.sup_str = s.str;
   dw::DwarfInfo info(s);
   info.SetSupplementary(&sup);
+  dw::Sections dwo = s;
+  info.SetDwoOpener(&OpenDwo, &dwo);
   for (std::size_t k = 0; k < 8 && k * 8 + 8 <= size; ++k) {
     std::uint64_t address = 0;
     std::memcpy(&address, data + k * 8, 8);

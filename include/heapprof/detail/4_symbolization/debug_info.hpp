@@ -30,6 +30,11 @@
 namespace heapprof {
 namespace detail {
 
+// .dwo files mapped at once, process-wide: each is a mapping (the kernel
+// allows ~65,000 per process); past this, split units give names only.
+inline constexpr int kMaxDwoFiles = 4096;
+inline std::atomic<int> g_dwo_files{0};
+
 // Tests: while set, every load that found DWARF runs out of memory at its
 // end (builds with exceptions; DebugObject::EnsureLoaded).
 inline std::atomic<bool> g_fail_debug_loads_for_tests{false};
@@ -96,8 +101,14 @@ class DebugObject {
   };
 
   // The DWARF sections of a file; a .gnu_debugaltlink or .debug_sup to *link.
+  // `dwo`: a split-DWARF .dwo file, whose sections are named ".debug_info.dwo" ...
   bool ReadSections(const elf::SectionTable& sections, const elf::ByteView& view, dwarf::Sections* out,
-                    elf::ByteView* altlink, elf::ByteView* sup);
+                    elf::ByteView* altlink, elf::ByteView* sup, bool dwo = false);
+  // DwoOpener: the .dwo a skeleton unit names, looked for as written
+  // (relative to its comp_dir), then beside the object's file.
+  static bool OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
+                      dwarf::Sections* out);
+  bool TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out);
   // `name`: the file's name; `file` its bytes, and the build id it must have.
   bool UseFile(elf::MappedFile& file, const char* build_id, const char* name, const char* debug_directory);
   // The file file_'s `altlink` or `sup` names, with its DWARF in sup_info_.
@@ -108,6 +119,9 @@ class DebugObject {
   void Unload() noexcept {
     DebugDelete(info_);
     info_ = nullptr;
+    for (elf::MappedFile* f : dwo_files_) DebugDelete(f);  // (after info_, which reads them)
+    g_dwo_files.fetch_sub(static_cast<int>(dwo_files_.size()), std::memory_order_relaxed);
+    dwo_files_.Clear();
     DebugDelete(sup_info_);  // (after info_, which points at it)
     sup_info_ = nullptr;
     sup_sections_ = dwarf::Sections{};
@@ -129,6 +143,7 @@ class DebugObject {
   Inflated inflated_[kMaxInflated] = {};
   int inflated_count_ = 0;
   dwarf::DwarfInfo* info_ = nullptr;
+  DebugArray<elf::MappedFile*> dwo_files_;  // the .dwo files info_'s split units are read from
   bool loaded_ = false;
   const char* path_ = nullptr;             // in the cache's key pool
   const char* file_name_ = nullptr;
@@ -261,12 +276,21 @@ inline bool ReadDebugSup(const elf::ByteView& sup, DebugSup* out) {
 }  // namespace debug_files
 
 inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const elf::ByteView& view,
-                                      dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup) {
+                                      dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup,
+                                      bool dwo) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
     const char* name = debug_files::SectionName(view, sections, sh);
     if (name == nullptr) continue;
+    char plain[32];  // a .dwo's ".debug_info.dwo" read as ".debug_info"
+    if (dwo) {
+      const std::size_t length = std::strlen(name);
+      if (length < 4 || length - 4 >= sizeof plain || std::strcmp(name + length - 4, ".dwo") != 0) continue;
+      std::memcpy(plain, name, length - 4);
+      plain[length - 4] = '\0';
+      name = plain;
+    }
     if (std::strcmp(name, ".gnu_debugaltlink") == 0) {
       *altlink = sections.Contents(sh);
       continue;
@@ -329,6 +353,61 @@ inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const e
   return out_sections->info.size != 0 && out_sections->abbrev.size != 0;
 }
 
+inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out) {
+  if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
+  elf::MappedFile* f = DebugNew<elf::MappedFile>();
+  if (f == nullptr) return false;
+  elf::SectionTable sections;
+  const int inflated_before = inflated_count_;
+  dwarf::Sections found{};
+  elf::ByteView no_altlink, no_sup;
+  dwarf::UnitHeader unit;
+  if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
+      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true) &&
+      dwarf::FindSplitUnit(found, dwo_id, &unit) && dwo_files_.Push(f)) {
+    g_dwo_files.fetch_add(1, std::memory_order_relaxed);
+    *out = found;
+    return true;
+  }
+  while (inflated_count_ > inflated_before) {
+    --inflated_count_;
+    DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
+  }
+  DebugDelete(f);
+  return false;
+}
+
+// Where GCC and clang put the .dwo (DW_AT_dwo_name, relative to DW_AT_comp_dir
+// unless absolute), then beside the object's file (under the name as written,
+// then its last component): a build tree moved, or a program and its .dwo
+// files copied together. The first whose split unit has the skeleton's id.
+inline bool DebugObject::OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
+                                 dwarf::Sections* out) {
+  DebugObject& o = *static_cast<DebugObject*>(self);
+  char candidate[1024];
+  auto fits = [&](int n) { return n > 0 && static_cast<std::size_t>(n) < sizeof candidate; };
+  if (dwo_name[0] == '/') {
+    if (o.TryDwo(dwo_name, dwo_id, out)) return true;
+  } else if (comp_dir != nullptr && comp_dir[0] != '\0' &&
+             fits(std::snprintf(candidate, sizeof candidate, "%s/%s", comp_dir, dwo_name)) &&
+             o.TryDwo(candidate, dwo_id, out)) {
+    return true;
+  }
+  const char* object = o.path_;
+  if (object == nullptr) return false;
+  const char* slash = std::strrchr(object, '/');
+  const int dir_length = slash != nullptr ? static_cast<int>(slash - object) : -1;
+  const char* base = std::strrchr(dwo_name, '/');
+  base = base != nullptr ? base + 1 : dwo_name;
+  for (const char* name : {dwo_name[0] == '/' ? nullptr : dwo_name, base == dwo_name ? nullptr : base}) {
+    if (name == nullptr) continue;
+    const int n = dir_length < 0 ? std::snprintf(candidate, sizeof candidate, "%s", name)
+                                 : std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, object, name);
+    if (fits(n) && o.TryDwo(candidate, dwo_id, out)) return true;
+  }
+  return false;
+}
+
 inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, const char* name,
                                  const char* debug_directory) {
   elf::SectionTable sections;
@@ -350,6 +429,7 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, co
     return false;
   }
   info_->SetSupplementary(sup_info_);
+  info_->SetDwoOpener(&DebugObject::OpenDwo, this);
   return true;
 }
 

@@ -3,6 +3,9 @@
 // lookup indexes the units by address (their unit DIEs only); a unit's line
 // table and inline scopes are decoded the first time an address falls in it.
 // Everything decoded lives in debug memory (debug_memory.hpp) and is kept.
+// Split DWARF (-gsplit-dwarf): a skeleton unit's functions and inline chains
+// are read from the split unit of the .dwo file it names, opened through the
+// owner's DwoOpener, with the skeleton's line table and the program's .debug_addr.
 #pragma once
 
 #include <cxxabi.h>
@@ -45,9 +48,51 @@ struct SourceFrame {
   std::uint32_t line;            // 0 = unknown
 };
 
+// The split unit of a .dwo (its .debug_info.dwo) whose id is `dwo_id`: its
+// header, and whether there is one. DWARF 5 carries the id in the unit
+// header (DW_UT_split_compile), DWARF 4's GNU form as DW_AT_GNU_dwo_id of the
+// unit DIE (7.3.2, 3.1.3). A .dwo of another build, or a damaged one, has none.
+inline bool FindSplitUnit(const Sections& dwo, std::uint64_t dwo_id, UnitHeader* out) {
+  for (std::uint64_t offset = 0; offset < dwo.info.size;) {
+    UnitHeader h;
+    if (!ParseUnitHeader(dwo.info, offset, &h)) return false;
+    offset = h.end;
+    if (h.version >= 5) {
+      if (h.unit_type == 5 /*split_compile*/ && h.dwo_id == dwo_id) {
+        *out = h;
+        return true;
+      }
+      continue;
+    }
+    AbbrevTable abbrevs;
+    if (!abbrevs.Parse(dwo.abbrev, h.abbrev_offset)) continue;
+    Cursor c(dwo.info, h.die_offset);
+    const Abbrev* a = abbrevs.Find(c.Uleb());
+    if (a == nullptr || a->tag != tag::kCompileUnit) continue;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs.Attr(*a, k);
+      AttrValue v;
+      if (!ReadAttr(c, h, spec.form, spec.implicit_const, &v)) break;
+      if (spec.name == at::kGnuDwoId && v.u == dwo_id) {
+        *out = h;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Finds and maps the .dwo file a skeleton unit names (DW_AT_dwo_name, and its
+// DW_AT_comp_dir: null when it has none) whose split unit has id `dwo_id`
+// (FindSplitUnit), and gives its sections (info, abbrev, str, str_offsets,
+// rnglists; the .dwo forms of those names). They must stay readable as long
+// as the DwarfInfo that asked. False: not found, or not that unit's.
+using DwoOpener = bool (*)(void* context, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
+                           Sections* out);
+
 class DwarfInfo {
  public:
-  explicit DwarfInfo(const Sections& sections) : s_(sections) {}
+  explicit DwarfInfo(const Sections& sections) : s_(sections), line_s_(sections) {}
   ~DwarfInfo();
   DwarfInfo(const DwarfInfo&) = delete;
   DwarfInfo& operator=(const DwarfInfo&) = delete;
@@ -62,6 +107,14 @@ class DwarfInfo {
   // functions whose DIEs were moved there are read from it. Not owned; it
   // outlives this one, and has no such file of its own.
   void SetSupplementary(DwarfInfo* sup) { sup_ = sup; }
+
+  // How .dwo files are opened. Without one, a split-DWARF skeleton unit
+  // gives no frames (names then come from the symbol table), unless it
+  // describes its inline chains itself (clang's -fsplit-dwarf-inlining).
+  void SetDwoOpener(DwoOpener opener, void* context) {
+    dwo_opener_ = opener;
+    dwo_context_ = context;
+  }
 
   bool has_lines() const { return s_.line.size != 0; }
   bool has_info() const { return s_.info.size != 0; }
@@ -103,6 +156,14 @@ class DwarfInfo {
     LineTable* lines;
     DebugArray<Scope>* scopes;            // sorted by lo, outer before inner
     DebugArray<Container>* containers;    // in DIE order
+    // A split-DWARF skeleton: the .dwo it names, the id its split unit must
+    // have, the base of that unit's DW_AT_ranges (DWARF 4 GNU form), and
+    // the .dwo's DWARF once read (`split`).
+    bool skeleton, skeleton_inlines, split_failed, has_dwo_id;
+    const char* dwo_name;
+    std::uint64_t dwo_id;
+    std::uint64_t gnu_ranges_base;
+    DwarfInfo* split;
   };
   struct UnitRange {
     std::uint64_t lo, hi;
@@ -114,6 +175,10 @@ class DwarfInfo {
   };
 
   bool IndexUnits();
+  DwarfInfo* Split(Unit& skeleton);
+  bool AdoptSplitUnit(const Unit& skeleton, const UnitHeader& header, const Sections& program,
+                      DebugStringPool* strings);
+  int LookupIn(Unit& u, std::uint64_t address, SourceFrame* out, int max, bool* inline_known);
   AbbrevTable* Abbrevs(Unit& u);
   LineTable* Lines(Unit& u);
   DebugArray<Scope>* Scopes(Unit& u);
@@ -128,7 +193,10 @@ class DwarfInfo {
   static constexpr std::uint64_t kSupDie = std::uint64_t{1} << 63;
 
   Sections s_;
+  Sections line_s_;  // where line tables are: s_, or for a .dwo's DWARF the program's sections
   DwarfInfo* sup_ = nullptr;
+  DwoOpener dwo_opener_ = nullptr;
+  void* dwo_context_ = nullptr;
   bool indexed_ = false;
   DebugArray<Unit> units_;             // by offset
   DebugArray<UnitRange> unit_ranges_;  // by lo
@@ -137,6 +205,7 @@ class DwarfInfo {
   std::size_t function_count_ = 0;
   int qualify_depth_ = 0;  // Qualify -> Function -> Qualify: a lambda in a lambda in ...
   DebugStringPool pool_;
+  DebugStringPool* strings_ = &pool_;  // a .dwo's DWARF keeps its strings in its program's pool
 };
 
 inline DwarfInfo::~DwarfInfo() {
@@ -145,6 +214,7 @@ inline DwarfInfo::~DwarfInfo() {
     DebugDelete(u.lines);
     DebugDelete(u.scopes);
     DebugDelete(u.containers);
+    DebugDelete(u.split);
   }
   for (FunctionSlot& f : functions_) DebugDelete(f.info);
 }
@@ -157,7 +227,8 @@ inline bool DwarfInfo::IndexUnits() {
     Unit u{};
     if (!ParseUnitHeader(s_.info, offset, &u.header)) break;
     offset = u.header.end;
-    if (u.header.unit_type != 1 && u.header.unit_type != 3) continue;  // compile and partial only
+    // Compile, partial and skeleton units only.
+    if (u.header.unit_type != 1 && u.header.unit_type != 3 && u.header.unit_type != 4) continue;
     if (!units_.Push(u)) return false;
   }
   for (std::uint32_t i = 0; i < units_.size(); ++i) {
@@ -166,9 +237,14 @@ inline bool DwarfInfo::IndexUnits() {
     if (abbrevs == nullptr) continue;
     Cursor c(s_.info, u.header.die_offset);
     const Abbrev* a = abbrevs->Find(c.Uleb());
-    if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit)) continue;
-    AttrValue low, high, ranges, comp_dir;
+    if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit && a->tag != tag::kSkeletonUnit))
+      continue;
+    AttrValue low, high, ranges, comp_dir, dwo_name;
     bool has_low = false, has_high = false, has_ranges = false, has_comp_dir = false, skeleton = false;
+    if (u.header.unit_type == 4) {
+      u.dwo_id = u.header.dwo_id;
+      u.has_dwo_id = true;
+    }
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
       const AttrSpec& spec = abbrevs->Attr(*a, k);
       AttrValue v;
@@ -182,20 +258,26 @@ inline bool DwarfInfo::IndexUnits() {
         case at::kStrOffsetsBase: u.bases.str_offsets = v.u; break;
         case at::kAddrBase: case at::kGnuAddrBase: u.bases.addr = v.u; break;
         case at::kRnglistsBase: u.bases.rnglists = v.u; u.bases.has_rnglists = true; break;
-        case at::kDwoName: case at::kGnuDwoName: skeleton = true; break;
+        case at::kDwoName: case at::kGnuDwoName: skeleton = true; dwo_name = v; break;
+        case at::kGnuDwoId: u.dwo_id = v.u; u.has_dwo_id = true; break;
+        case at::kGnuRangesBase: u.gnu_ranges_base = v.u; break;
         default: break;
       }
     }
     if (!c.ok()) continue;
     // A split-DWARF skeleton (DWARF 4's GNU form: a compile unit naming its
-    // .dwo; DWARF 5's skeleton units are not indexed at all) whose functions
-    // and inlined calls are all in the .dwo, which is not read. Its line
-    // table alone would put the lines of inlined code in the function it
-    // was inlined into ("_M_run" at basic_string.h:1571; 131 of 150 call
-    // sites of a g++ -O2 program): names only, as for DWARF 5. A skeleton
-    // with children (clang's -fsplit-dwarf-inlining) describes its inline
-    // chains and is read as any unit.
-    if (skeleton && (!a->has_children || c.Uleb() == 0)) continue;
+    // .dwo; DWARF 5's skeleton unit) has the line table but its functions
+    // and inlined calls are in the .dwo, read on first use (Split). Without
+    // the .dwo, its line table alone would put the lines of inlined code in
+    // the function it was inlined into ("_M_run" at basic_string.h:1571; 131
+    // of 150 call sites of a g++ -O2 program): no frames then, names only. A
+    // skeleton with children (clang's -fsplit-dwarf-inlining) describes its
+    // inline chains and is read as any unit when the .dwo is not there.
+    if (skeleton || u.header.unit_type == 4) {
+      u.skeleton = true;
+      u.skeleton_inlines = a->has_children && c.Uleb() != 0;
+      u.dwo_name = skeleton ? ResolveString(s_, u.header, u.bases, dwo_name) : nullptr;
+    }
     if (has_comp_dir) u.comp_dir = ResolveString(s_, u.header, u.bases, comp_dir);
     if (has_low) ResolveAddress(s_, u.header, u.bases, low, &u.low_pc);
     DebugArray<Scope> found;
@@ -234,10 +316,10 @@ inline AbbrevTable* DwarfInfo::Abbrevs(Unit& u) {
 inline LineTable* DwarfInfo::Lines(Unit& u) {
   if (u.lines != nullptr || u.line_failed) return u.lines;
   u.line_failed = true;
-  if (!u.has_stmt_list || s_.line.size == 0) return nullptr;
+  if (!u.has_stmt_list || line_s_.line.size == 0) return nullptr;
   LineTable* t = DebugNew<LineTable>();
   if (t == nullptr) return nullptr;
-  if (!t->Parse(s_, u.stmt_list, u.comp_dir, u.header.address_size, pool_)) {
+  if (!t->Parse(line_s_, u.stmt_list, u.comp_dir, u.header.address_size, *strings_)) {
     DebugDelete(t);
     return nullptr;
   }
@@ -513,7 +595,7 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     int status = -1;
     char* demangled = abi::__cxa_demangle(linkage, nullptr, nullptr, &status);
     if (status == 0 && demangled != nullptr) {
-      const char* full = pool_.Add(demangled);
+      const char* full = strings_->Add(demangled);
       if (full != nullptr) f->full_name = full;
     }
     std::free(demangled);
@@ -529,14 +611,14 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     char qualified[1024];
     const std::size_t n =
         owner != nullptr ? plain_in->Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
-    const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
+    const char* kept = n != 0 ? strings_->Add(qualified, n) : nullptr;
     if (kept != nullptr) f->name = kept;
     return f;
   }
   char shortened[1024];
   const std::size_t n = ShortFunctionName(f->full_name, shortened, sizeof shortened);
   if (n != 0) {
-    const char* kept = pool_.Add(shortened, n);
+    const char* kept = strings_->Add(shortened, n);
     if (kept != nullptr) f->name = kept;
   }
   return f;
@@ -674,12 +756,93 @@ inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
   return info;
 }
 
+// The DWARF of the .dwo a skeleton unit names, read the first time an
+// address falls in the unit; null when it cannot be had (no opener, no such
+// file, another build's, damaged, or memory short), and then not tried again.
+inline DwarfInfo* DwarfInfo::Split(Unit& skeleton) {
+  if (skeleton.split != nullptr || skeleton.split_failed) return skeleton.split;
+  skeleton.split_failed = true;
+  if (dwo_opener_ == nullptr || skeleton.dwo_name == nullptr || skeleton.dwo_name[0] == '\0' ||
+      !skeleton.has_dwo_id) {
+    return nullptr;
+  }
+  Sections dwo{};
+  if (!dwo_opener_(dwo_context_, skeleton.dwo_name, skeleton.comp_dir, skeleton.dwo_id, &dwo)) return nullptr;
+  UnitHeader header;
+  if (!FindSplitUnit(dwo, skeleton.dwo_id, &header)) return nullptr;
+  // What the split unit's forms point into: its own strings, string offsets
+  // and (DWARF 5) range lists; the program's addresses and (DWARF 4) ranges.
+  Sections merged{};
+  merged.info = dwo.info;
+  merged.abbrev = dwo.abbrev;
+  merged.str = dwo.str;
+  merged.str_offsets = dwo.str_offsets;
+  merged.rnglists = dwo.rnglists;
+  merged.addr = s_.addr;
+  merged.ranges = s_.ranges;
+  DwarfInfo* split = DebugNew<DwarfInfo>(merged);
+  if (split == nullptr) return nullptr;
+  if (!split->AdoptSplitUnit(skeleton, header, s_, strings_)) {
+    DebugDelete(split);
+    return nullptr;
+  }
+  skeleton.split = split;
+  skeleton.split_failed = false;
+  return split;
+}
+
+// Makes the split unit `header` of this (a .dwo's) DWARF its one unit, with
+// what it inherits from its skeleton (3.1.3): the line table, comp_dir, base
+// address and address base, and the skeleton's DW_AT_GNU_ranges_base.
+inline bool DwarfInfo::AdoptSplitUnit(const Unit& skeleton, const UnitHeader& header, const Sections& program,
+                                      DebugStringPool* strings) {
+  indexed_ = true;  // no address index: Lookup goes to LookupIn
+  line_s_ = program;
+  strings_ = strings;
+  Unit u{};
+  u.header = header;
+  u.bases.addr = skeleton.bases.addr;
+  u.bases.ranges = skeleton.gnu_ranges_base;
+  u.low_pc = skeleton.low_pc;
+  u.stmt_list = skeleton.stmt_list;
+  u.has_stmt_list = skeleton.has_stmt_list;
+  u.comp_dir = skeleton.comp_dir;  // (in the program's sections, which outlive this)
+  if (!units_.Push(u)) return false;
+  Unit& mine = units_[0];
+  AbbrevTable* abbrevs = Abbrevs(mine);
+  if (abbrevs == nullptr) return false;
+  // Bases the split unit DIE may set itself (none is required to).
+  Cursor c(s_.info, mine.header.die_offset);
+  const Abbrev* a = abbrevs->Find(c.Uleb());
+  if (a == nullptr) return false;
+  for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+    const AttrSpec& spec = abbrevs->Attr(*a, k);
+    AttrValue v;
+    if (!ReadAttr(c, mine.header, spec.form, spec.implicit_const, &v)) return false;
+    if (spec.name == at::kStrOffsetsBase) mine.bases.str_offsets = v.u;
+    if (spec.name == at::kRnglistsBase) {
+      mine.bases.rnglists = v.u;
+      mine.bases.has_rnglists = true;
+    }
+  }
+  return true;
+}
+
 inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
   *inline_known = false;
   if (max <= 0) return 0;
   if (!indexed_ && !IndexUnits()) return 0;
   Unit* u = UnitOfAddress(address);
   if (u == nullptr) return 0;
+  if (u->skeleton) {
+    if (DwarfInfo* split = Split(*u)) return split->LookupIn(split->units_[0], address, out, max, inline_known);
+    if (!u->skeleton_inlines) return 0;
+  }
+  return LookupIn(*u, address, out, max, inline_known);
+}
+
+inline int DwarfInfo::LookupIn(Unit& unit, std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
+  Unit* u = &unit;
   SourceFrame leaf{nullptr, nullptr, 0};
   if (LineTable* lines = Lines(*u)) lines->Find(address, &leaf.file, &leaf.line);
   DebugArray<Scope>* scopes = Scopes(*u);

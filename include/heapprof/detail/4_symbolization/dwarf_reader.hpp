@@ -31,7 +31,7 @@ constexpr std::uint32_t kName = 0x03, kStmtList = 0x10, kLowPc = 0x11, kHighPc =
                         kCallFile = 0x58, kCallLine = 0x59, kLinkageName = 0x6e,
                         kStrOffsetsBase = 0x72, kAddrBase = 0x73, kRnglistsBase = 0x74,
                         kDwoName = 0x76, kMipsLinkageName = 0x2007, kGnuDwoName = 0x2130,
-                        kGnuAddrBase = 0x2133;
+                        kGnuDwoId = 0x2131, kGnuRangesBase = 0x2132, kGnuAddrBase = 0x2133;
 }
 namespace form {
 constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0x05, kData4 = 0x06,
@@ -245,10 +245,11 @@ struct UnitHeader {
   std::uint8_t address_size = 8;
   std::uint8_t unit_type = 0;
   bool dwarf64 = false;
+  std::uint64_t dwo_id = 0;  // DWARF 5 skeleton and split units: the id pairing them
 };
 
-// 7.5.1: the v2-v4 and v5 layouts. Type units and split units are skipped by
-// the caller (they hold no code addresses we could use without the .dwo).
+// 7.5.1: the v2-v4 and v5 layouts. Type units are skipped by the caller; a
+// skeleton unit leads to its split unit in a .dwo file (DwarfInfo::Split).
 inline bool ParseUnitHeader(const ByteView& info, std::uint64_t offset, UnitHeader* u) {
   Cursor c(info, offset);
   u->offset = offset;
@@ -259,7 +260,7 @@ inline bool ParseUnitHeader(const ByteView& info, std::uint64_t offset, UnitHead
     u->unit_type = c.U8();
     u->address_size = c.U8();
     u->abbrev_offset = c.Offset(u->dwarf64);
-    if (u->unit_type == 4 /*skeleton*/ || u->unit_type == 5 /*split_compile*/) c.Skip(8);
+    if (u->unit_type == 4 /*skeleton*/ || u->unit_type == 5 /*split_compile*/) u->dwo_id = c.U64();
     else if (u->unit_type == 2 /*type*/ || u->unit_type == 6 /*split_type*/) {
       c.Skip(8);
       c.Offset(u->dwarf64);
@@ -346,10 +347,15 @@ inline bool ReadAttr(Cursor& c, const UnitHeader& u, std::uint32_t f, std::int64
 }
 
 // The bases a unit DIE sets for the indexed forms of its unit (DWARF 5).
+// A split unit of a .dwo (3.1.3) takes its address base from its skeleton
+// (the .debug_addr is the program's), and in DWARF 4's GNU form also the base
+// its DW_AT_ranges offsets into the program's .debug_ranges add to
+// (DW_AT_GNU_ranges_base, `ranges`).
 struct UnitBases {
   std::uint64_t str_offsets = 0;
   std::uint64_t addr = 0;
   std::uint64_t rnglists = 0;
+  std::uint64_t ranges = 0;
   bool has_rnglists = false;
 };
 
@@ -362,8 +368,10 @@ inline const char* ResolveString(const Sections& s, const UnitHeader& u, const U
     case form::kGnuStrpAlt: case form::kStrpSup: return StringAt(s.sup_str, v.u);
     case form::kStrx: case form::kStrx1: case form::kStrx2: case form::kStrx3: case form::kStrx4:
     case form::kGnuStrIndex: {
-      // A v5 unit without DW_AT_str_offsets_base points past the section header.
-      const std::uint64_t base = b.str_offsets != 0 ? b.str_offsets : (u.dwarf64 ? 16 : 8);
+      // A v5 unit without DW_AT_str_offsets_base (a .dwo's split unit among
+      // them) points past the section header; DWARF 4's GNU split units'
+      // .debug_str_offsets.dwo has no header.
+      const std::uint64_t base = b.str_offsets != 0 ? b.str_offsets : u.version < 5 ? 0 : (u.dwarf64 ? 16 : 8);
       Cursor c(s.str_offsets, base + v.u * (u.dwarf64 ? 8 : 4));
       const std::uint64_t off = c.Offset(u.dwarf64);
       return c.ok() ? StringAt(s.str, off) : nullptr;
@@ -401,7 +409,8 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
   auto dead = [&](std::uint64_t a) { return a == 0 || a >= all_ones - 1; };
   bool dead_base = false;
   if (u.version < 5) {
-    Cursor c(s.ranges, v.u);
+    if (v.u > ~std::uint64_t{0} - b.ranges) return false;
+    Cursor c(s.ranges, v.u + b.ranges);
     for (int guard = 0; guard < (1 << 20); ++guard) {
       const std::uint64_t lo = c.Fixed(u.address_size);
       const std::uint64_t hi = c.Fixed(u.address_size);
