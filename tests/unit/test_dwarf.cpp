@@ -1199,6 +1199,59 @@ TEST_CASE("dwarf: split DWARF reads the .dwo by comp_dir or beside the program; 
   RunCommand("rm -rf " + dir, out);
 }
 
+TEST_CASE("dwarf: a program of many units built -gsplit-dwarf -gz gives inline chains in every unit") {
+  // -gz compresses the .dwo files' sections too; each is inflated into debug
+  // memory. A fixed table of 24 inflated sections (enough for one file and
+  // its dwz file) filled after a dozen .dwo files: the units past them got
+  // names only (12 of 16 here).
+  if (!HaveTool("g++") || !HaveTool("nm")) {
+    MESSAGE("g++ or nm missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  constexpr int kUnits = 16;
+  std::string out, objects, calls;
+  for (int i = 0; i < kUnits; ++i) {
+    const std::string n = std::to_string(i);
+    REQUIRE(heapprof_test::WriteFile(
+        dir + "/t" + n + ".cc",
+        "char* volatile g" + n + ";\n"
+        "__attribute__((always_inline)) inline char* Make" + n + "(int n) { return g" + n + " = new char[n]; }\n"
+        "__attribute__((noinline)) char* Build" + n + "(int n) { return Make" + n + "(n + " + n + "); }\n"));
+    REQUIRE_MESSAGE(RunCommand("cd " + dir + " && g++ -g -O2 -gsplit-dwarf -gz -c t" + n + ".cc", out) == 0, out);
+    objects += " t" + n + ".o";
+    calls += "char* Build" + n + "(int); ";
+  }
+  calls += "int main(int c, char**) {";
+  for (int i = 0; i < kUnits; ++i) calls += " Build" + std::to_string(i) + "(c);";
+  calls += " return 0; }\n";
+  REQUIRE(heapprof_test::WriteFile(dir + "/main.cc", calls));
+  REQUIRE_MESSAGE(RunCommand("cd " + dir + " && g++ -g -O2 -gsplit-dwarf -gz main.cc" + objects + " -o prog", out) == 0,
+                  out);
+  heapprof::detail::ArenaVector<LoadedObject> objects_loaded = WholeFile(dir + "/prog");
+  Symbolizer symbolizer(objects_loaded);
+  int chains = 0;
+  for (int i = 0; i < kUnits; ++i) {
+    const std::string n = std::to_string(i);
+    CAPTURE(n);
+    const std::uint64_t build = SymbolAddress(dir + "/prog", "_Z" + std::to_string(5 + n.size()) + "Build" + n + "i");
+    REQUIRE(build != 0);
+    bool chain = false;
+    for (std::uint64_t a = build; a < build + 12 && !chain; ++a) {
+      SymbolizedFrame frames[32];
+      SymbolizedQuality quality;
+      const int k = symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &quality);
+      chain = k == 2 && frames[0].name == "Make" + n && frames[0].line == 2 && frames[1].name == "Build" + n &&
+              frames[1].line == 3;
+    }
+    CHECK(chain);
+    chains += chain ? 1 : 0;
+  }
+  CHECK(chains == kUnits);
+  RunCommand("rm -rf " + dir, out);
+}
+
 TEST_CASE("symbols: a return address at a function's first byte after padding names that function") {
   // A signal handler returns to glibc's __restore_rt, a makecontext
   // coroutine to __start_context: return addresses nobody's call pushed, at

@@ -126,8 +126,7 @@ class DebugObject {
     sup_info_ = nullptr;
     sup_sections_ = dwarf::Sections{};
     sup_file_ = elf::MappedFile{};
-    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
-    inflated_count_ = 0;
+    FreeInflated(0);
     sections_ = dwarf::Sections{};
     file_ = elf::MappedFile{};
     debug_file_ = nullptr;
@@ -139,9 +138,16 @@ class DebugObject {
   elf::MappedFile sup_file_;  // dwz -m's common file (.gnu_debugaltlink) or a DWARF 5 supplementary file
   dwarf::Sections sup_sections_{};
   dwarf::DwarfInfo* sup_info_ = nullptr;
-  static constexpr int kMaxInflated = 24;  // the sections of both files
-  Inflated inflated_[kMaxInflated] = {};
-  int inflated_count_ = 0;
+  // Compressed sections inflated: of the file, its supplementary file and
+  // its .dwo files (-gz -gsplit-dwarf compresses those too).
+  DebugArray<Inflated> inflated_;
+  // Gives back the inflated sections from the `keep`-th on.
+  void FreeInflated(std::size_t keep) noexcept {
+    while (inflated_.size() > keep) {
+      DebugFree(inflated_.back().data, inflated_.back().size);
+      inflated_.Pop();
+    }
+  }
   dwarf::DwarfInfo* info_ = nullptr;
   DebugArray<elf::MappedFile*> dwo_files_;  // the .dwo files info_'s split units are read from
   bool loaded_ = false;
@@ -339,14 +345,14 @@ inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const e
       *target = bytes;
       continue;
     }
-    if (inflated_count_ == kMaxInflated || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
+    if (size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES || !inflated_.Reserve(inflated_.size() + 1)) continue;
     auto* out = static_cast<unsigned char*>(DebugAllocate(size));
     if (out == nullptr) continue;
     if (!inflate::ZlibInflate(packed, packed_size, out, size)) {
       DebugFree(out, size);
       continue;
     }
-    inflated_[inflated_count_++] = Inflated{out, size};
+    (void)inflated_.Push(Inflated{out, size});  // (room reserved above)
     *target = elf::ByteView{out, size};
   }
   // Without units there is nothing to find a line program through.
@@ -358,7 +364,7 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
   elf::MappedFile* f = DebugNew<elf::MappedFile>();
   if (f == nullptr) return false;
   elf::SectionTable sections;
-  const int inflated_before = inflated_count_;
+  const std::size_t inflated_before = inflated_.size();
   dwarf::Sections found{};
   elf::ByteView no_altlink, no_sup;
   dwarf::UnitHeader unit;
@@ -369,10 +375,7 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
     *out = found;
     return true;
   }
-  while (inflated_count_ > inflated_before) {
-    --inflated_count_;
-    DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
-  }
+  FreeInflated(inflated_before);
   DebugDelete(f);
   return false;
 }
@@ -444,7 +447,7 @@ inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, 
   elf::MappedFile f;
   elf::SectionTable sections;
   if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) return false;
-  const int inflated_before = inflated_count_;
+  const std::size_t inflated_before = inflated_.size();
   dwarf::Sections found{};
   elf::ByteView its_altlink, its_sup;
   bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
@@ -458,10 +461,7 @@ inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, 
   }
   dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
   if (info == nullptr) {
-    while (inflated_count_ > inflated_before) {
-      --inflated_count_;
-      DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
-    }
+    FreeInflated(inflated_before);
     return false;
   }
   sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
