@@ -13,7 +13,8 @@
 // the input are then looked up. The same sections also stand for the file
 // that dwz -m's DW_FORM_GNU_ref_alt / GNU_strp_alt and DWARF 5's ref_sup /
 // strp_sup point into, and for the .dwo file a split-DWARF skeleton unit
-// names (its split unit found there by dwo_id). The check: no crash, no UB, no read outside
+// names (its split unit found there by dwo_id), and .debug_line_str for
+// a .dwp package's unit index, looked up by the first 8 bytes. The check: no crash, no UB, no read outside
 // the sections (exact-size buffers: ASan sees any overread), and every frame
 // returned points at a NUL-terminated name.
 #include <cstddef>
@@ -63,6 +64,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   info.SetSupplementary(&sup);
   dw::Sections dwo = s;
   info.SetDwoOpener(&OpenDwo, &dwo);
+  {
+    std::uint64_t id = 0;
+    std::memcpy(&id, data, 8);
+    dw::Sections unit;
+    dw::UnitHeader header;
+    if (dw::DwpUnitSections(s, s.line_str, id, &unit)) (void)dw::FindSplitUnit(unit, id, &header);
+  }
   for (std::size_t k = 0; k < 8 && k * 8 + 8 <= size; ++k) {
     std::uint64_t address = 0;
     std::memcpy(&address, data + k * 8, 8);

@@ -1199,6 +1199,94 @@ TEST_CASE("dwarf: split DWARF reads the .dwo by comp_dir or beside the program; 
   RunCommand("rm -rf " + dir, out);
 }
 
+TEST_CASE("dwarf: a .dwp package beside the program gives the split units' inline chains; another build's gives names only") {
+  // dwp (binutils, DWARF 4) and llvm-dwp (DWARF 4 and 5) pack a program's
+  // .dwo files into "<program>.dwp", indexed by dwo_id (.debug_cu_index).
+  // Without the .dwo files, the package was not read: names only.
+  if (!HaveTool("nm") || !HaveTool("objcopy")) {
+    MESSAGE("nm or objcopy missing: skipped");
+    return;
+  }
+  const std::string dir = TempDir();
+  REQUIRE(!dir.empty());
+  const std::string source =
+      "char* volatile g;\n"
+      "__attribute__((always_inline)) inline char* Make(int n) { return g = new char[n]; }\n"  // line 2
+      "__attribute__((noinline)) char* Build(int n) { return Make(n + 1); }\n"                 // line 3
+      "int main(int argc, char**) { Build(argc); return 0; }\n";
+  const std::string other = "int main() { return 3; }\n";
+  std::string out;
+  const struct {
+    const char* compiler;
+    const char* flags;
+    const char* packer;
+  } variants[] = {
+      {"g++", "-O2 -gdwarf-4 -gsplit-dwarf", "dwp"},
+      {"g++", "-O2 -gdwarf-4 -gsplit-dwarf", "llvm-dwp"},
+      {"g++", "-O2 -gdwarf-5 -gsplit-dwarf", "llvm-dwp"},
+      {"clang++", "-O2 -gdwarf-4 -gsplit-dwarf", "llvm-dwp"},
+      {"clang++", "-O2 -gdwarf-5 -gsplit-dwarf", "llvm-dwp"},
+  };
+  int built = 0;
+  for (const auto& v : variants) {
+    if (!HaveTool(v.compiler) || !HaveTool(v.packer)) continue;
+    const std::string what = std::string(v.compiler) + " " + v.flags;
+    const std::string pack = std::string(v.packer) + " -e prog -o prog.dwp && rm -f *.dwo";
+    const std::string packer = v.packer;
+    CAPTURE(what);
+    CAPTURE(packer);
+    const std::string d = dir + "/v" + std::to_string(built++);
+    REQUIRE(RunCommand("mkdir -p " + d + "/other", out) == 0);
+    REQUIRE(heapprof_test::WriteFile(d + "/split.cc", source));
+    REQUIRE(heapprof_test::WriteFile(d + "/other/split.cc", other));
+    REQUIRE_MESSAGE(RunCommand("cd " + d + " && " + what + " split.cc -o prog && " + pack, out) == 0, out);
+    REQUIRE_MESSAGE(RunCommand("cd " + d + "/other && " + what + " split.cc -o prog && " + pack, out) == 0, out);
+    const std::uint64_t build = SymbolAddress(d + "/prog", "_Z5Buildi");
+    REQUIRE(build != 0);
+    // How many of Build's first 12 bytes give the inline chain; `lined`:
+    // how many have a line at all (none: names only).
+    auto chains_of = [&](const std::string& binary, int* lined) {
+      CAPTURE(binary);
+      heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(binary);
+      Symbolizer symbolizer(objects);
+      int chains = 0;
+      *lined = 0;
+      for (std::uint64_t a = build; a < build + 12; ++a) {
+        SymbolizedFrame frames[32];
+        SymbolizedQuality quality;
+        const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(a), frames, 32, &quality);
+        REQUIRE(n >= 1);
+        CHECK(frames[n - 1].name == "Build");
+        if (quality.line) ++*lined;
+        if (n == 1) {
+          if (quality.line) CHECK(frames[0].line == 3);
+          continue;
+        }
+        CHECK(n == 2);
+        CHECK(frames[0].name == "Make");
+        CHECK(frames[0].line == 2);
+        CHECK(frames[1].line == 3);
+        ++chains;
+      }
+      return chains;
+    };
+    int lined = 0;
+    CHECK(chains_of(d + "/prog", &lined) > 0);
+    // Another build's package under this program's name: no unit with its ids.
+    REQUIRE(RunCommand("cp " + d + "/prog " + d + "/other/mine && cp " + d + "/other/prog.dwp " + d + "/other/mine.dwp",
+                       out) == 0);
+    CHECK(chains_of(d + "/other/mine", &lined) == 0);
+    CHECK(lined == 0);
+    // The package's index overwritten (its signatures and rows): no crash.
+    REQUIRE(RunCommand("cd " + d + " && cp prog bad && objcopy --dump-section .debug_cu_index=index prog.dwp && "
+                       "size=$(stat -c %s index) && (head -c 16 index; tail -c +4097 prog | head -c $((size - 16))) "
+                       "> junk && objcopy --update-section .debug_cu_index=junk prog.dwp bad.dwp",
+                       out) == 0);
+    (void)chains_of(d + "/bad", &lined);
+  }
+  RunCommand("rm -rf " + dir, out);
+}
+
 TEST_CASE("dwarf: a program of many units built -gsplit-dwarf -gz gives inline chains in every unit") {
   // -gz compresses the .dwo files' sections too; each is inflated into debug
   // memory. A fixed table of 24 inflated sections (enough for one file and

@@ -102,13 +102,18 @@ class DebugObject {
 
   // The DWARF sections of a file; a .gnu_debugaltlink or .debug_sup to *link.
   // `dwo`: a split-DWARF .dwo file, whose sections are named ".debug_info.dwo" ...
+  // A .dwp package's .debug_cu_index goes to *cu_index.
   bool ReadSections(const elf::SectionTable& sections, const elf::ByteView& view, dwarf::Sections* out,
-                    elf::ByteView* altlink, elf::ByteView* sup, bool dwo = false);
+                    elf::ByteView* altlink, elf::ByteView* sup, bool dwo = false,
+                    elf::ByteView* cu_index = nullptr);
   // DwoOpener: the .dwo a skeleton unit names, looked for as written
-  // (relative to its comp_dir), then beside the object's file.
+  // (relative to its comp_dir), then beside the object's file, then in the
+  // .dwp package beside it.
   static bool OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
                       dwarf::Sections* out);
   bool TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out);
+  bool TryDwp(std::uint64_t dwo_id, dwarf::Sections* out);
+  bool OpenDwp(const char* candidate);
   // `name`: the file's name; `file` its bytes, and the build id it must have.
   bool UseFile(elf::MappedFile& file, const char* build_id, const char* name, const char* debug_directory);
   // The file file_'s `altlink` or `sup` names, with its DWARF in sup_info_.
@@ -122,6 +127,9 @@ class DebugObject {
     for (elf::MappedFile* f : dwo_files_) DebugDelete(f);  // (after info_, which reads them)
     g_dwo_files.fetch_sub(static_cast<int>(dwo_files_.size()), std::memory_order_relaxed);
     dwo_files_.Clear();
+    dwp_sections_ = dwarf::Sections{};
+    dwp_cu_index_ = elf::ByteView{};
+    dwp_tried_ = false;
     DebugDelete(sup_info_);  // (after info_, which points at it)
     sup_info_ = nullptr;
     sup_sections_ = dwarf::Sections{};
@@ -149,7 +157,10 @@ class DebugObject {
     }
   }
   dwarf::DwarfInfo* info_ = nullptr;
-  DebugArray<elf::MappedFile*> dwo_files_;  // the .dwo files info_'s split units are read from
+  DebugArray<elf::MappedFile*> dwo_files_;  // the .dwo files info_'s split units are read from, and the .dwp
+  dwarf::Sections dwp_sections_{};          // the .dwp package's, when there is one
+  elf::ByteView dwp_cu_index_;
+  bool dwp_tried_ = false;
   bool loaded_ = false;
   const char* path_ = nullptr;             // in the cache's key pool
   const char* file_name_ = nullptr;
@@ -283,13 +294,17 @@ inline bool ReadDebugSup(const elf::ByteView& sup, DebugSup* out) {
 
 inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const elf::ByteView& view,
                                       dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup,
-                                      bool dwo) {
+                                      bool dwo, elf::ByteView* cu_index) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
     const char* name = debug_files::SectionName(view, sections, sh);
     if (name == nullptr) continue;
     char plain[32];  // a .dwo's ".debug_info.dwo" read as ".debug_info"
+    if (dwo && cu_index != nullptr && std::strcmp(name, ".debug_cu_index") == 0) {
+      *cu_index = sections.Contents(sh);
+      continue;
+    }
     if (dwo) {
       const std::size_t length = std::strlen(name);
       if (length < 4 || length - 4 >= sizeof plain || std::strcmp(name + length - 4, ".dwo") != 0) continue;
@@ -380,6 +395,52 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
   return false;
 }
 
+// A .dwp package, kept mapped (as a .dwo is) when it has a unit index.
+inline bool DebugObject::OpenDwp(const char* candidate) {
+  if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
+  elf::MappedFile* f = DebugNew<elf::MappedFile>();
+  if (f == nullptr) return false;
+  elf::SectionTable sections;
+  const std::size_t inflated_before = inflated_.size();
+  dwarf::Sections found{};
+  elf::ByteView no_altlink, no_sup, cu_index;
+  if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
+      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true, &cu_index) &&
+      cu_index.size != 0 && dwo_files_.Push(f)) {
+    g_dwo_files.fetch_add(1, std::memory_order_relaxed);
+    dwp_sections_ = found;
+    dwp_cu_index_ = cu_index;
+    return true;
+  }
+  FreeInflated(inflated_before);
+  DebugDelete(f);
+  return false;
+}
+
+// The .dwp package is "<object>.dwp", as gdb and llvm-symbolizer look for it
+// (beside the object, or beside the separate debug file its DWARF came from);
+// opened once, on the first unit whose .dwo is not found.
+inline bool DebugObject::TryDwp(std::uint64_t dwo_id, dwarf::Sections* out) {
+  if (!dwp_tried_) {
+    dwp_tried_ = true;
+    char candidate[1024];
+    for (const char* base : {path_, debug_file_}) {
+      if (base == nullptr || (base == debug_file_ && path_ != nullptr && std::strcmp(base, path_) == 0)) continue;
+      const int n = std::snprintf(candidate, sizeof candidate, "%s.dwp", base);
+      if (n > 0 && static_cast<std::size_t>(n) < sizeof candidate && OpenDwp(candidate)) break;
+    }
+  }
+  if (dwp_cu_index_.size == 0) return false;
+  dwarf::Sections unit{};
+  dwarf::UnitHeader header;
+  if (!dwarf::DwpUnitSections(dwp_sections_, dwp_cu_index_, dwo_id, &unit) ||
+      !dwarf::FindSplitUnit(unit, dwo_id, &header)) {
+    return false;
+  }
+  *out = unit;
+  return true;
+}
+
 // Where GCC and clang put the .dwo (DW_AT_dwo_name, relative to DW_AT_comp_dir
 // unless absolute), then beside the object's file (under the name as written,
 // then its last component): a build tree moved, or a program and its .dwo
@@ -397,7 +458,7 @@ inline bool DebugObject::OpenDwo(void* self, const char* dwo_name, const char* c
     return true;
   }
   const char* object = o.path_;
-  if (object == nullptr) return false;
+  if (object == nullptr) return o.TryDwp(dwo_id, out);
   const char* slash = std::strrchr(object, '/');
   const int dir_length = slash != nullptr ? static_cast<int>(slash - object) : -1;
   const char* base = std::strrchr(dwo_name, '/');
@@ -408,7 +469,7 @@ inline bool DebugObject::OpenDwo(void* self, const char* dwo_name, const char* c
                                  : std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, object, name);
     if (fits(n) && o.TryDwo(candidate, dwo_id, out)) return true;
   }
-  return false;
+  return o.TryDwp(dwo_id, out);
 }
 
 inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, const char* name,

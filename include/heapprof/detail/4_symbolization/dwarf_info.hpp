@@ -82,6 +82,62 @@ inline bool FindSplitUnit(const Sections& dwo, std::uint64_t dwo_id, UnitHeader*
   return false;
 }
 
+// The sections of the split unit `dwo_id` in a .dwp package (the .dwo files
+// of a program packed into one by dwp or llvm-dwp): `dwp` has the package's
+// sections (.debug_info.dwo ...), `cu_index` its .debug_cu_index (DWARF 5,
+// 7.3.5; GNU's version 2 for DWARF 4 alike). The unit's contributions to
+// info, abbrev, str_offsets and rnglists become whole sections of `out`; the
+// strings are shared. False when the package does not hold that unit.
+inline bool DwpUnitSections(const Sections& dwp, const ByteView& cu_index, std::uint64_t dwo_id, Sections* out) {
+  Cursor c(cu_index, 0);
+  const std::uint32_t version = c.U32();  // (v5: a 2-byte version, 2 bytes of padding)
+  const std::uint32_t columns = c.U32();
+  const std::uint32_t rows = c.U32();
+  const std::uint32_t slots = c.U32();
+  if (!c.ok() || (version != 2 && version != 5) || columns == 0 || columns > 16 || slots == 0 ||
+      (slots & (slots - 1)) != 0 || rows > slots) {
+    return false;
+  }
+  const std::uint64_t signatures = 16, indexes = signatures + std::uint64_t{8} * slots;
+  const std::uint64_t ids = indexes + std::uint64_t{4} * slots;
+  const std::uint64_t offsets = ids + std::uint64_t{4} * columns;
+  const std::uint64_t sizes = offsets + std::uint64_t{4} * columns * rows;
+  if (!cu_index.Contains(0, sizes + std::uint64_t{4} * columns * rows)) return false;
+  // Open addressing: the id's low bits, stepping by its high bits (odd).
+  const std::uint64_t mask = slots - 1;
+  std::uint64_t slot = dwo_id & mask;
+  const std::uint64_t step = ((dwo_id >> 32) & mask) | 1;
+  std::uint32_t row = 0;
+  for (std::uint32_t probe = 0; probe < slots && row == 0; ++probe, slot = (slot + step) & mask) {
+    Cursor at(cu_index, signatures + 8 * slot);
+    const std::uint64_t signature = at.U64();
+    at.Seek(indexes + 4 * slot);
+    const std::uint32_t index = at.U32();
+    if (signature == dwo_id && index != 0) row = index;
+    else if (signature == 0 && index == 0) break;
+  }
+  if (row == 0 || row > rows) return false;
+  Sections found{};
+  found.str = dwp.str;
+  for (std::uint32_t k = 0; k < columns; ++k) {
+    Cursor at(cu_index, ids + 4 * k);
+    const std::uint32_t kind = at.U32();
+    at.Seek(offsets + (std::uint64_t{row - 1} * columns + k) * 4);
+    const std::uint32_t offset = at.U32();
+    at.Seek(sizes + (std::uint64_t{row - 1} * columns + k) * 4);
+    const std::uint32_t size = at.U32();
+    if (!at.ok()) return false;
+    // DW_SECT_INFO 1, ABBREV 3, STR_OFFSETS 6; 8 is RNGLISTS in v5 (MACRO in v2).
+    if (kind == 1) found.info = dwp.info.Sub(offset, size);
+    else if (kind == 3) found.abbrev = dwp.abbrev.Sub(offset, size);
+    else if (kind == 6) found.str_offsets = dwp.str_offsets.Sub(offset, size);
+    else if (kind == 8 && version == 5) found.rnglists = dwp.rnglists.Sub(offset, size);
+  }
+  if (found.info.size == 0 || found.abbrev.size == 0) return false;
+  *out = found;
+  return true;
+}
+
 // Finds and maps the .dwo file a skeleton unit names (DW_AT_dwo_name, and its
 // DW_AT_comp_dir: null when it has none) whose split unit has id `dwo_id`
 // (FindSplitUnit), and gives its sections (info, abbrev, str, str_offsets,
