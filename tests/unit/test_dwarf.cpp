@@ -39,13 +39,20 @@ using heapprof_test::RunCommand;
 
 using heapprof_test::HaveTool;
 
-// tests/support/dwarf_fixture.cc, found from this file's own path.
+// tests/support/dwarf_fixture.cc, found from this file's own path, made
+// absolute: meson compiles by relative paths (__FILE__ is
+// "../tests/unit/test_dwarf.cpp"), and the split builds compile the fixture
+// from a directory of their own.
 std::string FixturePath() {
   std::string here = __FILE__;
   const std::size_t cut = here.rfind("/unit/");
   if (cut == std::string::npos) return "";
   const std::string path = here.substr(0, cut) + "/support/dwarf_fixture.cc";
-  return access(path.c_str(), R_OK) == 0 ? path : "";
+  char* absolute = realpath(path.c_str(), nullptr);
+  if (absolute == nullptr) return "";
+  std::string result = absolute;
+  free(absolute);
+  return access(result.c_str(), R_OK) == 0 ? result : "";
 }
 
 std::string TempDir() {
