@@ -9491,6 +9491,9 @@ void DebugDelete(T* p) noexcept {
 // lookup indexes the units by address (their unit DIEs only); a unit's line
 // table and inline scopes are decoded the first time an address falls in it.
 // Everything decoded lives in debug memory (debug_memory.hpp) and is kept.
+// Split DWARF (-gsplit-dwarf): a skeleton unit's functions and inline chains
+// are read from the split unit of the .dwo file it names, opened through the
+// owner's DwoOpener, with the skeleton's line table and the program's .debug_addr.
 
 #include <cxxabi.h>
 
@@ -9541,7 +9544,7 @@ constexpr std::uint32_t kName = 0x03, kStmtList = 0x10, kLowPc = 0x11, kHighPc =
                         kCallFile = 0x58, kCallLine = 0x59, kLinkageName = 0x6e,
                         kStrOffsetsBase = 0x72, kAddrBase = 0x73, kRnglistsBase = 0x74,
                         kDwoName = 0x76, kMipsLinkageName = 0x2007, kGnuDwoName = 0x2130,
-                        kGnuAddrBase = 0x2133;
+                        kGnuDwoId = 0x2131, kGnuRangesBase = 0x2132, kGnuAddrBase = 0x2133;
 }
 namespace form {
 constexpr std::uint32_t kAddr = 0x01, kBlock2 = 0x03, kBlock4 = 0x04, kData2 = 0x05, kData4 = 0x06,
@@ -9755,10 +9758,11 @@ struct UnitHeader {
   std::uint8_t address_size = 8;
   std::uint8_t unit_type = 0;
   bool dwarf64 = false;
+  std::uint64_t dwo_id = 0;  // DWARF 5 skeleton and split units: the id pairing them
 };
 
-// 7.5.1: the v2-v4 and v5 layouts. Type units and split units are skipped by
-// the caller (they hold no code addresses we could use without the .dwo).
+// 7.5.1: the v2-v4 and v5 layouts. Type units are skipped by the caller; a
+// skeleton unit leads to its split unit in a .dwo file (DwarfInfo::Split).
 inline bool ParseUnitHeader(const ByteView& info, std::uint64_t offset, UnitHeader* u) {
   Cursor c(info, offset);
   u->offset = offset;
@@ -9769,7 +9773,7 @@ inline bool ParseUnitHeader(const ByteView& info, std::uint64_t offset, UnitHead
     u->unit_type = c.U8();
     u->address_size = c.U8();
     u->abbrev_offset = c.Offset(u->dwarf64);
-    if (u->unit_type == 4 /*skeleton*/ || u->unit_type == 5 /*split_compile*/) c.Skip(8);
+    if (u->unit_type == 4 /*skeleton*/ || u->unit_type == 5 /*split_compile*/) u->dwo_id = c.U64();
     else if (u->unit_type == 2 /*type*/ || u->unit_type == 6 /*split_type*/) {
       c.Skip(8);
       c.Offset(u->dwarf64);
@@ -9856,10 +9860,15 @@ inline bool ReadAttr(Cursor& c, const UnitHeader& u, std::uint32_t f, std::int64
 }
 
 // The bases a unit DIE sets for the indexed forms of its unit (DWARF 5).
+// A split unit of a .dwo (3.1.3) takes its address base from its skeleton
+// (the .debug_addr is the program's), and in DWARF 4's GNU form also the base
+// its DW_AT_ranges offsets into the program's .debug_ranges add to
+// (DW_AT_GNU_ranges_base, `ranges`).
 struct UnitBases {
   std::uint64_t str_offsets = 0;
   std::uint64_t addr = 0;
   std::uint64_t rnglists = 0;
+  std::uint64_t ranges = 0;
   bool has_rnglists = false;
 };
 
@@ -9872,8 +9881,10 @@ inline const char* ResolveString(const Sections& s, const UnitHeader& u, const U
     case form::kGnuStrpAlt: case form::kStrpSup: return StringAt(s.sup_str, v.u);
     case form::kStrx: case form::kStrx1: case form::kStrx2: case form::kStrx3: case form::kStrx4:
     case form::kGnuStrIndex: {
-      // A v5 unit without DW_AT_str_offsets_base points past the section header.
-      const std::uint64_t base = b.str_offsets != 0 ? b.str_offsets : (u.dwarf64 ? 16 : 8);
+      // A v5 unit without DW_AT_str_offsets_base (a .dwo's split unit among
+      // them) points past the section header; DWARF 4's GNU split units'
+      // .debug_str_offsets.dwo has no header.
+      const std::uint64_t base = b.str_offsets != 0 ? b.str_offsets : u.version < 5 ? 0 : (u.dwarf64 ? 16 : 8);
       Cursor c(s.str_offsets, base + v.u * (u.dwarf64 ? 8 : 4));
       const std::uint64_t off = c.Offset(u.dwarf64);
       return c.ok() ? StringAt(s.str, off) : nullptr;
@@ -9911,7 +9922,8 @@ bool ForEachRange(const Sections& s, const UnitHeader& u, const UnitBases& b, co
   auto dead = [&](std::uint64_t a) { return a == 0 || a >= all_ones - 1; };
   bool dead_base = false;
   if (u.version < 5) {
-    Cursor c(s.ranges, v.u);
+    if (v.u > ~std::uint64_t{0} - b.ranges) return false;
+    Cursor c(s.ranges, v.u + b.ranges);
     for (int guard = 0; guard < (1 << 20); ++guard) {
       const std::uint64_t lo = c.Fixed(u.address_size);
       const std::uint64_t hi = c.Fixed(u.address_size);
@@ -10436,9 +10448,107 @@ struct SourceFrame {
   std::uint32_t line;            // 0 = unknown
 };
 
+// The split unit of a .dwo (its .debug_info.dwo) whose id is `dwo_id`: its
+// header, and whether there is one. DWARF 5 carries the id in the unit
+// header (DW_UT_split_compile), DWARF 4's GNU form as DW_AT_GNU_dwo_id of the
+// unit DIE (7.3.2, 3.1.3). A .dwo of another build, or a damaged one, has none.
+inline bool FindSplitUnit(const Sections& dwo, std::uint64_t dwo_id, UnitHeader* out) {
+  for (std::uint64_t offset = 0; offset < dwo.info.size;) {
+    UnitHeader h;
+    if (!ParseUnitHeader(dwo.info, offset, &h)) return false;
+    offset = h.end;
+    if (h.version >= 5) {
+      if (h.unit_type == 5 /*split_compile*/ && h.dwo_id == dwo_id) {
+        *out = h;
+        return true;
+      }
+      continue;
+    }
+    AbbrevTable abbrevs;
+    if (!abbrevs.Parse(dwo.abbrev, h.abbrev_offset)) continue;
+    Cursor c(dwo.info, h.die_offset);
+    const Abbrev* a = abbrevs.Find(c.Uleb());
+    if (a == nullptr || a->tag != tag::kCompileUnit) continue;
+    for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+      const AttrSpec& spec = abbrevs.Attr(*a, k);
+      AttrValue v;
+      if (!ReadAttr(c, h, spec.form, spec.implicit_const, &v)) break;
+      if (spec.name == at::kGnuDwoId && v.u == dwo_id) {
+        *out = h;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// The sections of the split unit `dwo_id` in a .dwp package (the .dwo files
+// of a program packed into one by dwp or llvm-dwp): `dwp` has the package's
+// sections (.debug_info.dwo ...), `cu_index` its .debug_cu_index (DWARF 5,
+// 7.3.5; GNU's version 2 for DWARF 4 alike). The unit's contributions to
+// info, abbrev, str_offsets and rnglists become whole sections of `out`; the
+// strings are shared. False when the package does not hold that unit.
+inline bool DwpUnitSections(const Sections& dwp, const ByteView& cu_index, std::uint64_t dwo_id, Sections* out) {
+  Cursor c(cu_index, 0);
+  const std::uint32_t version = c.U32();  // (v5: a 2-byte version, 2 bytes of padding)
+  const std::uint32_t columns = c.U32();
+  const std::uint32_t rows = c.U32();
+  const std::uint32_t slots = c.U32();
+  if (!c.ok() || (version != 2 && version != 5) || columns == 0 || columns > 16 || slots == 0 ||
+      (slots & (slots - 1)) != 0 || rows > slots) {
+    return false;
+  }
+  const std::uint64_t signatures = 16, indexes = signatures + std::uint64_t{8} * slots;
+  const std::uint64_t ids = indexes + std::uint64_t{4} * slots;
+  const std::uint64_t offsets = ids + std::uint64_t{4} * columns;
+  const std::uint64_t sizes = offsets + std::uint64_t{4} * columns * rows;
+  if (!cu_index.Contains(0, sizes + std::uint64_t{4} * columns * rows)) return false;
+  // Open addressing: the id's low bits, stepping by its high bits (odd).
+  const std::uint64_t mask = slots - 1;
+  std::uint64_t slot = dwo_id & mask;
+  const std::uint64_t step = ((dwo_id >> 32) & mask) | 1;
+  std::uint32_t row = 0;
+  for (std::uint32_t probe = 0; probe < slots && row == 0; ++probe, slot = (slot + step) & mask) {
+    Cursor at(cu_index, signatures + 8 * slot);
+    const std::uint64_t signature = at.U64();
+    at.Seek(indexes + 4 * slot);
+    const std::uint32_t index = at.U32();
+    if (signature == dwo_id && index != 0) row = index;
+    else if (signature == 0 && index == 0) break;
+  }
+  if (row == 0 || row > rows) return false;
+  Sections found{};
+  found.str = dwp.str;
+  for (std::uint32_t k = 0; k < columns; ++k) {
+    Cursor at(cu_index, ids + 4 * k);
+    const std::uint32_t kind = at.U32();
+    at.Seek(offsets + (std::uint64_t{row - 1} * columns + k) * 4);
+    const std::uint32_t offset = at.U32();
+    at.Seek(sizes + (std::uint64_t{row - 1} * columns + k) * 4);
+    const std::uint32_t size = at.U32();
+    if (!at.ok()) return false;
+    // DW_SECT_INFO 1, ABBREV 3, STR_OFFSETS 6; 8 is RNGLISTS in v5 (MACRO in v2).
+    if (kind == 1) found.info = dwp.info.Sub(offset, size);
+    else if (kind == 3) found.abbrev = dwp.abbrev.Sub(offset, size);
+    else if (kind == 6) found.str_offsets = dwp.str_offsets.Sub(offset, size);
+    else if (kind == 8 && version == 5) found.rnglists = dwp.rnglists.Sub(offset, size);
+  }
+  if (found.info.size == 0 || found.abbrev.size == 0) return false;
+  *out = found;
+  return true;
+}
+
+// Finds and maps the .dwo file a skeleton unit names (DW_AT_dwo_name, and its
+// DW_AT_comp_dir: null when it has none) whose split unit has id `dwo_id`
+// (FindSplitUnit), and gives its sections (info, abbrev, str, str_offsets,
+// rnglists; the .dwo forms of those names). They must stay readable as long
+// as the DwarfInfo that asked. False: not found, or not that unit's.
+using DwoOpener = bool (*)(void* context, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
+                           Sections* out);
+
 class DwarfInfo {
  public:
-  explicit DwarfInfo(const Sections& sections) : s_(sections) {}
+  explicit DwarfInfo(const Sections& sections) : s_(sections), line_s_(sections) {}
   ~DwarfInfo();
   DwarfInfo(const DwarfInfo&) = delete;
   DwarfInfo& operator=(const DwarfInfo&) = delete;
@@ -10453,6 +10563,14 @@ class DwarfInfo {
   // functions whose DIEs were moved there are read from it. Not owned; it
   // outlives this one, and has no such file of its own.
   void SetSupplementary(DwarfInfo* sup) { sup_ = sup; }
+
+  // How .dwo files are opened. Without one, a split-DWARF skeleton unit
+  // gives no frames (names then come from the symbol table), unless it
+  // describes its inline chains itself (clang's -fsplit-dwarf-inlining).
+  void SetDwoOpener(DwoOpener opener, void* context) {
+    dwo_opener_ = opener;
+    dwo_context_ = context;
+  }
 
   bool has_lines() const { return s_.line.size != 0; }
   bool has_info() const { return s_.info.size != 0; }
@@ -10494,6 +10612,14 @@ class DwarfInfo {
     LineTable* lines;
     DebugArray<Scope>* scopes;            // sorted by lo, outer before inner
     DebugArray<Container>* containers;    // in DIE order
+    // A split-DWARF skeleton: the .dwo it names, the id its split unit must
+    // have, the base of that unit's DW_AT_ranges (DWARF 4 GNU form), and
+    // the .dwo's DWARF once read (`split`).
+    bool skeleton, skeleton_inlines, split_failed, has_dwo_id;
+    const char* dwo_name;
+    std::uint64_t dwo_id;
+    std::uint64_t gnu_ranges_base;
+    DwarfInfo* split;
   };
   struct UnitRange {
     std::uint64_t lo, hi;
@@ -10505,6 +10631,10 @@ class DwarfInfo {
   };
 
   bool IndexUnits();
+  DwarfInfo* Split(Unit& skeleton);
+  bool AdoptSplitUnit(const Unit& skeleton, const UnitHeader& header, const Sections& program,
+                      DebugStringPool* strings);
+  int LookupIn(Unit& u, std::uint64_t address, SourceFrame* out, int max, bool* inline_known);
   AbbrevTable* Abbrevs(Unit& u);
   LineTable* Lines(Unit& u);
   DebugArray<Scope>* Scopes(Unit& u);
@@ -10519,7 +10649,10 @@ class DwarfInfo {
   static constexpr std::uint64_t kSupDie = std::uint64_t{1} << 63;
 
   Sections s_;
+  Sections line_s_;  // where line tables are: s_, or for a .dwo's DWARF the program's sections
   DwarfInfo* sup_ = nullptr;
+  DwoOpener dwo_opener_ = nullptr;
+  void* dwo_context_ = nullptr;
   bool indexed_ = false;
   DebugArray<Unit> units_;             // by offset
   DebugArray<UnitRange> unit_ranges_;  // by lo
@@ -10528,6 +10661,7 @@ class DwarfInfo {
   std::size_t function_count_ = 0;
   int qualify_depth_ = 0;  // Qualify -> Function -> Qualify: a lambda in a lambda in ...
   DebugStringPool pool_;
+  DebugStringPool* strings_ = &pool_;  // a .dwo's DWARF keeps its strings in its program's pool
 };
 
 inline DwarfInfo::~DwarfInfo() {
@@ -10536,6 +10670,7 @@ inline DwarfInfo::~DwarfInfo() {
     DebugDelete(u.lines);
     DebugDelete(u.scopes);
     DebugDelete(u.containers);
+    DebugDelete(u.split);
   }
   for (FunctionSlot& f : functions_) DebugDelete(f.info);
 }
@@ -10548,7 +10683,8 @@ inline bool DwarfInfo::IndexUnits() {
     Unit u{};
     if (!ParseUnitHeader(s_.info, offset, &u.header)) break;
     offset = u.header.end;
-    if (u.header.unit_type != 1 && u.header.unit_type != 3) continue;  // compile and partial only
+    // Compile, partial and skeleton units only.
+    if (u.header.unit_type != 1 && u.header.unit_type != 3 && u.header.unit_type != 4) continue;
     if (!units_.Push(u)) return false;
   }
   for (std::uint32_t i = 0; i < units_.size(); ++i) {
@@ -10557,9 +10693,14 @@ inline bool DwarfInfo::IndexUnits() {
     if (abbrevs == nullptr) continue;
     Cursor c(s_.info, u.header.die_offset);
     const Abbrev* a = abbrevs->Find(c.Uleb());
-    if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit)) continue;
-    AttrValue low, high, ranges, comp_dir;
+    if (a == nullptr || (a->tag != tag::kCompileUnit && a->tag != tag::kPartialUnit && a->tag != tag::kSkeletonUnit))
+      continue;
+    AttrValue low, high, ranges, comp_dir, dwo_name;
     bool has_low = false, has_high = false, has_ranges = false, has_comp_dir = false, skeleton = false;
+    if (u.header.unit_type == 4) {
+      u.dwo_id = u.header.dwo_id;
+      u.has_dwo_id = true;
+    }
     for (std::uint32_t k = 0; k < a->attr_count; ++k) {
       const AttrSpec& spec = abbrevs->Attr(*a, k);
       AttrValue v;
@@ -10573,20 +10714,26 @@ inline bool DwarfInfo::IndexUnits() {
         case at::kStrOffsetsBase: u.bases.str_offsets = v.u; break;
         case at::kAddrBase: case at::kGnuAddrBase: u.bases.addr = v.u; break;
         case at::kRnglistsBase: u.bases.rnglists = v.u; u.bases.has_rnglists = true; break;
-        case at::kDwoName: case at::kGnuDwoName: skeleton = true; break;
+        case at::kDwoName: case at::kGnuDwoName: skeleton = true; dwo_name = v; break;
+        case at::kGnuDwoId: u.dwo_id = v.u; u.has_dwo_id = true; break;
+        case at::kGnuRangesBase: u.gnu_ranges_base = v.u; break;
         default: break;
       }
     }
     if (!c.ok()) continue;
     // A split-DWARF skeleton (DWARF 4's GNU form: a compile unit naming its
-    // .dwo; DWARF 5's skeleton units are not indexed at all) whose functions
-    // and inlined calls are all in the .dwo, which is not read. Its line
-    // table alone would put the lines of inlined code in the function it
-    // was inlined into ("_M_run" at basic_string.h:1571; 131 of 150 call
-    // sites of a g++ -O2 program): names only, as for DWARF 5. A skeleton
-    // with children (clang's -fsplit-dwarf-inlining) describes its inline
-    // chains and is read as any unit.
-    if (skeleton && (!a->has_children || c.Uleb() == 0)) continue;
+    // .dwo; DWARF 5's skeleton unit) has the line table but its functions
+    // and inlined calls are in the .dwo, read on first use (Split). Without
+    // the .dwo, its line table alone would put the lines of inlined code in
+    // the function it was inlined into ("_M_run" at basic_string.h:1571; 131
+    // of 150 call sites of a g++ -O2 program): no frames then, names only. A
+    // skeleton with children (clang's -fsplit-dwarf-inlining) describes its
+    // inline chains and is read as any unit when the .dwo is not there.
+    if (skeleton || u.header.unit_type == 4) {
+      u.skeleton = true;
+      u.skeleton_inlines = a->has_children && c.Uleb() != 0;
+      u.dwo_name = skeleton ? ResolveString(s_, u.header, u.bases, dwo_name) : nullptr;
+    }
     if (has_comp_dir) u.comp_dir = ResolveString(s_, u.header, u.bases, comp_dir);
     if (has_low) ResolveAddress(s_, u.header, u.bases, low, &u.low_pc);
     DebugArray<Scope> found;
@@ -10625,10 +10772,10 @@ inline AbbrevTable* DwarfInfo::Abbrevs(Unit& u) {
 inline LineTable* DwarfInfo::Lines(Unit& u) {
   if (u.lines != nullptr || u.line_failed) return u.lines;
   u.line_failed = true;
-  if (!u.has_stmt_list || s_.line.size == 0) return nullptr;
+  if (!u.has_stmt_list || line_s_.line.size == 0) return nullptr;
   LineTable* t = DebugNew<LineTable>();
   if (t == nullptr) return nullptr;
-  if (!t->Parse(s_, u.stmt_list, u.comp_dir, u.header.address_size, pool_)) {
+  if (!t->Parse(line_s_, u.stmt_list, u.comp_dir, u.header.address_size, *strings_)) {
     DebugDelete(t);
     return nullptr;
   }
@@ -10904,7 +11051,7 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     int status = -1;
     char* demangled = abi::__cxa_demangle(linkage, nullptr, nullptr, &status);
     if (status == 0 && demangled != nullptr) {
-      const char* full = pool_.Add(demangled);
+      const char* full = strings_->Add(demangled);
       if (full != nullptr) f->full_name = full;
     }
     std::free(demangled);
@@ -10920,14 +11067,14 @@ inline FunctionInfo* DwarfInfo::MakeFunction(std::uint64_t die) {
     char qualified[1024];
     const std::size_t n =
         owner != nullptr ? plain_in->Qualify(*owner, plain_die, plain, qualified, sizeof qualified) : 0;
-    const char* kept = n != 0 ? pool_.Add(qualified, n) : nullptr;
+    const char* kept = n != 0 ? strings_->Add(qualified, n) : nullptr;
     if (kept != nullptr) f->name = kept;
     return f;
   }
   char shortened[1024];
   const std::size_t n = ShortFunctionName(f->full_name, shortened, sizeof shortened);
   if (n != 0) {
-    const char* kept = pool_.Add(shortened, n);
+    const char* kept = strings_->Add(shortened, n);
     if (kept != nullptr) f->name = kept;
   }
   return f;
@@ -11065,12 +11212,93 @@ inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
   return info;
 }
 
+// The DWARF of the .dwo a skeleton unit names, read the first time an
+// address falls in the unit; null when it cannot be had (no opener, no such
+// file, another build's, damaged, or memory short), and then not tried again.
+inline DwarfInfo* DwarfInfo::Split(Unit& skeleton) {
+  if (skeleton.split != nullptr || skeleton.split_failed) return skeleton.split;
+  skeleton.split_failed = true;
+  if (dwo_opener_ == nullptr || skeleton.dwo_name == nullptr || skeleton.dwo_name[0] == '\0' ||
+      !skeleton.has_dwo_id) {
+    return nullptr;
+  }
+  Sections dwo{};
+  if (!dwo_opener_(dwo_context_, skeleton.dwo_name, skeleton.comp_dir, skeleton.dwo_id, &dwo)) return nullptr;
+  UnitHeader header;
+  if (!FindSplitUnit(dwo, skeleton.dwo_id, &header)) return nullptr;
+  // What the split unit's forms point into: its own strings, string offsets
+  // and (DWARF 5) range lists; the program's addresses and (DWARF 4) ranges.
+  Sections merged{};
+  merged.info = dwo.info;
+  merged.abbrev = dwo.abbrev;
+  merged.str = dwo.str;
+  merged.str_offsets = dwo.str_offsets;
+  merged.rnglists = dwo.rnglists;
+  merged.addr = s_.addr;
+  merged.ranges = s_.ranges;
+  DwarfInfo* split = DebugNew<DwarfInfo>(merged);
+  if (split == nullptr) return nullptr;
+  if (!split->AdoptSplitUnit(skeleton, header, s_, strings_)) {
+    DebugDelete(split);
+    return nullptr;
+  }
+  skeleton.split = split;
+  skeleton.split_failed = false;
+  return split;
+}
+
+// Makes the split unit `header` of this (a .dwo's) DWARF its one unit, with
+// what it inherits from its skeleton (3.1.3): the line table, comp_dir, base
+// address and address base, and the skeleton's DW_AT_GNU_ranges_base.
+inline bool DwarfInfo::AdoptSplitUnit(const Unit& skeleton, const UnitHeader& header, const Sections& program,
+                                      DebugStringPool* strings) {
+  indexed_ = true;  // no address index: Lookup goes to LookupIn
+  line_s_ = program;
+  strings_ = strings;
+  Unit u{};
+  u.header = header;
+  u.bases.addr = skeleton.bases.addr;
+  u.bases.ranges = skeleton.gnu_ranges_base;
+  u.low_pc = skeleton.low_pc;
+  u.stmt_list = skeleton.stmt_list;
+  u.has_stmt_list = skeleton.has_stmt_list;
+  u.comp_dir = skeleton.comp_dir;  // (in the program's sections, which outlive this)
+  if (!units_.Push(u)) return false;
+  Unit& mine = units_[0];
+  AbbrevTable* abbrevs = Abbrevs(mine);
+  if (abbrevs == nullptr) return false;
+  // Bases the split unit DIE may set itself (none is required to).
+  Cursor c(s_.info, mine.header.die_offset);
+  const Abbrev* a = abbrevs->Find(c.Uleb());
+  if (a == nullptr) return false;
+  for (std::uint32_t k = 0; k < a->attr_count; ++k) {
+    const AttrSpec& spec = abbrevs->Attr(*a, k);
+    AttrValue v;
+    if (!ReadAttr(c, mine.header, spec.form, spec.implicit_const, &v)) return false;
+    if (spec.name == at::kStrOffsetsBase) mine.bases.str_offsets = v.u;
+    if (spec.name == at::kRnglistsBase) {
+      mine.bases.rnglists = v.u;
+      mine.bases.has_rnglists = true;
+    }
+  }
+  return true;
+}
+
 inline int DwarfInfo::Lookup(std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
   *inline_known = false;
   if (max <= 0) return 0;
   if (!indexed_ && !IndexUnits()) return 0;
   Unit* u = UnitOfAddress(address);
   if (u == nullptr) return 0;
+  if (u->skeleton) {
+    if (DwarfInfo* split = Split(*u)) return split->LookupIn(split->units_[0], address, out, max, inline_known);
+    if (!u->skeleton_inlines) return 0;
+  }
+  return LookupIn(*u, address, out, max, inline_known);
+}
+
+inline int DwarfInfo::LookupIn(Unit& unit, std::uint64_t address, SourceFrame* out, int max, bool* inline_known) {
+  Unit* u = &unit;
   SourceFrame leaf{nullptr, nullptr, 0};
   if (LineTable* lines = Lines(*u)) lines->Find(address, &leaf.file, &leaf.line);
   DebugArray<Scope>* scopes = Scopes(*u);
@@ -11485,6 +11713,11 @@ inline bool ZlibInflate(const unsigned char* in, std::size_t in_size, unsigned c
 namespace heapprof {
 namespace detail {
 
+// .dwo files mapped at once, process-wide: each is a mapping (the kernel
+// allows ~65,000 per process); past this, split units give names only.
+inline constexpr int kMaxDwoFiles = 4096;
+inline std::atomic<int> g_dwo_files{0};
+
 // Tests: while set, every load that found DWARF runs out of memory at its
 // end (builds with exceptions; DebugObject::EnsureLoaded).
 inline std::atomic<bool> g_fail_debug_loads_for_tests{false};
@@ -11551,8 +11784,19 @@ class DebugObject {
   };
 
   // The DWARF sections of a file; a .gnu_debugaltlink or .debug_sup to *link.
+  // `dwo`: a split-DWARF .dwo file, whose sections are named ".debug_info.dwo" ...
+  // A .dwp package's .debug_cu_index goes to *cu_index.
   bool ReadSections(const elf::SectionTable& sections, const elf::ByteView& view, dwarf::Sections* out,
-                    elf::ByteView* altlink, elf::ByteView* sup);
+                    elf::ByteView* altlink, elf::ByteView* sup, bool dwo = false,
+                    elf::ByteView* cu_index = nullptr);
+  // DwoOpener: the .dwo a skeleton unit names, looked for as written
+  // (relative to its comp_dir), then beside the object's file, then in the
+  // .dwp package beside it.
+  static bool OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
+                      dwarf::Sections* out);
+  bool TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out);
+  bool TryDwp(std::uint64_t dwo_id, dwarf::Sections* out);
+  bool OpenDwp(const char* candidate);
   // `name`: the file's name; `file` its bytes, and the build id it must have.
   bool UseFile(elf::MappedFile& file, const char* build_id, const char* name, const char* debug_directory);
   // The file file_'s `altlink` or `sup` names, with its DWARF in sup_info_.
@@ -11563,12 +11807,17 @@ class DebugObject {
   void Unload() noexcept {
     DebugDelete(info_);
     info_ = nullptr;
+    for (elf::MappedFile* f : dwo_files_) DebugDelete(f);  // (after info_, which reads them)
+    g_dwo_files.fetch_sub(static_cast<int>(dwo_files_.size()), std::memory_order_relaxed);
+    dwo_files_.Clear();
+    dwp_sections_ = dwarf::Sections{};
+    dwp_cu_index_ = elf::ByteView{};
+    dwp_tried_ = false;
     DebugDelete(sup_info_);  // (after info_, which points at it)
     sup_info_ = nullptr;
     sup_sections_ = dwarf::Sections{};
     sup_file_ = elf::MappedFile{};
-    for (int i = 0; i < inflated_count_; ++i) DebugFree(inflated_[i].data, inflated_[i].size);
-    inflated_count_ = 0;
+    FreeInflated(0);
     sections_ = dwarf::Sections{};
     file_ = elf::MappedFile{};
     debug_file_ = nullptr;
@@ -11580,10 +11829,21 @@ class DebugObject {
   elf::MappedFile sup_file_;  // dwz -m's common file (.gnu_debugaltlink) or a DWARF 5 supplementary file
   dwarf::Sections sup_sections_{};
   dwarf::DwarfInfo* sup_info_ = nullptr;
-  static constexpr int kMaxInflated = 24;  // the sections of both files
-  Inflated inflated_[kMaxInflated] = {};
-  int inflated_count_ = 0;
+  // Compressed sections inflated: of the file, its supplementary file and
+  // its .dwo files (-gz -gsplit-dwarf compresses those too).
+  DebugArray<Inflated> inflated_;
+  // Gives back the inflated sections from the `keep`-th on.
+  void FreeInflated(std::size_t keep) noexcept {
+    while (inflated_.size() > keep) {
+      DebugFree(inflated_.back().data, inflated_.back().size);
+      inflated_.Pop();
+    }
+  }
   dwarf::DwarfInfo* info_ = nullptr;
+  DebugArray<elf::MappedFile*> dwo_files_;  // the .dwo files info_'s split units are read from, and the .dwp
+  dwarf::Sections dwp_sections_{};          // the .dwp package's, when there is one
+  elf::ByteView dwp_cu_index_;
+  bool dwp_tried_ = false;
   bool loaded_ = false;
   const char* path_ = nullptr;             // in the cache's key pool
   const char* file_name_ = nullptr;
@@ -11716,12 +11976,25 @@ inline bool ReadDebugSup(const elf::ByteView& sup, DebugSup* out) {
 }  // namespace debug_files
 
 inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const elf::ByteView& view,
-                                      dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup) {
+                                      dwarf::Sections* out_sections, elf::ByteView* altlink, elf::ByteView* sup,
+                                      bool dwo, elf::ByteView* cu_index) {
   Elf64_Shdr sh;
   for (std::uint64_t i = 1; i < sections.count(); ++i) {
     if (!sections.Get(i, &sh) || sh.sh_type == SHT_NOBITS) continue;
     const char* name = debug_files::SectionName(view, sections, sh);
     if (name == nullptr) continue;
+    char plain[32];  // a .dwo's ".debug_info.dwo" read as ".debug_info"
+    if (dwo && cu_index != nullptr && std::strcmp(name, ".debug_cu_index") == 0) {
+      *cu_index = sections.Contents(sh);
+      continue;
+    }
+    if (dwo) {
+      const std::size_t length = std::strlen(name);
+      if (length < 4 || length - 4 >= sizeof plain || std::strcmp(name + length - 4, ".dwo") != 0) continue;
+      std::memcpy(plain, name, length - 4);
+      plain[length - 4] = '\0';
+      name = plain;
+    }
     if (std::strcmp(name, ".gnu_debugaltlink") == 0) {
       *altlink = sections.Contents(sh);
       continue;
@@ -11770,18 +12043,116 @@ inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const e
       *target = bytes;
       continue;
     }
-    if (inflated_count_ == kMaxInflated || size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES) continue;
+    if (size == 0 || size > HEAPPROF_DEBUG_INFO_MAX_BYTES || !inflated_.Reserve(inflated_.size() + 1)) continue;
     auto* out = static_cast<unsigned char*>(DebugAllocate(size));
     if (out == nullptr) continue;
     if (!inflate::ZlibInflate(packed, packed_size, out, size)) {
       DebugFree(out, size);
       continue;
     }
-    inflated_[inflated_count_++] = Inflated{out, size};
+    (void)inflated_.Push(Inflated{out, size});  // (room reserved above)
     *target = elf::ByteView{out, size};
   }
   // Without units there is nothing to find a line program through.
   return out_sections->info.size != 0 && out_sections->abbrev.size != 0;
+}
+
+inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out) {
+  if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
+  elf::MappedFile* f = DebugNew<elf::MappedFile>();
+  if (f == nullptr) return false;
+  elf::SectionTable sections;
+  const std::size_t inflated_before = inflated_.size();
+  dwarf::Sections found{};
+  elf::ByteView no_altlink, no_sup;
+  dwarf::UnitHeader unit;
+  if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
+      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true) &&
+      dwarf::FindSplitUnit(found, dwo_id, &unit) && dwo_files_.Push(f)) {
+    g_dwo_files.fetch_add(1, std::memory_order_relaxed);
+    *out = found;
+    return true;
+  }
+  FreeInflated(inflated_before);
+  DebugDelete(f);
+  return false;
+}
+
+// A .dwp package, kept mapped (as a .dwo is) when it has a unit index.
+inline bool DebugObject::OpenDwp(const char* candidate) {
+  if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
+  elf::MappedFile* f = DebugNew<elf::MappedFile>();
+  if (f == nullptr) return false;
+  elf::SectionTable sections;
+  const std::size_t inflated_before = inflated_.size();
+  dwarf::Sections found{};
+  elf::ByteView no_altlink, no_sup, cu_index;
+  if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
+      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true, &cu_index) &&
+      cu_index.size != 0 && dwo_files_.Push(f)) {
+    g_dwo_files.fetch_add(1, std::memory_order_relaxed);
+    dwp_sections_ = found;
+    dwp_cu_index_ = cu_index;
+    return true;
+  }
+  FreeInflated(inflated_before);
+  DebugDelete(f);
+  return false;
+}
+
+// The .dwp package is "<object>.dwp", as gdb and llvm-symbolizer look for it
+// (beside the object, or beside the separate debug file its DWARF came from);
+// opened once, on the first unit whose .dwo is not found.
+inline bool DebugObject::TryDwp(std::uint64_t dwo_id, dwarf::Sections* out) {
+  if (!dwp_tried_) {
+    dwp_tried_ = true;
+    char candidate[1024];
+    for (const char* base : {path_, debug_file_}) {
+      if (base == nullptr || (base == debug_file_ && path_ != nullptr && std::strcmp(base, path_) == 0)) continue;
+      const int n = std::snprintf(candidate, sizeof candidate, "%s.dwp", base);
+      if (n > 0 && static_cast<std::size_t>(n) < sizeof candidate && OpenDwp(candidate)) break;
+    }
+  }
+  if (dwp_cu_index_.size == 0) return false;
+  dwarf::Sections unit{};
+  dwarf::UnitHeader header;
+  if (!dwarf::DwpUnitSections(dwp_sections_, dwp_cu_index_, dwo_id, &unit) ||
+      !dwarf::FindSplitUnit(unit, dwo_id, &header)) {
+    return false;
+  }
+  *out = unit;
+  return true;
+}
+
+// Where GCC and clang put the .dwo (DW_AT_dwo_name, relative to DW_AT_comp_dir
+// unless absolute), then beside the object's file (under the name as written,
+// then its last component): a build tree moved, or a program and its .dwo
+// files copied together. The first whose split unit has the skeleton's id.
+inline bool DebugObject::OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
+                                 dwarf::Sections* out) {
+  DebugObject& o = *static_cast<DebugObject*>(self);
+  char candidate[1024];
+  auto fits = [&](int n) { return n > 0 && static_cast<std::size_t>(n) < sizeof candidate; };
+  if (dwo_name[0] == '/') {
+    if (o.TryDwo(dwo_name, dwo_id, out)) return true;
+  } else if (comp_dir != nullptr && comp_dir[0] != '\0' &&
+             fits(std::snprintf(candidate, sizeof candidate, "%s/%s", comp_dir, dwo_name)) &&
+             o.TryDwo(candidate, dwo_id, out)) {
+    return true;
+  }
+  const char* object = o.path_;
+  if (object == nullptr) return o.TryDwp(dwo_id, out);
+  const char* slash = std::strrchr(object, '/');
+  const int dir_length = slash != nullptr ? static_cast<int>(slash - object) : -1;
+  const char* base = std::strrchr(dwo_name, '/');
+  base = base != nullptr ? base + 1 : dwo_name;
+  for (const char* name : {dwo_name[0] == '/' ? nullptr : dwo_name, base == dwo_name ? nullptr : base}) {
+    if (name == nullptr) continue;
+    const int n = dir_length < 0 ? std::snprintf(candidate, sizeof candidate, "%s", name)
+                                 : std::snprintf(candidate, sizeof candidate, "%.*s/%s", dir_length, object, name);
+    if (fits(n) && o.TryDwo(candidate, dwo_id, out)) return true;
+  }
+  return o.TryDwp(dwo_id, out);
 }
 
 inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, const char* name,
@@ -11805,6 +12176,7 @@ inline bool DebugObject::UseFile(elf::MappedFile& file, const char* build_id, co
     return false;
   }
   info_->SetSupplementary(sup_info_);
+  info_->SetDwoOpener(&DebugObject::OpenDwo, this);
   return true;
 }
 
@@ -11819,7 +12191,7 @@ inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, 
   elf::MappedFile f;
   elf::SectionTable sections;
   if (!f.Open(candidate) || !sections.Init(f.view(), /*relocatable=*/true)) return false;
-  const int inflated_before = inflated_count_;
+  const std::size_t inflated_before = inflated_.size();
   dwarf::Sections found{};
   elf::ByteView its_altlink, its_sup;
   bool matches = ReadSections(sections, f.view(), &found, &its_altlink, &its_sup) && found.str.size != 0;
@@ -11833,10 +12205,7 @@ inline bool DebugObject::TrySupplementary(const char* candidate, bool standard, 
   }
   dwarf::DwarfInfo* info = matches ? DebugNew<dwarf::DwarfInfo>(found) : nullptr;
   if (info == nullptr) {
-    while (inflated_count_ > inflated_before) {
-      --inflated_count_;
-      DebugFree(inflated_[inflated_count_].data, inflated_[inflated_count_].size);
-    }
+    FreeInflated(inflated_before);
     return false;
   }
   sup_file_ = static_cast<elf::MappedFile&&>(f);  // (the mapping, and views into it, stay)
