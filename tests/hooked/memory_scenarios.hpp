@@ -8,11 +8,13 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <string>
 #include <thread>
@@ -405,6 +407,54 @@ inline int RunOomDumpThreads() {
   return 11;
 }
 
+// oom_dump=1, and a fork while another thread writes the oom dump (a
+// service whose threads run out of memory while one of them forks). The
+// child's first failed allocation must fail at once: before, it waited the
+// whole 30 s for the parent's writer, which is not in the child.
+inline std::atomic<int> g_oom_fork_go{0};
+
+__attribute__((noinline)) inline void OomForkWriter() {
+  g_oom_fork_go.store(1);
+  // Fails at once, without any limit: the first failure writes the dump here.
+  void* p = ::operator new(std::size_t{1} << 62, std::nothrow);
+  if (p != nullptr) _exit(20);
+}
+
+inline std::int64_t OomForkMillis() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+inline int RunOomDumpFork() {
+  OomHolder();
+  if (!WaitForWarmDumper()) return 9;
+  std::thread writer(&OomForkWriter);
+  while (g_oom_fork_go.load() == 0) {
+  }
+  // The dump reads this binary's symbols cold: tens of milliseconds to fork in.
+  const std::int64_t deadline = OomForkMillis() + 60000;
+  while (!heapprof::detail::g_dumper.OomDumpInProgress()) {
+    if (OomForkMillis() > deadline) return 10;
+  }
+  const pid_t child = fork();
+  if (child < 0) return 11;
+  if (child == 0) {
+    const std::int64_t start = OomForkMillis();
+    void* p = ::operator new(std::size_t{1} << 62, std::nothrow);
+    if (p != nullptr) _exit(20);
+    _exit(OomForkMillis() - start < 5000 ? 0 : 21);
+  }
+  // Still in progress after the fork: the fork came in the middle of the dump.
+  const bool mid_dump = heapprof::detail::g_dumper.OomDumpInProgress();
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return 12;
+  writer.join();
+  std::printf("fork_mid_dump=%d child_exit=%d\n", mid_dump ? 1 : 0, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  std::fflush(stdout);
+  return 0;
+}
+
 inline int RunMemoryScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "peak_workload") == 0) return RunPeakWorkload();
@@ -415,6 +465,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "quiet_watch") == 0) return RunQuietWatch();
   if (std::strcmp(name, "oom_dump") == 0) return RunOomDump();
   if (std::strcmp(name, "oom_dump_threads") == 0) return RunOomDumpThreads();
+  if (std::strcmp(name, "oom_dump_fork") == 0) return RunOomDumpFork();
   if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
   if (std::strcmp(name, "oom_first_failure") == 0) return RunOomFirstFailure();
   if (std::strcmp(name, "tight_names") == 0) return RunTightNames();

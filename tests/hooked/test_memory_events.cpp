@@ -474,6 +474,24 @@ TEST_CASE("oom_dump: threads failing together wait for the one dump before the p
   RemoveDir(dir);
 }
 
+TEST_CASE("oom_dump: a child forked while another thread writes the oom dump fails its allocations at once") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=oom_dump=1,dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir,
+                                  "oom_dump_fork", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  // The fork came while the dump was being written (the dump reads symbols
+  // cold: it takes tens of milliseconds; the fork follows within microseconds).
+  CHECK(out.find("fork_mid_dump=1") != std::string::npos);
+  // The child's failed malloc returned within 5 s: before, 30 s (exit 21).
+  CHECK(out.find("child_exit=0") != std::string::npos);
+  // The parent's one dump, for its 2^62-byte new.
+  CheckOneOomDump(dir, out, "4611686018427387904");
+  RemoveDir(dir);
+}
+
 TEST_CASE("oom_dump under an RLIMIT_AS set before start: the reserve is what a dump with names needs, not 64 MiB") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   // The same child, under the same `ulimit -v` (256 MiB above its address

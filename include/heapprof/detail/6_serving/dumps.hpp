@@ -312,6 +312,11 @@ class Dumper {
     return oom_reserve_bytes_released_ != 0;
   }
 
+  // True from the first failed allocation until its oom dump is written.
+  bool OomDumpInProgress() const noexcept {
+    return oom_dumped_.load(std::memory_order_acquire) && oom_dump_written_.load(std::memory_order_acquire) == 0;
+  }
+
   // The threads that failed while the oom dump was written, until it is.
   std::uint64_t OomDumpWaiters() const noexcept { return oom_dump_waiters_.load(std::memory_order_relaxed); }
 
@@ -476,6 +481,11 @@ class Dumper {
   void RestartInChild() noexcept {
     write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
     seq_ = 0;
+    // Forked while a thread of the parent wrote the oom dump: that thread is
+    // not in the child, and the child's first failed allocation waited the
+    // whole kOomDumpWaitMillis (30 s) for it. The child counts it as written,
+    // as it does when the fork comes after the dump (no oom dump of its own).
+    if (oom_dumped_.load(std::memory_order_acquire)) oom_dump_written_.store(1, std::memory_order_release);
     if (!running_.load(std::memory_order_acquire)) return;
     running_.store(false, std::memory_order_relaxed);
     stop_.store(false, std::memory_order_relaxed);
