@@ -187,9 +187,20 @@ __attribute__((destructor)) inline void RaiseTermInDestructor() {
 // exec() keeps the pid: "dump_then_exec" dumps once (dump_signal=USR1),
 // then execs this program again as "exec_image", which only exits (its
 // dump_at_exit is the pid's second dump, not a new 0001 over the first).
+// HEAPPROF_TEST_STALE_TMP=1: before the exec, the temporaries an exec in
+// the middle of the next dump would have left (numbers 0-3 of this pid): the
+// new image's first write must pass over them, not fail with EEXIST.
 inline int RunDumpThenExec() {
   std::raise(SIGUSR1);
   if (!WaitForFile(DumpPath(1))) return 11;
+  if (std::getenv("HEAPPROF_TEST_STALE_TMP") != nullptr) {
+    for (int i = 0; i < 4; ++i) {
+      const std::string stale = DumpPath(2) + ".tmp." + std::to_string(getpid()) + "." + std::to_string(i);
+      FILE* f = std::fopen(stale.c_str(), "wx");
+      if (f == nullptr) return 14;
+      std::fclose(f);
+    }
+  }
   if (::setenv("HEAPPROF_TEST_CHILD", "exec_image", 1) != 0) return 12;
   ::execl("/proc/self/exe", "hooked_tests", static_cast<char*>(nullptr));
   return 13;

@@ -257,6 +257,25 @@ TEST_CASE("a program that execs keeps its pid: the new image's dumps do not repl
   RemoveDir(dir);
 }
 
+TEST_CASE("a program that execs in the middle of a dump: the new image's write passes over the temporaries left") {
+  // exec() keeps the pid and the new image numbers its temporaries from 0
+  // again: before, the leftover "<name>.tmp.<pid>.0" made its first write
+  // fail ("cannot create ...: File exists") and its dump_at_exit was lost.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=USR1,dump_at_exit=1 HEAPPROF_TEST_DIR=" + dir +
+                             " HEAPPROF_TEST_STALE_TMP=1 HEAPPROF_TEST_CHILD=dump_then_exec",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("cannot create") == std::string::npos);
+  CHECK(Matching(dir, R"(p\.[0-9]+\.[0-9]{4}\.heap\.pb\.gz)").size() == 2);
+  CHECK(std::regex_search(out, std::regex(R"(wrote \S+/p\.([0-9]+)\.0002\.heap\.pb\.gz \(dump_at_exit\))")));
+  // The leftovers stay: another pid namespace sharing the directory could own them.
+  CHECK(Matching(dir, R"(p\.[0-9]+\.0002\.heap\.pb\.gz\.tmp\.[0-9]+\.[0-3])").size() == 4);
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = DumpsTempDir();
   std::string out;

@@ -116,20 +116,22 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
   struct stat existing {};
   const bool replacing = ::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode);
   static std::atomic<std::uint32_t> counter{0};
-  char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
-                counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
-    // The temporary is the name plus the suffix; a name within NAME_MAX but
-    // too long for the suffix too is cut short first (still in the same
-    // directory, so the rename stays atomic). Without this a legal dump name
-    // of 240-255 bytes could not be written at all.
+    // The temporary is the name plus ".tmp.<pid>.<n>"; a name within
+    // NAME_MAX but too long for the suffix too is cut short first (still in
+    // the same directory, so the rename stays atomic). Without this a legal
+    // dump name of 240-255 bytes could not be written at all.
     const std::size_t slash = path.rfind('/');
     const std::size_t base = slash == ArenaString::npos ? 0 : slash + 1;
-    const std::size_t suffix_len = std::strlen(suffix);
-    ArenaString tmp_name = path;
-    if (tmp_name.size() - base + suffix_len > NAME_MAX) tmp_name.resize(base + (NAME_MAX - suffix_len));
-    tmp_name += suffix;
+    auto temporary_name = [&] {
+      char suffix[64];
+      std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
+                    counter.fetch_add(1, std::memory_order_relaxed));
+      const std::size_t suffix_len = std::strlen(suffix);
+      ArenaString name = path;
+      if (name.size() - base + suffix_len > NAME_MAX) name.resize(base + (NAME_MAX - suffix_len));
+      return name += suffix;
+    };
     struct Temporary {
       ArenaString name;
       int fd = -1;
@@ -138,16 +140,26 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
         if (fd >= 0) ::close(fd);
         if (!keep) ::unlink(name.c_str());
       }
-    } tmp{std::move(tmp_name)};
+    } tmp{temporary_name()};
     auto fail = [&](const char* what, int err) {  // every step before the rename is on the temporary
       failure.value = err;
       if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
-    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replacing ? 0600 : 0644);
-    if (tmp.fd < 0) {
-      tmp.keep = true;  // not ours to remove
-      return fail("cannot create", errno);
+    // A name taken moves on to the next number: a program that exec()s keeps
+    // its pid and numbers from 0 again, and a temporary its old image left
+    // (exec in the middle of a dump) made the new image's first write fail
+    // with EEXIST. That file is not removed: under another pid namespace
+    // sharing the directory it can be a live process's.
+    for (int tries = 0;; ++tries) {
+      tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replacing ? 0600 : 0644);
+      if (tmp.fd >= 0) break;
+      const int err = errno;
+      if (err != EEXIST || tries == 63) {
+        tmp.keep = true;  // not ours to remove
+        return fail("cannot create", err);
+      }
+      tmp.name = temporary_name();
     }
     if (replacing && ::fchmod(tmp.fd, existing.st_mode & 0777) != 0) return fail("cannot set the mode of", errno);
     std::size_t done = 0;
