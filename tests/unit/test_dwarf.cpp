@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -1202,6 +1203,27 @@ TEST_CASE("dwarf: split DWARF reads the .dwo by comp_dir or beside the program; 
                            "objcopy --update-section .debug_info.dwo=junk $f",
                        out) == 0);
     check(d + "/bad2/prog", kNoCrash);
+    // A FIFO where the .dwo should be: open() waited for a writer, and the
+    // profile write with it, forever. In a child with a deadline: a hang
+    // fails the test (exit status 0: names only, at once).
+    REQUIRE(RunCommand("mkdir " + d + "/fifo && cp " + d + "/prog " + d + "/fifo/prog && cd " + d +
+                           "/moved && for f in *.dwo; do mkfifo ../fifo/$f; done",
+                       out) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      alarm(30);
+      heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(d + "/fifo/prog");
+      Symbolizer symbolizer(objects);
+      SymbolizedFrame frames[32];
+      SymbolizedQuality quality;
+      const int n = symbolizer.Symbolize(static_cast<std::uintptr_t>(build), frames, 32, &quality);
+      _exit(n >= 1 && frames[n - 1].name == "Build" ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(status == 0);
   }
   RunCommand("rm -rf " + dir, out);
 }

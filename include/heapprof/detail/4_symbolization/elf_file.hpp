@@ -59,8 +59,13 @@ class MappedFile {
   bool Open(const char* path) {
     Reset();
     int fd;
+    // O_NONBLOCK: the paths come from the program's DWARF and the file
+    // system (debug links, build ids, .dwo names): open() of a FIFO without
+    // it waits for a writer, and the profile write (the dump thread, an exit
+    // or oom dump, an HTTP build) waited forever. It changes nothing for a
+    // regular file, and mmap ignores it.
     do {
-      fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return false;
     struct stat st;
