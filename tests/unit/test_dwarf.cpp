@@ -1180,6 +1180,30 @@ TEST_CASE("dwarf: split DWARF reads the .dwo by comp_dir or beside the program; 
       if (expect != kNoCrash && (expect == kChain || v.skeleton_chains)) CHECK(chains > 0);
     };
     check(d + "/prog", kChain);  // the .dwo where DW_AT_comp_dir says
+    // The oom dump's reads (a reserve sized for names: only DWARF already
+    // read): the program's DWARF loaded, its .dwo not yet opened. The .dwo is
+    // not opened then (names only), and is by the next profile (before: it
+    // was opened cold under the reserve, and a failure there for want of
+    // memory lost the unit's lines for good).
+    REQUIRE(RunCommand("mkdir " + d + "/cold && cp " + d + "/prog " + d + "/cold/prog", out) == 0);
+    {
+      heapprof::detail::ArenaVector<LoadedObject> objects = WholeFile(d + "/cold/prog");
+      Symbolizer symbolizer(objects);
+      const std::uint64_t start = SymbolAddress(d + "/cold/prog", "_start");
+      REQUIRE(start != 0);
+      SymbolizedFrame frames[32];
+      SymbolizedQuality quality;
+      symbolizer.Symbolize(static_cast<std::uintptr_t>(start), frames, 32, &quality);  // loads the DWARF (no unit)
+      struct CachedOnly {
+        CachedOnly() { heapprof::detail::tls_symbolize_cached_debug_only = true; }
+        ~CachedOnly() { heapprof::detail::tls_symbolize_cached_debug_only = false; }
+      };
+      {
+        CachedOnly cached_only;
+        check(d + "/cold/prog", kNamesOnly);
+      }
+      check(d + "/cold/prog", kChain);
+    }
     // Program and .dwo moved together: found beside the program.
     REQUIRE(RunCommand("cd " + d + " && cp prog moved/prog && mv *.dwo moved/", out) == 0);
     check(d + "/moved/prog", kChain);

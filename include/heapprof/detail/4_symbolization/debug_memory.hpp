@@ -25,6 +25,17 @@
 namespace heapprof {
 namespace detail {
 
+// Set on a thread while it writes a profile that must not read DWARF it has
+// not read before: oom_dump's under a reserve sized for names only
+// (dumps.hpp: Dumper::OnAllocFailed). Its names come from the symbol tables
+// (one file mapped at a time), its files and lines from what the cache
+// already holds. Reading a large program's DWARF cold took more than any
+// reserve below 80 MiB (a 31 MB test binary), and a load that ran out of
+// memory half way cost the profile every name (README "A dump on
+// allocation failure"). A split unit's .dwo (or .dwp) not opened yet is
+// such DWARF too (dwarf_info.hpp: DwarfInfo::Split).
+inline thread_local bool tls_symbolize_cached_debug_only = false;
+
 inline std::atomic<std::size_t> g_debug_info_bytes{0};
 
 // What the arena really hands out for `n` bytes, so the budget counts it.

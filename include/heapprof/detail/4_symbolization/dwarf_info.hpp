@@ -817,6 +817,10 @@ inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
 // file, another build's, damaged, or memory short), and then not tried again.
 inline DwarfInfo* DwarfInfo::Split(Unit& skeleton) {
   if (skeleton.split != nullptr || skeleton.split_failed) return skeleton.split;
+  // Not under a reserve sized for names (the oom dump): opening the .dwo is
+  // reading DWARF cold. Not given up on either: later profiles read it (a
+  // failure there, for want of memory, lost the unit's lines for good).
+  if (tls_symbolize_cached_debug_only) return nullptr;
   skeleton.split_failed = true;
   if (dwo_opener_ == nullptr || skeleton.dwo_name == nullptr || skeleton.dwo_name[0] == '\0' ||
       !skeleton.has_dwo_id) {

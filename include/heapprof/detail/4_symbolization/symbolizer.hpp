@@ -659,15 +659,7 @@ struct SymbolizedFrame {
   std::uint32_t start_line = 0;    // the function's declaration line; 0 = unknown
 };
 
-// Set on a thread while it writes a profile that must not read DWARF it has
-// not read before: oom_dump's under a reserve sized for names only
-// (dumps.hpp: Dumper::OnAllocFailed). Its names come from the symbol tables
-// (one file mapped at a time), its files and lines from what the cache
-// already holds. Reading a large program's DWARF cold took more than any
-// reserve below 80 MiB (a 31 MB test binary), and a load that ran out of
-// memory half way cost the profile every name (README "A dump on
-// allocation failure").
-inline thread_local bool tls_symbolize_cached_debug_only = false;
+// tls_symbolize_cached_debug_only: debug_memory.hpp.
 
 // What Symbolize knew about an address.
 struct SymbolizedQuality {
