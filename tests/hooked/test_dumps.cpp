@@ -276,6 +276,60 @@ TEST_CASE("a program that execs in the middle of a dump: the new image's write p
   RemoveDir(dir);
 }
 
+TEST_CASE("HEAPPROF log= sends every heapprof line to a file or nowhere; stderr stays the program's") {
+  // A build under the preload library (configure, try_compile, tests that
+  // compare stderr) must be able to keep heapprof's lines out of stderr.
+  // Before, there was no way: every line went to fd 2.
+  const std::string dir = DumpsTempDir();
+  const std::string common = "dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1,rate=1,no_such_key=1";
+  std::string out;
+  // A file, given after the bad key: the bad key's line goes to the file
+  // too. Two processes: the second appends.
+  int rc = 0;
+  for (int i = 0; i < 2; ++i) {
+    rc = RunSelf("HEAPPROF=" + common + ",log=" + dir + "/h.log HEAPPROF_TEST_DIR=" + dir +
+                     " HEAPPROF_TEST_CHILD=dump_exit",
+                 out);
+    CHECK(rc == 0);
+    CHECK(out.find("heapprof") == std::string::npos);
+  }
+  {
+    const std::string log = ReadFile(dir + "/h.log");
+    INFO(log);
+    CHECK(log.find("heapprof: HEAPPROF: unknown key 'no_such_key'") != std::string::npos);
+    const std::regex wrote(R"(heapprof: wrote \S+/p\.[0-9]+\.0001\.heap\.pb\.gz \(dump_at_exit\))");
+    CHECK(std::distance(std::sregex_iterator(log.begin(), log.end(), wrote), std::sregex_iterator()) == 2);
+    CHECK(log.find("heapprof: leak report: ") != std::string::npos);  // the table (ReportRaw) too
+    CHECK(log.find("LeakedByTest") != std::string::npos);
+  }
+  RemoveDir(dir);
+  const std::string dir2 = DumpsTempDir();
+  const std::string common2 = "dump_prefix=" + dir2 + "/p,dump_at_exit=1,leak_report=1,rate=1,no_such_key=1";
+  rc = RunSelf("HEAPPROF=log=none," + common2 + " HEAPPROF_TEST_DIR=" + dir2 + " HEAPPROF_TEST_CHILD=dump_exit", out);
+  CHECK(rc == 0);
+  CHECK(out.find("heapprof") == std::string::npos);
+  CHECK(Matching(dir2, R"(p\.[0-9]+\.0001\.heap\.pb\.gz)").size() == 1);  // the dump is still written
+  // A file that cannot be opened: stderr, not nowhere. A bad value: said on
+  // stderr, and the lines stay there.
+  rc = RunSelf("HEAPPROF=log=" + dir2 + "/no/such/dir/h.log," + common2 +
+                   " HEAPPROF_TEST_DIR=" + dir2 + " HEAPPROF_TEST_CHILD=dump_exit",
+               out);
+  CHECK(rc == 0);
+  CHECK(out.find("heapprof: wrote ") != std::string::npos);
+  rc = RunSelf("HEAPPROF=log=," + common2 + " HEAPPROF_TEST_DIR=" + dir2 + " HEAPPROF_TEST_CHILD=dump_exit", out);
+  CHECK(rc == 0);
+  CHECK(out.find("heapprof: HEAPPROF: bad value for log") != std::string::npos);
+  CHECK(out.find("heapprof: wrote ") != std::string::npos);
+  // Relative: to the working directory at start-up.
+  rc = RunSelf("cd " + dir2 + " && HEAPPROF=log=rel.log," + common2 + " HEAPPROF_TEST_DIR=" + dir2 +
+                   " HEAPPROF_TEST_CHILD=dump_exit",
+               out);
+  CHECK(rc == 0);
+  CHECK(out.find("heapprof") == std::string::npos);
+  CHECK(ReadFile(dir2 + "/rel.log").find("heapprof: wrote ") != std::string::npos);
+  RemoveDir(dir2);
+}
+
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = DumpsTempDir();
   std::string out;

@@ -6,14 +6,62 @@
 // it runs from inside the first operator new.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <string_view>
-#include <unistd.h>
 
 namespace heapprof {
 namespace detail {
+
+// Where heapprof's lines go (HEAPPROF log=): stderr (the default, and
+// log=stderr), nowhere (log=none), or appended to a file (log=PATH, relative
+// to the working directory at start-up). A build run under the preload
+// library (configure checks, CMake's try_compile, tests that compare
+// stderr) must not find "heapprof: wrote ..." lines in its tools' stderr;
+// and a program that closed fd 2 and opened a file of its own there would
+// get them in that file. The file is opened for each message and closed
+// after it (O_APPEND: lines of several processes sharing it stay whole):
+// the program owns every descriptor. When it cannot be opened the message
+// goes to stderr, not nowhere.
+struct ReportSink {
+  enum Mode : int { kStderr = 0, kNone = 1, kFile = 2 };
+  std::atomic<int> mode{kStderr};
+  char path[4096] = {};
+};
+inline ReportSink g_report_sink;
+
+// The descriptor one message goes to: 2, -1 (dropped) or the log file
+// opened for it (*opened: ReportFdDone closes it). Keeps errno.
+inline int ReportFd(bool* opened) noexcept {
+  *opened = false;
+  const int mode = g_report_sink.mode.load(std::memory_order_acquire);
+  if (mode == ReportSink::kNone) return -1;
+  if (mode == ReportSink::kFile) {
+    const int saved = errno;
+    int fd;
+    do {
+      fd = ::open(g_report_sink.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+    } while (fd < 0 && errno == EINTR);
+    errno = saved;
+    if (fd >= 0) {
+      *opened = true;
+      return fd;
+    }
+  }
+  return 2;
+}
+inline void ReportFdDone(int fd, bool opened) noexcept {
+  if (!opened) return;
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+}
 
 // "4096", "512k", "1m", "2g" (suffix case-insensitive, powers of 1024).
 inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
@@ -68,8 +116,14 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item,
   put("'");
   put(tail);
   put("\n");
-  ssize_t ignored = write(2, line, n);
+  bool opened;
+  const int fd = ReportFd(&opened);
+  if (fd < 0) return;
+  const int saved = errno;
+  ssize_t ignored = write(fd, line, n);
   (void)ignored;
+  errno = saved;
+  ReportFdDone(fd, opened);
 }
 
 // The largest values the numeric keys take; larger ones are clamped (and
@@ -194,6 +248,51 @@ inline bool ParseFraction(std::string_view text, std::uint32_t& out) noexcept {
   if (v == 0 || v > 1000000) return false;
   out = static_cast<std::uint32_t>(v);
   return true;
+}
+
+// HEAPPROF's log= (the last one given), applied to g_report_sink before the
+// rest is parsed, so that the other keys' problems go where it says. Run
+// once, at start-up (EnsureInit); ParseEnvConfig skips the key.
+inline void ConfigureReportSink(std::string_view text) noexcept {
+  std::string_view value;
+  bool given = false;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view pair = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (pair.substr(0, 4) == "log=") {
+      value = pair.substr(4);
+      given = true;
+    }
+  }
+  if (!given) return;
+  ReportSink& sink = g_report_sink;
+  if (value == "stderr") {
+    sink.mode.store(ReportSink::kStderr, std::memory_order_release);
+    return;
+  }
+  if (value == "none") {
+    sink.mode.store(ReportSink::kNone, std::memory_order_release);
+    return;
+  }
+  std::size_t at = 0;
+  if (!value.empty() && value[0] != '/') {  // relative: to the working directory now, at start-up
+    if (::getcwd(sink.path, sizeof sink.path) == nullptr) {
+      ReportConfigProblem("log: the working directory cannot be read for the relative path", value,
+                          ": lines stay on stderr");
+      return;
+    }
+    at = std::strlen(sink.path);
+    if (at > 0 && sink.path[at - 1] != '/') sink.path[at++] = '/';
+  }
+  if (value.empty() || at + value.size() >= sizeof sink.path || value.find('\0') != std::string_view::npos) {
+    ReportConfigProblem("bad value for log (stderr, none or a file path under 4096 bytes):", value,
+                        ": lines stay on stderr");
+    return;
+  }
+  std::memcpy(sink.path + at, value.data(), value.size());
+  sink.path[at + value.size()] = '\0';
+  sink.mode.store(ReportSink::kFile, std::memory_order_release);
 }
 
 // Splits `text` into pairs and applies the known keys; reports the rest.
@@ -329,6 +428,8 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       if (!CopyConfigString(value, cfg.leak_suppressions)) {
         ReportConfigProblem("bad value for leak_suppressions (a non-empty path under 1024 bytes):", value);
       }
+    } else if (key == "log") {
+      // ConfigureReportSink's, at start-up.
     } else if (key == "http") {
       if (!CopyConfigString(value, cfg.http)) {
         ReportConfigProblem("bad value for http (host:port):", value);

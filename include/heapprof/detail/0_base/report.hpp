@@ -14,30 +14,38 @@
 #include <string_view>
 
 #include "heapprof/detail/0_base/arena_allocator.hpp"
+#include "heapprof/detail/0_base/env_config.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/config.hpp"
 
 namespace heapprof {
 namespace detail {
 
-// `text` to stderr with write(2): no stdio buffer, no allocation, so it is
+// `text` to stderr (or HEAPPROF log='s file: env_config.hpp) with write(2): no stdio buffer, no allocation, so it is
 // safe from inside an allocation hook.
 inline void ReportRaw(const char* text) noexcept {
+  bool opened;
+  const int fd = ReportFd(&opened);  // (stderr unless HEAPPROF log= says otherwise)
+  if (fd < 0) return;
   const int saved = errno;
   std::size_t left = std::strlen(text);
   while (left > 0) {
-    const ssize_t n = ::write(2, text, left);
+    const ssize_t n = ::write(fd, text, left);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     text += n;
     left -= static_cast<std::size_t>(n);
   }
   errno = saved;
+  ReportFdDone(fd, opened);
 }
 
 // "heapprof: <line>\n" to stderr with a single writev(2), so lines from
 // threads don't mix, and without allocating.
 inline void ReportLine(std::string_view line) noexcept {
+  bool opened;
+  const int fd = ReportFd(&opened);
+  if (fd < 0) return;
   const int saved = errno;
   char prefix[] = "heapprof: ";
   char newline[] = "\n";
@@ -46,7 +54,7 @@ inline void ReportLine(std::string_view line) noexcept {
   iovec* at = parts;
   int count = 3;
   while (left > 0) {
-    const ssize_t n = ::writev(2, at, count);
+    const ssize_t n = ::writev(fd, at, count);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     left -= static_cast<std::size_t>(n);
@@ -62,6 +70,7 @@ inline void ReportLine(std::string_view line) noexcept {
     }
   }
   errno = saved;
+  ReportFdDone(fd, opened);
 }
 
 inline std::int64_t MonotonicMillis() noexcept {

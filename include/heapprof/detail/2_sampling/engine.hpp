@@ -171,6 +171,7 @@ inline void EnsureInit() noexcept {
     // ignores MALLOC_*; an unprivileged user must not make a privileged
     // program write dumps wherever they like.
     if (const char* env = secure_getenv("HEAPPROF")) {
+      ConfigureReportSink(env);  // log= first: the other keys' problems go where it says
       g_env_config = ParseEnvConfig(env);
       const EnvConfig& cfg = g_env_config;
       if (cfg.has_rate) ApplyRate(cfg.rate);
