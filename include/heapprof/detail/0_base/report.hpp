@@ -21,8 +21,9 @@
 namespace heapprof {
 namespace detail {
 
-// `text` to stderr (or HEAPPROF log='s file: env_config.hpp) with write(2): no stdio buffer, no allocation, so it is
-// safe from inside an allocation hook.
+// `text` to stderr (or where HEAPPROF log= says: env_config.hpp) with
+// write(2): no stdio buffer, no allocation, so it is safe from inside an
+// allocation hook.
 inline void ReportRaw(const char* text) noexcept {
   bool opened;
   const int fd = ReportFd(&opened);  // (stderr unless HEAPPROF log= says otherwise)
