@@ -56,6 +56,44 @@ TEST_CASE("HEAPPROF memory-event keys: peak_at_exit, dump_near_oom, rss_interval
   CHECK(hd::ParseEnvConfig("rss_interval=0").rss_interval == 0);
 }
 
+TEST_CASE("dump_near_oom: limits that take turns keep their thresholds; a limit not seen before starts again") {
+  // Two limits with nearly the same room take turns as the one watched:
+  // before, each turn restarted the thresholds (halvings 0), and the next
+  // poll dumped again, once a second.
+  using Source = hd::MemoryLimit::Source;
+  hd::NearOomProgress p;
+  constexpr std::uint64_t kCgroup = 2000000000, kAs = 3000000000;
+  // Watching the cgroup's limit, dumped for 2 thresholds; the turn to RLIMIT_AS.
+  hd::NearOomProgress::Entry e = p.Switch({hd::MemoryLimit::kNone, 0, 0, false}, Source::kCgroupV2Max, kCgroup);
+  CHECK(e.halvings == 0);
+  e = p.Switch({Source::kCgroupV2Max, kCgroup, 2, false}, Source::kRlimitAs, kAs);
+  CHECK(e.halvings == 0);  // not seen before: from the first threshold
+  CHECK(!e.done);
+  // RLIMIT_AS dumped for 1; back to the cgroup: it goes on from its 2.
+  e = p.Switch({Source::kRlimitAs, kAs, 1, false}, Source::kCgroupV2Max, kCgroup);
+  CHECK(e.halvings == 2);
+  e = p.Switch({Source::kCgroupV2Max, kCgroup, 3, true}, Source::kRlimitAs, kAs);
+  CHECK(e.halvings == 1);
+  e = p.Switch({Source::kRlimitAs, kAs, 1, false}, Source::kCgroupV2Max, kCgroup);
+  CHECK(e.halvings == 3);
+  CHECK(e.done);
+  // The cgroup resized: another limit, from the first threshold.
+  e = p.Switch({Source::kCgroupV2Max, kCgroup, 3, true}, Source::kCgroupV2Max, kCgroup * 2);
+  CHECK(e.halvings == 0);
+  CHECK(!e.done);
+  // Four limits left are remembered; a fifth pushes out the one left longest ago.
+  e = p.Switch({Source::kCgroupV2Max, kCgroup * 2, 1, false}, Source::kRlimitData, 100);
+  e = p.Switch({Source::kRlimitData, 100, 4, false}, Source::kPhysical, 200);
+  CHECK(p.count == hd::NearOomProgress::kEntries);  // data, the resized cgroup, the cgroup, RLIMIT_AS
+  e = p.Switch({Source::kPhysical, 200, 5, false}, Source::kRlimitAs, kAs);
+  CHECK(e.halvings == 1);  // the fourth: still there
+  e = p.Switch({Source::kRlimitAs, kAs, 1, false}, Source::kCgroupV1, 300);
+  CHECK(p.count == hd::NearOomProgress::kEntries);  // RLIMIT_AS, physical, data, the resized cgroup
+  e = p.Switch({Source::kCgroupV1, 300, 6, false}, Source::kCgroupV2Max, kCgroup);
+  CHECK(e.halvings == 0);  // pushed out
+  CHECK(p.count == hd::NearOomProgress::kEntries);
+}
+
 TEST_CASE("memory limit: cgroup mounts and paths from mountinfo and /proc/self/cgroup") {
   // A Debian 12 host with the v1 hierarchies (this repository's test VM) and
   // an unused cgroup2 mount.

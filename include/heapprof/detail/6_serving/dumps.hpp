@@ -74,6 +74,56 @@ constexpr int kDumpPollMillis = 10;
 constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
 // How often the memory limit is looked up again (a cgroup's can change).
 constexpr std::int64_t kLimitRefreshMillis = 1000;
+
+// dump_near_oom's progress (thresholds dumped for) by limit. The limit
+// watched is the one with the least room left, and two with nearly the same
+// room (a cgroup's and RLIMIT_AS, say) can take turns from one read to the
+// next. Each change of limit restarted the thresholds, so every turn dumped
+// again: a dump a second for as long as memory stayed high. Now the limits
+// left keep their progress (the last kEntries of them): a turn back to one
+// already dumped for goes on from there, and only a limit not seen before (a
+// cgroup resized) starts from the first threshold.
+struct NearOomProgress {
+  struct Entry {
+    MemoryLimit::Source source = MemoryLimit::kNone;
+    std::uint64_t limit = 0;
+    unsigned halvings = 0;
+    bool done = false;
+  };
+  static constexpr int kEntries = 4;
+  Entry left[kEntries];  // the limits left, the most recent first
+  int count = 0;
+
+  // Leaving `from` (its progress) for the limit `source`/`limit`: the
+  // progress to go on with under it.
+  Entry Switch(const Entry& from, MemoryLimit::Source source, std::uint64_t limit) noexcept {
+    Entry to{source, limit, 0, false};
+    Remove(from.source, from.limit);
+    for (int i = 0; i < count; ++i) {
+      if (left[i].source == source && left[i].limit == limit) {
+        to = left[i];
+        Remove(source, limit);
+        break;
+      }
+    }
+    if (from.source != MemoryLimit::kNone) {
+      const int keep = count < kEntries ? count : kEntries - 1;
+      for (int i = keep; i > 0; --i) left[i] = left[i - 1];
+      left[0] = from;
+      count = keep + 1;
+    }
+    return to;
+  }
+
+ private:
+  void Remove(MemoryLimit::Source source, std::uint64_t limit) noexcept {
+    int n = 0;
+    for (int i = 0; i < count; ++i) {
+      if (!(left[i].source == source && left[i].limit == limit)) left[n++] = left[i];
+    }
+    count = n;
+  }
+};
 // How long a thread whose allocation failed while another writes the oom
 // dump waits for it (OnAllocFailed). A warm write takes milliseconds; this
 // bounds the stall if the waiting thread holds a lock the write needs.
@@ -719,8 +769,9 @@ class Dumper {
     std::int64_t next_limit_read = 0;
     unsigned halvings = 0;        // dump_near_oom: headroom halvings already dumped for
     bool near_oom_done = false;   // the headroom left is below kNearOomMinHeadroom
-    std::uint64_t limit_seen = 0; // a new limit starts the thresholds again
+    std::uint64_t limit_seen = 0; // a new limit starts the thresholds again (one seen before goes on: progress)
     MemoryLimit::Source source_seen = MemoryLimit::kNone;
+    NearOomProgress progress;
     std::uint64_t rss_mark = 0;   // rss_interval: the RSS that dumps next (the last such dump's, or start-up's, + interval)
     bool rss_dumped = false;      // an rss_interval dump was written: the base is its RSS, not start-up's
 
@@ -768,10 +819,12 @@ class Dumper {
         limit = FindMemoryLimit();
         next_limit_read = now + kLimitRefreshMillis;
         if (limit.limit != limit_seen || limit.source != source_seen) {
+          const NearOomProgress::Entry to =
+              progress.Switch({source_seen, limit_seen, halvings, near_oom_done}, limit.source, limit.limit);
           limit_seen = limit.limit;
           source_seen = limit.source;
-          halvings = 0;
-          near_oom_done = false;
+          halvings = to.halvings;
+          near_oom_done = to.done;
         }
       }
       if (!NearOomArmed()) return false;  // (no usage to read)
