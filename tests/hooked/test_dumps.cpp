@@ -330,6 +330,22 @@ TEST_CASE("HEAPPROF log= sends every heapprof line to a file or nowhere; stderr 
   RemoveDir(dir2);
 }
 
+TEST_CASE("dump_prefix ending in a slash names a directory: heapprof.<pid>... files in it") {
+  // Before: "<dir>/.<pid>.0001.heap.pb.gz", hidden from ls and *.pb.gz globs.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=dump_prefix=" + dir + "/,dump_at_exit=1,leak_report=1,peak_at_exit=1 HEAPPROF_TEST_DIR=" +
+                             dir + " HEAPPROF_TEST_CHILD=dump_exit",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(Matching(dir, R"(heapprof\.[0-9]+\.0001\.heap\.pb\.gz)").size() == 1);
+  CHECK(Matching(dir, R"(heapprof\.[0-9]+\.leaks\.pb\.gz)").size() == 1);
+  CHECK(Matching(dir, R"(heapprof\.[0-9]+\.peak\.pb\.gz)").size() == 1);
+  CHECK(Matching(dir, R"(\..*)").empty());
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the stderr table") {
   const std::string dir = DumpsTempDir();
   std::string out;

@@ -388,8 +388,14 @@ class Dumper {
   // sub/p.<pid>.0001.heap.pb.gz.tmp...") or wrote them into "/". While the
   // working directory is the start-up one, the prefix stays as written, and
   // so do the names the "wrote" lines print.
+  // A prefix ending in '/' names a directory: the files in it are
+  // "heapprof.<pid>...." (before: ".<pid>....", hidden from ls and from
+  // globs such as *.pb.gz).
   ArenaString Prefix() const {
-    return FromStartDir(cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? cfg_->dump_prefix : "heapprof");
+    ArenaString prefix =
+        FromStartDir(cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? cfg_->dump_prefix : "heapprof");
+    if (!prefix.empty() && prefix.back() == '/') prefix += "heapprof";
+    return prefix;
   }
   // Any other path of HEAPPROF read after start-up (leak_suppressions, read
   // at exit), resolved the same way; empty stays empty.
