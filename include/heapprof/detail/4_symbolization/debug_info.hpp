@@ -111,6 +111,8 @@ class DebugObject {
   // .dwp package beside it.
   static bool OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
                       dwarf::Sections* out);
+  bool KeepDwoFile(const char* candidate, dwarf::Sections* found, elf::ByteView* cu_index,
+                   bool (*wanted)(const dwarf::Sections&, const elf::ByteView&, std::uint64_t), std::uint64_t dwo_id);
   bool TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out);
   bool TryDwp(std::uint64_t dwo_id, dwarf::Sections* out);
   bool OpenDwp(const char* candidate);
@@ -374,20 +376,22 @@ inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const e
   return out_sections->info.size != 0 && out_sections->abbrev.size != 0;
 }
 
-inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out) {
+// Maps `candidate`, a .dwo or .dwp (sections named ".debug_info.dwo" ...),
+// and keeps it mapped, with what was inflated of it, when `wanted` accepts
+// its sections (and a .dwp's unit index); else gives both back.
+inline bool DebugObject::KeepDwoFile(const char* candidate, dwarf::Sections* found, elf::ByteView* cu_index,
+                                     bool (*wanted)(const dwarf::Sections&, const elf::ByteView&, std::uint64_t),
+                                     std::uint64_t dwo_id) {
   if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
   elf::MappedFile* f = DebugNew<elf::MappedFile>();
   if (f == nullptr) return false;
   elf::SectionTable sections;
   const std::size_t inflated_before = inflated_.size();
-  dwarf::Sections found{};
   elf::ByteView no_altlink, no_sup;
-  dwarf::UnitHeader unit;
   if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
-      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true) &&
-      dwarf::FindSplitUnit(found, dwo_id, &unit) && dwo_files_.Push(f)) {
+      ReadSections(sections, f->view(), found, &no_altlink, &no_sup, /*dwo=*/true, cu_index) &&
+      wanted(*found, *cu_index, dwo_id) && dwo_files_.Push(f)) {
     g_dwo_files.fetch_add(1, std::memory_order_relaxed);
-    *out = found;
     return true;
   }
   FreeInflated(inflated_before);
@@ -395,26 +399,28 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
   return false;
 }
 
+// A .dwo whose split unit has the skeleton's id.
+inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out) {
+  dwarf::Sections found{};
+  elf::ByteView no_index;
+  auto has_unit = [](const dwarf::Sections& s, const elf::ByteView&, std::uint64_t id) {
+    dwarf::UnitHeader unit;
+    return dwarf::FindSplitUnit(s, id, &unit);
+  };
+  if (!KeepDwoFile(candidate, &found, &no_index, has_unit, dwo_id)) return false;
+  *out = found;
+  return true;
+}
+
 // A .dwp package, kept mapped (as a .dwo is) when it has a unit index.
 inline bool DebugObject::OpenDwp(const char* candidate) {
-  if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
-  elf::MappedFile* f = DebugNew<elf::MappedFile>();
-  if (f == nullptr) return false;
-  elf::SectionTable sections;
-  const std::size_t inflated_before = inflated_.size();
   dwarf::Sections found{};
-  elf::ByteView no_altlink, no_sup, cu_index;
-  if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
-      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true, &cu_index) &&
-      cu_index.size != 0 && dwo_files_.Push(f)) {
-    g_dwo_files.fetch_add(1, std::memory_order_relaxed);
-    dwp_sections_ = found;
-    dwp_cu_index_ = cu_index;
-    return true;
-  }
-  FreeInflated(inflated_before);
-  DebugDelete(f);
-  return false;
+  elf::ByteView cu_index;
+  auto has_index = [](const dwarf::Sections&, const elf::ByteView& index, std::uint64_t) { return index.size != 0; };
+  if (!KeepDwoFile(candidate, &found, &cu_index, has_index, 0)) return false;
+  dwp_sections_ = found;
+  dwp_cu_index_ = cu_index;
+  return true;
 }
 
 // The .dwp package is "<object>.dwp", as gdb and llvm-symbolizer look for it
