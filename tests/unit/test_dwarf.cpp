@@ -1098,6 +1098,15 @@ TEST_CASE("dwarf: -gline-tables-only and -g1 name an ABI-tagged function from it
   RunCommand("rm -rf " + dir, out);
 }
 
+// The split-DWARF programs: Make inlined into Build; and another program
+// whose .dwo has the same name and another dwo_id.
+const char* const kSplitSource =
+    "char* volatile g;\n"
+    "__attribute__((always_inline)) inline char* Make(int n) { return g = new char[n]; }\n"  // line 2
+    "__attribute__((noinline)) char* Build(int n) { return Make(n + 1); }\n"                 // line 3
+    "int main(int argc, char**) { Build(argc); return 0; }\n";
+const char* const kSplitOther = "int main() { return 3; }\n";
+
 TEST_CASE("dwarf: split DWARF reads the .dwo by comp_dir or beside the program; missing or mismatched or corrupt gives names only") {
   // g++/clang++ -gsplit-dwarf leave in the program a skeleton unit naming
   // its .dwo (DW_AT_dwo_name, DW_AT_GNU_dwo_name), with the line table but
@@ -1115,13 +1124,8 @@ TEST_CASE("dwarf: split DWARF reads the .dwo by comp_dir or beside the program; 
   }
   const std::string dir = TempDir();
   REQUIRE(!dir.empty());
-  const std::string source =
-      "char* volatile g;\n"
-      "__attribute__((always_inline)) inline char* Make(int n) { return g = new char[n]; }\n"  // line 2
-      "__attribute__((noinline)) char* Build(int n) { return Make(n + 1); }\n"                 // line 3
-      "int main(int argc, char**) { Build(argc); return 0; }\n";
-  // Another program whose .dwo has the same name and another dwo_id.
-  const std::string other = "int main() { return 3; }\n";
+  const std::string source = kSplitSource;
+  const std::string other = kSplitOther;
   std::string out;
   const struct {
     const char* compiler;
@@ -1262,12 +1266,8 @@ TEST_CASE("dwarf: a .dwp package beside the program gives the split units' inlin
   }
   const std::string dir = TempDir();
   REQUIRE(!dir.empty());
-  const std::string source =
-      "char* volatile g;\n"
-      "__attribute__((always_inline)) inline char* Make(int n) { return g = new char[n]; }\n"  // line 2
-      "__attribute__((noinline)) char* Build(int n) { return Make(n + 1); }\n"                 // line 3
-      "int main(int argc, char**) { Build(argc); return 0; }\n";
-  const std::string other = "int main() { return 3; }\n";
+  const std::string source = kSplitSource;
+  const std::string other = kSplitOther;
   std::string out;
   const struct {
     const char* compiler;
