@@ -1859,14 +1859,62 @@ inline ArenaString ArenaDecimal(unsigned long long v) {
 // the other pairs still apply and nothing aborts. Parsing allocates nothing:
 // it runs from inside the first operator new.
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <string_view>
-#include <unistd.h>
 
 namespace heapprof {
 namespace detail {
+
+// Where heapprof's lines go (HEAPPROF log=): stderr (the default, and
+// log=stderr), nowhere (log=none), or appended to a file (log=PATH, relative
+// to the working directory at start-up). A build run under the preload
+// library (configure checks, CMake's try_compile, tests that compare
+// stderr) must not find "heapprof: wrote ..." lines in its tools' stderr;
+// and a program that closed fd 2 and opened a file of its own there would
+// get them in that file. The file is opened for each message and closed
+// after it (O_APPEND: lines of several processes sharing it stay whole):
+// the program owns every descriptor. When it cannot be opened the message
+// goes to stderr, not nowhere.
+struct ReportSink {
+  enum Mode : int { kStderr = 0, kNone = 1, kFile = 2 };
+  std::atomic<int> mode{kStderr};
+  char path[4096] = {};
+};
+inline ReportSink g_report_sink;
+
+// The descriptor one message goes to: 2, -1 (dropped) or the log file
+// opened for it (*opened: ReportFdDone closes it). Keeps errno.
+inline int ReportFd(bool* opened) noexcept {
+  *opened = false;
+  const int mode = g_report_sink.mode.load(std::memory_order_acquire);
+  if (mode == ReportSink::kNone) return -1;
+  if (mode == ReportSink::kFile) {
+    const int saved = errno;
+    int fd;
+    do {
+      fd = ::open(g_report_sink.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+    } while (fd < 0 && errno == EINTR);
+    errno = saved;
+    if (fd >= 0) {
+      *opened = true;
+      return fd;
+    }
+  }
+  return 2;
+}
+inline void ReportFdDone(int fd, bool opened) noexcept {
+  if (!opened) return;
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+}
 
 // "4096", "512k", "1m", "2g" (suffix case-insensitive, powers of 1024).
 inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
@@ -1921,8 +1969,14 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item,
   put("'");
   put(tail);
   put("\n");
-  ssize_t ignored = write(2, line, n);
+  bool opened;
+  const int fd = ReportFd(&opened);
+  if (fd < 0) return;
+  const int saved = errno;
+  ssize_t ignored = write(fd, line, n);
   (void)ignored;
+  errno = saved;
+  ReportFdDone(fd, opened);
 }
 
 // The largest values the numeric keys take; larger ones are clamped (and
@@ -2047,6 +2101,51 @@ inline bool ParseFraction(std::string_view text, std::uint32_t& out) noexcept {
   if (v == 0 || v > 1000000) return false;
   out = static_cast<std::uint32_t>(v);
   return true;
+}
+
+// HEAPPROF's log= (the last one given), applied to g_report_sink before the
+// rest is parsed, so that the other keys' problems go where it says. Run
+// once, at start-up (EnsureInit); ParseEnvConfig skips the key.
+inline void ConfigureReportSink(std::string_view text) noexcept {
+  std::string_view value;
+  bool given = false;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view pair = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (pair.substr(0, 4) == "log=") {
+      value = pair.substr(4);
+      given = true;
+    }
+  }
+  if (!given) return;
+  ReportSink& sink = g_report_sink;
+  if (value == "stderr") {
+    sink.mode.store(ReportSink::kStderr, std::memory_order_release);
+    return;
+  }
+  if (value == "none") {
+    sink.mode.store(ReportSink::kNone, std::memory_order_release);
+    return;
+  }
+  std::size_t at = 0;
+  if (!value.empty() && value[0] != '/') {  // relative: to the working directory now, at start-up
+    if (::getcwd(sink.path, sizeof sink.path) == nullptr) {
+      ReportConfigProblem("log: the working directory cannot be read for the relative path", value,
+                          ": lines stay on stderr");
+      return;
+    }
+    at = std::strlen(sink.path);
+    if (at > 0 && sink.path[at - 1] != '/') sink.path[at++] = '/';
+  }
+  if (value.empty() || at + value.size() >= sizeof sink.path || value.find('\0') != std::string_view::npos) {
+    ReportConfigProblem("bad value for log (stderr, none or a file path under 4096 bytes):", value,
+                        ": lines stay on stderr");
+    return;
+  }
+  std::memcpy(sink.path + at, value.data(), value.size());
+  sink.path[at + value.size()] = '\0';
+  sink.mode.store(ReportSink::kFile, std::memory_order_release);
 }
 
 // Splits `text` into pairs and applies the known keys; reports the rest.
@@ -2182,6 +2281,8 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
       if (!CopyConfigString(value, cfg.leak_suppressions)) {
         ReportConfigProblem("bad value for leak_suppressions (a non-empty path under 1024 bytes):", value);
       }
+    } else if (key == "log") {
+      // ConfigureReportSink's, at start-up.
     } else if (key == "http") {
       if (!CopyConfigString(value, cfg.http)) {
         ReportConfigProblem("bad value for http (host:port):", value);
@@ -2215,24 +2316,32 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
 namespace heapprof {
 namespace detail {
 
-// `text` to stderr with write(2): no stdio buffer, no allocation, so it is
-// safe from inside an allocation hook.
+// `text` to stderr (or where HEAPPROF log= says: env_config.hpp) with
+// write(2): no stdio buffer, no allocation, so it is safe from inside an
+// allocation hook.
 inline void ReportRaw(const char* text) noexcept {
+  bool opened;
+  const int fd = ReportFd(&opened);  // (stderr unless HEAPPROF log= says otherwise)
+  if (fd < 0) return;
   const int saved = errno;
   std::size_t left = std::strlen(text);
   while (left > 0) {
-    const ssize_t n = ::write(2, text, left);
+    const ssize_t n = ::write(fd, text, left);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     text += n;
     left -= static_cast<std::size_t>(n);
   }
   errno = saved;
+  ReportFdDone(fd, opened);
 }
 
 // "heapprof: <line>\n" to stderr with a single writev(2), so lines from
 // threads don't mix, and without allocating.
 inline void ReportLine(std::string_view line) noexcept {
+  bool opened;
+  const int fd = ReportFd(&opened);
+  if (fd < 0) return;
   const int saved = errno;
   char prefix[] = "heapprof: ";
   char newline[] = "\n";
@@ -2241,7 +2350,7 @@ inline void ReportLine(std::string_view line) noexcept {
   iovec* at = parts;
   int count = 3;
   while (left > 0) {
-    const ssize_t n = ::writev(2, at, count);
+    const ssize_t n = ::writev(fd, at, count);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     left -= static_cast<std::size_t>(n);
@@ -2257,6 +2366,7 @@ inline void ReportLine(std::string_view line) noexcept {
     }
   }
   errno = saved;
+  ReportFdDone(fd, opened);
 }
 
 inline std::int64_t MonotonicMillis() noexcept {
@@ -8418,6 +8528,7 @@ inline void EnsureInit() noexcept {
     // ignores MALLOC_*; an unprivileged user must not make a privileged
     // program write dumps wherever they like.
     if (const char* env = secure_getenv("HEAPPROF")) {
+      ConfigureReportSink(env);  // log= first: the other keys' problems go where it says
       g_env_config = ParseEnvConfig(env);
       const EnvConfig& cfg = g_env_config;
       if (cfg.has_rate) ApplyRate(cfg.rate);
@@ -9051,8 +9162,13 @@ class MappedFile {
   bool Open(const char* path) {
     Reset();
     int fd;
+    // O_NONBLOCK: the paths come from the program's DWARF and the file
+    // system (debug links, build ids, .dwo names): open() of a FIFO without
+    // it waits for a writer, and the profile write (the dump thread, an exit
+    // or oom dump, an HTTP build) waited forever. It changes nothing for a
+    // regular file, and mmap ignores it.
     do {
-      fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return false;
     struct stat st;
@@ -9290,6 +9406,17 @@ inline ArenaString FileBuildId(const SectionTable& sections) {
 
 namespace heapprof {
 namespace detail {
+
+// Set on a thread while it writes a profile that must not read DWARF it has
+// not read before: oom_dump's under a reserve sized for names only
+// (dumps.hpp: Dumper::OnAllocFailed). Its names come from the symbol tables
+// (one file mapped at a time), its files and lines from what the cache
+// already holds. Reading a large program's DWARF cold took more than any
+// reserve below 80 MiB (a 31 MB test binary), and a load that ran out of
+// memory half way cost the profile every name (README "A dump on
+// allocation failure"). A split unit's .dwo (or .dwp) not opened yet is
+// such DWARF too (dwarf_info.hpp: DwarfInfo::Split).
+inline thread_local bool tls_symbolize_cached_debug_only = false;
 
 inline std::atomic<std::size_t> g_debug_info_bytes{0};
 
@@ -11217,6 +11344,10 @@ inline const FunctionInfo* DwarfInfo::Function(std::uint64_t die) {
 // file, another build's, damaged, or memory short), and then not tried again.
 inline DwarfInfo* DwarfInfo::Split(Unit& skeleton) {
   if (skeleton.split != nullptr || skeleton.split_failed) return skeleton.split;
+  // Not under a reserve sized for names (the oom dump): opening the .dwo is
+  // reading DWARF cold. Not given up on either: later profiles read it (a
+  // failure there, for want of memory, lost the unit's lines for good).
+  if (tls_symbolize_cached_debug_only) return nullptr;
   skeleton.split_failed = true;
   if (dwo_opener_ == nullptr || skeleton.dwo_name == nullptr || skeleton.dwo_name[0] == '\0' ||
       !skeleton.has_dwo_id) {
@@ -11794,6 +11925,8 @@ class DebugObject {
   // .dwp package beside it.
   static bool OpenDwo(void* self, const char* dwo_name, const char* comp_dir, std::uint64_t dwo_id,
                       dwarf::Sections* out);
+  bool KeepDwoFile(const char* candidate, dwarf::Sections* found, elf::ByteView* cu_index,
+                   bool (*wanted)(const dwarf::Sections&, const elf::ByteView&, std::uint64_t), std::uint64_t dwo_id);
   bool TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out);
   bool TryDwp(std::uint64_t dwo_id, dwarf::Sections* out);
   bool OpenDwp(const char* candidate);
@@ -12057,20 +12190,22 @@ inline bool DebugObject::ReadSections(const elf::SectionTable& sections, const e
   return out_sections->info.size != 0 && out_sections->abbrev.size != 0;
 }
 
-inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out) {
+// Maps `candidate`, a .dwo or .dwp (sections named ".debug_info.dwo" ...),
+// and keeps it mapped, with what was inflated of it, when `wanted` accepts
+// its sections (and a .dwp's unit index); else gives both back.
+inline bool DebugObject::KeepDwoFile(const char* candidate, dwarf::Sections* found, elf::ByteView* cu_index,
+                                     bool (*wanted)(const dwarf::Sections&, const elf::ByteView&, std::uint64_t),
+                                     std::uint64_t dwo_id) {
   if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
   elf::MappedFile* f = DebugNew<elf::MappedFile>();
   if (f == nullptr) return false;
   elf::SectionTable sections;
   const std::size_t inflated_before = inflated_.size();
-  dwarf::Sections found{};
   elf::ByteView no_altlink, no_sup;
-  dwarf::UnitHeader unit;
   if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
-      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true) &&
-      dwarf::FindSplitUnit(found, dwo_id, &unit) && dwo_files_.Push(f)) {
+      ReadSections(sections, f->view(), found, &no_altlink, &no_sup, /*dwo=*/true, cu_index) &&
+      wanted(*found, *cu_index, dwo_id) && dwo_files_.Push(f)) {
     g_dwo_files.fetch_add(1, std::memory_order_relaxed);
-    *out = found;
     return true;
   }
   FreeInflated(inflated_before);
@@ -12078,26 +12213,28 @@ inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwa
   return false;
 }
 
+// A .dwo whose split unit has the skeleton's id.
+inline bool DebugObject::TryDwo(const char* candidate, std::uint64_t dwo_id, dwarf::Sections* out) {
+  dwarf::Sections found{};
+  elf::ByteView no_index;
+  auto has_unit = [](const dwarf::Sections& s, const elf::ByteView&, std::uint64_t id) {
+    dwarf::UnitHeader unit;
+    return dwarf::FindSplitUnit(s, id, &unit);
+  };
+  if (!KeepDwoFile(candidate, &found, &no_index, has_unit, dwo_id)) return false;
+  *out = found;
+  return true;
+}
+
 // A .dwp package, kept mapped (as a .dwo is) when it has a unit index.
 inline bool DebugObject::OpenDwp(const char* candidate) {
-  if (g_dwo_files.load(std::memory_order_relaxed) >= kMaxDwoFiles) return false;
-  elf::MappedFile* f = DebugNew<elf::MappedFile>();
-  if (f == nullptr) return false;
-  elf::SectionTable sections;
-  const std::size_t inflated_before = inflated_.size();
   dwarf::Sections found{};
-  elf::ByteView no_altlink, no_sup, cu_index;
-  if (f->Open(candidate) && sections.Init(f->view(), /*relocatable=*/true) &&
-      ReadSections(sections, f->view(), &found, &no_altlink, &no_sup, /*dwo=*/true, &cu_index) &&
-      cu_index.size != 0 && dwo_files_.Push(f)) {
-    g_dwo_files.fetch_add(1, std::memory_order_relaxed);
-    dwp_sections_ = found;
-    dwp_cu_index_ = cu_index;
-    return true;
-  }
-  FreeInflated(inflated_before);
-  DebugDelete(f);
-  return false;
+  elf::ByteView cu_index;
+  auto has_index = [](const dwarf::Sections&, const elf::ByteView& index, std::uint64_t) { return index.size != 0; };
+  if (!KeepDwoFile(candidate, &found, &cu_index, has_index, 0)) return false;
+  dwp_sections_ = found;
+  dwp_cu_index_ = cu_index;
+  return true;
 }
 
 // The .dwp package is "<object>.dwp", as gdb and llvm-symbolizer look for it
@@ -13017,15 +13154,7 @@ struct SymbolizedFrame {
   std::uint32_t start_line = 0;    // the function's declaration line; 0 = unknown
 };
 
-// Set on a thread while it writes a profile that must not read DWARF it has
-// not read before: oom_dump's under a reserve sized for names only
-// (dumps.hpp: Dumper::OnAllocFailed). Its names come from the symbol tables
-// (one file mapped at a time), its files and lines from what the cache
-// already holds. Reading a large program's DWARF cold took more than any
-// reserve below 80 MiB (a 31 MB test binary), and a load that ran out of
-// memory half way cost the profile every name (README "A dump on
-// allocation failure").
-inline thread_local bool tls_symbolize_cached_debug_only = false;
+// tls_symbolize_cached_debug_only: debug_memory.hpp.
 
 // What Symbolize knew about an address.
 struct SymbolizedQuality {
@@ -16896,20 +17025,22 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
   struct stat existing {};
   const bool replacing = ::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode);
   static std::atomic<std::uint32_t> counter{0};
-  char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
-                counter.fetch_add(1, std::memory_order_relaxed));
   HEAPPROF_TRY {
-    // The temporary is the name plus the suffix; a name within NAME_MAX but
-    // too long for the suffix too is cut short first (still in the same
-    // directory, so the rename stays atomic). Without this a legal dump name
-    // of 240-255 bytes could not be written at all.
+    // The temporary is the name plus ".tmp.<pid>.<n>"; a name within
+    // NAME_MAX but too long for the suffix too is cut short first (still in
+    // the same directory, so the rename stays atomic). Without this a legal
+    // dump name of 240-255 bytes could not be written at all.
     const std::size_t slash = path.rfind('/');
     const std::size_t base = slash == ArenaString::npos ? 0 : slash + 1;
-    const std::size_t suffix_len = std::strlen(suffix);
-    ArenaString tmp_name = path;
-    if (tmp_name.size() - base + suffix_len > NAME_MAX) tmp_name.resize(base + (NAME_MAX - suffix_len));
-    tmp_name += suffix;
+    auto temporary_name = [&] {
+      char suffix[64];
+      std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", static_cast<long>(getpid()),
+                    counter.fetch_add(1, std::memory_order_relaxed));
+      const std::size_t suffix_len = std::strlen(suffix);
+      ArenaString name = path;
+      if (name.size() - base + suffix_len > NAME_MAX) name.resize(base + (NAME_MAX - suffix_len));
+      return name += suffix;
+    };
     struct Temporary {
       ArenaString name;
       int fd = -1;
@@ -16918,16 +17049,26 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
         if (fd >= 0) ::close(fd);
         if (!keep) ::unlink(name.c_str());
       }
-    } tmp{std::move(tmp_name)};
+    } tmp{temporary_name()};
     auto fail = [&](const char* what, int err) {  // every step before the rename is on the temporary
       failure.value = err;
       if (error != nullptr) *error = ArenaString(what) + " " + tmp.name + ": " + std::strerror(err);
       return false;
     };
-    tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replacing ? 0600 : 0644);
-    if (tmp.fd < 0) {
-      tmp.keep = true;  // not ours to remove
-      return fail("cannot create", errno);
+    // A name taken moves on to the next number: a program that exec()s keeps
+    // its pid and numbers from 0 again, and a temporary its old image left
+    // (exec in the middle of a dump) made the new image's first write fail
+    // with EEXIST. That file is not removed: under another pid namespace
+    // sharing the directory it can be a live process's.
+    for (int tries = 0;; ++tries) {
+      tmp.fd = ::open(tmp.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replacing ? 0600 : 0644);
+      if (tmp.fd >= 0) break;
+      const int err = errno;
+      if (err != EEXIST || tries == 63) {
+        tmp.keep = true;  // not ours to remove
+        return fail("cannot create", err);
+      }
+      tmp.name = temporary_name();
     }
     if (replacing && ::fchmod(tmp.fd, existing.st_mode & 0777) != 0) return fail("cannot set the mode of", errno);
     std::size_t done = 0;
@@ -17426,6 +17567,56 @@ constexpr int kDumpPollMillis = 10;
 constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
 // How often the memory limit is looked up again (a cgroup's can change).
 constexpr std::int64_t kLimitRefreshMillis = 1000;
+
+// dump_near_oom's progress (thresholds dumped for) by limit. The limit
+// watched is the one with the least room left, and two with nearly the same
+// room (a cgroup's and RLIMIT_AS, say) can take turns from one read to the
+// next. Each change of limit restarted the thresholds, so every turn dumped
+// again: a dump a second for as long as memory stayed high. Now the limits
+// left keep their progress (the last kEntries of them): a turn back to one
+// already dumped for goes on from there, and only a limit not seen before (a
+// cgroup resized) starts from the first threshold.
+struct NearOomProgress {
+  struct Entry {
+    MemoryLimit::Source source = MemoryLimit::kNone;
+    std::uint64_t limit = 0;
+    unsigned halvings = 0;
+    bool done = false;
+  };
+  static constexpr int kEntries = 4;
+  Entry left[kEntries];  // the limits left, the most recent first
+  int count = 0;
+
+  // Leaving `from` (its progress) for the limit `source`/`limit`: the
+  // progress to go on with under it.
+  Entry Switch(const Entry& from, MemoryLimit::Source source, std::uint64_t limit) noexcept {
+    Entry to{source, limit, 0, false};
+    Remove(from.source, from.limit);
+    for (int i = 0; i < count; ++i) {
+      if (left[i].source == source && left[i].limit == limit) {
+        to = left[i];
+        Remove(source, limit);
+        break;
+      }
+    }
+    if (from.source != MemoryLimit::kNone) {
+      const int keep = count < kEntries ? count : kEntries - 1;
+      for (int i = keep; i > 0; --i) left[i] = left[i - 1];
+      left[0] = from;
+      count = keep + 1;
+    }
+    return to;
+  }
+
+ private:
+  void Remove(MemoryLimit::Source source, std::uint64_t limit) noexcept {
+    int n = 0;
+    for (int i = 0; i < count; ++i) {
+      if (!(left[i].source == source && left[i].limit == limit)) left[n++] = left[i];
+    }
+    count = n;
+  }
+};
 // How long a thread whose allocation failed while another writes the oom
 // dump waits for it (OnAllocFailed). A warm write takes milliseconds; this
 // bounds the stall if the waiting thread holds a lock the write needs.
@@ -17664,6 +17855,11 @@ class Dumper {
     return oom_reserve_bytes_released_ != 0;
   }
 
+  // True from the first failed allocation until its oom dump is written.
+  bool OomDumpInProgress() const noexcept {
+    return oom_dumped_.load(std::memory_order_acquire) && oom_dump_written_.load(std::memory_order_acquire) == 0;
+  }
+
   // The threads that failed while the oom dump was written, until it is.
   std::uint64_t OomDumpWaiters() const noexcept { return oom_dump_waiters_.load(std::memory_order_relaxed); }
 
@@ -17685,8 +17881,14 @@ class Dumper {
   // sub/p.<pid>.0001.heap.pb.gz.tmp...") or wrote them into "/". While the
   // working directory is the start-up one, the prefix stays as written, and
   // so do the names the "wrote" lines print.
+  // A prefix ending in '/' names a directory: the files in it are
+  // "heapprof.<pid>...." (before: ".<pid>....", hidden from ls and from
+  // globs such as *.pb.gz).
   ArenaString Prefix() const {
-    return FromStartDir(cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? cfg_->dump_prefix : "heapprof");
+    ArenaString prefix =
+        FromStartDir(cfg_ != nullptr && cfg_->dump_prefix[0] != '\0' ? cfg_->dump_prefix : "heapprof");
+    if (!prefix.empty() && prefix.back() == '/') prefix += "heapprof";
+    return prefix;
   }
   // Any other path of HEAPPROF read after start-up (leak_suppressions, read
   // at exit), resolved the same way; empty stays empty.
@@ -17828,6 +18030,11 @@ class Dumper {
   void RestartInChild() noexcept {
     write_mutex_ = PTHREAD_MUTEX_INITIALIZER;
     seq_ = 0;
+    // Forked while a thread of the parent wrote the oom dump: that thread is
+    // not in the child, and the child's first failed allocation waited the
+    // whole kOomDumpWaitMillis (30 s) for it. The child counts it as written,
+    // as it does when the fork comes after the dump (no oom dump of its own).
+    if (oom_dumped_.load(std::memory_order_acquire)) oom_dump_written_.store(1, std::memory_order_release);
     if (!running_.load(std::memory_order_acquire)) return;
     running_.store(false, std::memory_order_relaxed);
     stop_.store(false, std::memory_order_relaxed);
@@ -18061,8 +18268,9 @@ class Dumper {
     std::int64_t next_limit_read = 0;
     unsigned halvings = 0;        // dump_near_oom: headroom halvings already dumped for
     bool near_oom_done = false;   // the headroom left is below kNearOomMinHeadroom
-    std::uint64_t limit_seen = 0; // a new limit starts the thresholds again
+    std::uint64_t limit_seen = 0; // a new limit starts the thresholds again (one seen before goes on: progress)
     MemoryLimit::Source source_seen = MemoryLimit::kNone;
+    NearOomProgress progress;
     std::uint64_t rss_mark = 0;   // rss_interval: the RSS that dumps next (the last such dump's, or start-up's, + interval)
     bool rss_dumped = false;      // an rss_interval dump was written: the base is its RSS, not start-up's
 
@@ -18110,10 +18318,12 @@ class Dumper {
         limit = FindMemoryLimit();
         next_limit_read = now + kLimitRefreshMillis;
         if (limit.limit != limit_seen || limit.source != source_seen) {
+          const NearOomProgress::Entry to =
+              progress.Switch({source_seen, limit_seen, halvings, near_oom_done}, limit.source, limit.limit);
           limit_seen = limit.limit;
           source_seen = limit.source;
-          halvings = 0;
-          near_oom_done = false;
+          halvings = to.halvings;
+          near_oom_done = to.done;
         }
       }
       if (!NearOomArmed()) return false;  // (no usage to read)
