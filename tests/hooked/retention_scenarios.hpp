@@ -30,6 +30,9 @@
 //  - retention_relative_dso (rate 1): a buffer held by a global of that
 //    library, dlopen'ed by a relative path; the profile written after a
 //    chdir("/").
+//  - retention_busy_holder (rate 1): a buffer held only by a local of a
+//    thread that is still running (spinning) when the profile's write starts
+//    and blocks in read(2) 5 ms later. Prints the thread's tid.
 #pragma once
 
 #include <heapprof.hpp>
@@ -57,6 +60,7 @@ constexpr std::size_t kRetentionOwners = 64;
 constexpr std::size_t kOwnedBufferBytes = 3000;
 constexpr std::size_t kStackHeldBytes = 5000;
 constexpr std::size_t kLeakedBytes = 7000;
+constexpr std::size_t kBusyHeldBytes = 5100;
 constexpr std::size_t kLeakedCount = 3;
 constexpr std::size_t kCycleNodeBytes = 96;
 constexpr std::size_t kSampledHolders = 64;
@@ -113,6 +117,11 @@ __attribute__((noinline)) inline RetentionOwner* MakeRetentionOwner(std::size_t 
 }
 __attribute__((noinline)) inline char* MakeStackHeldBuffer() {
   char* p = new char[kStackHeldBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeBusyHeldBuffer() {
+  char* p = new char[kBusyHeldBytes];
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
@@ -226,6 +235,39 @@ inline int RunRetentionPaths() {
   while (tid.load() == 0) std::this_thread::yield();
   if (!WaitBlocked(tid.load())) return 5;
   const std::string path = std::string(dir) + "/retention.pb.gz";
+  const bool ok = heapprof::WriteRetentionProfile(path);
+  if (write(fds[1], "x", 1) != 1) return 6;
+  holder.join();
+  std::printf("holder_tid=%ld\n", tid.load());
+  return ok ? 0 : 7;
+}
+
+// A thread the kernel still says is "running" when the scan first looks at
+// it, blocked in read(2) a few milliseconds later: the scan looks again.
+inline int RunRetentionBusyHolder() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  const std::string path = std::string(dir) + "/retention.pb.gz";
+  if (!heapprof::WriteRetentionProfile(path)) return 8;  // a first write's set-up out of the way
+  int fds[2];
+  if (pipe(fds) != 0) return 4;
+  std::atomic<long> tid{0};
+  std::atomic<bool> go{false};
+  std::thread holder([&] {
+    char* volatile held = MakeBusyHeldBuffer();  // on this thread's stack only
+    tid.store(static_cast<long>(syscall(SYS_gettid)));
+    while (!go.load()) {
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    char c;
+    while (read(fds[0], &c, 1) < 0) {
+    }
+    delete[] held;
+  });
+  while (tid.load() == 0) std::this_thread::yield();
+  go.store(true);
   const bool ok = heapprof::WriteRetentionProfile(path);
   if (write(fds[1], "x", 1) != 1) return 6;
   holder.join();
@@ -477,6 +519,7 @@ inline int RunRetentionScenario(const char* name, bool& known) {
   if (std::strcmp(name, "retention_exit_register") == 0) return RunRetentionExitRegister();
 #endif
   if (std::strcmp(name, "retention_leaks") == 0) return RunRetentionLeaks();
+  if (std::strcmp(name, "retention_busy_holder") == 0) return RunRetentionBusyHolder();
   if (std::strcmp(name, "retention_sampled") == 0) return RunRetentionSampled();
   if (std::strcmp(name, "retention_nested") == 0) return RunRetentionNested();
   if (std::strcmp(name, "retention_zero_size") == 0) return RunRetentionZeroSize();

@@ -190,6 +190,29 @@ TEST_CASE("retention profile at rate 1: global container, another thread's stack
   RemoveDir(dir);
 }
 
+TEST_CASE("retention profile: a thread still running when the scan starts and blocked soon after is scanned") {
+  // The kernel's syscall file says "running" for a thread on a CPU or
+  // runnable; the scan used to look once, and a thread that blocked a moment
+  // later (a poller between two sleeps) was not scanned: what only its stack
+  // held was "[unreachable]".
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_busy_holder", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("holder_tid=");
+  REQUIRE(at != std::string::npos);
+  const long tid = std::strtol(out.c_str() + at + 11, nullptr, 10);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  const std::vector<Path> held = PathsOf(p, "MakeBusyHeldBuffer");
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].objects == 1);
+  CHECK(held[0].frames.back() == "[stack] thread " + std::to_string(tid));
+  RemoveDir(dir);
+}
+
 TEST_CASE("retention profile: a leak whose address the writing thread's dead frames still hold is unreachable") {
   // The scan reads the writing thread's stack from its own frame up, over
   // the profiler's frames, built where the program's dead frames were: a
