@@ -15,6 +15,7 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
 #endif
 
+#include <cstdlib>
 #include <cstring>
 #include <malloc.h>
 
@@ -52,7 +53,14 @@ TEST_CASE("malloc family: a bootstrap block's free, realloc and usable size stay
 }
 #endif
 
+// Scenarios that need a process of their own (at rate 1 from its start, so
+// that heapprof knows every object): the tests re-run this binary with
+// HEAPPROF_TEST_CHILD set (support/child_files.hpp). test_retention.cpp;
+// -1: no such scenario.
+int RunMallocChildScenario(const char* name);
+
 int main(int argc, char** argv) {
+  if (const char* child = std::getenv("HEAPPROF_TEST_CHILD")) return RunMallocChildScenario(child);
   doctest::Context context(argc, argv);
   return context.run();
 }

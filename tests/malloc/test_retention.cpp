@@ -4,12 +4,15 @@
 #include "common.hpp"
 
 #include <search.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/child_files.hpp"
@@ -44,7 +47,106 @@ __attribute__((noinline)) LastMemberHeld* MakeLastMemberHeld() {
   asm volatile("" ::"r"(p) : "memory");
   return p;
 }
+
+// retention_mapping (rate 1 from the start: every object known): a buffer
+// held only by a word of an anonymous mapping the program made itself (a pool
+// allocator's region), and leaks whose addresses stay in a freed block of a
+// thread's malloc arena. Prints the mapping's address.
+constexpr std::size_t kMappingHeldBytes = 1357;
+constexpr std::size_t kArenaLeaks = 8;
+__attribute__((noinline)) char* MakeMappingHeldBuffer() {
+  char* p = static_cast<char*>(std::malloc(kMappingHeldBytes));
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+__attribute__((noinline)) char* MakeArenaLeak(std::size_t i) {
+  char* p = static_cast<char*>(std::malloc(200 + i));
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+int RunRetentionMapping() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  void* region = mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED) return 4;
+  // From threads that then exit: no copy of the addresses stays in this
+  // thread's registers or stack. The second one's blocks are in an arena of
+  // its own (a heap on a 64 MiB boundary), the index freed there.
+  std::thread([region] { static_cast<char**>(region)[1000] = MakeMappingHeldBuffer(); }).join();
+  std::thread([] {
+    auto** index = static_cast<char**>(std::malloc(kArenaLeaks * 2 * sizeof(char*)));
+    for (std::size_t i = 0; i < kArenaLeaks * 2; ++i) index[i] = MakeArenaLeak(i % kArenaLeaks);
+    for (std::size_t i = 0; i < kArenaLeaks; ++i) std::free(index[2 * i]);  // the other half leaks
+    std::free(index);
+  }).join();
+  std::printf("region=%p\n", region);
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
 }  // namespace malloc_test
+
+int RunMallocChildScenario(const char* name) {
+  if (std::strcmp(name, "retention_mapping") == 0) return malloc_test::RunRetentionMapping();
+  return -1;
+}
+
+TEST_CASE("retention profile with every object known: an anonymous mapping of the program's holds what it points at") {
+#if !HEAPPROF_MALLOC_HOOKS
+  MESSAGE("the malloc family is not replaced here: heapprof does not know every object");
+  return;
+#else
+  if (!malloc_test::RealMallocIsGlibc()) {
+    MESSAGE("the mappings are read under glibc's malloc only (another allocator's heaps are anonymous mappings)");
+    return;
+  }
+  const std::string dir = heapprof_test::MakeTempDir("retention_mapping");
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = heapprof_test::RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_mapping", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("region=0x");
+  REQUIRE(at != std::string::npos);
+  const std::uintptr_t region = std::strtoull(out.c_str() + at + 9, nullptr, 16);
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(dir + "/retention.pb.gz", p));
+  bool every_object_known = false;
+  for (const std::int64_t c : p.comment_indices) {
+    every_object_known = every_object_known ||
+                         p.string_table.at(static_cast<std::size_t>(c)).find("every object known") != std::string::npos;
+  }
+  REQUIRE(every_object_known);
+  const int objects = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+  REQUIRE(objects >= 0);
+  std::int64_t held = 0, leaks = 0;
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> frames = heapprof_test::FunctionNames(p, s);
+    if (frames.empty()) continue;
+    std::string joined;
+    for (const std::string& f : frames) joined += f + "\n";
+    INFO(joined);
+    if (frames.front().find("MakeMappingHeldBuffer") != std::string::npos) {
+      // Was "[unreachable]": a leak, for leak_exit_code.
+      held += s.values.at(static_cast<std::size_t>(objects));
+      const std::string& root = frames.back();
+      REQUIRE(root.find("[anonymous mapping] 0x") == 0);
+      const std::size_t dash = root.find('-');
+      REQUIRE(dash != std::string::npos);
+      const std::uintptr_t lo = std::strtoull(root.c_str() + 20, nullptr, 16);
+      const std::uintptr_t hi = std::strtoull(root.c_str() + dash + 1, nullptr, 16);
+      CHECK(lo <= region + 8000);
+      CHECK(region + 8000 < hi);
+    } else if (frames.front().find("MakeArenaLeak") != std::string::npos) {
+      // The freed index in the thread's arena still holds their addresses:
+      // that heap is no root.
+      leaks += s.values.at(static_cast<std::size_t>(objects));
+      CHECK(frames.back() == "[unreachable]");
+    }
+  }
+  CHECK(held == 1);
+  CHECK(leaks == static_cast<std::int64_t>(malloc_test::kArenaLeaks));
+  heapprof_test::RemoveDir(dir);
+#endif
+}
 
 TEST_CASE("retention profile: a write demangles the names of its roots only") {
 #if !HEAPPROF_MALLOC_HOOKS

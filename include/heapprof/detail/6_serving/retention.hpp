@@ -168,7 +168,9 @@ inline const Mapping* MappingOf(const ArenaVector<Mapping>& maps, std::uintptr_t
 
 // ---------------------------------------------------------------- the graph
 
-enum class RootKind : std::uint8_t { kGlobal, kStack, kTls };
+// kMapping: an anonymous mapping that is no malloc heap, read only when
+// every object is known (see Scan).
+enum class RootKind : std::uint8_t { kGlobal, kStack, kTls, kMapping };
 
 struct RootRegion {
   std::uintptr_t lo = 0, hi = 0;
@@ -648,6 +650,22 @@ inline bool MallocMayBeGlibcs() noexcept {
   return !IsAllocatorFile(info.dli_fname);
 }
 
+// glibc's non-main arenas keep their chunks in heaps of (at most) 64 MiB,
+// each on a 64 MiB boundary (HEAP_MAX_SIZE on 64-bit), starting with a
+// heap_info { ar_ptr, prev, size, mprotect_size }: size is what the heap
+// uses, mprotect_size what is read-write, both at most 64 MiB and page
+// multiples, size <= mprotect_size; ar_ptr is its arena, which lies in
+// the first heap of that arena (right after its heap_info) or in libc's
+// .data (the main arena never has heaps like these).
+constexpr std::uintptr_t kArenaHeapBytes = std::uintptr_t{1} << 26;
+
+inline bool LooksLikeArenaHeap(SafeReader& reader, std::uintptr_t at) noexcept {
+  std::uintptr_t info[4];
+  if (reader.Read(at, info, sizeof info) != sizeof info) return false;
+  const std::uintptr_t size = info[2], rw = info[3];
+  return info[0] != 0 && size != 0 && size <= rw && rw <= kArenaHeapBytes && (size & 4095) == 0 && (rw & 4095) == 0;
+}
+
 // How far above its stack pointer a stack in heap memory is scanned when
 // heapprof does not know the block holding it (see Scan's stack_top). A
 // compromise: such a thread's frames further up are missed, and heap blocks
@@ -831,60 +849,110 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // terabytes: heap memory is not told apart from them, so not scanned.
   any_unreached = false;
 #endif
-  if (any_unreached && !r.every_object_known) {
-    r.unsampled_pass = true;
-    // What is not heap memory: the arena, the roots, the known objects.
+  // What is not heap memory: the arena, the roots, the known objects.
+  // `all_arena_known`: false when not every arena mapping is known, and all
+  // anonymous mappings are left out instead (the brk heap kept: the arena
+  // never uses brk).
+  auto not_heap = [&](bool& all_arena_known) {
     ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>> skip;
     skip.reserve(n + r.roots.size() + 64);
     for (const Object& o : r.objects) skip.emplace_back(o.start, o.start + o.size);
     for (const RootRegion& root : r.roots) skip.emplace_back(root.lo, root.hi);
-    {
-      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxCopiedRanges);
-      auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
-      const long count = g_arena.CopyRanges(ranges, Arena::kMaxCopiedRanges);
-      if (count >= 0) {
-        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxCopiedRanges); ++i) {
-          skip.emplace_back(ranges[i][0], ranges[i][1]);
-        }
-      } else {
-        // Not every arena mapping is known: leave out all anonymous mappings,
-        // keep the brk heap (the arena never uses brk).
-        for (const Mapping& m : maps) {
-          if (m.anonymous) skip.emplace_back(m.lo, m.hi);
-        }
+    ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxCopiedRanges);
+    auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
+    const long count = g_arena.CopyRanges(ranges, Arena::kMaxCopiedRanges);
+    all_arena_known = count >= 0;
+    if (count >= 0) {
+      for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxCopiedRanges); ++i) {
+        skip.emplace_back(ranges[i][0], ranges[i][1]);
+      }
+    } else {
+      for (const Mapping& m : maps) {
+        if (m.anonymous) skip.emplace_back(m.lo, m.hi);
       }
     }
     std::sort(skip.begin(), skip.end());
+    return skip;
+  };
+  // Anonymous or brk memory, private and writable: where the heap is.
+  auto heap_like = [&](std::size_t mi) {
+    const Mapping& m = maps[mi];
+    if (!m.readable || !m.writable || !m.is_private || m.special || !(m.anonymous || m.brk_heap)) return false;
+    // A thread stack, live or cached by glibc after its thread exited:
+    // right above its PROT_NONE guard. Not heap memory: its dead slots
+    // hold stale copies of pointers. (A malloc arena's heap also follows
+    // the reserved tail of the one before it at times, but starts on a
+    // 64 MiB boundary.)
+    return !(m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
+             !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0);
+  };
+  // Every word of [lo, hi) outside `skip`, over its touched pages.
+  auto gaps = [&](std::uintptr_t lo, std::uintptr_t hi,
+                  const ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>>& skip, auto&& fn) {
+    std::uintptr_t cursor = lo;
+    auto it = std::upper_bound(skip.begin(), skip.end(), std::make_pair(lo, ~std::uintptr_t{0}));
+    if (it != skip.begin()) --it;
+    auto scan_gap = [&](std::uintptr_t a, std::uintptr_t b) {
+      if (a < b) scanner.TouchedWords(a, b, fn);
+    };
+    for (; it != skip.end() && it->first < hi; ++it) {
+      if (it->second <= cursor) continue;
+      scan_gap(cursor, std::min(it->first, hi));
+      cursor = std::max(cursor, it->second);
+    }
+    scan_gap(cursor, hi);
+  };
+  if (any_unreached && !r.every_object_known) {
+    r.unsampled_pass = true;
+    bool all_arena_known = false;
+    const auto skip = not_heap(all_arena_known);
     for (std::size_t mi = 0; mi < maps.size(); ++mi) {
+      if (!heap_like(mi)) continue;
+      gaps(maps[mi].lo, maps[mi].hi, skip, [&](std::uintptr_t v, std::uintptr_t) {
+        const long k = scanner.Find(v);
+        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+        r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
+        queue.push_back(static_cast<std::uint32_t>(k));
+      });
+    }
+    head = walk(head);
+  } else if (any_unreached && MallocMayBeGlibcs()) {
+    // Every object known, under glibc's malloc: its memory is the brk heap,
+    // its arenas' heaps (anonymous, each on a 64 MiB boundary) and one
+    // mapping per chunk it mmaps, which is a known object (unmapped when
+    // freed). Freed chunks in the heaps hold stale pointers, so those are not
+    // read; any other anonymous mapping is memory the program (or a library,
+    // or a runtime's own heap) mapped itself, and a pointer kept there holds
+    // its object as a global's does. An object held only from a pool
+    // allocator's mmap'ed region was "[unreachable]": a leak, for
+    // leak_exit_code. (Under jemalloc, tcmalloc or mimalloc, their heaps are
+    // anonymous mappings too, with freed blocks of their own: not read.)
+    bool all_arena_known = false;
+    const auto skip = not_heap(all_arena_known);
+    const std::size_t first_mapping_root = r.roots.size();
+    for (std::size_t mi = 0; mi < maps.size() && all_arena_known; ++mi) {
       const Mapping& m = maps[mi];
-      if (!m.readable || !m.writable || !m.is_private || m.special || !(m.anonymous || m.brk_heap)) continue;
-      // A thread stack, live or cached by glibc after its thread exited:
-      // right above its PROT_NONE guard. Not heap memory: its dead slots
-      // hold stale copies of pointers. (A malloc arena's heap also follows
-      // the reserved tail of the one before it at times, but starts on a
-      // 64 MiB boundary.)
-      if (m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
-          !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0) {
-        continue;
+      if (!heap_like(mi) || m.brk_heap) continue;
+      // Less every 64 MiB block that starts with an arena heap's header (the
+      // kernel merges a mapping placed right below a heap with it).
+      std::uintptr_t lo = m.lo;
+      for (std::uintptr_t a = (m.lo + kArenaHeapBytes - 1) & ~(kArenaHeapBytes - 1); a < m.hi && a >= m.lo;
+           a += kArenaHeapBytes) {
+        if (!LooksLikeArenaHeap(tls_reader, a)) continue;
+        if (lo < a) r.roots.push_back(RootRegion{lo, a, RootKind::kMapping, 0, -1});
+        lo = std::min(m.hi, a + kArenaHeapBytes);
       }
-      std::uintptr_t cursor = m.lo;
-      auto it = std::upper_bound(skip.begin(), skip.end(), std::make_pair(m.lo, ~std::uintptr_t{0}));
-      if (it != skip.begin()) --it;
-      auto scan_gap = [&](std::uintptr_t a, std::uintptr_t b) {
-        if (a >= b) return;
-        scanner.TouchedWords(a, b, [&](std::uintptr_t v, std::uintptr_t) {
-          const long k = scanner.Find(v);
-          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-          r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
-          queue.push_back(static_cast<std::uint32_t>(k));
-        });
-      };
-      for (; it != skip.end() && it->first < m.hi; ++it) {
-        if (it->second <= cursor) continue;
-        scan_gap(cursor, std::min(it->first, m.hi));
-        cursor = std::max(cursor, it->second);
-      }
-      scan_gap(cursor, m.hi);
+      if (lo < m.hi) r.roots.push_back(RootRegion{lo, m.hi, RootKind::kMapping, 0, -1});
+    }
+    for (std::size_t ri = first_mapping_root; ri < r.roots.size(); ++ri) {
+      const RootRegion root = r.roots[ri];
+      gaps(root.lo, root.hi, skip, [&](std::uintptr_t v, std::uintptr_t at) {
+        const long k = scanner.Find(v);
+        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+        r.region[static_cast<std::size_t>(k)] = static_cast<std::uint32_t>(ri);
+        r.word_at[static_cast<std::size_t>(k)] = at;
+        queue.push_back(static_cast<std::uint32_t>(k));
+      });
     }
     head = walk(head);
   }
@@ -997,6 +1065,12 @@ class RootNamer {
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
+    if (root.kind == RootKind::kMapping) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "[anonymous mapping] %#llx-%#llx", static_cast<unsigned long long>(root.lo),
+                    static_cast<unsigned long long>(root.hi));
+      return buf;
+    }
     const Module& m = r_.modules[static_cast<std::size_t>(root.module)];
     DataSymbols& syms = symbols_[static_cast<std::size_t>(root.module)];
     if (!syms.loaded) syms.Load(FileOf(m));
