@@ -90,7 +90,8 @@ void ResetPeak() noexcept;
 // as in the heap profile, on a stack that is its shortest chain of references
 // from a root: its allocation stack, then the allocation site of each object
 // holding it, then one frame naming the root — "[global] <symbol>",
-// "[stack] thread <tid>", "[tls] thread <tid>", "[unsampled heap]" (held only
+// "[stack] thread <tid>", "[tls] thread <tid>", "[anonymous mapping] <lo>-<hi>"
+// (every object known: memory the program mapped itself), "[unsampled heap]" (held only
 // through memory heapprof did not sample) or "[unreachable]" (a leak). Found
 // by a conservative scan of the process's memory (README "Who keeps it
 // alive"): interior pointers count; the other threads keep running.

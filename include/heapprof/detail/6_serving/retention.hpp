@@ -25,7 +25,9 @@
 // is "[unsampled heap]", and what it holds is walked on from it. The rest is
 // "[unreachable]". That second pass is skipped when heapprof knows every
 // object (rate 1 since the start with the malloc family replaced): then a
-// word in memory that is no object's is a stale value in freed memory.
+// word in the malloc heaps that is no object's is a stale value in freed
+// memory; the other anonymous mappings (under glibc's malloc, whose heaps
+// are known) are roots instead, "[anonymous mapping]".
 //
 // Safety: every read goes through process_vm_readv on our own pid (or pread
 // of /proc/self/mem where that is refused, or under a seccomp filter): an address unmapped meanwhile
