@@ -47,6 +47,8 @@ std::uint64_t HttpJobsBuilt();   // g_jobs_built
 // g_listening_hook: called with a server's listening socket, under the
 // server list's lock, right after listen() and right before it is closed.
 void SetHttpListeningHook(void (*hook)(int listen_fd));
+// g_retention_build_hook: called on the builder of a /retention profile, before its scan.
+void SetHttpRetentionBuildHook(void (*hook)());
 // The Date header line every response carries, for that time (AppendDateHeader).
 std::string HttpDateHeader(std::int64_t unix_seconds);
 

@@ -40,6 +40,7 @@ std::uint64_t HttpDeltaWindowsStarted() { return hd::http::g_delta_windows_start
 std::uint64_t HttpJobsQueued() { return hd::http::g_jobs_queued.load(); }
 std::uint64_t HttpJobsBuilt() { return hd::http::g_jobs_built.load(); }
 void SetHttpListeningHook(void (*hook)(int)) { hd::http::g_listening_hook = hook; }
+void SetHttpRetentionBuildHook(void (*hook)()) { hd::http::g_retention_build_hook = hook; }
 std::string HttpDateHeader(std::int64_t unix_seconds) {
   hd::ArenaString out;
   hd::http::AppendDateHeader(out, unix_seconds);

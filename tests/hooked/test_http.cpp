@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1662,4 +1664,57 @@ TEST_CASE("http: ?debug=1 escapes label keys and values") {
   CHECK(r.body.find("\nheap profile: 1: 2199023255552") == std::string::npos);
   CHECK(r.body.find("# labels: k\\x3d\\x5cy=v\\x0aheap\\x20profile:\\x201:\\x202199023255552") != std::string::npos);
   ::operator delete(g_labelled_object, 1000);
+}
+
+namespace {
+// A /retention build held at its start until the test lets it go.
+struct HeldScan {
+  std::mutex mutex;
+  std::condition_variable cond;
+  bool entered = false;
+  bool released = false;
+  bool timed_out = false;  // let go by its bound, not by the test
+};
+HeldScan* g_held_scan = nullptr;
+void HoldScan() {
+  std::unique_lock<std::mutex> lock(g_held_scan->mutex);
+  g_held_scan->entered = true;
+  g_held_scan->cond.notify_all();
+  // A bound, not synchronisation: with one builder the /heap request below
+  // waits for this scan, and gets its answer only after the 20 s.
+  if (!g_held_scan->cond.wait_for(lock, std::chrono::seconds(20), [] { return g_held_scan->released; })) {
+    g_held_scan->timed_out = true;
+  }
+}
+}  // namespace
+
+TEST_CASE("http: a heap scrape is answered while a retention scan is being built") {
+  // Before: one builder thread, one job at a time, oldest first; a /heap
+  // scrape sent during a /retention scan (about 1 s per GiB of heap) waited
+  // for the scan, and a scraper with a short timeout timed out.
+  HeldScan held;
+  g_held_scan = &held;
+  heapprof_test::SetHttpRetentionBuildHook(&HoldScan);
+  heapprof::HttpServer server("127.0.0.1:0");
+  HttpResponse retention;
+  std::thread slow([&] { retention = HttpGet(server.port(), "/debug/pprof/retention"); });
+  {
+    std::unique_lock<std::mutex> lock(held.mutex);
+    held.cond.wait(lock, [&] { return held.entered; });
+  }
+  const HttpResponse heap = HttpGet(server.port(), "/debug/pprof/heap");
+  bool scan_still_held;
+  {
+    std::lock_guard<std::mutex> lock(held.mutex);
+    scan_still_held = !held.timed_out;  // false: /heap was answered only once the scan went on
+    held.released = true;
+  }
+  held.cond.notify_all();
+  slow.join();
+  heapprof_test::SetHttpRetentionBuildHook(nullptr);
+  g_held_scan = nullptr;
+  CHECK(heap.status == 200);
+  CHECK(scan_still_held);
+  CHECK(retention.status == 200);
+  CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);
 }

@@ -3,10 +3,12 @@
 //
 // One background thread runs a poll() loop over non-blocking sockets; a
 // second one builds the profiles (and symbolz answers), so the index, and
-// every connection's reads and writes, never wait for a build. The ?debug=1
+// every connection's reads and writes, never wait for a build; a third builds
+// the /retention profiles (a scan of the process), so no scrape waits for a
+// scan. The ?debug=1
 // text is streamed: produced in pieces of kStreamPieceBytes, the next once the
 // client has taken the last, so a connection holds one piece, not the whole
-// text. Every allocation of both threads is under the reentrancy guard, so the
+// text. Every allocation of these threads is under the reentrancy guard, so the
 // server never shows up in the profiles it serves. Paths, parameters, headers and messages follow
 // net/http/pprof (see README.md, "Serving profiles over HTTP"):
 //   /debug/pprof/                 HTML index
@@ -106,6 +108,9 @@ inline std::atomic<std::uint64_t> g_delta_windows_started{0};
 // test see that a gone client's job was dropped unbuilt without timing it.
 inline std::atomic<std::uint64_t> g_jobs_queued{0};
 inline std::atomic<std::uint64_t> g_jobs_built{0};
+// Tests only: called on the builder that builds a /retention profile, before
+// its scan (a test holds it there to see that other requests do not wait).
+inline void (*g_retention_build_hook)() = nullptr;
 
 // A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
 // loopback, unlike Go, which binds every interface), "localhost:6060",
@@ -623,6 +628,10 @@ class Server {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&builder_, nullptr, &Server::BuilderMain, this);
     if (rc == 0) {
+      rc = pthread_create(&scan_builder_, nullptr, &Server::ScanBuilderMain, this);
+      if (rc != 0) StopBuilder(false);
+    }
+    if (rc == 0) {
       rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
       if (rc != 0) StopBuilder();
     }
@@ -814,29 +823,48 @@ class Server {
   }
 
   static void* BuilderMain(void* self) noexcept {
-    static_cast<Server*>(self)->BuildLoop();
+    auto* server = static_cast<Server*>(self);
+    server->BuildLoop(server->jobs_);
+    return nullptr;
+  }
+  static void* ScanBuilderMain(void* self) noexcept {
+    auto* server = static_cast<Server*>(self);
+    server->BuildLoop(server->scan_jobs_);
     return nullptr;
   }
 
-  void StopBuilder() noexcept {
-    pthread_mutex_lock(&jobs_mutex_);
-    builder_stop_ = true;
-    pthread_cond_signal(&jobs_cond_);
-    pthread_mutex_unlock(&jobs_mutex_);
-    pthread_join(builder_, nullptr);
+  // A /retention profile: a scan of the whole process (about 1 s per GiB of
+  // heap), built on a thread of its own. On the one builder, a /heap scrape
+  // queued behind a scan waited for it: 1.0 s behind a 1 GiB heap's scan,
+  // 2+ s at rate 1, and a scraper with a short timeout (Prometheus-style
+  // scrape_timeout) timed out behind a large heap's.
+  static bool IsScan(const BuildJob& job) noexcept {
+    return !job.stream && job.plan.retention && job.plan.action == Action::kProfile;
   }
 
-  // The builder thread: one job at a time, oldest first.
-  void BuildLoop() noexcept {
+  void StopBuilder(bool scan_builder = true) noexcept {
+    pthread_mutex_lock(&jobs_mutex_);
+    builder_stop_ = true;
+    pthread_cond_broadcast(&jobs_cond_);
+    pthread_mutex_unlock(&jobs_mutex_);
+    pthread_join(builder_, nullptr);
+    if (scan_builder) pthread_join(scan_builder_, nullptr);
+  }
+
+  // A builder thread: one job of its queue at a time, oldest first. Two of
+  // them: `jobs_` (every response but /retention's) and `scan_jobs_`
+  // (/retention's), so that no scrape waits for a scan. Each queue holds at
+  // most one job per connection (Queue).
+  void BuildLoop(ArenaDeque<BuildJob>& queue) noexcept {
     ReentrancyGuard guard;  // nothing the builder allocates is sampled
     for (;;) {
       BuildJob job;
       pthread_mutex_lock(&jobs_mutex_);
-      while (jobs_.empty() && !builder_stop_) pthread_cond_wait(&jobs_cond_, &jobs_mutex_);
+      while (queue.empty() && !builder_stop_) pthread_cond_wait(&jobs_cond_, &jobs_mutex_);
       const bool stop = builder_stop_;
       if (!stop) {
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        job = std::move(queue.front());
+        queue.pop_front();
       }
       pthread_mutex_unlock(&jobs_mutex_);
       if (stop) return;
@@ -895,6 +923,7 @@ class Server {
       NextPiece(stream, std::move(first), job.chunked, r);
       return;
     }
+    if (IsScan(job) && g_retention_build_hook != nullptr) g_retention_build_hook();
     r.bytes = BuildResponse(job.plan, job.baseline.get(), job.symbol_request);
   }
 
@@ -917,10 +946,11 @@ class Server {
   // connection limit.
   void Queue(BuildJob job) {
     g_jobs_queued.fetch_add(1, std::memory_order_relaxed);
+    const bool scan = IsScan(job);
     pthread_mutex_lock(&jobs_mutex_);
-    HEAPPROF_TRY { jobs_.push_back(std::move(job)); }
+    HEAPPROF_TRY { (scan ? scan_jobs_ : jobs_).push_back(std::move(job)); }
     HEAPPROF_CATCH_ALL_NOEXCEPT {}
-    pthread_cond_signal(&jobs_cond_);
+    pthread_cond_broadcast(&jobs_cond_);
     pthread_mutex_unlock(&jobs_mutex_);
   }
 
@@ -1357,12 +1387,14 @@ class Server {
   void DropJob(std::uint64_t serial) noexcept {
     BuildJob dropped;  // freed after the lock is let go
     pthread_mutex_lock(&jobs_mutex_);
-    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
-      if (it->serial != serial) continue;
-      dropped = std::move(*it);
-      jobs_.erase(it);
-      if (!dropped.stream && IsPeakWindow(dropped.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
-      break;
+    for (ArenaDeque<BuildJob>* queue : {&jobs_, &scan_jobs_}) {
+      for (auto it = queue->begin(); it != queue->end(); ++it) {
+        if (it->serial != serial) continue;
+        dropped = std::move(*it);
+        queue->erase(it);
+        if (!dropped.stream && IsPeakWindow(dropped.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
+        break;
+      }
     }
     pthread_mutex_unlock(&jobs_mutex_);
   }
@@ -1387,9 +1419,11 @@ class Server {
   ArenaVector<Connection> conns_;  // the server thread's only
   std::uint64_t next_serial_ = 0;  // the server thread's only
   pthread_t builder_{};
+  pthread_t scan_builder_{};
   pthread_mutex_t jobs_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t jobs_cond_ = PTHREAD_COND_INITIALIZER;
   ArenaDeque<BuildJob> jobs_;         // under jobs_mutex_
+  ArenaDeque<BuildJob> scan_jobs_;    // under jobs_mutex_: /retention's, for scan_builder_ (IsScan)
   ArenaVector<BuildResult> results_;  // under jobs_mutex_
   bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
