@@ -3,7 +3,7 @@
 //   heapprof::HttpServer server("127.0.0.1:6060");
 //   // go tool pprof -http=: http://127.0.0.1:6060/debug/pprof/heap
 //
-// The server itself (one background thread, a poll() loop) is compiled by the
+// The server itself (background threads: a poll() loop and two builders) is compiled by the
 // implementation unit: detail/6_serving/http_server.hpp. Paths, parameters,
 // headers and limits: README.md, "Serving profiles over HTTP".
 #pragma once
@@ -33,7 +33,7 @@ HEAPPROF_LINKED_END
 
 // Serves /debug/pprof/ (index), /debug/pprof/heap, allocs, peak, retention,
 // symbol and cmdline (README: "HTTP endpoint") as Go's net/http/pprof does
-// where Go has the same path, from one background thread; stops and joins on
+// where Go has the same path, from background threads; stops and joins them on
 // destruction. `listen` is "host:port": numeric IPv4, "localhost", or
 // bracketed IPv6; an empty host is 127.0.0.1 (not every interface, unlike
 // Go); "0.0.0.0:port" or "[::]:port" to serve every interface; port 0 picks a
