@@ -291,7 +291,8 @@ void ResetPeak() noexcept;
 // as in the heap profile, on a stack that is its shortest chain of references
 // from a root: its allocation stack, then the allocation site of each object
 // holding it, then one frame naming the root — "[global] <symbol>",
-// "[stack] thread <tid>", "[tls] thread <tid>", "[unsampled heap]" (held only
+// "[stack] thread <tid>", "[tls] thread <tid>", "[anonymous mapping] <lo>-<hi>"
+// (every object known: memory the program mapped itself), "[unsampled heap]" (held only
 // through memory heapprof did not sample) or "[unreachable]" (a leak). Found
 // by a conservative scan of the process's memory (README "Who keeps it
 // alive"): interior pointers count; the other threads keep running.
@@ -1028,7 +1029,7 @@ class allocator {
 //   heapprof::HttpServer server("127.0.0.1:6060");
 //   // go tool pprof -http=: http://127.0.0.1:6060/debug/pprof/heap
 //
-// The server itself (one background thread, a poll() loop) is compiled by the
+// The server itself (background threads: a poll() loop and two builders) is compiled by the
 // implementation unit: detail/6_serving/http_server.hpp. Paths, parameters,
 // headers and limits: README.md, "Serving profiles over HTTP".
 
@@ -1056,7 +1057,7 @@ HEAPPROF_LINKED_END
 
 // Serves /debug/pprof/ (index), /debug/pprof/heap, allocs, peak, retention,
 // symbol and cmdline (README: "HTTP endpoint") as Go's net/http/pprof does
-// where Go has the same path, from one background thread; stops and joins on
+// where Go has the same path, from background threads; stops and joins them on
 // destruction. `listen` is "host:port": numeric IPv4, "localhost", or
 // bracketed IPv6; an empty host is 127.0.0.1 (not every interface, unlike
 // Go); "0.0.0.0:port" or "[::]:port" to serve every interface; port 0 picks a
@@ -15685,7 +15686,9 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 // is "[unsampled heap]", and what it holds is walked on from it. The rest is
 // "[unreachable]". That second pass is skipped when heapprof knows every
 // object (rate 1 since the start with the malloc family replaced): then a
-// word in memory that is no object's is a stale value in freed memory.
+// word in the malloc heaps that is no object's is a stale value in freed
+// memory; the other anonymous mappings (under glibc's malloc, whose heaps
+// are known) are roots instead, "[anonymous mapping]".
 //
 // Safety: every read goes through process_vm_readv on our own pid (or pread
 // of /proc/self/mem where that is refused, or under a seccomp filter): an address unmapped meanwhile
@@ -15703,6 +15706,7 @@ inline bool BuildTextHeapProfile(ArenaString& out, void (*extra_comments)(ArenaS
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15731,7 +15735,7 @@ class SafeReader {
  public:
   // Under a seccomp filter, process_vm_readv may kill instead of fail
   // (UnderSeccompFilter): /proc/self/mem from the start.
-  SafeReader() noexcept : use_vm_(!UnderSeccompFilter()) {}
+  SafeReader() noexcept : use_vm_(!UnderSeccompFilter()), pid_(::getpid()) {}
   ~SafeReader() {
     if (mem_fd_ >= 0) ::close(mem_fd_);
   }
@@ -15744,11 +15748,38 @@ class SafeReader {
     if (use_vm_) {
       iovec local{buf, n};
       iovec remote{reinterpret_cast<void*>(addr), n};
-      const ssize_t r = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+      const ssize_t r = ::process_vm_readv(pid_, &local, 1, &remote, 1, 0);
       if (r >= 0) return static_cast<std::size_t>(r);
       if (errno == EFAULT || errno == ESRCH) return 0;
       use_vm_ = false;  // ENOSYS, EPERM (seccomp, ptrace policy): /proc/self/mem
     }
+    return ReadMem(addr, buf, n);
+  }
+
+  // Ranges `remote[0..count)` copied one after the other into `buf` (which
+  // holds their total, `n` bytes) in one call: the walk reads a million
+  // small objects, and a call each spent most of the scan entering the
+  // kernel. True only when every byte was copied (else the caller reads
+  // them one by one, each as far as it can).
+  bool ReadMany(const iovec* remote, std::size_t count, void* buf, std::size_t n) noexcept {
+    if (use_vm_) {
+      iovec local{buf, n};
+      const ssize_t r = ::process_vm_readv(pid_, &local, 1, remote, count, 0);
+      if (r >= 0) return static_cast<std::size_t>(r) == n;
+      if (errno == EFAULT || errno == ESRCH || errno == EINVAL) return false;
+      use_vm_ = false;
+    }
+    char* to = static_cast<char*>(buf);
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto addr = reinterpret_cast<std::uintptr_t>(remote[i].iov_base);
+      if (ReadMem(addr, to, remote[i].iov_len) != remote[i].iov_len) return false;
+      to += remote[i].iov_len;
+    }
+    return true;
+  }
+
+ private:
+  std::size_t ReadMem(std::uintptr_t addr, void* buf, std::size_t n) noexcept {
     if (mem_fd_ < 0) {
       if (mem_failed_) return 0;
       mem_fd_ = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
@@ -15768,10 +15799,10 @@ class SafeReader {
     return done;
   }
 
- private:
   bool use_vm_ = true;
   bool mem_failed_ = false;
   int mem_fd_ = -1;
+  pid_t pid_;  // getpid() is a system call each time: a tenth of the walk's time
 };
 
 // ---------------------------------------------------------------- /proc/self/maps
@@ -15817,7 +15848,9 @@ inline const Mapping* MappingOf(const ArenaVector<Mapping>& maps, std::uintptr_t
 
 // ---------------------------------------------------------------- the graph
 
-enum class RootKind : std::uint8_t { kGlobal, kStack, kTls };
+// kMapping: an anonymous mapping that is no malloc heap, read only when
+// every object is known (see Scan).
+enum class RootKind : std::uint8_t { kGlobal, kStack, kTls, kMapping };
 
 struct RootRegion {
   std::uintptr_t lo = 0, hi = 0;
@@ -16068,7 +16101,40 @@ struct ThreadSp {
   std::uintptr_t sp;
 };
 
+// One thread's stack pointer from its syscall file: 1 (blocked: `sp` set),
+// 0 ("running": on a CPU, or woken and waiting for one), -1 (gone, or a line
+// without one).
+inline int ReadThreadSp(long tid, std::uintptr_t& sp) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  ArenaString text;
+  if (!ReadProcFile(path, text)) return -1;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.compare(0, 7, "running") == 0) return 0;
+  // The second-to-last field.
+  const std::size_t last = text.rfind(' ');
+  if (last == ArenaString::npos || last == 0) return -1;
+  const std::size_t prev = text.rfind(' ', last - 1);
+  if (prev == ArenaString::npos) return -1;
+  std::string_view field(text.data() + prev + 1, last - prev - 1);
+  if (field.substr(0, 2) == "0x") field.remove_prefix(2);
+  std::size_t i = 0;
+  sp = ParseHex(field, i);
+  return sp != 0 ? 1 : -1;
+}
+
+// A thread "running" at the first look is looked at again, up to
+// kRunningRetries times, sleeping 1, 2, 4 ... ms before each (63 ms at most,
+// spent only while some thread still runs). The kernel says "running" for a
+// thread that is runnable, not only one on a CPU: a poller between two
+// usleep(1000)s, or any thread a busy machine has not given a CPU yet after
+// its wake-up. One look missed such a thread in 6 of 20 runs of a program
+// with one usleep loop, and what only it held was "[unreachable]" (a leak,
+// for leak_exit_code).
+constexpr int kRunningRetries = 6;
+
 inline void OtherThreads(long self, ArenaVector<ThreadSp>& out, std::size_t& running) {
+  ArenaVector<long> waiting;  // "running" at the last look
   const int fd = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
   alignas(8) char buf[8192];
@@ -16088,28 +16154,26 @@ inline void OtherThreads(long self, ArenaVector<ThreadSp>& out, std::size_t& run
       if (d->name[0] < '0' || d->name[0] > '9') continue;
       const long tid = std::strtol(d->name, nullptr, 10);
       if (tid == self) continue;
-      char path[64];
-      std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
-      ArenaString text;
-      if (!ReadProcFile(path, text)) continue;
-      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-      if (text.compare(0, 7, "running") == 0) {
-        ++running;
-        continue;
-      }
-      // The second-to-last field.
-      const std::size_t last = text.rfind(' ');
-      if (last == ArenaString::npos || last == 0) continue;
-      const std::size_t prev = text.rfind(' ', last - 1);
-      if (prev == ArenaString::npos) continue;
-      std::string_view field(text.data() + prev + 1, last - prev - 1);
-      if (field.substr(0, 2) == "0x") field.remove_prefix(2);
-      std::size_t i = 0;
-      const std::uintptr_t sp = ParseHex(field, i);
-      if (sp != 0) out.push_back(ThreadSp{tid, sp});
+      std::uintptr_t sp = 0;
+      const int state = ReadThreadSp(tid, sp);
+      if (state == 1) out.push_back(ThreadSp{tid, sp});
+      if (state == 0) waiting.push_back(tid);
     }
   }
   ::close(fd);
+  for (int retry = 0; retry < kRunningRetries && !waiting.empty(); ++retry) {
+    const timespec pause{0, (1L << retry) * 1000000L};
+    ::nanosleep(&pause, nullptr);
+    std::size_t still = 0;
+    for (const long tid : waiting) {
+      std::uintptr_t sp = 0;
+      const int state = ReadThreadSp(tid, sp);
+      if (state == 1) out.push_back(ThreadSp{tid, sp});
+      if (state == 0) waiting[still++] = tid;
+    }
+    waiting.resize(still);
+  }
+  running += waiting.size();
 }
 
 class Scanner {
@@ -16218,6 +16282,26 @@ class Scanner {
     if (run != 0) Words(std::max(run, lo), hi, f);
   }
 
+  // Objects [lo[i], hi[i]) read in one call, then f(word value, word
+  // address) over each one's words in turn (`each(i)` first); false (nothing
+  // done) when the call could not copy them all. Each range is pointer-
+  // aligned, at most kChunk bytes in all.
+  template <class Each, class F>
+  bool ManyWords(const iovec* remote, std::size_t count, std::size_t total, Each&& each, F&& f) {
+    if (!reader_.ReadMany(remote, count, buf_.data(), total)) return false;
+    r_.bytes_scanned += total;
+    const std::uintptr_t* word = buf_.data();
+    for (std::size_t i = 0; i < count; ++i) {
+      each(i);
+      const auto at = reinterpret_cast<std::uintptr_t>(remote[i].iov_base);
+      const std::size_t words = remote[i].iov_len / sizeof(std::uintptr_t);
+      for (std::size_t w = 0; w < words; ++w) f(word[w], at + w * sizeof(std::uintptr_t));
+      word += words;
+    }
+    return true;
+  }
+  static constexpr std::size_t kChunkBytes() noexcept { return kChunk; }
+
   void Prepare() { buf_.resize(kChunk / sizeof(std::uintptr_t)); }
   void SetGlibcHeaders(bool on) noexcept { glibc_headers_ = on; }
 
@@ -16264,6 +16348,22 @@ inline bool MallocMayBeGlibcs() noexcept {
   Dl_info info{};
   if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return true;
   return !IsAllocatorFile(info.dli_fname);
+}
+
+// glibc's non-main arenas keep their chunks in heaps of (at most) 64 MiB,
+// each on a 64 MiB boundary (HEAP_MAX_SIZE on 64-bit), starting with a
+// heap_info { ar_ptr, prev, size, mprotect_size }: size is what the heap
+// uses, mprotect_size what is read-write, both at most 64 MiB and page
+// multiples, size <= mprotect_size; ar_ptr is its arena, which lies in
+// the first heap of that arena (right after its heap_info) or in libc's
+// .data (the main arena never has heaps like these).
+constexpr std::uintptr_t kArenaHeapBytes = std::uintptr_t{1} << 26;
+
+inline bool LooksLikeArenaHeap(SafeReader& reader, std::uintptr_t at) noexcept {
+  std::uintptr_t info[4];
+  if (reader.Read(at, info, sizeof info) != sizeof info) return false;
+  const std::uintptr_t size = info[2], rw = info[3];
+  return info[0] != 0 && size != 0 && size <= rw && rw <= kArenaHeapBytes && (size & 4095) == 0 && (rw & 4095) == 0;
 }
 
 // How far above its stack pointer a stack in heap memory is scanned when
@@ -16384,21 +16484,60 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     }
   };
 
+  // Small objects are read many to a call (Scanner::ManyWords): those
+  // wholly inside one readable mapping, pointer-aligned, up to kBatch of
+  // them and 64 KiB in all; the rest (and a batch the call could not read
+  // whole) one by one, over their readable parts.
+  constexpr std::size_t kBatch = 256;
+  iovec batch[kBatch];
+  std::uint32_t batch_holder[kBatch];
   auto walk = [&](std::size_t head) {
-    for (; head < queue.size(); ++head) {
-      const std::uint32_t holder = queue[head];
-      const Object o = r.objects[holder];
-      const std::uint32_t region = r.region[holder];
-      for_readable(o.start, o.start + o.size, [&](std::uintptr_t a, std::uintptr_t b) {
-        scanner.Words(a, b, [&](std::uintptr_t v, std::uintptr_t) {
-          const long k = scanner.Find(v);
-          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-          r.region[static_cast<std::size_t>(k)] = region;
-          r.parent[static_cast<std::size_t>(k)] = holder;
-          r.first[static_cast<std::size_t>(k)] = r.first[holder];
-          queue.push_back(static_cast<std::uint32_t>(k));
-        });
-      });
+    std::uint32_t holder = 0, region = 0;
+    const auto hold = [&](std::uintptr_t v, std::uintptr_t) {
+      const long k = scanner.Find(v);
+      if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+      r.region[static_cast<std::size_t>(k)] = region;
+      r.parent[static_cast<std::size_t>(k)] = holder;
+      r.first[static_cast<std::size_t>(k)] = r.first[holder];
+      queue.push_back(static_cast<std::uint32_t>(k));
+    };
+    const auto one = [&](std::uint32_t i) {
+      holder = i;
+      region = r.region[i];
+      const Object o = r.objects[i];
+      for_readable(o.start, o.start + o.size, [&](std::uintptr_t a, std::uintptr_t b) { scanner.Words(a, b, hold); });
+    };
+    const auto batchable = [&](const Object& o) {
+      if ((o.start & (sizeof(std::uintptr_t) - 1)) != 0 || o.size < sizeof(std::uintptr_t) ||
+          o.size > Scanner::kChunkBytes() / 4) {
+        return false;
+      }
+      const Mapping* m = MappingOf(maps, o.start);
+      return m != nullptr && m->readable && !m->special && o.start + o.size <= m->hi;
+    };
+    while (head < queue.size()) {
+      std::size_t count = 0, total = 0;
+      for (std::size_t q = head; q < queue.size() && count < kBatch; ++q) {
+        const Object& o = r.objects[queue[q]];
+        if (!batchable(o)) break;
+        const std::size_t bytes = static_cast<std::size_t>(o.size) & ~(sizeof(std::uintptr_t) - 1);
+        if (total + bytes > Scanner::kChunkBytes()) break;
+        batch[count] = iovec{reinterpret_cast<void*>(o.start), bytes};
+        batch_holder[count++] = queue[q];
+        total += bytes;
+      }
+      if (count < 2) {
+        one(queue[head++]);
+        continue;
+      }
+      const auto each = [&](std::size_t i) {
+        holder = batch_holder[i];
+        region = r.region[holder];
+      };
+      if (!scanner.ManyWords(batch, count, total, each, hold)) {
+        for (std::size_t i = 0; i < count; ++i) one(batch_holder[i]);
+      }
+      head += count;
     }
     return head;
   };
@@ -16449,60 +16588,110 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // terabytes: heap memory is not told apart from them, so not scanned.
   any_unreached = false;
 #endif
-  if (any_unreached && !r.every_object_known) {
-    r.unsampled_pass = true;
-    // What is not heap memory: the arena, the roots, the known objects.
+  // What is not heap memory: the arena, the roots, the known objects.
+  // `all_arena_known`: false when not every arena mapping is known, and all
+  // anonymous mappings are left out instead (the brk heap kept: the arena
+  // never uses brk).
+  auto not_heap = [&](bool& all_arena_known) {
     ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>> skip;
     skip.reserve(n + r.roots.size() + 64);
     for (const Object& o : r.objects) skip.emplace_back(o.start, o.start + o.size);
     for (const RootRegion& root : r.roots) skip.emplace_back(root.lo, root.hi);
-    {
-      ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxCopiedRanges);
-      auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
-      const long count = g_arena.CopyRanges(ranges, Arena::kMaxCopiedRanges);
-      if (count >= 0) {
-        for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxCopiedRanges); ++i) {
-          skip.emplace_back(ranges[i][0], ranges[i][1]);
-        }
-      } else {
-        // Not every arena mapping is known: leave out all anonymous mappings,
-        // keep the brk heap (the arena never uses brk).
-        for (const Mapping& m : maps) {
-          if (m.anonymous) skip.emplace_back(m.lo, m.hi);
-        }
+    ArenaVector<std::uintptr_t> raw(2 * Arena::kMaxCopiedRanges);
+    auto* ranges = reinterpret_cast<std::uintptr_t(*)[2]>(raw.data());
+    const long count = g_arena.CopyRanges(ranges, Arena::kMaxCopiedRanges);
+    all_arena_known = count >= 0;
+    if (count >= 0) {
+      for (long i = 0; i < count && i < static_cast<long>(Arena::kMaxCopiedRanges); ++i) {
+        skip.emplace_back(ranges[i][0], ranges[i][1]);
+      }
+    } else {
+      for (const Mapping& m : maps) {
+        if (m.anonymous) skip.emplace_back(m.lo, m.hi);
       }
     }
     std::sort(skip.begin(), skip.end());
+    return skip;
+  };
+  // Anonymous or brk memory, private and writable: where the heap is.
+  auto heap_like = [&](std::size_t mi) {
+    const Mapping& m = maps[mi];
+    if (!m.readable || !m.writable || !m.is_private || m.special || !(m.anonymous || m.brk_heap)) return false;
+    // A thread stack, live or cached by glibc after its thread exited:
+    // right above its PROT_NONE guard. Not heap memory: its dead slots
+    // hold stale copies of pointers. (A malloc arena's heap also follows
+    // the reserved tail of the one before it at times, but starts on a
+    // 64 MiB boundary.)
+    return !(m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
+             !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0);
+  };
+  // Every word of [lo, hi) outside `skip`, over its touched pages.
+  auto gaps = [&](std::uintptr_t lo, std::uintptr_t hi,
+                  const ArenaVector<std::pair<std::uintptr_t, std::uintptr_t>>& skip, auto&& fn) {
+    std::uintptr_t cursor = lo;
+    auto it = std::upper_bound(skip.begin(), skip.end(), std::make_pair(lo, ~std::uintptr_t{0}));
+    if (it != skip.begin()) --it;
+    auto scan_gap = [&](std::uintptr_t a, std::uintptr_t b) {
+      if (a < b) scanner.TouchedWords(a, b, fn);
+    };
+    for (; it != skip.end() && it->first < hi; ++it) {
+      if (it->second <= cursor) continue;
+      scan_gap(cursor, std::min(it->first, hi));
+      cursor = std::max(cursor, it->second);
+    }
+    scan_gap(cursor, hi);
+  };
+  if (any_unreached && !r.every_object_known) {
+    r.unsampled_pass = true;
+    bool all_arena_known = false;
+    const auto skip = not_heap(all_arena_known);
     for (std::size_t mi = 0; mi < maps.size(); ++mi) {
+      if (!heap_like(mi)) continue;
+      gaps(maps[mi].lo, maps[mi].hi, skip, [&](std::uintptr_t v, std::uintptr_t) {
+        const long k = scanner.Find(v);
+        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+        r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
+        queue.push_back(static_cast<std::uint32_t>(k));
+      });
+    }
+    head = walk(head);
+  } else if (any_unreached && MallocMayBeGlibcs()) {
+    // Every object known, under glibc's malloc: its memory is the brk heap,
+    // its arenas' heaps (anonymous, each on a 64 MiB boundary) and one
+    // mapping per chunk it mmaps, which is a known object (unmapped when
+    // freed). Freed chunks in the heaps hold stale pointers, so those are not
+    // read; any other anonymous mapping is memory the program (or a library,
+    // or a runtime's own heap) mapped itself, and a pointer kept there holds
+    // its object as a global's does. An object held only from a pool
+    // allocator's mmap'ed region was "[unreachable]": a leak, for
+    // leak_exit_code. (Under jemalloc, tcmalloc or mimalloc, their heaps are
+    // anonymous mappings too, with freed blocks of their own: not read.)
+    bool all_arena_known = false;
+    const auto skip = not_heap(all_arena_known);
+    const std::size_t first_mapping_root = r.roots.size();
+    for (std::size_t mi = 0; mi < maps.size() && all_arena_known; ++mi) {
       const Mapping& m = maps[mi];
-      if (!m.readable || !m.writable || !m.is_private || m.special || !(m.anonymous || m.brk_heap)) continue;
-      // A thread stack, live or cached by glibc after its thread exited:
-      // right above its PROT_NONE guard. Not heap memory: its dead slots
-      // hold stale copies of pointers. (A malloc arena's heap also follows
-      // the reserved tail of the one before it at times, but starts on a
-      // 64 MiB boundary.)
-      if (m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
-          !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0) {
-        continue;
+      if (!heap_like(mi) || m.brk_heap) continue;
+      // Less every 64 MiB block that starts with an arena heap's header (the
+      // kernel merges a mapping placed right below a heap with it).
+      std::uintptr_t lo = m.lo;
+      for (std::uintptr_t a = (m.lo + kArenaHeapBytes - 1) & ~(kArenaHeapBytes - 1); a < m.hi && a >= m.lo;
+           a += kArenaHeapBytes) {
+        if (!LooksLikeArenaHeap(tls_reader, a)) continue;
+        if (lo < a) r.roots.push_back(RootRegion{lo, a, RootKind::kMapping, 0, -1});
+        lo = std::min(m.hi, a + kArenaHeapBytes);
       }
-      std::uintptr_t cursor = m.lo;
-      auto it = std::upper_bound(skip.begin(), skip.end(), std::make_pair(m.lo, ~std::uintptr_t{0}));
-      if (it != skip.begin()) --it;
-      auto scan_gap = [&](std::uintptr_t a, std::uintptr_t b) {
-        if (a >= b) return;
-        scanner.TouchedWords(a, b, [&](std::uintptr_t v, std::uintptr_t) {
-          const long k = scanner.Find(v);
-          if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-          r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
-          queue.push_back(static_cast<std::uint32_t>(k));
-        });
-      };
-      for (; it != skip.end() && it->first < m.hi; ++it) {
-        if (it->second <= cursor) continue;
-        scan_gap(cursor, std::min(it->first, m.hi));
-        cursor = std::max(cursor, it->second);
-      }
-      scan_gap(cursor, m.hi);
+      if (lo < m.hi) r.roots.push_back(RootRegion{lo, m.hi, RootKind::kMapping, 0, -1});
+    }
+    for (std::size_t ri = first_mapping_root; ri < r.roots.size(); ++ri) {
+      const RootRegion root = r.roots[ri];
+      gaps(root.lo, root.hi, skip, [&](std::uintptr_t v, std::uintptr_t at) {
+        const long k = scanner.Find(v);
+        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
+        r.region[static_cast<std::size_t>(k)] = static_cast<std::uint32_t>(ri);
+        r.word_at[static_cast<std::size_t>(k)] = at;
+        queue.push_back(static_cast<std::uint32_t>(k));
+      });
     }
     head = walk(head);
   }
@@ -16615,6 +16804,12 @@ class RootNamer {
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
+    if (root.kind == RootKind::kMapping) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "[anonymous mapping] %#llx-%#llx", static_cast<unsigned long long>(root.lo),
+                    static_cast<unsigned long long>(root.hi));
+      return buf;
+    }
     const Module& m = r_.modules[static_cast<std::size_t>(root.module)];
     DataSymbols& syms = symbols_[static_cast<std::size_t>(root.module)];
     if (!syms.loaded) syms.Load(FileOf(m));
@@ -19481,10 +19676,12 @@ inline Plan PlanRequest(const Request& req) {
 //
 // One background thread runs a poll() loop over non-blocking sockets; a
 // second one builds the profiles (and symbolz answers), so the index, and
-// every connection's reads and writes, never wait for a build. The ?debug=1
+// every connection's reads and writes, never wait for a build; a third builds
+// the /retention profiles (a scan of the process), so no scrape waits for a
+// scan. The ?debug=1
 // text is streamed: produced in pieces of kStreamPieceBytes, the next once the
 // client has taken the last, so a connection holds one piece, not the whole
-// text. Every allocation of both threads is under the reentrancy guard, so the
+// text. Every allocation of these threads is under the reentrancy guard, so the
 // server never shows up in the profiles it serves. Paths, parameters, headers and messages follow
 // net/http/pprof (see README.md, "Serving profiles over HTTP"):
 //   /debug/pprof/                 HTML index
@@ -19574,6 +19771,9 @@ inline std::atomic<std::uint64_t> g_delta_windows_started{0};
 // test see that a gone client's job was dropped unbuilt without timing it.
 inline std::atomic<std::uint64_t> g_jobs_queued{0};
 inline std::atomic<std::uint64_t> g_jobs_built{0};
+// Tests only: called on the builder that builds a /retention profile, before
+// its scan (a test holds it there to see that other requests do not wait).
+inline void (*g_retention_build_hook)() = nullptr;
 
 // A parsed "host:port". Accepted: "127.0.0.1:6060", ":6060" (empty host:
 // loopback, unlike Go, which binds every interface), "localhost:6060",
@@ -20091,6 +20291,10 @@ class Server {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&builder_, nullptr, &Server::BuilderMain, this);
     if (rc == 0) {
+      rc = pthread_create(&scan_builder_, nullptr, &Server::ScanBuilderMain, this);
+      if (rc != 0) StopBuilder(false);
+    }
+    if (rc == 0) {
       rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
       if (rc != 0) StopBuilder();
     }
@@ -20282,29 +20486,48 @@ class Server {
   }
 
   static void* BuilderMain(void* self) noexcept {
-    static_cast<Server*>(self)->BuildLoop();
+    auto* server = static_cast<Server*>(self);
+    server->BuildLoop(server->jobs_);
+    return nullptr;
+  }
+  static void* ScanBuilderMain(void* self) noexcept {
+    auto* server = static_cast<Server*>(self);
+    server->BuildLoop(server->scan_jobs_);
     return nullptr;
   }
 
-  void StopBuilder() noexcept {
-    pthread_mutex_lock(&jobs_mutex_);
-    builder_stop_ = true;
-    pthread_cond_signal(&jobs_cond_);
-    pthread_mutex_unlock(&jobs_mutex_);
-    pthread_join(builder_, nullptr);
+  // A /retention profile: a scan of the whole process (about 1 s per GiB of
+  // heap), built on a thread of its own. On the one builder, a /heap scrape
+  // queued behind a scan waited for it: 1.0 s behind a 1 GiB heap's scan,
+  // 2+ s at rate 1, and a scraper with a short timeout (Prometheus-style
+  // scrape_timeout) timed out behind a large heap's.
+  static bool IsScan(const BuildJob& job) noexcept {
+    return !job.stream && job.plan.retention && job.plan.action == Action::kProfile;
   }
 
-  // The builder thread: one job at a time, oldest first.
-  void BuildLoop() noexcept {
+  void StopBuilder(bool scan_builder = true) noexcept {
+    pthread_mutex_lock(&jobs_mutex_);
+    builder_stop_ = true;
+    pthread_cond_broadcast(&jobs_cond_);
+    pthread_mutex_unlock(&jobs_mutex_);
+    pthread_join(builder_, nullptr);
+    if (scan_builder) pthread_join(scan_builder_, nullptr);
+  }
+
+  // A builder thread: one job of its queue at a time, oldest first. Two of
+  // them: `jobs_` (every response but /retention's) and `scan_jobs_`
+  // (/retention's), so that no scrape waits for a scan. Each queue holds at
+  // most one job per connection (Queue).
+  void BuildLoop(ArenaDeque<BuildJob>& queue) noexcept {
     ReentrancyGuard guard;  // nothing the builder allocates is sampled
     for (;;) {
       BuildJob job;
       pthread_mutex_lock(&jobs_mutex_);
-      while (jobs_.empty() && !builder_stop_) pthread_cond_wait(&jobs_cond_, &jobs_mutex_);
+      while (queue.empty() && !builder_stop_) pthread_cond_wait(&jobs_cond_, &jobs_mutex_);
       const bool stop = builder_stop_;
       if (!stop) {
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        job = std::move(queue.front());
+        queue.pop_front();
       }
       pthread_mutex_unlock(&jobs_mutex_);
       if (stop) return;
@@ -20363,6 +20586,7 @@ class Server {
       NextPiece(stream, std::move(first), job.chunked, r);
       return;
     }
+    if (IsScan(job) && g_retention_build_hook != nullptr) g_retention_build_hook();
     r.bytes = BuildResponse(job.plan, job.baseline.get(), job.symbol_request);
   }
 
@@ -20385,10 +20609,11 @@ class Server {
   // connection limit.
   void Queue(BuildJob job) {
     g_jobs_queued.fetch_add(1, std::memory_order_relaxed);
+    const bool scan = IsScan(job);
     pthread_mutex_lock(&jobs_mutex_);
-    HEAPPROF_TRY { jobs_.push_back(std::move(job)); }
+    HEAPPROF_TRY { (scan ? scan_jobs_ : jobs_).push_back(std::move(job)); }
     HEAPPROF_CATCH_ALL_NOEXCEPT {}
-    pthread_cond_signal(&jobs_cond_);
+    pthread_cond_broadcast(&jobs_cond_);
     pthread_mutex_unlock(&jobs_mutex_);
   }
 
@@ -20825,12 +21050,14 @@ class Server {
   void DropJob(std::uint64_t serial) noexcept {
     BuildJob dropped;  // freed after the lock is let go
     pthread_mutex_lock(&jobs_mutex_);
-    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
-      if (it->serial != serial) continue;
-      dropped = std::move(*it);
-      jobs_.erase(it);
-      if (!dropped.stream && IsPeakWindow(dropped.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
-      break;
+    for (ArenaDeque<BuildJob>* queue : {&jobs_, &scan_jobs_}) {
+      for (auto it = queue->begin(); it != queue->end(); ++it) {
+        if (it->serial != serial) continue;
+        dropped = std::move(*it);
+        queue->erase(it);
+        if (!dropped.stream && IsPeakWindow(dropped.plan)) g_window_peak_open.store(false, std::memory_order_relaxed);
+        break;
+      }
     }
     pthread_mutex_unlock(&jobs_mutex_);
   }
@@ -20855,9 +21082,11 @@ class Server {
   ArenaVector<Connection> conns_;  // the server thread's only
   std::uint64_t next_serial_ = 0;  // the server thread's only
   pthread_t builder_{};
+  pthread_t scan_builder_{};
   pthread_mutex_t jobs_mutex_ = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t jobs_cond_ = PTHREAD_COND_INITIALIZER;
   ArenaDeque<BuildJob> jobs_;         // under jobs_mutex_
+  ArenaDeque<BuildJob> scan_jobs_;    // under jobs_mutex_: /retention's, for scan_builder_ (IsScan)
   ArenaVector<BuildResult> results_;  // under jobs_mutex_
   bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
