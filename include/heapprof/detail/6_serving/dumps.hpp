@@ -98,14 +98,13 @@ struct NearOomProgress {
   // progress to go on with under it.
   Entry Switch(const Entry& from, MemoryLimit::Source source, std::uint64_t limit) noexcept {
     Entry to{source, limit, 0, false};
-    Remove(from.source, from.limit);
+    int kept = 0;  // the others, in order: `from` goes in front, `to` is current now
     for (int i = 0; i < count; ++i) {
-      if (left[i].source == source && left[i].limit == limit) {
-        to = left[i];
-        Remove(source, limit);
-        break;
-      }
+      const Entry& e = left[i];
+      if (e.source == source && e.limit == limit) to = e;
+      else if (!(e.source == from.source && e.limit == from.limit)) left[kept++] = e;
     }
+    count = kept;
     if (from.source != MemoryLimit::kNone) {
       const int keep = count < kEntries ? count : kEntries - 1;
       for (int i = keep; i > 0; --i) left[i] = left[i - 1];
@@ -114,16 +113,8 @@ struct NearOomProgress {
     }
     return to;
   }
-
- private:
-  void Remove(MemoryLimit::Source source, std::uint64_t limit) noexcept {
-    int n = 0;
-    for (int i = 0; i < count; ++i) {
-      if (!(left[i].source == source && left[i].limit == limit)) left[n++] = left[i];
-    }
-    count = n;
-  }
 };
+
 // How long a thread whose allocation failed while another writes the oom
 // dump waits for it (OnAllocFailed). A warm write takes milliseconds; this
 // bounds the stall if the waiting thread holds a lock the write needs.
