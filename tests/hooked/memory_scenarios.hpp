@@ -420,12 +420,6 @@ __attribute__((noinline)) inline void OomForkWriter() {
   if (p != nullptr) _exit(20);
 }
 
-inline std::int64_t OomForkMillis() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 inline int RunOomDumpFork() {
   OomHolder();
   if (!WaitForWarmDumper()) return 9;
@@ -433,17 +427,17 @@ inline int RunOomDumpFork() {
   while (g_oom_fork_go.load() == 0) {
   }
   // The dump reads this binary's symbols cold: tens of milliseconds to fork in.
-  const std::int64_t deadline = OomForkMillis() + 60000;
+  const std::int64_t deadline = heapprof::detail::MonotonicMillis() + 60000;
   while (!heapprof::detail::g_dumper.OomDumpInProgress()) {
-    if (OomForkMillis() > deadline) return 10;
+    if (heapprof::detail::MonotonicMillis() > deadline) return 10;
   }
   const pid_t child = fork();
   if (child < 0) return 11;
   if (child == 0) {
-    const std::int64_t start = OomForkMillis();
+    const std::int64_t start = heapprof::detail::MonotonicMillis();
     void* p = ::operator new(std::size_t{1} << 62, std::nothrow);
     if (p != nullptr) _exit(20);
-    _exit(OomForkMillis() - start < 5000 ? 0 : 21);
+    _exit(heapprof::detail::MonotonicMillis() - start < 5000 ? 0 : 21);
   }
   // Still in progress after the fork: the fork came in the middle of the dump.
   const bool mid_dump = heapprof::detail::g_dumper.OomDumpInProgress();
