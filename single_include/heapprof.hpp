@@ -16491,15 +16491,29 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   constexpr std::size_t kBatch = 256;
   iovec batch[kBatch];
   std::uint32_t batch_holder[kBatch];
+  // The object `v` points into, if there is one not reached yet: reached
+  // from `region` now, and queued for the walk. Its index, or -1.
+  const auto mark = [&](std::uintptr_t v, std::uint32_t region) -> long {
+    const long k = scanner.Find(v);
+    if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return -1;
+    r.region[static_cast<std::size_t>(k)] = region;
+    queue.push_back(static_cast<std::uint32_t>(k));
+    return k;
+  };
+  // A word of root `ri` at `at`: what it points into is held by that root.
+  const auto from_root = [&](std::uint32_t ri) {
+    return [&, ri](std::uintptr_t v, std::uintptr_t at) {
+      const long k = mark(v, ri);
+      if (k >= 0) r.word_at[static_cast<std::size_t>(k)] = at;
+    };
+  };
   auto walk = [&](std::size_t head) {
     std::uint32_t holder = 0, region = 0;
     const auto hold = [&](std::uintptr_t v, std::uintptr_t) {
-      const long k = scanner.Find(v);
-      if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-      r.region[static_cast<std::size_t>(k)] = region;
+      const long k = mark(v, region);
+      if (k < 0) return;
       r.parent[static_cast<std::size_t>(k)] = holder;
       r.first[static_cast<std::size_t>(k)] = r.first[holder];
-      queue.push_back(static_cast<std::uint32_t>(k));
     };
     const auto one = [&](std::uint32_t i) {
       holder = i;
@@ -16553,23 +16567,13 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   // "[unreachable]", a leak at rate 1 that set leak_exit_code.
   for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
     if (r.roots[ri].kind != RootKind::kTls) continue;
-    const long k = scanner.Find(r.roots[ri].lo);
-    if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) continue;
-    r.region[static_cast<std::size_t>(k)] = ri;
-    r.word_at[static_cast<std::size_t>(k)] = r.roots[ri].lo;
-    queue.push_back(static_cast<std::uint32_t>(k));
+    from_root(ri)(r.roots[ri].lo, r.roots[ri].lo);
   }
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t ri = 0; ri < r.roots.size(); ++ri) {
       const RootRegion root = r.roots[ri];
       if ((root.kind == RootKind::kStack) != (pass == 1)) continue;
-      const auto reach = [&](std::uintptr_t v, std::uintptr_t at) {
-        const long k = scanner.Find(v);
-        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-        r.region[static_cast<std::size_t>(k)] = ri;
-        r.word_at[static_cast<std::size_t>(k)] = at;
-        queue.push_back(static_cast<std::uint32_t>(k));
-      };
+      const auto reach = from_root(ri);
       for_readable(root.lo, root.hi, [&](std::uintptr_t a, std::uintptr_t b) {
         // A module's writable segment: only its touched pages. A .data page
         // never written is the file's (no heap address), a .bss page never
@@ -16647,12 +16651,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     const auto skip = not_heap(all_arena_known);
     for (std::size_t mi = 0; mi < maps.size(); ++mi) {
       if (!heap_like(mi)) continue;
-      gaps(maps[mi].lo, maps[mi].hi, skip, [&](std::uintptr_t v, std::uintptr_t) {
-        const long k = scanner.Find(v);
-        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-        r.region[static_cast<std::size_t>(k)] = kUnsampledHeap;
-        queue.push_back(static_cast<std::uint32_t>(k));
-      });
+      gaps(maps[mi].lo, maps[mi].hi, skip, [&](std::uintptr_t v, std::uintptr_t) { mark(v, kUnsampledHeap); });
     }
     head = walk(head);
   } else if (any_unreached && MallocMayBeGlibcs()) {
@@ -16685,13 +16684,7 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     }
     for (std::size_t ri = first_mapping_root; ri < r.roots.size(); ++ri) {
       const RootRegion root = r.roots[ri];
-      gaps(root.lo, root.hi, skip, [&](std::uintptr_t v, std::uintptr_t at) {
-        const long k = scanner.Find(v);
-        if (k < 0 || r.region[static_cast<std::size_t>(k)] != kUnreached) return;
-        r.region[static_cast<std::size_t>(k)] = static_cast<std::uint32_t>(ri);
-        r.word_at[static_cast<std::size_t>(k)] = at;
-        queue.push_back(static_cast<std::uint32_t>(k));
-      });
+      gaps(root.lo, root.hi, skip, from_root(static_cast<std::uint32_t>(ri)));
     }
     head = walk(head);
   }
@@ -17786,14 +17779,13 @@ struct NearOomProgress {
   // progress to go on with under it.
   Entry Switch(const Entry& from, MemoryLimit::Source source, std::uint64_t limit) noexcept {
     Entry to{source, limit, 0, false};
-    Remove(from.source, from.limit);
+    int kept = 0;  // the others, in order: `from` goes in front, `to` is current now
     for (int i = 0; i < count; ++i) {
-      if (left[i].source == source && left[i].limit == limit) {
-        to = left[i];
-        Remove(source, limit);
-        break;
-      }
+      const Entry& e = left[i];
+      if (e.source == source && e.limit == limit) to = e;
+      else if (!(e.source == from.source && e.limit == from.limit)) left[kept++] = e;
     }
+    count = kept;
     if (from.source != MemoryLimit::kNone) {
       const int keep = count < kEntries ? count : kEntries - 1;
       for (int i = keep; i > 0; --i) left[i] = left[i - 1];
@@ -17802,16 +17794,8 @@ struct NearOomProgress {
     }
     return to;
   }
-
- private:
-  void Remove(MemoryLimit::Source source, std::uint64_t limit) noexcept {
-    int n = 0;
-    for (int i = 0; i < count; ++i) {
-      if (!(left[i].source == source && left[i].limit == limit)) left[n++] = left[i];
-    }
-    count = n;
-  }
 };
+
 // How long a thread whose allocation failed while another writes the oom
 // dump waits for it (OnAllocFailed). A warm write takes milliseconds; this
 // bounds the stall if the waiting thread holds a lock the write needs.
