@@ -6,6 +6,7 @@
 #include "heapprof/detail/6_serving/startup.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <string>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <thread>
@@ -238,6 +240,46 @@ inline int RunDumpExit() {
   return 0;
 }
 
+// A program that closed stderr after start-up (a daemon) and whose next
+// descriptor took number 2 (HEAPPROF_TEST_STDERR says which):
+// - "file": its own data file, opened for reading and writing: heapprof's
+//   lines at exit (the dump's "wrote", the leak table) must not land in it;
+// - "append": a log file opened for appending (a redirection of stderr):
+//   they go there;
+// - "socket": an accepted client's socket (a socketpair here): a line must
+//   not reach the peer (exit 21 if it did);
+// - "pipe": stderr moved to a logger's pipe with dup2: the line reaches it
+//   (exit 22 if not).
+inline int RunStderrReused() {
+  const char* mode = std::getenv("HEAPPROF_TEST_STDERR");
+  const std::string dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (mode == nullptr) return 10;
+  const std::string m = mode;
+  if (m != "pipe") ::close(2);  // (the pipe replaces stderr with dup2)
+  if (m == "file" || m == "append") {
+    const int fd = m == "file" ? ::open((dir + "/data.db").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644)
+                               : ::open((dir + "/app.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd != 2) return 11;
+    if (::write(fd, "DATA\n", 5) != 5) return 12;
+    return RunDumpExit();
+  }
+  int sv[2];
+  if (m == "socket") {
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || sv[0] != 2) return 13;
+  } else if (m == "pipe") {
+    if (::pipe(sv) != 0 || ::dup2(sv[1], 2) != 2) return 14;
+    sv[1] = sv[0];  // read the line from here
+  } else {
+    return 16;
+  }
+  ReportLine("a line for the program's stderr");
+  char buf[128];
+  if (::fcntl(sv[1], F_SETFL, O_NONBLOCK) != 0) return 17;  // nothing written: no wait
+  const ssize_t n = ::read(sv[1], buf, sizeof buf);
+  if (m == "socket") return n < 0 && errno == EAGAIN ? 0 : 21;
+  return n > 0 && std::string(buf, static_cast<std::size_t>(n)).find("heapprof: a line for") == 0 ? 0 : 22;
+}
+
 // HEAPPROF=http=127.0.0.1:0: the server started from the environment answers
 // its own process, and the leak report at exit runs after it is stopped.
 inline int RunHttpEnv() {
@@ -376,6 +418,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_then_exec") == 0) return RunDumpThenExec();
   if (std::strcmp(name, "exec_image") == 0) return 0;
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
+  if (std::strcmp(name, "stderr_reused") == 0) return RunStderrReused();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();
   if (std::strcmp(name, "debug_retry") == 0) return RunDebugRetry();

@@ -80,6 +80,7 @@ bool Baseline::BuildDeltaProfile(std::string& gz) const {
 }
 
 std::uint64_t MonotonicNanos() { return hd::MonotonicNanos(); }
+void ReportLine(const std::string& line) { hd::ReportLine(line); }
 void FailNextSymbolization() { hd::g_symbolize_oom_for_tests.store(1); }
 void FailDebugLoads(bool on) { hd::g_fail_debug_loads_for_tests.store(on); }
 std::size_t DebugInfoBytes() { return hd::g_debug_info_bytes.load(); }

@@ -330,6 +330,32 @@ TEST_CASE("HEAPPROF log= sends every heapprof line to a file or nowhere; stderr 
   RemoveDir(dir2);
 }
 
+TEST_CASE("a program that closed stderr: heapprof's lines do not go into the file or socket that took fd 2") {
+  // A daemon closes fd 2 and its next descriptor takes the number. Before,
+  // the exit's "wrote" line and leak table were written into the program's
+  // own data file, and a line into an accepted client's socket.
+  const std::string dir = DumpsTempDir();
+  const std::string env = "HEAPPROF=dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1,rate=1 HEAPPROF_TEST_DIR=" +
+                          dir + " HEAPPROF_TEST_CHILD=stderr_reused HEAPPROF_TEST_STDERR=";
+  std::string out;
+  int rc = RunSelf(env + "file", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(ReadFile(dir + "/data.db") == "DATA\n");
+  CHECK(Matching(dir, R"(p\.[0-9]+\.0001\.heap\.pb\.gz)").size() == 1);  // the dump itself is written
+  // A file opened for appending is where the program sends its stderr: the lines follow.
+  rc = RunSelf(env + "append", out);
+  CHECK(rc == 0);
+  const std::string log = ReadFile(dir + "/app.log");
+  CHECK(log.rfind("DATA\nheapprof: ", 0) == 0);
+  CHECK(log.find("heapprof: wrote ") != std::string::npos);
+  CHECK(log.find("heapprof: leak report: ") != std::string::npos);
+  // A socket: nothing reaches the peer. A pipe that stderr was moved to: the line does.
+  CHECK(RunSelf(env + "socket", out) == 0);
+  CHECK(RunSelf(env + "pipe", out) == 0);
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_prefix ending in a slash names a directory: heapprof.<pid>... files in it") {
   // Before: "<dir>/.<pid>.0001.heap.pb.gz", hidden from ls and *.pb.gz globs.
   const std::string dir = DumpsTempDir();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,18 +24,55 @@ namespace detail {
 // log=stderr), nowhere (log=none), or appended to a file (log=PATH, relative
 // to the working directory at start-up). A build run under the preload
 // library (configure checks, CMake's try_compile, tests that compare
-// stderr) must not find "heapprof: wrote ..." lines in its tools' stderr;
-// and a program that closed fd 2 and opened a file of its own there would
-// get them in that file. The file is opened for each message and closed
+// stderr) must not find "heapprof: wrote ..." lines in its tools' stderr.
+// The file is opened for each message and closed
 // after it (O_APPEND: lines of several processes sharing it stay whole):
 // the program owns every descriptor. When it cannot be opened the message
 // goes to stderr, not nowhere.
+//
+// Stderr itself is the one the program started with: its identity (device
+// and inode) is taken at start-up (RememberStderr). A program that closed
+// fd 2 later (a daemon) hands the number to its next descriptor: an
+// accepted client's socket, its database file. A line is written to fd 2
+// only while it is that same file, or where a redirection of stderr goes: a
+// terminal or other character device (/dev/null), a pipe (a logger), or a
+// regular file opened for appending (freopen "a"). Otherwise it is dropped.
 struct ReportSink {
   enum Mode : int { kStderr = 0, kNone = 1, kFile = 2 };
   std::atomic<int> mode{kStderr};
+  std::atomic<bool> stderr_known{false};  // RememberStderr ran
+  bool stderr_open = false;               // fd 2 was open then
+  dev_t stderr_dev = 0;
+  ino_t stderr_ino = 0;
   char path[4096] = {};
 };
 inline ReportSink g_report_sink;
+
+// Once, at start-up (EnsureInit), before any line.
+inline void RememberStderr() noexcept {
+  ReportSink& sink = g_report_sink;
+  struct stat st {};
+  sink.stderr_open = ::fstat(2, &st) == 0;
+  sink.stderr_dev = st.st_dev;
+  sink.stderr_ino = st.st_ino;
+  sink.stderr_known.store(true, std::memory_order_release);
+}
+
+// Whether a line may go to fd 2 now (see ReportSink). Keeps errno.
+inline bool StderrWritable() noexcept {
+  const ReportSink& sink = g_report_sink;
+  const int saved = errno;
+  struct stat st {};
+  bool ok = ::fstat(2, &st) == 0;
+  if (ok && sink.stderr_known.load(std::memory_order_acquire) &&
+      !(sink.stderr_open && st.st_dev == sink.stderr_dev && st.st_ino == sink.stderr_ino)) {
+    const int flags = ::fcntl(2, F_GETFL);
+    ok = flags >= 0 && (flags & O_ACCMODE) != O_RDONLY &&
+         (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode) || (S_ISREG(st.st_mode) && (flags & O_APPEND) != 0));
+  }
+  errno = saved;
+  return ok;
+}
 
 // The descriptor one message goes to: 2, -1 (dropped) or the log file
 // opened for it (*opened: ReportFdDone closes it). Keeps errno.
@@ -54,13 +92,39 @@ inline int ReportFd(bool* opened) noexcept {
       return fd;
     }
   }
-  return 2;
+  return StderrWritable() ? 2 : -1;
 }
 inline void ReportFdDone(int fd, bool opened) noexcept {
   if (!opened) return;
   const int saved = errno;
   ::close(fd);
   errno = saved;
+}
+
+// `n` bytes where heapprof's lines go (ReportFd), with write(2): no stdio
+// buffer, no allocation. Keeps errno.
+inline void WriteReport(const char* text, std::size_t n) noexcept {
+  bool opened;
+  const int fd = ReportFd(&opened);
+  if (fd < 0) return;
+  const int saved = errno;
+  while (n > 0) {
+    const ssize_t done = ::write(fd, text, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) break;
+    text += done;
+    n -= static_cast<std::size_t>(done);
+  }
+  errno = saved;
+  ReportFdDone(fd, opened);
+}
+
+// The next comma-separated pair of HEAPPROF's `text`, which moves past it.
+inline std::string_view NextConfigPair(std::string_view& text) noexcept {
+  const std::size_t comma = text.find(',');
+  const std::string_view pair = text.substr(0, comma);
+  text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  return pair;
 }
 
 // "4096", "512k", "1m", "2g" (suffix case-insensitive, powers of 1024).
@@ -88,7 +152,7 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   return true;
 }
 
-// One line to stderr with write(2): no stdio buffer, no allocation. The
+// One line where heapprof's lines go, without allocating. The
 // user's text is echoed with control bytes and non-ASCII escaped (\xNN), so
 // a value cannot forge lines or terminal sequences.
 inline void ReportConfigProblem(std::string_view what, std::string_view item,
@@ -116,14 +180,7 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item,
   put("'");
   put(tail);
   put("\n");
-  bool opened;
-  const int fd = ReportFd(&opened);
-  if (fd < 0) return;
-  const int saved = errno;
-  ssize_t ignored = write(fd, line, n);
-  (void)ignored;
-  errno = saved;
-  ReportFdDone(fd, opened);
+  WriteReport(line, n);
 }
 
 // The largest values the numeric keys take; larger ones are clamped (and
@@ -257,9 +314,7 @@ inline void ConfigureReportSink(std::string_view text) noexcept {
   std::string_view value;
   bool given = false;
   while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    const std::string_view pair = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const std::string_view pair = NextConfigPair(text);
     if (pair.substr(0, 4) == "log=") {
       value = pair.substr(4);
       given = true;
@@ -299,9 +354,7 @@ inline void ConfigureReportSink(std::string_view text) noexcept {
 inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
   EnvConfig cfg;
   while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    const std::string_view pair = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const std::string_view pair = NextConfigPair(text);
     if (pair.empty()) continue;
     const std::size_t eq = pair.find('=');
     if (eq == std::string_view::npos) {

@@ -24,22 +24,7 @@ namespace detail {
 // `text` to stderr (or where HEAPPROF log= says: env_config.hpp) with
 // write(2): no stdio buffer, no allocation, so it is safe from inside an
 // allocation hook.
-inline void ReportRaw(const char* text) noexcept {
-  bool opened;
-  const int fd = ReportFd(&opened);  // (stderr unless HEAPPROF log= says otherwise)
-  if (fd < 0) return;
-  const int saved = errno;
-  std::size_t left = std::strlen(text);
-  while (left > 0) {
-    const ssize_t n = ::write(fd, text, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  errno = saved;
-  ReportFdDone(fd, opened);
-}
+inline void ReportRaw(const char* text) noexcept { WriteReport(text, std::strlen(text)); }
 
 // "heapprof: <line>\n" to stderr with a single writev(2), so lines from
 // threads don't mix, and without allocating.

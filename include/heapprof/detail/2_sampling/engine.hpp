@@ -166,6 +166,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
+    RememberStderr();  // heapprof's lines go to this stderr, not to what takes fd 2 later
     g_peak.StartWindow();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged
