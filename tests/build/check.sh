@@ -58,6 +58,9 @@
 #                is installed, as a PIE and with -no-pie, runs and writes a
 #                profile (gold made an undefined weak hidden symbol the load
 #                address: the first allocation crashed)
+#   static       the snippet linked -static and -static-pie runs and writes a
+#                profile; HEAPPROF_REPLACE_MALLOC linked -static aborts at the
+#                first malloc with one line saying why
 # Exit status: the number of failed checks (0: all passed).
 if [[ -n "${HEAPPROF_SKIP_BUILD_CHECKS:-}" ]]; then
   echo "build checks skipped (HEAPPROF_SKIP_BUILD_CHECKS is set)"
@@ -399,6 +402,42 @@ for cxx in "${compilers[@]}"; do
       fi
     done
   done
+done
+
+# ---- static: a statically linked program (-static, -static-pie) --------------------
+# new/delete replaced: runs and writes a profile. The malloc family replaced:
+# there is no other malloc to forward to, and the first malloc says so in one
+# line and aborts (before: a line that did not say why).
+for cxx in "${compilers[@]}"; do
+  tag="$(basename "$cxx")"
+  if ! "$cxx" -static "$tmp/ld.cpp" -o "$tmp/ld" >/dev/null 2>&1; then
+    printf 'skip  %s static: no static C library\n' "$tag"
+    continue
+  fi
+  for mode in -static -static-pie; do
+    if "$cxx" -std=c++17 -O1 -I"$inc" $mode "$tmp/app.cpp" -o "$tmp/app_static" -pthread >"$tmp/out" 2>&1; then
+      if (cd "$tmp" && ./app_static >"$tmp/out" 2>&1) && [[ -s "$tmp/heap.pb.gz" ]]; then
+        pass "$tag static: $mode with new/delete replaced runs and writes heap.pb.gz"
+      else
+        fail "$tag static: $mode: the program failed"; show "$tmp/out"
+      fi
+      rm -f "$tmp/heap.pb.gz"
+    else
+      fail "$tag static: $mode did not link"; show "$tmp/out"
+    fi
+  done
+  printf '#define HEAPPROF_REPLACE_MALLOC\n#include <heapprof.hpp>\n#include <cstdlib>\nint main() { void* volatile p = std::malloc(10); std::free(p); return 0; }\n' >"$tmp/static_malloc.cpp"
+  if "$cxx" -std=c++17 -O1 -I"$inc" -static "$tmp/static_malloc.cpp" -o "$tmp/static_malloc" -pthread >"$tmp/out" 2>&1; then
+    (cd "$tmp" && ./static_malloc >"$tmp/out" 2>&1) 2>/dev/null  # (the shell's "Aborted" line)
+    st=$?
+    if ((st == 134)) && grep -q "a statically linked program has none to forward to" "$tmp/out"; then
+      pass "$tag static: HEAPPROF_REPLACE_MALLOC says why it cannot run, and aborts"
+    else
+      fail "$tag static: HEAPPROF_REPLACE_MALLOC: status $st"; show "$tmp/out"
+    fi
+  else
+    fail "$tag static: HEAPPROF_REPLACE_MALLOC did not link"; show "$tmp/out"
+  fi
 done
 
 if ((failures)); then

@@ -294,7 +294,11 @@ inline bool Resolve() noexcept {
     f.memalign = Lookup(RTLD_DEFAULT, "__libc_memalign", nullptr, f.memalign);
   }
   if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
-    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: cannot find the real malloc (dlsym); aborting\n");
+    // A statically linked program (-static) has no other malloc: its only
+    // one is ours. HEAPPROF_REPLACE_NEW_DELETE works there.
+    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: cannot find the real malloc (dlsym): a statically linked "
+              "program has none to forward to (link it dynamically, or use HEAPPROF_REPLACE_NEW_DELETE "
+              "alone); aborting\n");
     std::abort();
   }
   if (f.memalign == nullptr && f.posix_memalign == nullptr) {
