@@ -43,6 +43,8 @@ std::string DumpsTempDir() {
 using heapprof_test::ReadFile;
 using heapprof_test::ReadProfileFile;
 using heapprof_test::RunSelf;
+using heapprof_test::RunCommand;
+using heapprof_test::SelfExe;
 
 // Every dump in `dir` is a complete, valid profile and no temporary is left.
 void CheckDumps(const std::string& dir, std::size_t want) {
@@ -353,6 +355,32 @@ TEST_CASE("a program that closed stderr: heapprof's lines do not go into the fil
   // A socket: nothing reaches the peer. A pipe that stderr was moved to: the line does.
   CHECK(RunSelf(env + "socket", out) == 0);
   CHECK(RunSelf(env + "pipe", out) == 0);
+  RemoveDir(dir);
+}
+
+TEST_CASE("without /proc (a chroot or a minimal container): the program's frames are named and no object is called a leak") {
+  // Before: the program's own frames were nameless ([hooked_tests] and bare
+  // addresses in the leak table), since its file was found only through
+  // /proc/self/exe; and the retention scan, which needs /proc/self/maps,
+  // called every object unreachable: 7 false leaks and leak_exit_code's status.
+  // A mount namespace with an empty tmpfs over /proc stands for it.
+  std::string out;
+  if (RunCommand("unshare -m sh -c 'mount -t tmpfs none /proc && test ! -e /proc/self/maps'", out) != 0) {
+    MESSAGE("skipped: cannot unmount /proc in a mount namespace here (unshare -m needs root): " << out);
+    return;
+  }
+  const std::string dir = DumpsTempDir();
+  const int rc = RunCommand("cd " + dir + " && unshare -m sh -c 'mount -t tmpfs none /proc && exec env HEAPPROF=rate=1,"
+                                "dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1,leak_exit_code=23 "
+                                "HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CHILD=dump_exit " + SelfExe() + "'",
+                            out);
+  INFO(out);
+  CHECK(rc == 0);  // 23: the objects were called leaks
+  CHECK(out.find("leak report: /proc/self/maps cannot be read (is /proc mounted?)") != std::string::npos);
+  CHECK(out.find("leak report: unreachable (leaked): 0 objects") != std::string::npos);
+  // The rows name the program's functions, with file and line.
+  CHECK(std::regex_search(out, std::regex(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest \(dump_scenarios\.hpp:[0-9]+\)\s+<== \[not scanned)")));
+  CHECK(Matching(dir, R"(p\.[0-9]+\.0001\.heap\.pb\.gz)").size() == 1);
   RemoveDir(dir);
 }
 

@@ -28,6 +28,7 @@
 #include "heapprof/detail/0_base/env_config.hpp"
 #include "heapprof/detail/0_base/profiler_stack.hpp"
 #include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/0_base/self_exe.hpp"
 #include "heapprof/detail/2_sampling/labels.hpp"
 #include "heapprof/detail/2_sampling/live_map.hpp"
 #include "heapprof/detail/2_sampling/peak.hpp"
@@ -167,6 +168,7 @@ inline void EnsureInit() noexcept {
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
     RememberStderr();  // heapprof's lines go to this stderr, not to what takes fd 2 later
+    RememberExecPath();  // the program's file, should /proc/self/exe be unreadable later
     g_peak.StartWindow();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged

@@ -69,6 +69,7 @@
 #include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/3_unwinding/eh_frame.hpp"
 #include "heapprof/detail/0_base/spinlock.hpp"
+#include "heapprof/detail/0_base/self_exe.hpp"
 #include "heapprof/detail/3_unwinding/frame_pointers.hpp"
 
 // Stack reads below may touch bytes ASan considers poisoned (another frame's
@@ -502,8 +503,13 @@ inline bool ReadAt(int fd, void* buf, std::size_t n, std::uint64_t offset) noexc
 }
 
 inline void FindExeEhFrame(ExeEhFrame& out) noexcept {
-  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {  // no /proc: the name it was started by (its bytes are checked against the mapped ones)
+    const char* start = ExecPathFromStart();
+    if (start == nullptr) return;
+    fd = open(start, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+  }
   ElfW(Ehdr) eh;
   ElfW(Shdr) names;
   if (ReadAt(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&

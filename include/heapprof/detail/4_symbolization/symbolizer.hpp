@@ -34,6 +34,7 @@
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena_allocator.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/0_base/self_exe.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/4_symbolization/debug_info.hpp"
 #include "heapprof/detail/4_symbolization/elf_file.hpp"
@@ -77,12 +78,16 @@ struct FreeDeleter {
 // The kernel's name for our executable: the real path, even when argv[0] was
 // relative or a symlink. Only a fallback for the main program's name: it is
 // ld.so's for a program started through ld.so, and ends in " (deleted)" once
-// the file is gone (FileOfMapping finds the mapped file instead).
+// the file is gone (FileOfMapping finds the mapped file instead). Without
+// /proc: the name the program was started by (self_exe.hpp).
 inline ArenaString ReadSelfExe() {
   ArenaString buf(256, '\0');
   for (;;) {
     const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
-    if (n < 0) return ArenaString();
+    if (n < 0) {
+      const char* start = ExecPathFromStart();
+      return start != nullptr ? ArenaString(start) : ArenaString();
+    }
     if (static_cast<std::size_t>(n) < buf.size()) {
       buf.resize(static_cast<std::size_t>(n));
       return buf;

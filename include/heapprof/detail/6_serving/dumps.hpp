@@ -57,6 +57,7 @@
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
+#include "heapprof/detail/0_base/self_exe.hpp"
 #include "heapprof/detail/2_sampling/engine.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/6_serving/files.hpp"
@@ -159,9 +160,15 @@ inline std::uint64_t LargestLoadedFileBytes() noexcept {
   struct Walk {
     static int Visit(dl_phdr_info* info, std::size_t, void* data) noexcept {
       const char* name = info->dlpi_name;
-      if (name == nullptr || name[0] == '\0') name = "/proc/self/exe";  // the program
       struct stat st {};
-      if (::stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
+      bool found;
+      if (name == nullptr || name[0] == '\0') {  // the program
+        const char* start = ExecPathFromStart();  // no /proc: the name it was started by
+        found = ::stat("/proc/self/exe", &st) == 0 || (start != nullptr && ::stat(start, &st) == 0);
+      } else {
+        found = ::stat(name, &st) == 0;
+      }
+      if (found && S_ISREG(st.st_mode)) {
         auto& largest = *static_cast<std::uint64_t*>(data);
         largest = std::max(largest, static_cast<std::uint64_t>(st.st_size));
       }

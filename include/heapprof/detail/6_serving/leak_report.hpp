@@ -481,6 +481,12 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     if (objects_in_use == 0) out += ": nothing to report";
     ReportLine(out);
     if (objects_in_use != 0) {
+      if (scan.maps_unreadable) {
+        // Without the maps there was no scan: nothing is known to be
+        // unreachable, and nothing is called a leak (nor sets leak_exit_code).
+        ReportLine("leak report: /proc/self/maps cannot be read (is /proc mounted?): what holds these objects is "
+                   "unknown, so none is counted as leaked; leak_exit_code does not apply");
+      }
       ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
                  " objects, " + FormatBytes(static_cast<double>(u_bytes)));
       if (scan.threads_running != 0) {
@@ -497,7 +503,8 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
       if (u_objects != 0) {
         for (const ArenaString& line : u_table) ReportLine("  " + line);
       }
-      ReportLine("leak report: reachable (held by a root, named after <==): " +
+      ReportLine(ArenaString(scan.maps_unreadable ? "leak report: not scanned (named after <==): "
+                                                  : "leak report: reachable (held by a root, named after <==): ") +
                  ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
                  FormatBytes(static_cast<double>(r_bytes)));
       if (r_objects != 0) {

@@ -221,6 +221,8 @@ struct Object {
 
 constexpr std::uint32_t kUnreached = 0xFFFFFFFFu;
 constexpr std::uint32_t kUnsampledHeap = 0xFFFFFFFEu;
+constexpr std::uint32_t kNotScanned = 0xFFFFFFFDu;  // /proc/self/maps could not be read: no scan
+constexpr char kNotScannedName[] = "[not scanned: /proc/self/maps cannot be read]";
 constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
 
 struct ScanResult {
@@ -232,6 +234,12 @@ struct ScanResult {
   ArenaVector<std::uint32_t> order;     // reached objects, holders before what they hold (the walk's order)
   ArenaVector<RootRegion> roots;
   ArenaVector<Module> modules;
+  // /proc/self/maps could not be read (no /proc in a chroot or a minimal
+  // container): what is readable, and where the stacks and heaps are, is
+  // unknown, and nothing was scanned. Every object's root is kNotScanned:
+  // calling them all unreachable made the leak report's every object a leak
+  // (and leak_exit_code's status).
+  bool maps_unreadable = false;
   bool every_object_known = false;  // the unsampled-heap pass was skipped (see top)
   bool unsampled_pass = false;      // it ran
   std::size_t threads_running = 0;  // other threads whose stacks could not be located (running)
@@ -758,6 +766,12 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   for (std::size_t i = 0; i < n; ++i) r.first[i] = static_cast<std::uint32_t>(i);
 
   const ArenaVector<Mapping> maps = ReadMappings();
+  if (maps.empty()) {
+    r.maps_unreadable = true;
+    r.region.assign(n, kNotScanned);
+    r.scan_nanos = MonotonicNanos() - t0;
+    return;
+  }
 
   // Roots: globals, this thread's TLS and the main thread's, then this
   // thread's stack, then the others'.
@@ -1143,6 +1157,7 @@ class RootNamer {
     const std::uint32_t region = r_.region[k];
     if (region == kUnreached) return "[unreachable]";
     if (region == kUnsampledHeap) return "[unsampled heap]";
+    if (region == kNotScanned) return kNotScannedName;
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
@@ -1369,6 +1384,14 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
     s.markers = std::move(a.markers);
   }
   char line[256];
+  if (r.maps_unreadable) {
+    std::snprintf(line, sizeof line,
+                  "heapprof retention: %zu sampled objects, not scanned: /proc/self/maps cannot be read (is /proc "
+                  "mounted?)",
+                  r.objects.size());
+    data.comments.emplace_back(line);
+    return data;
+  }
   std::snprintf(line, sizeof line,
                 "heapprof retention: %zu sampled objects: %llu reached from roots, %llu only from unsampled heap, "
                 "%llu unreachable",
