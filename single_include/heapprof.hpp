@@ -1861,6 +1861,7 @@ inline ArenaString ArenaDecimal(unsigned long long v) {
 // it runs from inside the first operator new.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -1877,18 +1878,55 @@ namespace detail {
 // log=stderr), nowhere (log=none), or appended to a file (log=PATH, relative
 // to the working directory at start-up). A build run under the preload
 // library (configure checks, CMake's try_compile, tests that compare
-// stderr) must not find "heapprof: wrote ..." lines in its tools' stderr;
-// and a program that closed fd 2 and opened a file of its own there would
-// get them in that file. The file is opened for each message and closed
+// stderr) must not find "heapprof: wrote ..." lines in its tools' stderr.
+// The file is opened for each message and closed
 // after it (O_APPEND: lines of several processes sharing it stay whole):
 // the program owns every descriptor. When it cannot be opened the message
 // goes to stderr, not nowhere.
+//
+// Stderr itself is the one the program started with: its identity (device
+// and inode) is taken at start-up (RememberStderr). A program that closed
+// fd 2 later (a daemon) hands the number to its next descriptor: an
+// accepted client's socket, its database file. A line is written to fd 2
+// only while it is that same file, or where a redirection of stderr goes: a
+// terminal or other character device (/dev/null), a pipe (a logger), or a
+// regular file opened for appending (freopen "a"). Otherwise it is dropped.
 struct ReportSink {
   enum Mode : int { kStderr = 0, kNone = 1, kFile = 2 };
   std::atomic<int> mode{kStderr};
+  std::atomic<bool> stderr_known{false};  // RememberStderr ran
+  bool stderr_open = false;               // fd 2 was open then
+  dev_t stderr_dev = 0;
+  ino_t stderr_ino = 0;
   char path[4096] = {};
 };
 inline ReportSink g_report_sink;
+
+// Once, at start-up (EnsureInit), before any line.
+inline void RememberStderr() noexcept {
+  ReportSink& sink = g_report_sink;
+  struct stat st {};
+  sink.stderr_open = ::fstat(2, &st) == 0;
+  sink.stderr_dev = st.st_dev;
+  sink.stderr_ino = st.st_ino;
+  sink.stderr_known.store(true, std::memory_order_release);
+}
+
+// Whether a line may go to fd 2 now (see ReportSink). Keeps errno.
+inline bool StderrWritable() noexcept {
+  const ReportSink& sink = g_report_sink;
+  const int saved = errno;
+  struct stat st {};
+  bool ok = ::fstat(2, &st) == 0;
+  if (ok && sink.stderr_known.load(std::memory_order_acquire) &&
+      !(sink.stderr_open && st.st_dev == sink.stderr_dev && st.st_ino == sink.stderr_ino)) {
+    const int flags = ::fcntl(2, F_GETFL);
+    ok = flags >= 0 && (flags & O_ACCMODE) != O_RDONLY &&
+         (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode) || (S_ISREG(st.st_mode) && (flags & O_APPEND) != 0));
+  }
+  errno = saved;
+  return ok;
+}
 
 // The descriptor one message goes to: 2, -1 (dropped) or the log file
 // opened for it (*opened: ReportFdDone closes it). Keeps errno.
@@ -1908,13 +1946,39 @@ inline int ReportFd(bool* opened) noexcept {
       return fd;
     }
   }
-  return 2;
+  return StderrWritable() ? 2 : -1;
 }
 inline void ReportFdDone(int fd, bool opened) noexcept {
   if (!opened) return;
   const int saved = errno;
   ::close(fd);
   errno = saved;
+}
+
+// `n` bytes where heapprof's lines go (ReportFd), with write(2): no stdio
+// buffer, no allocation. Keeps errno.
+inline void WriteReport(const char* text, std::size_t n) noexcept {
+  bool opened;
+  const int fd = ReportFd(&opened);
+  if (fd < 0) return;
+  const int saved = errno;
+  while (n > 0) {
+    const ssize_t done = ::write(fd, text, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) break;
+    text += done;
+    n -= static_cast<std::size_t>(done);
+  }
+  errno = saved;
+  ReportFdDone(fd, opened);
+}
+
+// The next comma-separated pair of HEAPPROF's `text`, which moves past it.
+inline std::string_view NextConfigPair(std::string_view& text) noexcept {
+  const std::size_t comma = text.find(',');
+  const std::string_view pair = text.substr(0, comma);
+  text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  return pair;
 }
 
 // "4096", "512k", "1m", "2g" (suffix case-insensitive, powers of 1024).
@@ -1942,7 +2006,7 @@ inline bool ParseByteSize(std::string_view text, std::uint64_t& out) noexcept {
   return true;
 }
 
-// One line to stderr with write(2): no stdio buffer, no allocation. The
+// One line where heapprof's lines go, without allocating. The
 // user's text is echoed with control bytes and non-ASCII escaped (\xNN), so
 // a value cannot forge lines or terminal sequences.
 inline void ReportConfigProblem(std::string_view what, std::string_view item,
@@ -1970,14 +2034,7 @@ inline void ReportConfigProblem(std::string_view what, std::string_view item,
   put("'");
   put(tail);
   put("\n");
-  bool opened;
-  const int fd = ReportFd(&opened);
-  if (fd < 0) return;
-  const int saved = errno;
-  ssize_t ignored = write(fd, line, n);
-  (void)ignored;
-  errno = saved;
-  ReportFdDone(fd, opened);
+  WriteReport(line, n);
 }
 
 // The largest values the numeric keys take; larger ones are clamped (and
@@ -2111,9 +2168,7 @@ inline void ConfigureReportSink(std::string_view text) noexcept {
   std::string_view value;
   bool given = false;
   while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    const std::string_view pair = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const std::string_view pair = NextConfigPair(text);
     if (pair.substr(0, 4) == "log=") {
       value = pair.substr(4);
       given = true;
@@ -2153,9 +2208,7 @@ inline void ConfigureReportSink(std::string_view text) noexcept {
 inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
   EnvConfig cfg;
   while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    const std::string_view pair = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const std::string_view pair = NextConfigPair(text);
     if (pair.empty()) continue;
     const std::size_t eq = pair.find('=');
     if (eq == std::string_view::npos) {
@@ -2320,22 +2373,7 @@ namespace detail {
 // `text` to stderr (or where HEAPPROF log= says: env_config.hpp) with
 // write(2): no stdio buffer, no allocation, so it is safe from inside an
 // allocation hook.
-inline void ReportRaw(const char* text) noexcept {
-  bool opened;
-  const int fd = ReportFd(&opened);  // (stderr unless HEAPPROF log= says otherwise)
-  if (fd < 0) return;
-  const int saved = errno;
-  std::size_t left = std::strlen(text);
-  while (left > 0) {
-    const ssize_t n = ::write(fd, text, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  errno = saved;
-  ReportFdDone(fd, opened);
-}
+inline void ReportRaw(const char* text) noexcept { WriteReport(text, std::strlen(text)); }
 
 // "heapprof: <line>\n" to stderr with a single writev(2), so lines from
 // threads don't mix, and without allocating.
@@ -4741,6 +4779,54 @@ inline void PrepareProfilerStacks() noexcept {
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/profiler_stack.hpp ----
+// ---- begin heapprof/detail/0_base/self_exe.hpp ----
+// heapprof: the program's own file when /proc/self/exe cannot be read (no
+// /proc: a chroot, a minimal container, a build sandbox). The kernel's
+// AT_EXECFN is the name the program was started by; a relative one
+// ("./server") is made absolute against the working directory at start-up,
+// since a daemon changes directory later. Only a fallback: whoever opens it
+// checks the file's build id against the loaded program's.
+
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace heapprof {
+namespace detail {
+
+struct ExecPathAtStart {
+  std::atomic<bool> known{false};
+  char path[4096] = {};
+};
+inline ExecPathAtStart g_exec_path;
+
+// Once, at start-up (EnsureInit): no allocation, one getcwd at most.
+inline void RememberExecPath() noexcept {
+  const auto* name = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
+  if (name == nullptr || name[0] == '\0') return;
+  ExecPathAtStart& e = g_exec_path;
+  std::size_t at = 0;
+  if (name[0] != '/') {
+    if (::getcwd(e.path, sizeof e.path) == nullptr) return;
+    at = std::strlen(e.path);
+    if (at > 0 && e.path[at - 1] != '/') e.path[at++] = '/';
+  }
+  const std::size_t n = std::strlen(name);
+  if (at + n >= sizeof e.path) return;
+  std::memcpy(e.path + at, name, n + 1);
+  e.known.store(true, std::memory_order_release);
+}
+
+// The path RememberExecPath found, or nullptr.
+inline const char* ExecPathFromStart() noexcept {
+  return g_exec_path.known.load(std::memory_order_acquire) ? g_exec_path.path : nullptr;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/0_base/self_exe.hpp ----
 // ---- begin heapprof/detail/3_unwinding/loader_lock.hpp ----
 // heapprof: our side of the dynamic loader's lock.
 //
@@ -7086,8 +7172,13 @@ inline bool ReadAt(int fd, void* buf, std::size_t n, std::uint64_t offset) noexc
 }
 
 inline void FindExeEhFrame(ExeEhFrame& out) noexcept {
-  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {  // no /proc: the name it was started by (its bytes are checked against the mapped ones)
+    const char* start = ExecPathFromStart();
+    if (start == nullptr) return;
+    fd = open(start, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+  }
   ElfW(Ehdr) eh;
   ElfW(Shdr) names;
   if (ReadAt(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
@@ -8524,6 +8615,8 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
+    RememberStderr();  // heapprof's lines go to this stderr, not to what takes fd 2 later
+    RememberExecPath();  // the program's file, should /proc/self/exe be unreadable later
     g_peak.StartWindow();
     // secure_getenv: ignored in setuid/setgid programs (AT_SECURE), as glibc
     // ignores MALLOC_*; an unprivileged user must not make a privileged
@@ -12573,12 +12666,16 @@ struct FreeDeleter {
 // The kernel's name for our executable: the real path, even when argv[0] was
 // relative or a symlink. Only a fallback for the main program's name: it is
 // ld.so's for a program started through ld.so, and ends in " (deleted)" once
-// the file is gone (FileOfMapping finds the mapped file instead).
+// the file is gone (FileOfMapping finds the mapped file instead). Without
+// /proc: the name the program was started by (self_exe.hpp).
 inline ArenaString ReadSelfExe() {
   ArenaString buf(256, '\0');
   for (;;) {
     const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
-    if (n < 0) return ArenaString();
+    if (n < 0) {
+      const char* start = ExecPathFromStart();
+      return start != nullptr ? ArenaString(start) : ArenaString();
+    }
     if (static_cast<std::size_t>(n) < buf.size()) {
       buf.resize(static_cast<std::size_t>(n));
       return buf;
@@ -15872,6 +15969,8 @@ struct Object {
 
 constexpr std::uint32_t kUnreached = 0xFFFFFFFFu;
 constexpr std::uint32_t kUnsampledHeap = 0xFFFFFFFEu;
+constexpr std::uint32_t kNotScanned = 0xFFFFFFFDu;  // /proc/self/maps could not be read: no scan
+constexpr char kNotScannedName[] = "[not scanned: /proc/self/maps cannot be read]";
 constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
 
 struct ScanResult {
@@ -15883,6 +15982,12 @@ struct ScanResult {
   ArenaVector<std::uint32_t> order;     // reached objects, holders before what they hold (the walk's order)
   ArenaVector<RootRegion> roots;
   ArenaVector<Module> modules;
+  // /proc/self/maps could not be read (no /proc in a chroot or a minimal
+  // container): what is readable, and where the stacks and heaps are, is
+  // unknown, and nothing was scanned. Every object's root is kNotScanned:
+  // calling them all unreachable made the leak report's every object a leak
+  // (and leak_exit_code's status).
+  bool maps_unreadable = false;
   bool every_object_known = false;  // the unsampled-heap pass was skipped (see top)
   bool unsampled_pass = false;      // it ran
   std::size_t threads_running = 0;  // other threads whose stacks could not be located (running)
@@ -16409,6 +16514,12 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   for (std::size_t i = 0; i < n; ++i) r.first[i] = static_cast<std::uint32_t>(i);
 
   const ArenaVector<Mapping> maps = ReadMappings();
+  if (maps.empty()) {
+    r.maps_unreadable = true;
+    r.region.assign(n, kNotScanned);
+    r.scan_nanos = MonotonicNanos() - t0;
+    return;
+  }
 
   // Roots: globals, this thread's TLS and the main thread's, then this
   // thread's stack, then the others'.
@@ -16794,6 +16905,7 @@ class RootNamer {
     const std::uint32_t region = r_.region[k];
     if (region == kUnreached) return "[unreachable]";
     if (region == kUnsampledHeap) return "[unsampled heap]";
+    if (region == kNotScanned) return kNotScannedName;
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
@@ -17020,6 +17132,14 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
     s.markers = std::move(a.markers);
   }
   char line[256];
+  if (r.maps_unreadable) {
+    std::snprintf(line, sizeof line,
+                  "heapprof retention: %zu sampled objects, not scanned: /proc/self/maps cannot be read (is /proc "
+                  "mounted?)",
+                  r.objects.size());
+    data.comments.emplace_back(line);
+    return data;
+  }
   std::snprintf(line, sizeof line,
                 "heapprof retention: %zu sampled objects: %llu reached from roots, %llu only from unsampled heap, "
                 "%llu unreachable",
@@ -17840,9 +17960,15 @@ inline std::uint64_t LargestLoadedFileBytes() noexcept {
   struct Walk {
     static int Visit(dl_phdr_info* info, std::size_t, void* data) noexcept {
       const char* name = info->dlpi_name;
-      if (name == nullptr || name[0] == '\0') name = "/proc/self/exe";  // the program
       struct stat st {};
-      if (::stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
+      bool found;
+      if (name == nullptr || name[0] == '\0') {  // the program
+        const char* start = ExecPathFromStart();  // no /proc: the name it was started by
+        found = ::stat("/proc/self/exe", &st) == 0 || (start != nullptr && ::stat(start, &st) == 0);
+      } else {
+        found = ::stat(name, &st) == 0;
+      }
+      if (found && S_ISREG(st.st_mode)) {
         auto& largest = *static_cast<std::uint64_t*>(data);
         largest = std::max(largest, static_cast<std::uint64_t>(st.st_size));
       }
@@ -19059,6 +19185,12 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     if (objects_in_use == 0) out += ": nothing to report";
     ReportLine(out);
     if (objects_in_use != 0) {
+      if (scan.maps_unreadable) {
+        // Without the maps there was no scan: nothing is known to be
+        // unreachable, and nothing is called a leak (nor sets leak_exit_code).
+        ReportLine("leak report: /proc/self/maps cannot be read (is /proc mounted?): what holds these objects is "
+                   "unknown, so none is counted as leaked; leak_exit_code does not apply");
+      }
       ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
                  " objects, " + FormatBytes(static_cast<double>(u_bytes)));
       if (scan.threads_running != 0) {
@@ -19075,7 +19207,8 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
       if (u_objects != 0) {
         for (const ArenaString& line : u_table) ReportLine("  " + line);
       }
-      ReportLine("leak report: reachable (held by a root, named after <==): " +
+      ReportLine(ArenaString(scan.maps_unreadable ? "leak report: not scanned (named after <==): "
+                                                  : "leak report: reachable (held by a root, named after <==): ") +
                  ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
                  FormatBytes(static_cast<double>(r_bytes)));
       if (r_objects != 0) {
@@ -22123,7 +22256,11 @@ inline bool Resolve() noexcept {
     f.memalign = Lookup(RTLD_DEFAULT, "__libc_memalign", nullptr, f.memalign);
   }
   if (f.malloc == nullptr || f.free == nullptr || f.calloc == nullptr || f.realloc == nullptr) {
-    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: cannot find the real malloc (dlsym); aborting\n");
+    // A statically linked program (-static) has no other malloc: its only
+    // one is ours. HEAPPROF_REPLACE_NEW_DELETE works there.
+    ReportRaw("heapprof: HEAPPROF_REPLACE_MALLOC: cannot find the real malloc (dlsym): a statically linked "
+              "program has none to forward to (link it dynamically, or use HEAPPROF_REPLACE_NEW_DELETE "
+              "alone); aborting\n");
     std::abort();
   }
   if (f.memalign == nullptr && f.posix_memalign == nullptr) {
