@@ -371,7 +371,7 @@ TEST_CASE("without /proc (a chroot or a minimal container): the program's frames
   }
   const std::string dir = DumpsTempDir();
   const int rc = RunCommand("cd " + dir + " && unshare -m sh -c 'mount -t tmpfs none /proc && exec env HEAPPROF=rate=1,"
-                                "dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1,leak_exit_code=23 "
+                                "dump_prefix=" + dir + "/p,dump_at_exit=1,leak_report=1,leak_exit_code=23,dump_near_oom=0.9,rss_interval=1m "
                                 "HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CHILD=dump_exit " + SelfExe() + "'",
                             out);
   INFO(out);
@@ -381,6 +381,9 @@ TEST_CASE("without /proc (a chroot or a minimal container): the program's frames
   // The rows name the program's functions, with file and line.
   CHECK(std::regex_search(out, std::regex(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest \(dump_scenarios\.hpp:[0-9]+\)\s+<== \[not scanned)")));
   CHECK(Matching(dir, R"(p\.[0-9]+\.0001\.heap\.pb\.gz)").size() == 1);
+  // Memory use cannot be read: the memory triggers say they cannot work (before: nothing).
+  CHECK(out.find("heapprof: dump_near_oom and rss_interval: /proc/self/statm cannot be read (is /proc mounted?)") !=
+        std::string::npos);
   RemoveDir(dir);
 }
 

@@ -780,7 +780,16 @@ class Dumper {
     bool rss_dumped = false;      // an rss_interval dump was written: the base is its RSS, not start-up's
 
     void Begin(const EnvConfig& cfg) {
-      if (cfg.rss_interval != 0) rss_mark = ResidentBytes() + cfg.rss_interval;
+      const std::uint64_t rss = ResidentBytes();
+      if (rss == 0) {  // no /proc (a chroot, a minimal container): before, nothing said these never dump
+        const char* keys = cfg.dump_near_oom == 0 ? "rss_interval"
+                           : cfg.rss_interval == 0 ? "dump_near_oom"
+                                                   : "dump_near_oom and rss_interval";
+        ReportLine(ArenaString(keys) +
+                   ": /proc/self/statm cannot be read (is /proc mounted?): memory use is unknown, so no such "
+                   "dump is written until it can be read");
+      }
+      if (cfg.rss_interval != 0) rss_mark = rss + cfg.rss_interval;
     }
 
     // The headroom F leaves under the limit last read: limit * (1 - F)
