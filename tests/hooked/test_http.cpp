@@ -14,10 +14,12 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <new>
 #include <optional>
 #include <csignal>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdexcept>
@@ -1717,4 +1719,88 @@ TEST_CASE("http: a heap scrape is answered while a retention scan is being built
   CHECK(scan_still_held);
   CHECK(retention.status == 200);
   CHECK(HttpGet(server.port(), "/debug/pprof/").status == 200);
+}
+
+namespace {
+
+#if HEAPPROF_EXCEPTIONS
+// The builder's /retention hook, run inside the build: the build runs out of
+// memory once.
+std::atomic<int> g_retention_oom{0};
+void RetentionBuildOutOfMemory() {
+  if (g_retention_oom.fetch_sub(1) > 0) throw std::bad_alloc();
+}
+#else
+// /proc/self/statm's first field: the address space RLIMIT_AS limits.
+std::uint64_t HttpAddressSpaceBytes() {
+  unsigned long long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%llu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// In a forked child: a server, then RLIMIT_AS 4 MiB above the address space,
+// less than the builder's write headroom (at least 8 MiB), which is refused.
+// 0: the scrape got the 503; else which step failed.
+int ScrapeUnderAddressSpaceLimit(const char* method) {
+  heapprof::HttpServer server("127.0.0.1:0", std::nothrow);
+  if (!server.serving()) return 10;
+  const int fd = ConnectLoopback(server.port());
+  if (fd < 0) return 11;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_AS, &rl) != 0) return 12;
+  rl.rlim_cur = HttpAddressSpaceBytes() + (std::uint64_t{4} << 20);
+  if (::setrlimit(RLIMIT_AS, &rl) != 0) return 13;
+  if (!SendAll(fd, RequestHead(method, "/debug/pprof/heap"))) return 14;
+  bool timed_out = false;
+  const HttpResponse r = ParseHttpResponse(ReadAll(fd, 30000, &timed_out));
+  if (timed_out) return 15;
+  if (r.status == 0) return 16;  // closed without a response
+  if (r.status != 503) return 17;
+  const std::string want = std::string(method) == "HEAD" ? "" : "out of memory building the response\n";
+  if (r.body != want) return 18;
+  if (r.Header("content-length") != "36") return 19;
+  return 0;
+}
+#endif
+
+}  // namespace
+
+TEST_CASE("http: a build that runs out of memory is answered with a 503 not a closed connection") {
+  // Before: the builder's empty result closed the connection without a
+  // word (curl: "Empty reply from server"; go tool pprof: EOF), so a
+  // scraper logged a protocol failure rather than the service's state.
+#if HEAPPROF_EXCEPTIONS
+  // A bad_alloc out of the build (here from the /retention hook, inside it).
+  heapprof::HttpServer server("127.0.0.1:0");
+  heapprof_test::SetHttpRetentionBuildHook(&RetentionBuildOutOfMemory);
+  g_retention_oom.store(2);
+  const HttpResponse get = HttpGet(server.port(), "/debug/pprof/retention");
+  const HttpResponse head = HttpGet(server.port(), "/debug/pprof/retention", "HEAD");
+  const HttpResponse again = HttpGet(server.port(), "/debug/pprof/retention");
+  heapprof_test::SetHttpRetentionBuildHook(nullptr);
+  CHECK(get.status == 503);
+  CHECK(get.body == "out of memory building the response\n");
+  CHECK(get.Header("content-type") == "text/plain; charset=utf-8");
+  CHECK(get.Header("x-go-pprof") == "1");
+  CHECK(head.status == 503);
+  CHECK(head.body.empty());
+  CHECK(head.Header("content-length") == "36");
+  CHECK(again.status == 200);  // memory again: served
+#else
+  // Without exceptions the builder maps its headroom first; under an
+  // address-space limit the OS refuses it.
+  for (const char* method : {"GET", "HEAD"}) {
+    INFO(method);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) ::_exit(ScrapeUnderAddressSpaceLimit(method));
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+#endif
 }

@@ -309,6 +309,16 @@ inline ArenaString ErrorResponse(int status, const char* reason, bool head_only 
   return out;
 }
 
+// A response that could not be built for want of memory: every way a build
+// fails (the write's headroom refused, a bad_alloc while building). A 503,
+// the service's state for now, not a fault of the request; Go's handlers
+// answer a failed collection with a 500 "failed to collect profile", which
+// here was the answer in builds with exceptions only: without them the same
+// shortage closed the connection without a word.
+inline ArenaString OutOfMemoryResponse(bool head_only = false) {
+  return ErrorResponse(503, "out of memory building the response", head_only);
+}
+
 // Go's html.EscapeString set (what http.Redirect's body uses).
 inline void AppendHtmlEscaped(std::string_view text, ArenaString& out) {
   for (char c : text) {
@@ -477,7 +487,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       TextProfileStream stream;
       bool ok = plan.peak ? BeginPeakText(stream, body) : stream.Begin(body, AppendStatsComments);
       while (ok && !stream.done()) ok = stream.Next(body, static_cast<std::size_t>(-1));
-      if (!ok) return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      if (!ok) return OutOfMemoryResponse(plan.head_only);
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
                      plan.head_only);
@@ -495,7 +505,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       } else {
         built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
-      if (!built) return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      if (!built) return OutOfMemoryResponse(plan.head_only);
       ArenaString disposition = "attachment; filename=\"";
       disposition += name;
       if (plan.action == Action::kDelta && !plan.peak) disposition += "-delta";
@@ -547,6 +557,7 @@ struct BuildResult {
   std::uint64_t serial = 0;
   ArenaString bytes;
   ArenaPtr<TextProfileStream> stream;  // more to come
+  bool continued = false;              // a later piece of a stream: its head is out already
 };
 
 class Server;
@@ -871,10 +882,12 @@ class Server {
       g_jobs_built.fetch_add(1, std::memory_order_relaxed);
       BuildResult r;
       r.serial = job.serial;
+      r.continued = static_cast<bool>(job.stream);
       {
         // Built without exceptions: the memory for the response first (the
-        // profile's build records its size for the next); refused, the empty
-        // result ends the connection, as a failed build does.
+        // profile's build records its size for the next); refused, or out of
+        // memory during the build, the result is empty: the server thread
+        // answers a 503 (TakeResults).
         WriteHeadroom headroom(false);
         if (headroom.ok()) {
           HEAPPROF_TRY { Build(job, r); }
@@ -916,7 +929,7 @@ class Server {
       ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
       ArenaString first;
       if (!(job.plan.peak ? BeginPeakText(*stream, first) : stream->Begin(first, AppendStatsComments))) {
-        r.bytes = ErrorResponse(500, "failed to collect profile");
+        r.bytes = OutOfMemoryResponse();
         return;
       }
       AppendStreamHead(r.bytes, 200, headers, job.chunked);
@@ -963,8 +976,23 @@ class Server {
     for (BuildResult& r : done) {
       for (Connection& c : conns_) {
         if (c.fd < 0 || c.serial != r.serial || c.state != Connection::State::kBuilding) continue;
-        if (r.bytes.empty() && !r.stream) {  // the builder failed: end the connection
-          Close(c);
+        if (r.bytes.empty() && !r.stream) {
+          if (r.continued) {  // the head is out: the body ends cut short (chunked: no last chunk)
+            Close(c);
+            break;
+          }
+          // The builder ran out of memory (its headroom refused, a bad_alloc
+          // while building). Closed without a word, as before, a scraper saw
+          // a protocol failure (curl: "Empty reply from server", go tool
+          // pprof: EOF), not that the service was short of memory.
+          ArenaString response;
+          HEAPPROF_TRY { response = OutOfMemoryResponse(c.plan.head_only); }
+          HEAPPROF_CATCH_ALL_NOEXCEPT {}
+          if (response.empty()) {
+            Close(c);
+          } else {
+            Respond(c, std::move(response));
+          }
           break;
         }
         c.stream = std::move(r.stream);
