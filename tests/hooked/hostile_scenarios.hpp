@@ -20,6 +20,7 @@
 #include <linux/seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "support/block_size.hpp"
+#include "support/profile_io.hpp"
 
 namespace heapprof_test {
 
@@ -719,6 +721,78 @@ inline int RunTrapAllocatorLabels() {
 #endif
 }
 
+// ---- a profile written while the process is out of file descriptors ------
+// A fresh process (no DWARF read yet) writes a profile with every descriptor
+// taken: the object files cannot be opened, so it has no names and no lines.
+// Once descriptors are back, the next profile must have both again. Before,
+// the object's DWARF stayed marked read (without any): every later profile of
+// the process had names but no file:line.
+inline char* g_fd_leaf_kept[8];
+__attribute__((noinline)) inline void FdExhaustionLeaf() {
+  HEAPPROF_TEST_NO_UNROLL
+  for (char*& p : g_fd_leaf_kept) p = new char[9001];
+  asm volatile("" ::: "memory");
+}
+
+// The leaf's function: its file and line ("" and 0 when none); `said`:
+// a comment says descriptors were short.
+inline bool LeafSourceLine(std::string& file, std::int64_t& line, bool& named, bool& said) {
+  Profile p;
+  if (!CaptureProfile(p)) return false;
+  file.clear();
+  line = 0;
+  named = false;
+  said = false;
+  for (std::int64_t i : p.comment_indices) {
+    said |= p.string_table.at(static_cast<std::size_t>(i)).find("out of file descriptors") != std::string::npos;
+  }
+  for (const Location& loc : p.locations) {
+    for (const Line& l : loc.lines) {
+      for (const Function& f : p.functions) {
+        if (f.id != l.function_id || f.name.find("FdExhaustionLeaf") == std::string::npos) continue;
+        named = true;
+        file = f.filename;
+        line = l.line;
+      }
+    }
+  }
+  return true;
+}
+
+inline int RunFdExhaustionLines() {
+  heapprof::SetSampleRate(1);
+  FdExhaustionLeaf();
+  rlimit files{};  // a small table, quick to fill
+  HEAPPROF_HOSTILE_CHECK(::getrlimit(RLIMIT_NOFILE, &files) == 0);
+  if (files.rlim_cur > 512) files.rlim_cur = 512;
+  HEAPPROF_HOSTILE_CHECK(::setrlimit(RLIMIT_NOFILE, &files) == 0);
+  std::vector<int> taken;
+  taken.reserve(1 << 16);
+  for (;;) {
+    const int fd = ::dup(0);
+    if (fd < 0) break;
+    taken.push_back(fd);
+  }
+  HEAPPROF_HOSTILE_CHECK(errno == EMFILE);
+  std::string file;
+  std::int64_t line = 0;
+  bool named = false, said = false;
+  const bool written = LeafSourceLine(file, line, named, said);
+  for (int fd : taken) ::close(fd);
+  HEAPPROF_HOSTILE_CHECK(written);
+  std::printf("without descriptors: named %d, %s:%lld\n", named ? 1 : 0, file.c_str(), static_cast<long long>(line));
+  HEAPPROF_HOSTILE_CHECK(!named && said);  // and it says why
+  HEAPPROF_HOSTILE_CHECK(LeafSourceLine(file, line, named, said));
+  std::printf("descriptors back: named %d, %s:%lld\n", named ? 1 : 0, file.c_str(), static_cast<long long>(line));
+  HEAPPROF_HOSTILE_CHECK(named);
+  HEAPPROF_HOSTILE_CHECK(file.find("hostile_scenarios.hpp") != std::string::npos);
+  HEAPPROF_HOSTILE_CHECK(line > 0);
+  HEAPPROF_HOSTILE_CHECK(!said);
+  for (char* p : g_fd_leaf_kept) delete[] p;
+  std::printf("fd_exhaustion_lines: ok\n");
+  return 0;
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -733,6 +807,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "seccomp_coroutine") == 0) return RunSeccompCoroutine();
   if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
   if (std::strcmp(name, "trap_allocator_labels") == 0) return RunTrapAllocatorLabels();
+  if (std::strcmp(name, "fd_exhaustion_lines") == 0) return RunFdExhaustionLines();
   known = false;
   return 2;
 }

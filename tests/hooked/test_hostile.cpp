@@ -400,3 +400,16 @@ TEST_CASE("hostile: a signal handler allocates and frees at every instruction of
   RemoveDir(dir);
 }
 #endif
+
+TEST_CASE("hostile: a profile written while out of file descriptors does not cost later profiles their lines") {
+  // Every descriptor taken (EMFILE), a first profile cannot open the object
+  // files: no names, no lines. The next one, with descriptors back, must
+  // have both. Before, the object's DWARF stayed marked read without any:
+  // every later profile of the process (HTTP scrapes included) had names but
+  // no file:line.
+  std::string out;
+  const int rc = RunHostileChild("", "fd_exhaustion_lines", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("fd_exhaustion_lines: ok") != std::string::npos);
+}

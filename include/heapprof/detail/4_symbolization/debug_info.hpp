@@ -64,10 +64,16 @@ class DebugObject {
   // without names (snapshot.hpp), and the next write loads this object
   // again. It used to stay marked loaded, without its DWARF: every later
   // profile had names but no lines for it.
+  // Likewise a load that found no DWARF because a file could not be opened
+  // or mapped for now (out of descriptors, or of memory for the mapping:
+  // elf_file.hpp's counters): not marked loaded, so the next write tries
+  // again. Marked, one profile written while the process was out of
+  // descriptors cost every later profile its file:line.
   void EnsureLoaded() {
     if (loaded_) return;
     loaded_ = true;
     if (path_ == nullptr) return;
+    const unsigned not_opened = elf::tls_files_not_opened, not_mapped = elf::tls_files_not_mapped;
 #if HEAPPROF_EXCEPTIONS
     try {
       Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
@@ -82,6 +88,9 @@ class DebugObject {
 #else
     Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
 #endif
+    if (info_ == nullptr && (elf::tls_files_not_opened != not_opened || elf::tls_files_not_mapped != not_mapped)) {
+      Unload();
+    }
   }
 
   int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {

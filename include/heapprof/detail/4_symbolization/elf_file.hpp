@@ -32,6 +32,10 @@ static_assert(sizeof(void*) == 8, "heapprof reads ELF64 objects only");
 // EncodeGzippedSymbolized). Before, such a profile had no names and nothing
 // said why (HEAPPROF=oom_dump=1,oom_reserve=4k under a limit).
 inline thread_local unsigned tls_files_not_mapped = 0;
+// Files this thread could not open for want of descriptors (EMFILE, ENFILE)
+// or kernel memory (ENOMEM): missing from the profile being written, which
+// says so, and tried again by the next write (DebugObject::EnsureLoaded).
+inline thread_local unsigned tls_files_not_opened = 0;
 
 // A whole file mapped read-only. Mapping instead of reading keeps a large
 // .symtab/.strtab out of the heap; the kernel pages in only what lookups touch.
@@ -67,7 +71,10 @@ class MappedFile {
     do {
       fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return false;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) ++tls_files_not_opened;
+      return false;
+    }
     struct stat st;
     // Only regular files: a FIFO or device (e.g. /dev/null) would block or map nothing.
     const bool usable = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&

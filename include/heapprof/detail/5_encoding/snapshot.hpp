@@ -245,7 +245,19 @@ inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<Loade
     data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
                                "go tool pprof symbolizes the addresses from the binaries");
   }
+  if (elf::tls_files_not_opened != 0) {
+    data.comments.emplace_back("heapprof: out of file descriptors opening object files: frames in them have no "
+                               "names; go tool pprof symbolizes the addresses from the binaries");
+  }
   ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+  if (elf::tls_files_not_opened != 0) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "heapprof: out of file descriptors opening %u object or debug file(s): profile written without "
+                  "their names or lines\n",
+                  elf::tls_files_not_opened);
+    ReportRaw(line);
+  }
   if (elf::tls_files_not_mapped != 0) {
     char line[200];
     std::snprintf(line, sizeof line,
@@ -273,6 +285,7 @@ inline std::atomic<int> g_symbolize_oom_for_tests{0};
 // (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
   elf::tls_files_not_mapped = 0;
+  elf::tls_files_not_opened = 0;
 #if HEAPPROF_EXCEPTIONS
   try {
     Symbolizer symbolizer(objects);
