@@ -1883,3 +1883,56 @@ TEST_CASE("http: out of file descriptors the server does not spin and serves onc
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+#if !HEAPPROF_EXCEPTIONS
+namespace {
+
+// In a forked child: a /peak?seconds=1 window whose profile cannot be built
+// (RLIMIT_AS refuses the builder's headroom, as ScrapeUnderAddressSpaceLimit),
+// then, the limit lifted, another: 0 when the second is served.
+int PeakWindowAfterRefusedBuild() {
+  heapprof::HttpServer server("127.0.0.1:0", std::nothrow);
+  if (!server.serving()) return 10;
+  const int fd = ConnectLoopback(server.port());
+  if (fd < 0) return 11;
+  rlimit saved{};
+  if (::getrlimit(RLIMIT_AS, &saved) != 0) return 12;
+  rlimit tight = saved;
+  tight.rlim_cur = HttpAddressSpaceBytes() + (std::uint64_t{4} << 20);
+  if (::setrlimit(RLIMIT_AS, &tight) != 0) return 13;
+  if (!SendAll(fd, RequestHead("GET", "/debug/pprof/peak?seconds=1"))) return 14;
+  bool timed_out = false;
+  const HttpResponse first = ParseHttpResponse(ReadAll(fd, 30000, &timed_out));
+  ::close(fd);
+  if (::setrlimit(RLIMIT_AS, &saved) != 0) return 15;
+  if (timed_out) return 16;
+  if (first.status != 503) return 17;
+  const int again = ConnectLoopback(server.port());  // (not HttpGet: its half-close cancels a window)
+  if (again < 0) return 20;
+  if (!SendAll(again, RequestHead("GET", "/debug/pprof/peak?seconds=1"))) return 21;
+  const HttpResponse second = ParseHttpResponse(ReadAll(again, 30000, &timed_out));
+  ::close(again);
+  if (second.status == 503) return 18;  // the first window was never closed
+  if (second.status != 200) return 19;
+  return 0;
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("http: a peak ?seconds= window whose build is refused memory is closed") {
+#if HEAPPROF_EXCEPTIONS
+  MESSAGE("built with exceptions: the builder maps no headroom first (write_headroom.hpp), so none is refused");
+#else
+  // Without exceptions the builder maps its memory before it builds; refused,
+  // the job was dropped without closing the server's peak window, and every
+  // later /peak?seconds= was a 503 "already in progress" for the process's life.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(PeakWindowAfterRefusedBuild());
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+#endif
+}

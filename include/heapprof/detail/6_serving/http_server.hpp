@@ -895,6 +895,11 @@ class Server {
             r.bytes = ArenaString();
             r.stream.reset();
           }
+        } else if (!r.continued && IsPeakWindow(job.plan)) {
+          // A /peak?seconds= window whose profile is never built: closed here
+          // (BuildResponse closes it once it has copied it). Left open, every
+          // later /peak?seconds= got a 503 'already in progress', for good.
+          g_window_peak_open.store(false, std::memory_order_relaxed);
         }
         pthread_mutex_lock(&jobs_mutex_);
         HEAPPROF_TRY { results_.push_back(std::move(r)); }
