@@ -1789,6 +1789,8 @@ TEST_CASE("http: a build that runs out of memory is answered with a 503 not a cl
   CHECK(head.body.empty());
   CHECK(head.Header("content-length") == "36");
   CHECK(again.status == 200);  // memory again: served
+#elif defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under ASan/TSan: RLIMIT_AS would cut their shadow memory");
 #else
   // Without exceptions the builder maps its headroom first; under an
   // address-space limit the OS refuses it.
@@ -1796,7 +1798,10 @@ TEST_CASE("http: a build that runs out of memory is answered with a 503 not a cl
     INFO(method);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
-    if (pid == 0) ::_exit(ScrapeUnderAddressSpaceLimit(method));
+    if (pid == 0) {
+      ::alarm(60);  // a hang is a failure
+      ::_exit(ScrapeUnderAddressSpaceLimit(method));
+    }
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     REQUIRE(WIFEXITED(status));
@@ -1862,6 +1867,10 @@ int ServeAfterDescriptorExhaustion(int cpu_pipe) {
 }  // namespace
 
 TEST_CASE("http: out of file descriptors the server does not spin and serves once they are back") {
+#if defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under TSan: a child forked from a threaded process may not start threads there");
+  return;
+#endif
   // accept() failing with EMFILE leaves the listening socket readable: a
   // loop that polled it again at once spun at 100% CPU for as long as the
   // table stayed full. The server pauses accepting for 100 ms at a time.
@@ -1870,6 +1879,7 @@ TEST_CASE("http: out of file descriptors the server does not spin and serves onc
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    ::alarm(60);  // a hang is a failure
     ::close(cpu_pipe[0]);
     ::_exit(ServeAfterDescriptorExhaustion(cpu_pipe[1]));
   }
@@ -1923,13 +1933,18 @@ int PeakWindowAfterRefusedBuild() {
 TEST_CASE("http: a peak ?seconds= window whose build is refused memory is closed") {
 #if HEAPPROF_EXCEPTIONS
   MESSAGE("built with exceptions: the builder maps no headroom first (write_headroom.hpp), so none is refused");
+#elif defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under ASan/TSan: RLIMIT_AS would cut their shadow memory");
 #else
   // Without exceptions the builder maps its memory before it builds; refused,
   // the job was dropped without closing the server's peak window, and every
   // later /peak?seconds= was a 503 "already in progress" for the process's life.
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) ::_exit(PeakWindowAfterRefusedBuild());
+  if (pid == 0) {
+    ::alarm(60);  // a hang is a failure
+    ::_exit(PeakWindowAfterRefusedBuild());
+  }
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
