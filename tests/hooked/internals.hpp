@@ -21,6 +21,7 @@ struct ServerLimits {
   std::int64_t head_timeout_ms;
   std::int64_t write_timeout_ms;
   std::size_t max_delta_windows;
+  std::int64_t evict_grace_ms;  // kEvictGraceMs
 };
 ServerLimits DefaultServerLimits();
 

@@ -18,7 +18,7 @@ namespace hd = heapprof::detail;
 
 ServerLimits DefaultServerLimits() {
   const hd::http::Limits d;
-  return ServerLimits{d.max_connections, d.head_timeout_ms, d.write_timeout_ms, d.max_delta_windows};
+  return ServerLimits{d.max_connections, d.head_timeout_ms, d.write_timeout_ms, d.max_delta_windows, d.evict_grace_ms};
 }
 
 static_assert(sizeof(hd::http::Server) <= 1024 && alignof(hd::http::Server) <= 64, "LimitedServer: storage_ too small");
@@ -28,6 +28,7 @@ LimitedServer::LimitedServer(const char* listen, const ServerLimits& limits) {
   l.head_timeout_ms = limits.head_timeout_ms;
   l.write_timeout_ms = limits.write_timeout_ms;
   l.max_delta_windows = limits.max_delta_windows;
+  l.evict_grace_ms = limits.evict_grace_ms;
   new (storage_) hd::http::Server(listen, l);
 }
 LimitedServer::~LimitedServer() { std::launder(reinterpret_cast<hd::http::Server*>(storage_))->~Server(); }

@@ -687,6 +687,81 @@ TEST_CASE("http: a slow client does not block others, and times out with 408") {
   CHECK(late.body == "timed out reading the request head\n");
 }
 
+// Slowloris: 64 clients that each send half a request line and stop held
+// every slot, and a scraper got a 503 at once until the 408s came 10 s later
+// and their 2 s drain ended (the first 200 after 12.05 s). Now a newcomer
+// finding every slot taken waits in the listen backlog until the connection
+// that has waited longest for its head has had the grace period (1 s), and
+// that one gets the 408 instead.
+TEST_CASE("http: slow clients holding every slot do not starve a scraper: the oldest gets a 408") {
+  heapprof::HttpServer server("127.0.0.1:0");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> slow;
+  for (std::size_t i = 0; i < heapprof_test::HttpMaxConnections(); ++i) {
+    const int fd = ConnectLoopback(server.port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, "GET /debug/pp"));  // and then nothing
+    slow.push_back(fd);
+  }
+  // Connected after them all: behind them in the listen backlog, so the
+  // server has taken every one of them before it sees this one.
+  const HttpResponse r = RawRequest(server.port(), RequestHead("GET", "/debug/pprof/heap"), 10000);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  MESSAGE("the scraper's answer came " << took.count() << " ms after the first slow client connected");
+  CHECK(r.status == 200);
+  CHECK(took.count() < 5000);
+  // Not before the oldest had waited the grace period (ms clocks truncate).
+  CHECK(took.count() >= 999);
+  // The evicted one is the oldest, answered as the head timeout answers;
+  // the others still wait (their head timeout is 10 s away).
+  bool timed_out = false;
+  const HttpResponse evicted = ParseHttpResponse(ReadAll(slow[0], 5000, &timed_out));
+  CHECK_FALSE(timed_out);
+  CHECK(evicted.status == 408);
+  CHECK(evicted.body == "timed out reading the request head\n");
+  std::size_t answered = 0;
+  for (std::size_t i = 1; i < slow.size(); ++i) {
+    pollfd p{slow[i], POLLIN, 0};
+    answered += ::poll(&p, 1, 0) > 0 ? 1 : 0;
+  }
+  CHECK(answered == 0);
+  for (int fd : slow) ::close(fd);
+}
+
+// Eviction takes only a connection still sending its request, never one
+// past it: here the older connection is a ?seconds= window (a request in
+// progress), and the one evicted is the younger, whose /symbol body is
+// incomplete.
+TEST_CASE("http: a newcomer evicts a connection still sending its request but never a window") {
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
+  limits.max_connections = 2;
+  limits.evict_grace_ms = 200;
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
+  const int window = ConnectLoopback(server.port());
+  REQUIRE(window >= 0);
+  REQUIRE(SendAll(window, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+  WaitForWindowStart(started);
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + 1);
+  const int slow = ConnectLoopback(server.port());
+  REQUIRE(slow >= 0);
+  REQUIRE(SendAll(slow, "POST /debug/pprof/symbol HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0x1"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResponse r = RawRequest(server.port(), RequestHead("GET", "/debug/pprof/"), 10000);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  CHECK(r.status == 200);
+  CHECK(took.count() < 5000);
+  bool timed_out = false;
+  const HttpResponse evicted = ParseHttpResponse(ReadAll(slow, 5000, &timed_out));
+  CHECK_FALSE(timed_out);
+  CHECK(evicted.status == 408);
+  CHECK(evicted.body == "timed out reading the request body\n");
+  pollfd p{window, POLLIN, 0};
+  CHECK(::poll(&p, 1, 0) == 0);  // the window goes on
+  ::close(slow);
+  ::close(window);
+}
+
 // A symbolz POST whose body never completes (a byte now and then, never the
 // Content-Length promised) is bounded by the head deadline, counted from the
 // accept: trickled bytes do not extend it.
@@ -720,16 +795,35 @@ TEST_CASE("http: a symbolz POST body that never completes times out with 408") {
 }
 
 TEST_CASE("http: many connections at once: the excess gets 503, the server lives on") {
-  heapprof::HttpServer server("127.0.0.1:0");
+  // Every slot holds a request in progress (a ?seconds= window), which no
+  // newcomer may evict (kEvictGraceMs): the excess gets the 503 at once.
+  // (Idle connections would be evicted one by one once their grace is over,
+  // the newcomers waiting in the backlog meanwhile: see the slowloris test.)
+  heapprof_test::ServerLimits limits = heapprof_test::DefaultServerLimits();
+  limits.max_delta_windows = limits.max_connections;
+  heapprof_test::LimitedServer server("127.0.0.1:0", limits);
+  const std::uint64_t started = heapprof_test::HttpDeltaWindowsStarted();
   std::vector<int> fds;
-  for (int i = 0; i < 200; ++i) {
+  for (std::size_t i = 0; i < limits.max_connections; ++i) {
+    const int fd = ConnectLoopback(server.port());
+    REQUIRE(fd >= 0);
+    REQUIRE(SendAll(fd, RequestHead("GET", "/debug/pprof/heap?seconds=3600")));
+    fds.push_back(fd);
+  }
+  const auto windows_open = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (heapprof_test::HttpDeltaWindowsStarted() < started + limits.max_connections &&
+         std::chrono::steady_clock::now() < windows_open) {
+    std::this_thread::yield();
+  }
+  REQUIRE(heapprof_test::HttpDeltaWindowsStarted() == started + limits.max_connections);
+  for (int i = 0; i < 136; ++i) {
     const int fd = ConnectLoopback(server.port());
     if (fd >= 0) fds.push_back(fd);
   }
   CHECK(fds.size() == 200);
   // The connections beyond the cap are answered 503 and closed; the first
-  // kMaxConnections wait for a request head.
-  const std::size_t expect_busy = fds.size() - heapprof_test::HttpMaxConnections();
+  // kMaxConnections keep their windows.
+  const std::size_t expect_busy = fds.size() - limits.max_connections;
   std::vector<pollfd> polls;
   for (int fd : fds) polls.push_back(pollfd{fd, POLLIN, 0});
   std::size_t readable = 0;
@@ -740,8 +834,10 @@ TEST_CASE("http: many connections at once: the excess gets 503, the server lives
     for (const pollfd& p : polls) readable += (p.revents & (POLLIN | POLLHUP)) != 0;
   }
   int busy = 0;
-  for (const pollfd& p : polls) {
+  for (std::size_t i = 0; i < polls.size(); ++i) {
+    const pollfd& p = polls[i];
     if ((p.revents & (POLLIN | POLLHUP)) == 0) continue;
+    CHECK(i >= limits.max_connections);  // no window was answered
     const HttpResponse r = ParseHttpResponse(ReadAll(p.fd, 2000));
     if (r.status == 503 && r.body == "too many connections to the profiling server\n") ++busy;
   }

@@ -22,7 +22,9 @@
 //                                 as the body; `Expect: 100-continue` answered)
 //   /debug/pprof/cmdline          the program's arguments, NUL-separated
 // Every response closes its connection. Limits (why: a profiling port must
-// never hurt the service): kMaxConnections open at once (more get a 503),
+// never hurt the service): kMaxConnections open at once (a newcomer beyond
+// them evicts the connection that has waited longest for its head, once it
+// has waited kEvictGraceMs; with none to evict, it gets a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
 // kHeadTimeoutMs to send the request head (slow clients get a 408),
 // kWriteTimeoutMs without taking any of the response, heads of at most 8 KiB / 64 fields.
@@ -79,6 +81,22 @@ constexpr std::size_t kMaxConnections = 64;
 // reset 1 run in ~10 on a loaded machine (test_http's 503 test).
 constexpr std::size_t kMinTurnedAway = 4;
 constexpr std::int64_t kHeadTimeoutMs = 10000;
+// Every slot taken, a newcomer evicts the connection that has waited longest
+// for its request head (or a /symbol body), once that one has waited this
+// long since its accept: it gets the 408 the head timeout gives. Without
+// this, 64 clients that send half a request and stop (slowloris) held every
+// slot until their 408s (10 s) and the drain after them: every scraper got a
+// 503 meanwhile. Only connections still sending their request are evicted,
+// never one whose response is being built or written, nor a ?seconds=
+// window: a client reconnecting all the time cannot take a slot from a
+// request in progress. 1 s: a real client sends its head as soon as it has
+// connected (curl, Go's and Prometheus' clients write it at once: on
+// loopback within a millisecond, across a network one path's latency), and
+// 1 s covers a path of a few hundred ms with a lost segment resent (Linux's
+// shortest retransmission timeout is 200 ms); a slow client holds a slot 1 s,
+// not 10 + 2 s. Meanwhile the newcomer waits in the listen backlog (the
+// listening socket is not polled until then), not turned away.
+constexpr std::int64_t kEvictGraceMs = 1000;
 constexpr std::int64_t kWriteTimeoutMs = 60000;
 // After the response, unread request bytes are read and dropped for up to
 // this long (or kDrainBytes) before closing: closing a socket with unread
@@ -99,6 +117,7 @@ struct Limits {
   std::int64_t head_timeout_ms = kHeadTimeoutMs;
   std::int64_t write_timeout_ms = kWriteTimeoutMs;
   std::size_t max_delta_windows = kMaxDeltaWindows;
+  std::int64_t evict_grace_ms = kEvictGraceMs;
 };
 
 // Delta windows (?seconds=N) whose baseline has been taken, over all servers:
@@ -528,7 +547,10 @@ struct Connection {
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
-  bool busy = false;  // turned away with a 503 (the connection limit): not counted in it
+  // Turned away with a 503 (the connection limit), or evicted with a 408 for
+  // a newcomer (kEvictGraceMs): not counted in the limit.
+  bool busy = false;
+  std::int64_t accepted_ms = 0;  // when accept() took it (eviction: the oldest first)
   std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
   ArenaString in;
   ArenaString out;
@@ -1020,9 +1042,15 @@ class Server {
         fds.push_back(pollfd{wake_fd_, POLLIN, 0});
         // Out of file descriptors: accept() keeps failing while the listen
         // socket stays readable, so stop watching it for a moment.
-        const bool accept_paused = MonotonicMillis() < accept_paused_until_ms_;
-        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
+        const std::int64_t loop_start = MonotonicMillis();
+        const bool accept_paused = loop_start < accept_paused_until_ms_;
+        // Every slot taken by connections of which one may be evicted in a
+        // moment (EvictableAt): the newcomers wait in the backlog until then.
+        const std::int64_t evictable_at = EvictableAt();
+        const bool wait_for_eviction = evictable_at > loop_start;
+        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused || wait_for_eviction ? 0 : POLLIN), 0});
         std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
+        if (wait_for_eviction && (next < 0 || evictable_at < next)) next = evictable_at;
         for (const Connection& c : conns_) {
           // Waiting connections are watched for reads too: the client
           // hanging up cancels its window (as in Go, where the request's
@@ -1070,8 +1098,66 @@ class Server {
     }
   }
 
+  // Connections that count in the limit, and those turned away (busy).
+  void CountConnections(std::size_t& counted, std::size_t& busy) const noexcept {
+    counted = busy = 0;
+    for (const Connection& c : conns_) {
+      if (c.fd < 0) continue;
+      (c.busy ? busy : counted) += 1;
+    }
+  }
+  std::size_t MaxTurnedAway() const noexcept {
+    return limits_.max_connections > kMinTurnedAway ? limits_.max_connections : kMinTurnedAway;
+  }
+
+  // The connection a newcomer may evict when every slot is taken: the one
+  // that has waited longest for its request (head, or /symbol body), or
+  // null. Never one past its request (built, written, a ?seconds= window).
+  Connection* EvictionCandidate() noexcept {
+    Connection* oldest = nullptr;
+    for (Connection& c : conns_) {
+      if (c.fd < 0 || c.busy) continue;
+      if (c.state != Connection::State::kReading && c.state != Connection::State::kReadingBody) continue;
+      if (oldest == nullptr || c.accepted_ms < oldest->accepted_ms) oldest = &c;
+    }
+    return oldest;
+  }
+  // -1: a slot is free, or none can be evicted (a newcomer is accepted: it
+  // gets a slot or the 503). Otherwise when the candidate can be evicted
+  // (its grace over): until then newcomers are left in the backlog.
+  std::int64_t EvictableAt() noexcept {
+    std::size_t counted = 0, busy = 0;
+    CountConnections(counted, busy);
+    if (counted < limits_.max_connections) return -1;
+    const Connection* candidate = EvictionCandidate();
+    return candidate == nullptr ? -1 : candidate->accepted_ms + limits_.evict_grace_ms;
+  }
+
+  // Answers `c` with `response` and stops counting it: it drains as any
+  // answered connection (kDrainTimeoutMs), unless MaxTurnedAway() are
+  // draining already: then the answer and close() at once (the client may
+  // see a reset). Bounds the connections held to the limit plus that.
+  void TurnAway(Connection& c, const ArenaString& response, std::size_t busy) {
+    c.busy = true;
+    if (busy >= MaxTurnedAway()) {
+      (void)::send(c.fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      Close(c);
+      return;
+    }
+    Respond(c, response);
+  }
+
   void Accept() {
     for (int i = 0; i < 64; ++i) {
+      std::size_t counted = 0, busy = 0;
+      CountConnections(counted, busy);
+      Connection* evict = nullptr;
+      if (counted >= limits_.max_connections) {
+        evict = EvictionCandidate();
+        // Its grace not over yet: the newcomers wait in the backlog (Run
+        // polls the listening socket again once it is).
+        if (evict != nullptr && MonotonicMillis() < evict->accepted_ms + limits_.evict_grace_ms) return;
+      }
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -1079,33 +1165,29 @@ class Server {
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
-      std::size_t busy = 0;
-      for (const Connection& other : conns_) busy += other.busy ? 1 : 0;
-      if (conns_.size() - busy >= limits_.max_connections) {
-        const ArenaString response = ErrorResponse(503, "too many connections to the profiling server");
-        if (busy >= (limits_.max_connections > kMinTurnedAway ? limits_.max_connections : kMinTurnedAway)) {
-          // So many turned away at once: the 503 and close() at once (the
-          // client may see a reset). Bounds the connections held to twice
-          // the limit (the limit plus kMinTurnedAway, for a small one).
-          (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          ::close(fd);
-          continue;
-        }
-        // Answered like any error: the 503, then the request read and
-        // dropped (kDrainTimeoutMs). Closed with the request unread, the
-        // socket sent a reset, which could destroy the 503 before the client
-        // read it (go tool pprof: "Unsolicited response received on idle
-        // HTTP channel").
+      if (evict != nullptr) {
+        // The one that has waited longest for its request makes room, with
+        // the 408 the head timeout would have given it.
+        TurnAway(*evict,
+                 ErrorResponse(408, evict->state == Connection::State::kReading ? "timed out reading the request head"
+                                                                                : "timed out reading the request body"),
+                 busy);
+      } else if (counted >= limits_.max_connections) {
+        // None to evict: turned away. Answered like any error: the 503, then
+        // the request read and dropped (kDrainTimeoutMs). Closed with the
+        // request unread, the socket sent a reset, which could destroy the
+        // 503 before the client read it (go tool pprof: "Unsolicited
+        // response received on idle HTTP channel").
         Connection c;
         c.fd = fd;
-        c.busy = true;
         conns_.push_back(std::move(c));
-        Respond(conns_.back(), response);
+        TurnAway(conns_.back(), ErrorResponse(503, "too many connections to the profiling server"), busy);
         continue;
       }
       Connection c;
       c.fd = fd;
-      c.deadline_ms = MonotonicMillis() + limits_.head_timeout_ms;
+      c.accepted_ms = MonotonicMillis();
+      c.deadline_ms = c.accepted_ms + limits_.head_timeout_ms;
       c.in.reserve(1024);
       conns_.push_back(std::move(c));
     }
