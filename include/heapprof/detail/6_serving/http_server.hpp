@@ -89,13 +89,14 @@ constexpr std::int64_t kHeadTimeoutMs = 10000;
 // 503 meanwhile. Only connections still sending their request are evicted,
 // never one whose response is being built or written, nor a ?seconds=
 // window: a client reconnecting all the time cannot take a slot from a
-// request in progress. 1 s: a real client sends its head as soon as it has
-// connected (curl, Go's and Prometheus' clients write it at once: on
-// loopback within a millisecond, across a network one path's latency), and
-// 1 s covers a path of a few hundred ms with a lost segment resent (Linux's
+// request in progress. 1 s: a real client writes its head as soon as it has
+// connected, so it arrives one path's latency after the accept, and 1 s
+// covers a path of a few hundred ms with a lost segment resent (Linux's
 // shortest retransmission timeout is 200 ms); a slow client holds a slot 1 s,
 // not 10 + 2 s. Meanwhile the newcomer waits in the listen backlog (the
-// listening socket is not polled until then), not turned away.
+// listening socket is not polled until then), not turned away. A client
+// opening such connections faster than 64 a second still fills the backlog,
+// and others' connects wait (README, "Serving profiles over HTTP").
 constexpr std::int64_t kEvictGraceMs = 1000;
 constexpr std::int64_t kWriteTimeoutMs = 60000;
 // After the response, unread request bytes are read and dropped for up to
