@@ -364,10 +364,6 @@ TEST_CASE("without /proc (a chroot or a minimal container): the program's frames
   // /proc/self/exe; and the retention scan, which needs /proc/self/maps,
   // called every object unreachable: 7 false leaks and leak_exit_code's status.
   // A mount namespace with an empty tmpfs over /proc stands for it.
-#if defined(HEAPPROF_TSAN)
-  MESSAGE("skipped under TSan: its runtime reads /proc/self/maps to start");
-  return;
-#endif
   // LeakSanitizer (under ASan) cannot work without /proc: it fails the
   // program at exit ("Can't open /proc/<pid>/task"), so it is turned off.
   const std::string lsan_off = "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 ";
