@@ -415,8 +415,12 @@ class SymbolTable {
   // a different id, or none, is another build, and its symbols would lie.
   // `file_view`: what to open when `path` no longer names the object's file
   // (LoadedObject::file); empty = `path`, which still places .gnu_debuglink.
+  // `probe`: only whether a full load would find any symbol, from the same
+  // files in the same order, stopping at the first; the table stays empty
+  // and keeps no mapping (Symbolizer: objects no PC of the profile is in).
   bool Load(std::string_view path_view, std::string_view build_id_view,
-            const char* debug_directory = kDebugFileDirectory, std::string_view file_view = {}) {
+            const char* debug_directory = kDebugFileDirectory, std::string_view file_view = {},
+            bool probe = false) {
     const ArenaString path(path_view), build_id(build_id_view);  // NUL-terminated
     const ArenaString file(file_view.empty() ? path_view : file_view);
     MappedFile own;
@@ -424,14 +428,14 @@ class SymbolTable {
     const bool own_usable = own.Open(file.c_str()) && own_sections.Init(own.view()) &&
                             debug_files::BuildIdMatches(own_sections, build_id.c_str());
     // .symtab also names static functions; .dynsym only what the object exports.
-    if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
+    if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB, probe)) return true;
     if (debug_directory != nullptr && build_id.size() > 2) {
       const ArenaString debug_path = ArenaString(debug_directory) + "/.build-id/" +
                                      build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
       MappedFile debug;
       SectionTable debug_sections;
       if (debug.Open(debug_path.c_str()) && debug_sections.Init(debug.view()) &&
-          FileBuildId(debug_sections) == build_id && ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+          FileBuildId(debug_sections) == build_id && ReadTable(debug, debug_sections, SHT_SYMTAB, probe)) {
         return true;
       }
     }
@@ -443,11 +447,11 @@ class SymbolTable {
       SectionTable debug_sections;
       if (debug_files::OpenDebugLink(path.c_str(), own.view(), debug_directory, debug, found, sizeof found) &&
           debug_sections.Init(debug.view()) && debug_files::BuildIdMatches(debug_sections, build_id.c_str()) &&
-          ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+          ReadTable(debug, debug_sections, SHT_SYMTAB, probe)) {
         return true;
       }
     }
-    return own_usable && ReadTable(own, own_sections, SHT_DYNSYM);
+    return own_usable && ReadTable(own, own_sections, SHT_DYNSYM, probe);
   }
 
   bool empty() const { return symbols_.empty(); }
@@ -523,7 +527,7 @@ class SymbolTable {
     return underscores * 4 + bind;
   }
 
-  bool ReadTable(MappedFile& file, const SectionTable& sections, std::uint32_t type) {
+  bool ReadTable(MappedFile& file, const SectionTable& sections, std::uint32_t type, bool probe) {
     Elf64_Shdr table{};
     std::uint64_t table_index = 0;
     for (std::uint64_t i = 1; i < sections.count(); ++i) {
@@ -584,6 +588,7 @@ class SymbolTable {
         c.symbol.end =
             sym.st_size > section.end - sym.st_value ? section.end : sym.st_value + sym.st_size;
       }
+      if (probe) return true;  // the table would not be empty
       c.rank = Rank(name, ELF64_ST_BIND(sym.st_info));
       found.push_back(c);
     }
@@ -692,6 +697,10 @@ class Symbolizer {
   // True when DWARF was found for the object (its own, or a debug file);
   // reads it if no lookup has yet.
   bool HasDebugInfo(std::size_t object_index) const;
+  // Files that could not be mapped for want of memory while reading a symbol
+  // table on first use (elf_file.hpp: tls_files_not_mapped), after the
+  // constructor: EncodeGzippedNamed's comment counts them too.
+  unsigned late_files_not_mapped() const { return late_files_not_mapped_; }
 
   // The frames of `address` (an address inside the call, not a return
   // address), innermost first: several when the compiler inlined calls there.
@@ -707,16 +716,34 @@ class Symbolizer {
     DebugObject* debug;  // null: no DWARF
   };
   const Range* RangeOf(std::uintptr_t pc) const;
+  // The table, read in full on first use.
+  elf::SymbolTable& Table(std::size_t table);
+
+  // Where a table is read from; only probed until a PC falls in its object.
+  struct TableSource {
+    ArenaString path, build_id, file;
+    bool loaded = false;
+  };
 
   // ArenaPtr keeps each table (and the mapping its names point into) in place.
   ArenaVector<ArenaPtr<elf::SymbolTable>> tables_;
+  ArenaVector<TableSource> sources_;  // per table
+  ArenaString debug_directory_;
+  bool has_debug_directory_ = false;
+  unsigned late_files_not_mapped_ = 0;
   ArenaVector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   ArenaVector<bool> has_symbols_;
   ArenaVector<DebugObject*> debug_;  // per object; its DWARF is read on first use
   char short_buf_[1024];
 };
 
-inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const char* debug_directory) {
+// A table is only probed here (is there any symbol?); it is read and sorted
+// when a PC first falls in its object. A profile's PCs are in a few objects of
+// the many loaded: libstdc++, libm, libgcc_s were read and sorted on every
+// write for nothing (a fifth of a warm write of 10,000 stacks).
+inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const char* debug_directory)
+    : has_debug_directory_(debug_directory != nullptr) {
+  if (debug_directory != nullptr) debug_directory_ = debug_directory;
   // Several executable segments of one object share its file and its table.
   ArenaMap<ArenaString, std::size_t> table_of_file;
   ArenaVector<DebugObject*> debug_of_table;
@@ -732,16 +759,25 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
     if (it == table_of_file.end()) {
       auto table = MakeArena<elf::SymbolTable>();
       DebugObject* debug = nullptr;
+      bool any = false;
       if (!object.path.empty()) {
-        table->Load(object.path, object.build_id, debug_directory, object.file);
+        any = table->Load(object.path, object.build_id, debug_directory, object.file, /*probe=*/true);
         DebugCacheLock hold;
         debug = FindDebugObject(object.path.c_str(), object.file.c_str(), object.build_id.c_str(), debug_directory);
       }
       tables_.push_back(std::move(table));
+      TableSource source;
+      source.loaded = !any;  // nothing to read
+      if (any) {
+        source.path = object.path;
+        source.build_id = object.build_id;
+        source.file = object.file;
+      }
+      sources_.push_back(std::move(source));
       debug_of_table.push_back(debug);
       it = table_of_file.emplace(std::move(key), tables_.size() - 1).first;
     }
-    const bool usable = !tables_[it->second]->empty();
+    const bool usable = !sources_[it->second].loaded;
     DebugObject* debug = debug_of_table[it->second];
     has_symbols_.push_back(usable);
     debug_.push_back(debug);
@@ -755,6 +791,18 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
 
 inline Symbolizer::~Symbolizer() = default;
 
+inline elf::SymbolTable& Symbolizer::Table(std::size_t table) {
+  TableSource& source = sources_[table];
+  if (!source.loaded) {
+    source.loaded = true;
+    const unsigned before = elf::tls_files_not_mapped;
+    tables_[table]->Load(source.path, source.build_id, has_debug_directory_ ? debug_directory_.c_str() : nullptr,
+                         source.file);
+    if (elf::tls_files_not_mapped > before) late_files_not_mapped_ += elf::tls_files_not_mapped - before;
+  }
+  return *tables_[table];
+}
+
 inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), pc,
                              [](std::uintptr_t a, const Range& r) { return a < r.start; });
@@ -766,7 +814,7 @@ inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
 inline bool Symbolizer::Lookup(std::uintptr_t pc, ArenaString& name, std::uintptr_t& start) {
   const Range* r = RangeOf(pc);
   if (r == nullptr) return false;
-  elf::SymbolTable& table = *tables_[r->table];
+  elf::SymbolTable& table = Table(r->table);
   std::size_t index = 0;
   if (table.empty() || !table.Find(pc - r->bias, &index)) return false;
   name = table.Name(index);
@@ -809,7 +857,7 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   // The symbol table names the outermost function when the DWARF did not, or
   // gave only an unqualified name (GCC writes no linkage name for a static
   // function: "Helper" where the symbol says "myns::Helper(int)").
-  elf::SymbolTable& table = *tables_[r->table];
+  elf::SymbolTable& table = Table(r->table);
   std::size_t index = 0;
   const bool outer_plain = n > 0 && (source[n - 1].function == nullptr || !source[n - 1].function->linkage);
   if ((n == 0 || outer_plain) && !table.empty() && table.Find(file_address, &index)) {

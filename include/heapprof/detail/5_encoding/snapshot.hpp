@@ -242,21 +242,31 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
 }
 
 // EncodeGzipped with `symbolizer`'s names, saying what they lack: a file the
-// symbolizer could not map for want of memory (elf_file.hpp:
-// tls_files_not_mapped) costs the profile names, or files and lines. A
-// comment says so when the symbol tables were missed (they are read before
-// the encoding), a stderr line when anything was.
+// symbolizer could not map for want of memory, or open for want of
+// descriptors (elf_file.hpp: tls_files_not_mapped, tls_files_not_opened)
+// costs the profile names, or files and lines. A
+// comment says so when the symbol tables were missed (probed before the
+// encoding, read when it first needs them), a stderr line when anything was.
 inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                       Symbolizer& symbolizer) {
-  if (elf::tls_files_not_mapped != 0) {
-    data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
-                               "go tool pprof symbolizes the addresses from the binaries");
-  }
-  if (elf::tls_files_not_opened != 0) {
-    data.comments.emplace_back("heapprof: out of file descriptors opening object files: frames in them have no "
-                               "names; go tool pprof symbolizes the addresses from the binaries");
-  }
+  const char* const not_mapped = "heapprof: out of memory mapping object files: frames in them have no names; "
+                                 "go tool pprof symbolizes the addresses from the binaries";
+  const char* const not_opened = "heapprof: out of file descriptors opening object files: frames in them have no "
+                                 "names; go tool pprof symbolizes the addresses from the binaries";
+  const bool said_mapped = elf::tls_files_not_mapped != 0, said_opened = elf::tls_files_not_opened != 0;
+  if (said_mapped) data.comments.emplace_back(not_mapped);
+  if (said_opened) data.comments.emplace_back(not_opened);
   ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+  // A symbol table is read when the encoding first meets a PC of its object:
+  // one missed then gets its comment too, in an encoding done again (the
+  // tables read stay read; rare, so the common write encodes once).
+  const bool late_mapped = !said_mapped && elf::tls_files_not_mapped != 0;
+  const bool late_opened = !said_opened && elf::tls_files_not_opened != 0;
+  if (late_mapped || late_opened) {
+    if (late_mapped) data.comments.emplace_back(not_mapped);
+    if (late_opened) data.comments.emplace_back(not_opened);
+    gz = EncodeGzipped(data, objects, symbolizer);
+  }
   if (elf::tls_files_not_opened != 0) {
     char line[200];
     std::snprintf(line, sizeof line,
