@@ -193,7 +193,7 @@ class PcLocationMap {
   PcLocationMap() { Rehash(64); }
 
   // 0 when `pc` has no location yet.
-  std::uint64_t Find(std::uintptr_t pc) const {
+  __attribute__((__always_inline__)) std::uint64_t Find(std::uintptr_t pc) const {
     for (std::size_t i = Home(pc);; i = (i + 1) & mask_) {
       const Slot& slot = slots_[i];
       if (slot.id == 0) return 0;
@@ -284,26 +284,50 @@ class PprofProfileBuilder {
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_objects, count);
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_space, bytes);
 
-    ArenaVector<std::uint64_t> location_ids;
-    location_ids.reserve(HEAPPROF_MAX_FRAMES + 1);
+    // The hot loop: a profile has many more frames than distinct PCs, so
+    // most frames are one probe of location_by_pc_, inlined here, written
+    // into a buffer sized once per sample (push_back was a call per frame).
+    ArenaVector<std::uint64_t> location_ids(HEAPPROF_MAX_FRAMES + 2);
     for (const ProfileSample& s : data.samples) {
-      location_ids.clear();
-      for (const std::uintptr_t pc : s.pcs) location_ids.push_back(LocationForPc(pc));
-      if (s.truncated) location_ids.push_back(TruncationLocation(s.pcs.size()));
-      if (s.overflow) location_ids.push_back(OverflowLocation());
-      for (const ArenaString& m : s.markers) location_ids.push_back(NamedMarkerLocation(m));
+      const std::size_t frames = s.pcs.size() + (s.truncated ? 1 : 0) + (s.overflow ? 1 : 0) + s.markers.size();
+      if (frames > location_ids.size()) location_ids.resize(frames);
+      std::uint64_t* const ids = location_ids.data();
+      std::size_t k = 0;
+      for (const std::uintptr_t pc : s.pcs) {
+        const std::uint64_t known = location_by_pc_.Find(pc);
+        ids[k++] = known != 0 ? known : LocationForPc(pc);
+      }
+      if (s.truncated) ids[k++] = TruncationLocation(s.pcs.size());
+      if (s.overflow) ids[k++] = OverflowLocation();
+      for (const ArenaString& m : s.markers) ids[k++] = NamedMarkerLocation(m);
       const std::int64_t values[4] = {s.alloc_objects, s.alloc_bytes, s.inuse_objects,
                                       s.inuse_bytes};
       const std::size_t sample = w.BeginMessage(pprof_field::profile::kSample);
-      w.PackedVarints(pprof_field::sample::kLocationId, location_ids.data(), location_ids.size());
-      w.PackedVarints(pprof_field::sample::kValue, values, 4);
-      w.Message(pprof_field::sample::kLabel, [&] {
-        w.Int64(pprof_field::label::kKey, bytes);
-        // num is written even when zero, so readers that test for its
-        // presence still see a numeric label.
-        w.Int64(pprof_field::label::kNum, s.object_size);
-        w.Int64(pprof_field::label::kNumUnit, bytes);
-      });
+      if (k <= ProtoWriter::kShortPacked) {
+        // The usual sample: ids, values and the numeric label assembled on
+        // the stack and appended once (the same bytes as the path below).
+        constexpr std::size_t kVarint = kMaxVarintBytes;
+        char buf[(ProtoWriter::kShortPacked + 2) * kVarint + (4 + 2) * kVarint + 2 * kVarint + 3 * 2 * kVarint];
+        char* p = PutPackedVarints(buf, pprof_field::sample::kLocationId, ids, k);
+        p = PutPackedVarints(p, pprof_field::sample::kValue, values, 4);
+        p = WriteVarint(p, Tag(pprof_field::sample::kLabel, WireType::kLengthDelimited));
+        char* const length = p++;  // the label is at most 3 * 2 * kVarint = 60 bytes: one length byte
+        p = PutVarintField(p, pprof_field::label::kKey, static_cast<std::uint64_t>(bytes));
+        p = PutVarintField(p, pprof_field::label::kNum, static_cast<std::uint64_t>(s.object_size));
+        p = PutVarintField(p, pprof_field::label::kNumUnit, static_cast<std::uint64_t>(bytes));
+        *length = static_cast<char>(p - length - 1);
+        w.Raw(buf, static_cast<std::size_t>(p - buf));
+      } else {
+        w.PackedVarints(pprof_field::sample::kLocationId, ids, k);
+        w.PackedVarints(pprof_field::sample::kValue, values, 4);
+        w.Message(pprof_field::sample::kLabel, [&] {
+          w.Int64(pprof_field::label::kKey, bytes);
+          // num is written even when zero, so readers that test for its
+          // presence still see a numeric label.
+          w.Int64(pprof_field::label::kNum, s.object_size);
+          w.Int64(pprof_field::label::kNumUnit, bytes);
+        });
+      }
       for (const auto& label : s.labels) {
         // A user key equal to our numeric label's would be merged with it by
         // pprof (-tags, -tagfocus): written as "label_bytes" instead, and so
@@ -431,7 +455,7 @@ class PprofProfileBuilder {
     });
   }
 
-  std::uint64_t LocationForPc(std::uintptr_t pc) {
+  __attribute__((__noinline__)) std::uint64_t LocationForPc(std::uintptr_t pc) {
     const std::uint64_t known = location_by_pc_.Find(pc);
     if (known != 0) return known;
     // Every frame, the leaf included, is a return address: the instruction

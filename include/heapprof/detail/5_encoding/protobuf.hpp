@@ -54,8 +54,37 @@ inline void AppendTag(ArenaString& out, std::uint32_t field, WireType type) {
   AppendVarint(out, Tag(field, type));
 }
 
+// Writers into a caller's buffer, for a run of fields assembled on the stack
+// and appended at once (one append per field is what costs; ProtoWriter).
+// Each returns one past the last byte written.
+
+// A varint field: at most 2 * kMaxVarintBytes bytes.
+inline char* PutVarintField(char* p, std::uint32_t field, std::uint64_t v) {
+  return WriteVarint(WriteVarint(p, Tag(field, WireType::kVarint)), v);
+}
+
+// Packed repeated varints, `count` > 0 of them: the payload is written at
+// p + 2 * kMaxVarintBytes, then moved back behind its head once its length is
+// known. Needs (count + 2) * kMaxVarintBytes bytes at `p`.
+template <typename Int>
+inline char* PutPackedVarints(char* p, std::uint32_t field, const Int* values, std::size_t count) {
+  char* const body = p + 2 * kMaxVarintBytes;
+  char* e = body;
+  for (std::size_t i = 0; i < count; ++i) e = WriteVarint(e, static_cast<std::uint64_t>(values[i]));
+  const std::size_t body_len = static_cast<std::size_t>(e - body);
+  char* h = WriteVarint(WriteVarint(p, Tag(field, WireType::kLengthDelimited)), body_len);
+  std::memmove(h, body, body_len);
+  return h + body_len;
+}
+
 class ProtoWriter {
  public:
+  // Lists this long or shorter are assembled on the stack (PackedVarints).
+  static constexpr std::size_t kShortPacked = 64;
+
+  // Bytes already encoded (PutVarintField, PutPackedVarints), as they are.
+  void Raw(const char* bytes, std::size_t n) { out_.append(bytes, n); }
+
   explicit ProtoWriter(ArenaString& out) : out_(out) {}
 
   ArenaString& buffer() { return out_; }
@@ -100,6 +129,13 @@ class ProtoWriter {
   template <typename Int>
   void PackedVarints(std::uint32_t field, const Int* values, std::size_t count) {
     if (count == 0) return;
+    // Short lists: encoded on the stack and appended once (resize() zero-filled
+    // what the loop below then writes over).
+    if (count <= kShortPacked) {
+      char buf[(kShortPacked + 2) * kMaxVarintBytes];
+      Raw(buf, static_cast<std::size_t>(PutPackedVarints(buf, field, values, count) - buf));
+      return;
+    }
     std::size_t len = 0;
     for (std::size_t i = 0; i < count; ++i) len += VarintSize(AsVarint(values[i]));
     char head[2 * kMaxVarintBytes];
