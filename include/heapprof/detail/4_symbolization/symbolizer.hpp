@@ -679,7 +679,9 @@ struct SymbolizedQuality {
 };
 
 // Reads .symtab (falling back to .dynsym) of each object's file once per
-// Symbolizer, and through the process-wide debug cache, its DWARF.
+// Symbolizer, when a lookup first falls in the object (the constructor only
+// probes whether there are symbols), and through the process-wide debug
+// cache, its DWARF.
 class Symbolizer {
  public:
   explicit Symbolizer(const ArenaVector<LoadedObject>& objects,
