@@ -9229,6 +9229,10 @@ static_assert(sizeof(void*) == 8, "heapprof reads ELF64 objects only");
 // EncodeGzippedSymbolized). Before, such a profile had no names and nothing
 // said why (HEAPPROF=oom_dump=1,oom_reserve=4k under a limit).
 inline thread_local unsigned tls_files_not_mapped = 0;
+// Files this thread could not open for want of descriptors (EMFILE, ENFILE)
+// or kernel memory (ENOMEM): missing from the profile being written, which
+// says so, and tried again by the next write (DebugObject::EnsureLoaded).
+inline thread_local unsigned tls_files_not_opened = 0;
 
 // A whole file mapped read-only. Mapping instead of reading keeps a large
 // .symtab/.strtab out of the heap; the kernel pages in only what lookups touch.
@@ -9264,7 +9268,10 @@ class MappedFile {
     do {
       fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return false;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) ++tls_files_not_opened;
+      return false;
+    }
     struct stat st;
     // Only regular files: a FIFO or device (e.g. /dev/null) would block or map nothing.
     const bool usable = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
@@ -11972,10 +11979,16 @@ class DebugObject {
   // without names (snapshot.hpp), and the next write loads this object
   // again. It used to stay marked loaded, without its DWARF: every later
   // profile had names but no lines for it.
+  // Likewise a load that found no DWARF because a file could not be opened
+  // or mapped for now (out of descriptors, or of memory for the mapping:
+  // elf_file.hpp's counters): not marked loaded, so the next write tries
+  // again. Marked, one profile written while the process was out of
+  // descriptors cost every later profile its file:line.
   void EnsureLoaded() {
     if (loaded_) return;
     loaded_ = true;
     if (path_ == nullptr) return;
+    const unsigned not_opened = elf::tls_files_not_opened, not_mapped = elf::tls_files_not_mapped;
 #if HEAPPROF_EXCEPTIONS
     try {
       Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
@@ -11990,6 +12003,9 @@ class DebugObject {
 #else
     Load(path_, file_name_ != nullptr ? file_name_ : "", build_id_ != nullptr ? build_id_ : "", debug_directory_);
 #endif
+    if (info_ == nullptr && (elf::tls_files_not_opened != not_opened || elf::tls_files_not_mapped != not_mapped)) {
+      Unload();
+    }
   }
 
   int Lookup(std::uint64_t file_address, dwarf::SourceFrame* out, int max, bool* inline_known) {
@@ -13003,8 +13019,12 @@ class SymbolTable {
   // a different id, or none, is another build, and its symbols would lie.
   // `file_view`: what to open when `path` no longer names the object's file
   // (LoadedObject::file); empty = `path`, which still places .gnu_debuglink.
+  // `probe`: only whether a full load would find any symbol, from the same
+  // files in the same order, stopping at the first; the table stays empty
+  // and keeps no mapping (Symbolizer: objects no PC of the profile is in).
   bool Load(std::string_view path_view, std::string_view build_id_view,
-            const char* debug_directory = kDebugFileDirectory, std::string_view file_view = {}) {
+            const char* debug_directory = kDebugFileDirectory, std::string_view file_view = {},
+            bool probe = false) {
     const ArenaString path(path_view), build_id(build_id_view);  // NUL-terminated
     const ArenaString file(file_view.empty() ? path_view : file_view);
     MappedFile own;
@@ -13012,14 +13032,14 @@ class SymbolTable {
     const bool own_usable = own.Open(file.c_str()) && own_sections.Init(own.view()) &&
                             debug_files::BuildIdMatches(own_sections, build_id.c_str());
     // .symtab also names static functions; .dynsym only what the object exports.
-    if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB)) return true;
+    if (own_usable && ReadTable(own, own_sections, SHT_SYMTAB, probe)) return true;
     if (debug_directory != nullptr && build_id.size() > 2) {
       const ArenaString debug_path = ArenaString(debug_directory) + "/.build-id/" +
                                      build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
       MappedFile debug;
       SectionTable debug_sections;
       if (debug.Open(debug_path.c_str()) && debug_sections.Init(debug.view()) &&
-          FileBuildId(debug_sections) == build_id && ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+          FileBuildId(debug_sections) == build_id && ReadTable(debug, debug_sections, SHT_SYMTAB, probe)) {
         return true;
       }
     }
@@ -13031,11 +13051,11 @@ class SymbolTable {
       SectionTable debug_sections;
       if (debug_files::OpenDebugLink(path.c_str(), own.view(), debug_directory, debug, found, sizeof found) &&
           debug_sections.Init(debug.view()) && debug_files::BuildIdMatches(debug_sections, build_id.c_str()) &&
-          ReadTable(debug, debug_sections, SHT_SYMTAB)) {
+          ReadTable(debug, debug_sections, SHT_SYMTAB, probe)) {
         return true;
       }
     }
-    return own_usable && ReadTable(own, own_sections, SHT_DYNSYM);
+    return own_usable && ReadTable(own, own_sections, SHT_DYNSYM, probe);
   }
 
   bool empty() const { return symbols_.empty(); }
@@ -13111,7 +13131,7 @@ class SymbolTable {
     return underscores * 4 + bind;
   }
 
-  bool ReadTable(MappedFile& file, const SectionTable& sections, std::uint32_t type) {
+  bool ReadTable(MappedFile& file, const SectionTable& sections, std::uint32_t type, bool probe) {
     Elf64_Shdr table{};
     std::uint64_t table_index = 0;
     for (std::uint64_t i = 1; i < sections.count(); ++i) {
@@ -13172,6 +13192,7 @@ class SymbolTable {
         c.symbol.end =
             sym.st_size > section.end - sym.st_value ? section.end : sym.st_value + sym.st_size;
       }
+      if (probe) return true;  // the table would not be empty
       c.rank = Rank(name, ELF64_ST_BIND(sym.st_info));
       found.push_back(c);
     }
@@ -13262,7 +13283,9 @@ struct SymbolizedQuality {
 };
 
 // Reads .symtab (falling back to .dynsym) of each object's file once per
-// Symbolizer, and through the process-wide debug cache, its DWARF.
+// Symbolizer, when a lookup first falls in the object (the constructor only
+// probes whether there are symbols), and through the process-wide debug
+// cache, its DWARF.
 class Symbolizer {
  public:
   explicit Symbolizer(const ArenaVector<LoadedObject>& objects,
@@ -13280,6 +13303,10 @@ class Symbolizer {
   // True when DWARF was found for the object (its own, or a debug file);
   // reads it if no lookup has yet.
   bool HasDebugInfo(std::size_t object_index) const;
+  // Files that could not be mapped for want of memory while reading a symbol
+  // table on first use (elf_file.hpp: tls_files_not_mapped), after the
+  // constructor: EncodeGzippedNamed's comment counts them too.
+  unsigned late_files_not_mapped() const { return late_files_not_mapped_; }
 
   // The frames of `address` (an address inside the call, not a return
   // address), innermost first: several when the compiler inlined calls there.
@@ -13295,16 +13322,34 @@ class Symbolizer {
     DebugObject* debug;  // null: no DWARF
   };
   const Range* RangeOf(std::uintptr_t pc) const;
+  // The table, read in full on first use.
+  elf::SymbolTable& Table(std::size_t table);
+
+  // Where a table is read from; only probed until a PC falls in its object.
+  struct TableSource {
+    ArenaString path, build_id, file;
+    bool loaded = false;
+  };
 
   // ArenaPtr keeps each table (and the mapping its names point into) in place.
   ArenaVector<ArenaPtr<elf::SymbolTable>> tables_;
+  ArenaVector<TableSource> sources_;  // per table
+  ArenaString debug_directory_;
+  bool has_debug_directory_ = false;
+  unsigned late_files_not_mapped_ = 0;
   ArenaVector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   ArenaVector<bool> has_symbols_;
   ArenaVector<DebugObject*> debug_;  // per object; its DWARF is read on first use
   char short_buf_[1024];
 };
 
-inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const char* debug_directory) {
+// A table is only probed here (is there any symbol?); it is read and sorted
+// when a PC first falls in its object. A profile's PCs are in a few objects of
+// the many loaded: libstdc++, libm, libgcc_s were read and sorted on every
+// write for nothing (a fifth of a warm write of 10,000 stacks).
+inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const char* debug_directory)
+    : has_debug_directory_(debug_directory != nullptr) {
+  if (debug_directory != nullptr) debug_directory_ = debug_directory;
   // Several executable segments of one object share its file and its table.
   ArenaMap<ArenaString, std::size_t> table_of_file;
   ArenaVector<DebugObject*> debug_of_table;
@@ -13320,16 +13365,25 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
     if (it == table_of_file.end()) {
       auto table = MakeArena<elf::SymbolTable>();
       DebugObject* debug = nullptr;
+      bool any = false;
       if (!object.path.empty()) {
-        table->Load(object.path, object.build_id, debug_directory, object.file);
+        any = table->Load(object.path, object.build_id, debug_directory, object.file, /*probe=*/true);
         DebugCacheLock hold;
         debug = FindDebugObject(object.path.c_str(), object.file.c_str(), object.build_id.c_str(), debug_directory);
       }
       tables_.push_back(std::move(table));
+      TableSource source;
+      source.loaded = !any;  // nothing to read
+      if (any) {
+        source.path = object.path;
+        source.build_id = object.build_id;
+        source.file = object.file;
+      }
+      sources_.push_back(std::move(source));
       debug_of_table.push_back(debug);
       it = table_of_file.emplace(std::move(key), tables_.size() - 1).first;
     }
-    const bool usable = !tables_[it->second]->empty();
+    const bool usable = !sources_[it->second].loaded;
     DebugObject* debug = debug_of_table[it->second];
     has_symbols_.push_back(usable);
     debug_.push_back(debug);
@@ -13343,6 +13397,18 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
 
 inline Symbolizer::~Symbolizer() = default;
 
+inline elf::SymbolTable& Symbolizer::Table(std::size_t table) {
+  TableSource& source = sources_[table];
+  if (!source.loaded) {
+    source.loaded = true;
+    const unsigned before = elf::tls_files_not_mapped;
+    tables_[table]->Load(source.path, source.build_id, has_debug_directory_ ? debug_directory_.c_str() : nullptr,
+                         source.file);
+    if (elf::tls_files_not_mapped > before) late_files_not_mapped_ += elf::tls_files_not_mapped - before;
+  }
+  return *tables_[table];
+}
+
 inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), pc,
                              [](std::uintptr_t a, const Range& r) { return a < r.start; });
@@ -13354,7 +13420,7 @@ inline const Symbolizer::Range* Symbolizer::RangeOf(std::uintptr_t pc) const {
 inline bool Symbolizer::Lookup(std::uintptr_t pc, ArenaString& name, std::uintptr_t& start) {
   const Range* r = RangeOf(pc);
   if (r == nullptr) return false;
-  elf::SymbolTable& table = *tables_[r->table];
+  elf::SymbolTable& table = Table(r->table);
   std::size_t index = 0;
   if (table.empty() || !table.Find(pc - r->bias, &index)) return false;
   name = table.Name(index);
@@ -13397,7 +13463,7 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   // The symbol table names the outermost function when the DWARF did not, or
   // gave only an unqualified name (GCC writes no linkage name for a static
   // function: "Helper" where the symbol says "myns::Helper(int)").
-  elf::SymbolTable& table = *tables_[r->table];
+  elf::SymbolTable& table = Table(r->table);
   std::size_t index = 0;
   const bool outer_plain = n > 0 && (source[n - 1].function == nullptr || !source[n - 1].function->linkage);
   if ((n == 0 || outer_plain) && !table.empty() && table.Find(file_address, &index)) {
@@ -13554,8 +13620,37 @@ inline void AppendTag(ArenaString& out, std::uint32_t field, WireType type) {
   AppendVarint(out, Tag(field, type));
 }
 
+// Writers into a caller's buffer, for a run of fields assembled on the stack
+// and appended at once (one append per field is what costs; ProtoWriter).
+// Each returns one past the last byte written.
+
+// A varint field: at most 2 * kMaxVarintBytes bytes.
+inline char* PutVarintField(char* p, std::uint32_t field, std::uint64_t v) {
+  return WriteVarint(WriteVarint(p, Tag(field, WireType::kVarint)), v);
+}
+
+// Packed repeated varints, `count` > 0 of them: the payload is written at
+// p + 2 * kMaxVarintBytes, then moved back behind its head once its length is
+// known. Needs (count + 2) * kMaxVarintBytes bytes at `p`.
+template <typename Int>
+inline char* PutPackedVarints(char* p, std::uint32_t field, const Int* values, std::size_t count) {
+  char* const body = p + 2 * kMaxVarintBytes;
+  char* e = body;
+  for (std::size_t i = 0; i < count; ++i) e = WriteVarint(e, static_cast<std::uint64_t>(values[i]));
+  const std::size_t body_len = static_cast<std::size_t>(e - body);
+  char* h = WriteVarint(WriteVarint(p, Tag(field, WireType::kLengthDelimited)), body_len);
+  std::memmove(h, body, body_len);
+  return h + body_len;
+}
+
 class ProtoWriter {
  public:
+  // Lists this long or shorter are assembled on the stack (PackedVarints).
+  static constexpr std::size_t kShortPacked = 64;
+
+  // Bytes already encoded (PutVarintField, PutPackedVarints), as they are.
+  void Raw(const char* bytes, std::size_t n) { out_.append(bytes, n); }
+
   explicit ProtoWriter(ArenaString& out) : out_(out) {}
 
   ArenaString& buffer() { return out_; }
@@ -13600,6 +13695,13 @@ class ProtoWriter {
   template <typename Int>
   void PackedVarints(std::uint32_t field, const Int* values, std::size_t count) {
     if (count == 0) return;
+    // Short lists: encoded on the stack and appended once (resize() zero-filled
+    // what the loop below then writes over).
+    if (count <= kShortPacked) {
+      char buf[(kShortPacked + 2) * kMaxVarintBytes];
+      Raw(buf, static_cast<std::size_t>(PutPackedVarints(buf, field, values, count) - buf));
+      return;
+    }
     std::size_t len = 0;
     for (std::size_t i = 0; i < count; ++i) len += VarintSize(AsVarint(values[i]));
     char head[2 * kMaxVarintBytes];
@@ -13847,7 +13949,7 @@ class PcLocationMap {
   PcLocationMap() { Rehash(64); }
 
   // 0 when `pc` has no location yet.
-  std::uint64_t Find(std::uintptr_t pc) const {
+  __attribute__((__always_inline__)) std::uint64_t Find(std::uintptr_t pc) const {
     for (std::size_t i = Home(pc);; i = (i + 1) & mask_) {
       const Slot& slot = slots_[i];
       if (slot.id == 0) return 0;
@@ -13938,26 +14040,50 @@ class PprofProfileBuilder {
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_objects, count);
     WriteValueType(w, pprof_field::profile::kSampleType, inuse_space, bytes);
 
-    ArenaVector<std::uint64_t> location_ids;
-    location_ids.reserve(HEAPPROF_MAX_FRAMES + 1);
+    // The hot loop: a profile has many more frames than distinct PCs, so
+    // most frames are one probe of location_by_pc_, inlined here, written
+    // into a buffer sized once per sample (push_back was a call per frame).
+    ArenaVector<std::uint64_t> location_ids(HEAPPROF_MAX_FRAMES + 2);
     for (const ProfileSample& s : data.samples) {
-      location_ids.clear();
-      for (const std::uintptr_t pc : s.pcs) location_ids.push_back(LocationForPc(pc));
-      if (s.truncated) location_ids.push_back(TruncationLocation(s.pcs.size()));
-      if (s.overflow) location_ids.push_back(OverflowLocation());
-      for (const ArenaString& m : s.markers) location_ids.push_back(NamedMarkerLocation(m));
+      const std::size_t frames = s.pcs.size() + (s.truncated ? 1 : 0) + (s.overflow ? 1 : 0) + s.markers.size();
+      if (frames > location_ids.size()) location_ids.resize(frames);
+      std::uint64_t* const ids = location_ids.data();
+      std::size_t k = 0;
+      for (const std::uintptr_t pc : s.pcs) {
+        const std::uint64_t known = location_by_pc_.Find(pc);
+        ids[k++] = known != 0 ? known : LocationForPc(pc);
+      }
+      if (s.truncated) ids[k++] = TruncationLocation(s.pcs.size());
+      if (s.overflow) ids[k++] = OverflowLocation();
+      for (const ArenaString& m : s.markers) ids[k++] = NamedMarkerLocation(m);
       const std::int64_t values[4] = {s.alloc_objects, s.alloc_bytes, s.inuse_objects,
                                       s.inuse_bytes};
       const std::size_t sample = w.BeginMessage(pprof_field::profile::kSample);
-      w.PackedVarints(pprof_field::sample::kLocationId, location_ids.data(), location_ids.size());
-      w.PackedVarints(pprof_field::sample::kValue, values, 4);
-      w.Message(pprof_field::sample::kLabel, [&] {
-        w.Int64(pprof_field::label::kKey, bytes);
-        // num is written even when zero, so readers that test for its
-        // presence still see a numeric label.
-        w.Int64(pprof_field::label::kNum, s.object_size);
-        w.Int64(pprof_field::label::kNumUnit, bytes);
-      });
+      if (k <= ProtoWriter::kShortPacked) {
+        // The usual sample: ids, values and the numeric label assembled on
+        // the stack and appended once (the same bytes as the path below).
+        constexpr std::size_t kVarint = kMaxVarintBytes;
+        char buf[(ProtoWriter::kShortPacked + 2) * kVarint + (4 + 2) * kVarint + 2 * kVarint + 3 * 2 * kVarint];
+        char* p = PutPackedVarints(buf, pprof_field::sample::kLocationId, ids, k);
+        p = PutPackedVarints(p, pprof_field::sample::kValue, values, 4);
+        p = WriteVarint(p, Tag(pprof_field::sample::kLabel, WireType::kLengthDelimited));
+        char* const length = p++;  // the label is at most 3 * 2 * kVarint = 60 bytes: one length byte
+        p = PutVarintField(p, pprof_field::label::kKey, static_cast<std::uint64_t>(bytes));
+        p = PutVarintField(p, pprof_field::label::kNum, static_cast<std::uint64_t>(s.object_size));
+        p = PutVarintField(p, pprof_field::label::kNumUnit, static_cast<std::uint64_t>(bytes));
+        *length = static_cast<char>(p - length - 1);
+        w.Raw(buf, static_cast<std::size_t>(p - buf));
+      } else {
+        w.PackedVarints(pprof_field::sample::kLocationId, ids, k);
+        w.PackedVarints(pprof_field::sample::kValue, values, 4);
+        w.Message(pprof_field::sample::kLabel, [&] {
+          w.Int64(pprof_field::label::kKey, bytes);
+          // num is written even when zero, so readers that test for its
+          // presence still see a numeric label.
+          w.Int64(pprof_field::label::kNum, s.object_size);
+          w.Int64(pprof_field::label::kNumUnit, bytes);
+        });
+      }
       for (const auto& label : s.labels) {
         // A user key equal to our numeric label's would be merged with it by
         // pprof (-tags, -tagfocus): written as "label_bytes" instead, and so
@@ -14085,7 +14211,7 @@ class PprofProfileBuilder {
     });
   }
 
-  std::uint64_t LocationForPc(std::uintptr_t pc) {
+  __attribute__((__noinline__)) std::uint64_t LocationForPc(std::uintptr_t pc) {
     const std::uint64_t known = location_by_pc_.Find(pc);
     if (known != 0) return known;
     // Every frame, the leaf included, is a return address: the instruction
@@ -15257,6 +15383,12 @@ inline ProfileData SnapshotProfile(bool allocs_default, const ProfileBaseline* s
     data.duration_nanos = WindowNanos(*since);
   }
   data.allocs_default = allocs_default;
+  // Sized once: grown by doubling, the samples were moved up to twice and
+  // every new block was fresh pages to fault in (12% of a warm write of
+  // 10,000 stacks). Buckets made during the walk only grow it as before.
+  std::size_t buckets = 0;
+  for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) ++buckets;
+  data.samples.reserve(buckets);
   for (const Bucket* b = g_buckets.Head(); b != nullptr; b = b->next) {
     const BucketCounts now = ReadCounts(b);
     const std::uint64_t allocs = now.allocs, frees = now.frees;
@@ -15345,6 +15477,7 @@ inline ProfileData PeakProfileData(const PeakCopy& peak) {
   data.period = static_cast<std::int64_t>(RateOf(g_rate_state.load(std::memory_order_acquire)));
   data.time_nanos = peak.info.time_nanos != 0 ? peak.info.time_nanos : RealtimeNanos();
   bool exact = true;
+  data.samples.reserve(peak.counts.size());
   for (const BucketCounts& c : peak.counts) {
     if (c.allocs == 0) continue;
     if (c.bucket->rate > 1) exact = false;
@@ -15388,17 +15521,39 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
 }
 
 // EncodeGzipped with `symbolizer`'s names, saying what they lack: a file the
-// symbolizer could not map for want of memory (elf_file.hpp:
-// tls_files_not_mapped) costs the profile names, or files and lines. A
-// comment says so when the symbol tables were missed (they are read before
-// the encoding), a stderr line when anything was.
+// symbolizer could not map for want of memory, or open for want of
+// descriptors (elf_file.hpp: tls_files_not_mapped, tls_files_not_opened)
+// costs the profile names, or files and lines. A
+// comment says so when the symbol tables were missed (probed before the
+// encoding, read when it first needs them), a stderr line when anything was.
 inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                       Symbolizer& symbolizer) {
-  if (elf::tls_files_not_mapped != 0) {
-    data.comments.emplace_back("heapprof: out of memory mapping object files: frames in them have no names; "
-                               "go tool pprof symbolizes the addresses from the binaries");
-  }
+  const char* const not_mapped = "heapprof: out of memory mapping object files: frames in them have no names; "
+                                 "go tool pprof symbolizes the addresses from the binaries";
+  const char* const not_opened = "heapprof: out of file descriptors opening object files: frames in them have no "
+                                 "names; go tool pprof symbolizes the addresses from the binaries";
+  const bool said_mapped = elf::tls_files_not_mapped != 0, said_opened = elf::tls_files_not_opened != 0;
+  if (said_mapped) data.comments.emplace_back(not_mapped);
+  if (said_opened) data.comments.emplace_back(not_opened);
   ArenaString gz = EncodeGzipped(data, objects, symbolizer);
+  // A symbol table is read when the encoding first meets a PC of its object:
+  // one missed then gets its comment too, in an encoding done again (the
+  // tables read stay read; rare, so the common write encodes once).
+  const bool late_mapped = !said_mapped && elf::tls_files_not_mapped != 0;
+  const bool late_opened = !said_opened && elf::tls_files_not_opened != 0;
+  if (late_mapped || late_opened) {
+    if (late_mapped) data.comments.emplace_back(not_mapped);
+    if (late_opened) data.comments.emplace_back(not_opened);
+    gz = EncodeGzipped(data, objects, symbolizer);
+  }
+  if (elf::tls_files_not_opened != 0) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "heapprof: out of file descriptors opening %u object or debug file(s): profile written without "
+                  "their names or lines\n",
+                  elf::tls_files_not_opened);
+    ReportRaw(line);
+  }
   if (elf::tls_files_not_mapped != 0) {
     char line[200];
     std::snprintf(line, sizeof line,
@@ -15426,6 +15581,7 @@ inline std::atomic<int> g_symbolize_oom_for_tests{0};
 // (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
   elf::tls_files_not_mapped = 0;
+  elf::tls_files_not_opened = 0;
 #if HEAPPROF_EXCEPTIONS
   try {
     Symbolizer symbolizer(objects);
@@ -18580,7 +18736,16 @@ class Dumper {
     bool rss_dumped = false;      // an rss_interval dump was written: the base is its RSS, not start-up's
 
     void Begin(const EnvConfig& cfg) {
-      if (cfg.rss_interval != 0) rss_mark = ResidentBytes() + cfg.rss_interval;
+      const std::uint64_t rss = ResidentBytes();
+      if (rss == 0) {  // no /proc (a chroot, a minimal container): before, nothing said these never dump
+        const char* keys = cfg.dump_near_oom == 0 ? "rss_interval"
+                           : cfg.rss_interval == 0 ? "dump_near_oom"
+                                                   : "dump_near_oom and rss_interval";
+        ReportLine(ArenaString(keys) +
+                   ": /proc/self/statm cannot be read (is /proc mounted?): memory use is unknown, so no such "
+                   "dump is written until it can be read");
+      }
+      if (cfg.rss_interval != 0) rss_mark = rss + cfg.rss_interval;
     }
 
     // The headroom F leaves under the limit last read: limit * (1 - F)
@@ -19812,7 +19977,9 @@ inline Plan PlanRequest(const Request& req) {
 //                                 as the body; `Expect: 100-continue` answered)
 //   /debug/pprof/cmdline          the program's arguments, NUL-separated
 // Every response closes its connection. Limits (why: a profiling port must
-// never hurt the service): kMaxConnections open at once (more get a 503),
+// never hurt the service): kMaxConnections open at once (a newcomer beyond
+// them evicts the connection that has waited longest for its head, once it
+// has waited kEvictGraceMs; with none to evict, it gets a 503),
 // kMaxDeltaWindows ?seconds= windows at once (more get a 503),
 // kHeadTimeoutMs to send the request head (slow clients get a 408),
 // kWriteTimeoutMs without taking any of the response, heads of at most 8 KiB / 64 fields.
@@ -19859,6 +20026,23 @@ constexpr std::size_t kMaxConnections = 64;
 // reset 1 run in ~10 on a loaded machine (test_http's 503 test).
 constexpr std::size_t kMinTurnedAway = 4;
 constexpr std::int64_t kHeadTimeoutMs = 10000;
+// Every slot taken, a newcomer evicts the connection that has waited longest
+// for its request head (or a /symbol body), once that one has waited this
+// long since its accept: it gets the 408 the head timeout gives. Without
+// this, 64 clients that send half a request and stop (slowloris) held every
+// slot until their 408s (10 s) and the drain after them: every scraper got a
+// 503 meanwhile. Only connections still sending their request are evicted,
+// never one whose response is being built or written, nor a ?seconds=
+// window: a client reconnecting all the time cannot take a slot from a
+// request in progress. 1 s: a real client writes its head as soon as it has
+// connected, so it arrives one path's latency after the accept, and 1 s
+// covers a path of a few hundred ms with a lost segment resent (Linux's
+// shortest retransmission timeout is 200 ms); a slow client holds a slot 1 s,
+// not 10 + 2 s. Meanwhile the newcomer waits in the listen backlog (the
+// listening socket is not polled until then), not turned away. A client
+// opening such connections faster than 64 a second still fills the backlog,
+// and others' connects wait (README, "Serving profiles over HTTP").
+constexpr std::int64_t kEvictGraceMs = 1000;
 constexpr std::int64_t kWriteTimeoutMs = 60000;
 // After the response, unread request bytes are read and dropped for up to
 // this long (or kDrainBytes) before closing: closing a socket with unread
@@ -19879,6 +20063,7 @@ struct Limits {
   std::int64_t head_timeout_ms = kHeadTimeoutMs;
   std::int64_t write_timeout_ms = kWriteTimeoutMs;
   std::size_t max_delta_windows = kMaxDeltaWindows;
+  std::int64_t evict_grace_ms = kEvictGraceMs;
 };
 
 // Delta windows (?seconds=N) whose baseline has been taken, over all servers:
@@ -20089,6 +20274,16 @@ inline ArenaString ErrorResponse(int status, const char* reason, bool head_only 
   return out;
 }
 
+// A response that could not be built for want of memory: every way a build
+// fails (the write's headroom refused, a bad_alloc while building). A 503,
+// the service's state for now, not a fault of the request; Go's handlers
+// answer a failed collection with a 500 "failed to collect profile", which
+// here was the answer in builds with exceptions only: without them the same
+// shortage closed the connection without a word.
+inline ArenaString OutOfMemoryResponse(bool head_only = false) {
+  return ErrorResponse(503, "out of memory building the response", head_only);
+}
+
 // Go's html.EscapeString set (what http.Redirect's body uses).
 inline void AppendHtmlEscaped(std::string_view text, ArenaString& out) {
   for (char c : text) {
@@ -20257,7 +20452,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       TextProfileStream stream;
       bool ok = plan.peak ? BeginPeakText(stream, body) : stream.Begin(body, AppendStatsComments);
       while (ok && !stream.done()) ok = stream.Next(body, static_cast<std::size_t>(-1));
-      if (!ok) return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      if (!ok) return OutOfMemoryResponse(plan.head_only);
       AppendResponse(out, 200,
                      {{"X-Content-Type-Options", "nosniff"}, {"Content-Type", "text/plain; charset=utf-8"}}, body,
                      plan.head_only);
@@ -20275,7 +20470,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       } else {
         built = BuildProfileBytes(plan.allocs, body, plan.action == Action::kDelta ? since : nullptr);
       }
-      if (!built) return ErrorResponse(500, "failed to collect profile", plan.head_only);
+      if (!built) return OutOfMemoryResponse(plan.head_only);
       ArenaString disposition = "attachment; filename=\"";
       disposition += name;
       if (plan.action == Action::kDelta && !plan.peak) disposition += "-delta";
@@ -20298,7 +20493,10 @@ struct Connection {
   State state = State::kReading;
   std::int64_t deadline_ms = 0;  // reading: head; waiting: end of the window; writing: send
   std::size_t drained = 0;
-  bool busy = false;  // turned away with a 503 (the connection limit): not counted in it
+  // Turned away with a 503 (the connection limit), or evicted with a 408 for
+  // a newcomer (kEvictGraceMs): not counted in the limit.
+  bool busy = false;
+  std::int64_t accepted_ms = 0;  // when accept() took it (eviction: the oldest first)
   std::size_t head_end = 0;  // kReadingBody: where the body starts in `in`
   ArenaString in;
   ArenaString out;
@@ -20327,6 +20525,7 @@ struct BuildResult {
   std::uint64_t serial = 0;
   ArenaString bytes;
   ArenaPtr<TextProfileStream> stream;  // more to come
+  bool continued = false;              // a later piece of a stream: its head is out already
 };
 
 class Server;
@@ -20651,10 +20850,12 @@ class Server {
       g_jobs_built.fetch_add(1, std::memory_order_relaxed);
       BuildResult r;
       r.serial = job.serial;
+      r.continued = static_cast<bool>(job.stream);
       {
         // Built without exceptions: the memory for the response first (the
-        // profile's build records its size for the next); refused, the empty
-        // result ends the connection, as a failed build does.
+        // profile's build records its size for the next); refused, or out of
+        // memory during the build, the result is empty: the server thread
+        // answers a 503 (TakeResults).
         WriteHeadroom headroom(false);
         if (headroom.ok()) {
           HEAPPROF_TRY { Build(job, r); }
@@ -20662,6 +20863,11 @@ class Server {
             r.bytes = ArenaString();
             r.stream.reset();
           }
+        } else if (!r.continued && IsPeakWindow(job.plan)) {
+          // A /peak?seconds= window whose profile is never built: closed here
+          // (BuildResponse closes it once it has copied it). Left open, every
+          // later /peak?seconds= got a 503 'already in progress', for good.
+          g_window_peak_open.store(false, std::memory_order_relaxed);
         }
         pthread_mutex_lock(&jobs_mutex_);
         HEAPPROF_TRY { results_.push_back(std::move(r)); }
@@ -20696,7 +20902,7 @@ class Server {
       ArenaPtr<TextProfileStream> stream = MakeArena<TextProfileStream>();
       ArenaString first;
       if (!(job.plan.peak ? BeginPeakText(*stream, first) : stream->Begin(first, AppendStatsComments))) {
-        r.bytes = ErrorResponse(500, "failed to collect profile");
+        r.bytes = OutOfMemoryResponse();
         return;
       }
       AppendStreamHead(r.bytes, 200, headers, job.chunked);
@@ -20743,8 +20949,23 @@ class Server {
     for (BuildResult& r : done) {
       for (Connection& c : conns_) {
         if (c.fd < 0 || c.serial != r.serial || c.state != Connection::State::kBuilding) continue;
-        if (r.bytes.empty() && !r.stream) {  // the builder failed: end the connection
-          Close(c);
+        if (r.bytes.empty() && !r.stream) {
+          if (r.continued) {  // the head is out: the body ends cut short (chunked: no last chunk)
+            Close(c);
+            break;
+          }
+          // The builder ran out of memory (its headroom refused, a bad_alloc
+          // while building). Closed without a word, as before, a scraper saw
+          // a protocol failure (curl: "Empty reply from server", go tool
+          // pprof: EOF), not that the service was short of memory.
+          ArenaString response;
+          HEAPPROF_TRY { response = OutOfMemoryResponse(c.plan.head_only); }
+          HEAPPROF_CATCH_ALL_NOEXCEPT {}
+          if (response.empty()) {
+            Close(c);
+          } else {
+            Respond(c, std::move(response));
+          }
           break;
         }
         c.stream = std::move(r.stream);
@@ -20767,9 +20988,15 @@ class Server {
         fds.push_back(pollfd{wake_fd_, POLLIN, 0});
         // Out of file descriptors: accept() keeps failing while the listen
         // socket stays readable, so stop watching it for a moment.
-        const bool accept_paused = MonotonicMillis() < accept_paused_until_ms_;
-        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused ? 0 : POLLIN), 0});
+        const std::int64_t loop_start = MonotonicMillis();
+        const bool accept_paused = loop_start < accept_paused_until_ms_;
+        // Every slot taken by connections of which one may be evicted in a
+        // moment (EvictableAt): the newcomers wait in the backlog until then.
+        const std::int64_t evictable_at = EvictableAt();
+        const bool wait_for_eviction = evictable_at > loop_start;
+        fds.push_back(pollfd{listen_fd_, static_cast<short>(accept_paused || wait_for_eviction ? 0 : POLLIN), 0});
         std::int64_t next = accept_paused ? accept_paused_until_ms_ : -1;
+        if (wait_for_eviction && (next < 0 || evictable_at < next)) next = evictable_at;
         for (const Connection& c : conns_) {
           // Waiting connections are watched for reads too: the client
           // hanging up cancels its window (as in Go, where the request's
@@ -20817,8 +21044,66 @@ class Server {
     }
   }
 
+  // Connections that count in the limit, and those turned away (busy).
+  void CountConnections(std::size_t& counted, std::size_t& busy) const noexcept {
+    counted = busy = 0;
+    for (const Connection& c : conns_) {
+      if (c.fd < 0) continue;
+      (c.busy ? busy : counted) += 1;
+    }
+  }
+  std::size_t MaxTurnedAway() const noexcept {
+    return limits_.max_connections > kMinTurnedAway ? limits_.max_connections : kMinTurnedAway;
+  }
+
+  // The connection a newcomer may evict when every slot is taken: the one
+  // that has waited longest for its request (head, or /symbol body), or
+  // null. Never one past its request (built, written, a ?seconds= window).
+  Connection* EvictionCandidate() noexcept {
+    Connection* oldest = nullptr;
+    for (Connection& c : conns_) {
+      if (c.fd < 0 || c.busy) continue;
+      if (c.state != Connection::State::kReading && c.state != Connection::State::kReadingBody) continue;
+      if (oldest == nullptr || c.accepted_ms < oldest->accepted_ms) oldest = &c;
+    }
+    return oldest;
+  }
+  // -1: a slot is free, or none can be evicted (a newcomer is accepted: it
+  // gets a slot or the 503). Otherwise when the candidate can be evicted
+  // (its grace over): until then newcomers are left in the backlog.
+  std::int64_t EvictableAt() noexcept {
+    std::size_t counted = 0, busy = 0;
+    CountConnections(counted, busy);
+    if (counted < limits_.max_connections) return -1;
+    const Connection* candidate = EvictionCandidate();
+    return candidate == nullptr ? -1 : candidate->accepted_ms + limits_.evict_grace_ms;
+  }
+
+  // Answers `c` with `response` and stops counting it: it drains as any
+  // answered connection (kDrainTimeoutMs), unless MaxTurnedAway() are
+  // draining already: then the answer and close() at once (the client may
+  // see a reset). Bounds the connections held to the limit plus that.
+  void TurnAway(Connection& c, const ArenaString& response, std::size_t busy) {
+    c.busy = true;
+    if (busy >= MaxTurnedAway()) {
+      (void)::send(c.fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      Close(c);
+      return;
+    }
+    Respond(c, response);
+  }
+
   void Accept() {
     for (int i = 0; i < 64; ++i) {
+      std::size_t counted = 0, busy = 0;
+      CountConnections(counted, busy);
+      Connection* evict = nullptr;
+      if (counted >= limits_.max_connections) {
+        evict = EvictionCandidate();
+        // Its grace not over yet: the newcomers wait in the backlog (Run
+        // polls the listening socket again once it is).
+        if (evict != nullptr && MonotonicMillis() < evict->accepted_ms + limits_.evict_grace_ms) return;
+      }
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -20826,33 +21111,29 @@ class Server {
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
-      std::size_t busy = 0;
-      for (const Connection& other : conns_) busy += other.busy ? 1 : 0;
-      if (conns_.size() - busy >= limits_.max_connections) {
-        const ArenaString response = ErrorResponse(503, "too many connections to the profiling server");
-        if (busy >= (limits_.max_connections > kMinTurnedAway ? limits_.max_connections : kMinTurnedAway)) {
-          // So many turned away at once: the 503 and close() at once (the
-          // client may see a reset). Bounds the connections held to twice
-          // the limit (the limit plus kMinTurnedAway, for a small one).
-          (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          ::close(fd);
-          continue;
-        }
-        // Answered like any error: the 503, then the request read and
-        // dropped (kDrainTimeoutMs). Closed with the request unread, the
-        // socket sent a reset, which could destroy the 503 before the client
-        // read it (go tool pprof: "Unsolicited response received on idle
-        // HTTP channel").
+      if (evict != nullptr) {
+        // The one that has waited longest for its request makes room, with
+        // the 408 the head timeout would have given it.
+        TurnAway(*evict,
+                 ErrorResponse(408, evict->state == Connection::State::kReading ? "timed out reading the request head"
+                                                                                : "timed out reading the request body"),
+                 busy);
+      } else if (counted >= limits_.max_connections) {
+        // None to evict: turned away. Answered like any error: the 503, then
+        // the request read and dropped (kDrainTimeoutMs). Closed with the
+        // request unread, the socket sent a reset, which could destroy the
+        // 503 before the client read it (go tool pprof: "Unsolicited
+        // response received on idle HTTP channel").
         Connection c;
         c.fd = fd;
-        c.busy = true;
         conns_.push_back(std::move(c));
-        Respond(conns_.back(), response);
+        TurnAway(conns_.back(), ErrorResponse(503, "too many connections to the profiling server"), busy);
         continue;
       }
       Connection c;
       c.fd = fd;
-      c.deadline_ms = MonotonicMillis() + limits_.head_timeout_ms;
+      c.accepted_ms = MonotonicMillis();
+      c.deadline_ms = c.accepted_ms + limits_.head_timeout_ms;
       c.in.reserve(1024);
       conns_.push_back(std::move(c));
     }
