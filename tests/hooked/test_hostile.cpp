@@ -407,6 +407,13 @@ TEST_CASE("hostile: a profile written while out of file descriptors does not cos
   // have both. Before, the object's DWARF stayed marked read without any:
   // every later profile of the process (HTTP scrapes included) had names but
   // no file:line.
+#if defined(HEAPPROF_ASAN)
+  // UBSan's vptr check reads memory through a pipe of its own: with no
+  // descriptor left it calls every object's vptr invalid (files.hpp's
+  // std::ostream write, in the CI's ASan+UBSan stage).
+  MESSAGE("skipped under ASan+UBSan: the vptr check needs a free descriptor");
+  return;
+#endif
   std::string out;
   const int rc = RunHostileChild("", "fd_exhaustion_lines", out);
   INFO(out);
