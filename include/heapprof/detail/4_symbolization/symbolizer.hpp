@@ -699,10 +699,6 @@ class Symbolizer {
   // True when DWARF was found for the object (its own, or a debug file);
   // reads it if no lookup has yet.
   bool HasDebugInfo(std::size_t object_index) const;
-  // Files that could not be mapped for want of memory while reading a symbol
-  // table on first use (elf_file.hpp: tls_files_not_mapped), after the
-  // constructor: EncodeGzippedNamed's comment counts them too.
-  unsigned late_files_not_mapped() const { return late_files_not_mapped_; }
 
   // The frames of `address` (an address inside the call, not a return
   // address), innermost first: several when the compiler inlined calls there.
@@ -732,7 +728,6 @@ class Symbolizer {
   ArenaVector<TableSource> sources_;  // per table
   ArenaString debug_directory_;
   bool has_debug_directory_ = false;
-  unsigned late_files_not_mapped_ = 0;
   ArenaVector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   ArenaVector<bool> has_symbols_;
   ArenaVector<DebugObject*> debug_;  // per object; its DWARF is read on first use
@@ -796,11 +791,9 @@ inline Symbolizer::~Symbolizer() = default;
 inline elf::SymbolTable& Symbolizer::Table(std::size_t table) {
   TableSource& source = sources_[table];
   if (!source.loaded) {
-    source.loaded = true;
-    const unsigned before = elf::tls_files_not_mapped;
+    source.loaded = true;  // (a file missed here counts in elf::tls_files_not_mapped/_opened: EncodeGzippedNamed)
     tables_[table]->Load(source.path, source.build_id, has_debug_directory_ ? debug_directory_.c_str() : nullptr,
                          source.file);
-    if (elf::tls_files_not_mapped > before) late_files_not_mapped_ += elf::tls_files_not_mapped - before;
   }
   return *tables_[table];
 }

@@ -249,38 +249,41 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
 // encoding, read when it first needs them), a stderr line when anything was.
 inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                       Symbolizer& symbolizer) {
-  const char* const not_mapped = "heapprof: out of memory mapping object files: frames in them have no names; "
-                                 "go tool pprof symbolizes the addresses from the binaries";
-  const char* const not_opened = "heapprof: out of file descriptors opening object files: frames in them have no "
-                                 "names; go tool pprof symbolizes the addresses from the binaries";
-  const bool said_mapped = elf::tls_files_not_mapped != 0, said_opened = elf::tls_files_not_opened != 0;
-  if (said_mapped) data.comments.emplace_back(not_mapped);
-  if (said_opened) data.comments.emplace_back(not_opened);
+  // The two shortages: the counter, and what the comment and line say ran out.
+  struct Shortage {
+    const unsigned& files;
+    const char* what;
+    bool said;
+  };
+  Shortage shortages[] = {{elf::tls_files_not_mapped, "memory mapping", false},
+                          {elf::tls_files_not_opened, "file descriptors opening", false}};
+  const auto say = [&data](Shortage& s) {
+    data.comments.push_back(ArenaString("heapprof: out of ") + s.what +
+                            " object files: frames in them have no names; go tool pprof symbolizes the addresses "
+                            "from the binaries");
+    s.said = true;
+  };
+  for (Shortage& s : shortages) {
+    if (s.files != 0) say(s);
+  }
   ArenaString gz = EncodeGzipped(data, objects, symbolizer);
   // A symbol table is read when the encoding first meets a PC of its object:
   // one missed then gets its comment too, in an encoding done again (the
   // tables read stay read; rare, so the common write encodes once).
-  const bool late_mapped = !said_mapped && elf::tls_files_not_mapped != 0;
-  const bool late_opened = !said_opened && elf::tls_files_not_opened != 0;
-  if (late_mapped || late_opened) {
-    if (late_mapped) data.comments.emplace_back(not_mapped);
-    if (late_opened) data.comments.emplace_back(not_opened);
-    gz = EncodeGzipped(data, objects, symbolizer);
+  bool again = false;
+  for (Shortage& s : shortages) {
+    if (!s.said && s.files != 0) {
+      say(s);
+      again = true;
+    }
   }
-  if (elf::tls_files_not_opened != 0) {
+  if (again) gz = EncodeGzipped(data, objects, symbolizer);
+  for (int i = 1; i >= 0; --i) {  // descriptors first, as the lines have been
+    if (shortages[i].files == 0) continue;
     char line[200];
     std::snprintf(line, sizeof line,
-                  "heapprof: out of file descriptors opening %u object or debug file(s): profile written without "
-                  "their names or lines\n",
-                  elf::tls_files_not_opened);
-    ReportRaw(line);
-  }
-  if (elf::tls_files_not_mapped != 0) {
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
-                  "or lines\n",
-                  elf::tls_files_not_mapped);
+                  "heapprof: out of %s %u object or debug file(s): profile written without their names or lines\n",
+                  shortages[i].what, shortages[i].files);
     ReportRaw(line);
   }
   return gz;
