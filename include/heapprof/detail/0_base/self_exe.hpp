@@ -43,5 +43,11 @@ inline const char* ExecPathFromStart() noexcept {
   return g_exec_path.known.load(std::memory_order_acquire) ? g_exec_path.path : nullptr;
 }
 
+// A name that opens the program's file: /proc/self/exe, or without /proc
+// the name it was started by; nullptr when there is neither.
+inline const char* SelfExeFile() noexcept {
+  return ::access("/proc/self/exe", F_OK) == 0 ? "/proc/self/exe" : ExecPathFromStart();
+}
+
 }  // namespace detail
 }  // namespace heapprof

@@ -503,13 +503,9 @@ inline bool ReadAt(int fd, void* buf, std::size_t n, std::uint64_t offset) noexc
 }
 
 inline void FindExeEhFrame(ExeEhFrame& out) noexcept {
-  int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {  // no /proc: the name it was started by (its bytes are checked against the mapped ones)
-    const char* start = ExecPathFromStart();
-    if (start == nullptr) return;
-    fd = open(start, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return;
-  }
+  const char* exe = SelfExeFile();  // (without /proc, the name it was started by: its bytes are checked below)
+  const int fd = exe != nullptr ? open(exe, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+  if (fd < 0) return;
   ElfW(Ehdr) eh;
   ElfW(Shdr) names;
   if (ReadAt(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&

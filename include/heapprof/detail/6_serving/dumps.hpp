@@ -160,15 +160,9 @@ inline std::uint64_t LargestLoadedFileBytes() noexcept {
   struct Walk {
     static int Visit(dl_phdr_info* info, std::size_t, void* data) noexcept {
       const char* name = info->dlpi_name;
+      if (name == nullptr || name[0] == '\0') name = SelfExeFile();  // the program
       struct stat st {};
-      bool found;
-      if (name == nullptr || name[0] == '\0') {  // the program
-        const char* start = ExecPathFromStart();  // no /proc: the name it was started by
-        found = ::stat("/proc/self/exe", &st) == 0 || (start != nullptr && ::stat(start, &st) == 0);
-      } else {
-        found = ::stat(name, &st) == 0;
-      }
-      if (found && S_ISREG(st.st_mode)) {
+      if (name != nullptr && ::stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
         auto& largest = *static_cast<std::uint64_t*>(data);
         largest = std::max(largest, static_cast<std::uint64_t>(st.st_size));
       }
