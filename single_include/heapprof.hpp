@@ -4824,6 +4824,12 @@ inline const char* ExecPathFromStart() noexcept {
   return g_exec_path.known.load(std::memory_order_acquire) ? g_exec_path.path : nullptr;
 }
 
+// A name that opens the program's file: /proc/self/exe, or without /proc
+// the name it was started by; nullptr when there is neither.
+inline const char* SelfExeFile() noexcept {
+  return ::access("/proc/self/exe", F_OK) == 0 ? "/proc/self/exe" : ExecPathFromStart();
+}
+
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/self_exe.hpp ----
@@ -7172,13 +7178,9 @@ inline bool ReadAt(int fd, void* buf, std::size_t n, std::uint64_t offset) noexc
 }
 
 inline void FindExeEhFrame(ExeEhFrame& out) noexcept {
-  int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {  // no /proc: the name it was started by (its bytes are checked against the mapped ones)
-    const char* start = ExecPathFromStart();
-    if (start == nullptr) return;
-    fd = open(start, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return;
-  }
+  const char* exe = SelfExeFile();  // (without /proc, the name it was started by: its bytes are checked below)
+  const int fd = exe != nullptr ? open(exe, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+  if (fd < 0) return;
   ElfW(Ehdr) eh;
   ElfW(Shdr) names;
   if (ReadAt(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
@@ -13303,10 +13305,6 @@ class Symbolizer {
   // True when DWARF was found for the object (its own, or a debug file);
   // reads it if no lookup has yet.
   bool HasDebugInfo(std::size_t object_index) const;
-  // Files that could not be mapped for want of memory while reading a symbol
-  // table on first use (elf_file.hpp: tls_files_not_mapped), after the
-  // constructor: EncodeGzippedNamed's comment counts them too.
-  unsigned late_files_not_mapped() const { return late_files_not_mapped_; }
 
   // The frames of `address` (an address inside the call, not a return
   // address), innermost first: several when the compiler inlined calls there.
@@ -13336,7 +13334,6 @@ class Symbolizer {
   ArenaVector<TableSource> sources_;  // per table
   ArenaString debug_directory_;
   bool has_debug_directory_ = false;
-  unsigned late_files_not_mapped_ = 0;
   ArenaVector<Range> ranges_;  // objects with symbols or DWARF, sorted by start
   ArenaVector<bool> has_symbols_;
   ArenaVector<DebugObject*> debug_;  // per object; its DWARF is read on first use
@@ -13400,11 +13397,9 @@ inline Symbolizer::~Symbolizer() = default;
 inline elf::SymbolTable& Symbolizer::Table(std::size_t table) {
   TableSource& source = sources_[table];
   if (!source.loaded) {
-    source.loaded = true;
-    const unsigned before = elf::tls_files_not_mapped;
+    source.loaded = true;  // (a file missed here counts in elf::tls_files_not_mapped/_opened: EncodeGzippedNamed)
     tables_[table]->Load(source.path, source.build_id, has_debug_directory_ ? debug_directory_.c_str() : nullptr,
                          source.file);
-    if (elf::tls_files_not_mapped > before) late_files_not_mapped_ += elf::tls_files_not_mapped - before;
   }
   return *tables_[table];
 }
@@ -15528,38 +15523,41 @@ inline ArenaString EncodeGzipped(const ProfileData& data, const ArenaVector<Load
 // encoding, read when it first needs them), a stderr line when anything was.
 inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<LoadedObject>& objects,
                                       Symbolizer& symbolizer) {
-  const char* const not_mapped = "heapprof: out of memory mapping object files: frames in them have no names; "
-                                 "go tool pprof symbolizes the addresses from the binaries";
-  const char* const not_opened = "heapprof: out of file descriptors opening object files: frames in them have no "
-                                 "names; go tool pprof symbolizes the addresses from the binaries";
-  const bool said_mapped = elf::tls_files_not_mapped != 0, said_opened = elf::tls_files_not_opened != 0;
-  if (said_mapped) data.comments.emplace_back(not_mapped);
-  if (said_opened) data.comments.emplace_back(not_opened);
+  // The two shortages: the counter, and what the comment and line say ran out.
+  struct Shortage {
+    const unsigned& files;
+    const char* what;
+    bool said;
+  };
+  Shortage shortages[] = {{elf::tls_files_not_mapped, "memory mapping", false},
+                          {elf::tls_files_not_opened, "file descriptors opening", false}};
+  const auto say = [&data](Shortage& s) {
+    data.comments.push_back(ArenaString("heapprof: out of ") + s.what +
+                            " object files: frames in them have no names; go tool pprof symbolizes the addresses "
+                            "from the binaries");
+    s.said = true;
+  };
+  for (Shortage& s : shortages) {
+    if (s.files != 0) say(s);
+  }
   ArenaString gz = EncodeGzipped(data, objects, symbolizer);
   // A symbol table is read when the encoding first meets a PC of its object:
   // one missed then gets its comment too, in an encoding done again (the
   // tables read stay read; rare, so the common write encodes once).
-  const bool late_mapped = !said_mapped && elf::tls_files_not_mapped != 0;
-  const bool late_opened = !said_opened && elf::tls_files_not_opened != 0;
-  if (late_mapped || late_opened) {
-    if (late_mapped) data.comments.emplace_back(not_mapped);
-    if (late_opened) data.comments.emplace_back(not_opened);
-    gz = EncodeGzipped(data, objects, symbolizer);
+  bool again = false;
+  for (Shortage& s : shortages) {
+    if (!s.said && s.files != 0) {
+      say(s);
+      again = true;
+    }
   }
-  if (elf::tls_files_not_opened != 0) {
+  if (again) gz = EncodeGzipped(data, objects, symbolizer);
+  for (int i = 1; i >= 0; --i) {  // descriptors first, as the lines have been
+    if (shortages[i].files == 0) continue;
     char line[200];
     std::snprintf(line, sizeof line,
-                  "heapprof: out of file descriptors opening %u object or debug file(s): profile written without "
-                  "their names or lines\n",
-                  elf::tls_files_not_opened);
-    ReportRaw(line);
-  }
-  if (elf::tls_files_not_mapped != 0) {
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "heapprof: out of memory mapping %u object or debug file(s): profile written without their names "
-                  "or lines\n",
-                  elf::tls_files_not_mapped);
+                  "heapprof: out of %s %u object or debug file(s): profile written without their names or lines\n",
+                  shortages[i].what, shortages[i].files);
     ReportRaw(line);
   }
   return gz;
@@ -18116,15 +18114,9 @@ inline std::uint64_t LargestLoadedFileBytes() noexcept {
   struct Walk {
     static int Visit(dl_phdr_info* info, std::size_t, void* data) noexcept {
       const char* name = info->dlpi_name;
+      if (name == nullptr || name[0] == '\0') name = SelfExeFile();  // the program
       struct stat st {};
-      bool found;
-      if (name == nullptr || name[0] == '\0') {  // the program
-        const char* start = ExecPathFromStart();  // no /proc: the name it was started by
-        found = ::stat("/proc/self/exe", &st) == 0 || (start != nullptr && ::stat(start, &st) == 0);
-      } else {
-        found = ::stat(name, &st) == 0;
-      }
-      if (found && S_ISREG(st.st_mode)) {
+      if (name != nullptr && ::stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
         auto& largest = *static_cast<std::uint64_t*>(data);
         largest = std::max(largest, static_cast<std::uint64_t>(st.st_size));
       }
