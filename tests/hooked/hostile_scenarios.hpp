@@ -793,6 +793,29 @@ inline int RunFdExhaustionLines() {
   return 0;
 }
 
+// An object file opened for its symbol table only once the encoding meets a
+// PC of it (the symbolizer reads tables on first use), and refused then: the
+// profile already encoded had no comment, so it is encoded again with one.
+// Without that second encoding the profile said nothing of the missing names.
+inline int RunLateTableLoadComment() {
+  heapprof::SetSampleRate(1);
+  FdExhaustionLeaf();
+  heapprof_test::FailTableLoads(1);
+  std::string file;
+  std::int64_t line = 0;
+  bool named = false, said = false;
+  HEAPPROF_HOSTILE_CHECK(LeafSourceLine(file, line, named, said));
+  std::printf("a table refused during the encoding: said %d\n", said ? 1 : 0);
+  HEAPPROF_HOSTILE_CHECK(said);
+  HEAPPROF_HOSTILE_CHECK(LeafSourceLine(file, line, named, said));  // the next write reads it
+  std::printf("next write: said %d, named %d, %s:%lld\n", said ? 1 : 0, named ? 1 : 0, file.c_str(),
+              static_cast<long long>(line));
+  HEAPPROF_HOSTILE_CHECK(!said && named && line > 0);
+  for (char* p : g_fd_leaf_kept) delete[] p;
+  std::printf("late_table_comment: ok\n");
+  return 0;
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -808,6 +831,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
   if (std::strcmp(name, "trap_allocator_labels") == 0) return RunTrapAllocatorLabels();
   if (std::strcmp(name, "fd_exhaustion_lines") == 0) return RunFdExhaustionLines();
+  if (std::strcmp(name, "late_table_comment") == 0) return RunLateTableLoadComment();
   known = false;
   return 2;
 }

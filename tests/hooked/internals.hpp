@@ -87,6 +87,9 @@ void FailNextSymbolization();
 // While `on`, every load that finds DWARF runs out of memory at its end (builds with exceptions;
 // 4_symbolization/debug_info.hpp: DebugObject::EnsureLoaded).
 void FailDebugLoads(bool on);
-std::size_t DebugInfoBytes();  // what the debug-info cache holds (4_symbolization/debug_memory.hpp)
+std::size_t DebugInfoBytes();
+// The next `n` symbol tables an encoding reads on first use fail as an open()
+// refused with EMFILE (4_symbolization/symbolizer.hpp: Symbolizer::Table).
+void FailTableLoads(int n);  // what the debug-info cache holds (4_symbolization/debug_memory.hpp)
 
 }  // namespace heapprof_test

@@ -420,3 +420,16 @@ TEST_CASE("hostile: a profile written while out of file descriptors does not cos
   CHECK(rc == 0);
   CHECK(out.find("fd_exhaustion_lines: ok") != std::string::npos);
 }
+
+TEST_CASE("hostile: an object file refused once the encoding has begun still gets the profile's comment") {
+  // The symbolizer opens an object's symbol table when the encoding first
+  // meets a PC of it; a refusal then (descriptors gone meanwhile) is known
+  // only after the bytes are encoded: the profile is encoded again, with the
+  // comment that says why frames lack names, and the stderr line.
+  std::string out;
+  const int rc = RunHostileChild("", "late_table_comment", out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("late_table_comment: ok") != std::string::npos);
+  CHECK(out.find("heapprof: out of file descriptors opening 1 object or debug file(s)") != std::string::npos);
+}

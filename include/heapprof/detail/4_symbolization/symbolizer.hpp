@@ -788,10 +788,19 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
 
 inline Symbolizer::~Symbolizer() = default;
 
+// Tests: the next this many symbol tables read on first use (Table, during
+// an encoding) fail as an open() refused for lack of descriptors would.
+inline std::atomic<int> g_fail_table_loads_for_tests{0};
+
 inline elf::SymbolTable& Symbolizer::Table(std::size_t table) {
   TableSource& source = sources_[table];
   if (!source.loaded) {
     source.loaded = true;  // (a file missed here counts in elf::tls_files_not_mapped/_opened: EncodeGzippedNamed)
+    if (HEAPPROF_UNLIKELY(g_fail_table_loads_for_tests.load(std::memory_order_relaxed) > 0) &&
+        g_fail_table_loads_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
+      ++elf::tls_files_not_opened;  // as an open() refused with EMFILE
+      return *tables_[table];
+    }
     tables_[table]->Load(source.path, source.build_id, has_debug_directory_ ? debug_directory_.c_str() : nullptr,
                          source.file);
   }
