@@ -35,6 +35,7 @@
 #include <link.h>
 #include <malloc.h>
 
+#include "heapprof/detail/0_base/object_base.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
 
 // Defined by 1_hooks/malloc.hpp (HEAPPROF_REPLACE_MALLOC): finds the allocator
@@ -164,10 +165,8 @@ inline void* UnderlyingMallocAddress() noexcept {
 inline SizedFreeFn FindSizedFree() noexcept {
   void* sized = dlsym(RTLD_DEFAULT, "sdallocx");
   void* malloc_fn = sized != nullptr ? UnderlyingMallocAddress() : nullptr;
-  Dl_info a{}, b{};
-  if (malloc_fn == nullptr || dladdr(sized, &a) == 0 || dladdr(malloc_fn, &b) == 0 || a.dli_fbase != b.dli_fbase) {
-    return nullptr;
-  }
+  const void* const base = malloc_fn != nullptr ? ObjectBaseOf(sized) : nullptr;
+  if (base == nullptr || base != ObjectBaseOf(malloc_fn)) return nullptr;
   return reinterpret_cast<SizedFreeFn>(sized);
 }
 

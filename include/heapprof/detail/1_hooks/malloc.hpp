@@ -47,6 +47,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "heapprof/detail/0_base/object_base.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/1_hooks/block_hooks.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"
@@ -174,8 +175,7 @@ template <class F>
 inline F Lookup(void* handle, const char* name, const void* base, F fallback) noexcept {
   void* f = dlsym(handle, name);
   if (f == nullptr) return fallback;
-  Dl_info info{};
-  if (base != nullptr && (dladdr(f, &info) == 0 || info.dli_fbase != base)) return fallback;
+  if (base != nullptr && ObjectBaseOf(f) != base) return fallback;
   return reinterpret_cast<F>(f);
 }
 
@@ -213,15 +213,14 @@ inline ProcessFunctions g_process_fn{};
 // forwarding).
 inline void* ProcessFunction(const char* name, const void* ours) noexcept {
   void* f = dlsym(RTLD_DEFAULT, name);
-  Dl_info info{};
-  if (f == nullptr || dladdr(f, &info) == 0 || info.dli_fbase == ours) return nullptr;
+  const void* const base = f != nullptr ? ObjectBaseOf(f) : nullptr;
+  if (base == nullptr || base == ours) return nullptr;
   return f;
 }
 // Whether the process's `name` is ours (the shadowing object lacks it).
 inline bool ProcessHasOurs(const char* name, const void* ours) noexcept {
   void* f = dlsym(RTLD_DEFAULT, name);
-  Dl_info info{};
-  return f != nullptr && dladdr(f, &info) != 0 && info.dli_fbase == ours;
+  return f != nullptr && ours != nullptr && ObjectBaseOf(f) == ours;
 }
 
 inline unsigned ResolveShadowHooks(const void* ours) noexcept {
@@ -257,7 +256,7 @@ inline bool Resolve() noexcept {
   // (preload_engine.hpp). The allocator under us is still the next one: the
   // first one's would call back into us.
   void* const handle = RTLD_NEXT;
-  Dl_info process_malloc{}, ours{};
+  Dl_info process_malloc{};
   void* active = dlsym(RTLD_DEFAULT, "malloc");
   // Only a definition counts: a non-PIE program that takes malloc's address
   // (Debian's python3) has its PLT stub as malloc's canonical address, which
@@ -266,18 +265,14 @@ inline bool Resolve() noexcept {
   const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
   const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
   unsigned shadow_hooks = kShadowResolved;
-  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
-      dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
-      process_malloc.dli_fbase != ours.dli_fbase) {
+  const void* const ours = ObjectBaseOf(reinterpret_cast<const void*>(&OurObjectMarker));
+  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF && ours != nullptr && process_malloc.dli_fbase != ours) {
     g_shadowed = true;
-    shadow_hooks = ResolveShadowHooks(ours.dli_fbase);
+    shadow_hooks = ResolveShadowHooks(ours);
   }
   Functions f{};
   f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t) noexcept>(nullptr));
-  Dl_info malloc_info{};
-  const void* base = f.malloc != nullptr && dladdr(reinterpret_cast<void*>(f.malloc), &malloc_info) != 0
-                         ? malloc_info.dli_fbase
-                         : nullptr;
+  const void* base = f.malloc != nullptr ? ObjectBaseOf(reinterpret_cast<const void*>(f.malloc)) : nullptr;
   f.free = Lookup(handle, "free", base, static_cast<void (*)(void*) noexcept>(nullptr));
   f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t) noexcept>(nullptr));
   f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t) noexcept>(nullptr));
