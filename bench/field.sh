@@ -17,7 +17,8 @@
 # configurations (rate 1, HEAPPROFILE, heaptrack) run a twentieth of the ops.
 # Then: full recording measured as CPU of the whole process tree (heaptrack's
 # second process included), the scaling check (1 vs 2 threads), callgrind
-# instructions per pair, one sample's cost, profile writing, and the accuracy
+# instructions per pair, one sample's cost, profile writing, process start-up
+# (bench/startup.sh), and the accuracy
 # comparison with jemalloc (bench/accuracy.sh; ACC_REPS runs each, default 10).
 #
 # A missing tool (jemalloc, tcmalloc, heaptrack, valgrind, jeprof, go) skips
@@ -353,6 +354,12 @@ if has sample; then
   echo
   echo '```'
   "$bin/bench_write_profile" 10000
+  echo '```'
+  echo
+  echo "## Starting a process, bench/startup.sh"
+  echo
+  echo '```'
+  "$(dirname "$0")/startup.sh" "$build" 300 "$reps"
   echo '```'
   echo
 fi
