@@ -32,7 +32,7 @@ HEAPPROF_LINKED_END
 }  // namespace detail
 
 // Serves /debug/pprof/ (index), /debug/pprof/heap, allocs, peak, retention,
-// symbol and cmdline (README: "HTTP endpoint") as Go's net/http/pprof does
+// symbol and cmdline (README: "Serving profiles over HTTP") as Go's net/http/pprof does
 // where Go has the same path, from background threads; stops and joins them on
 // destruction. `listen` is "host:port": numeric IPv4, "localhost", or
 // bracketed IPv6; an empty host is 127.0.0.1 (not every interface, unlike
