@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "heapprof/detail/0_base/arena.hpp"
 
@@ -684,7 +685,14 @@ template <class Emit>
 inline bool RunProgram(const Region& eh, std::size_t begin, std::size_t end, const Cie& cie, FrameState& st,
                 const FrameState* initial, std::uint64_t pc_begin, std::uint64_t pc_end, Emit&& emit) noexcept {
   Reader r(eh.data + begin, eh.data + end, eh.address + begin);
-  FrameState stack[kStateStackDepth];
+  // The remember_state stack, left uninitialised: a FrameState is built in a
+  // slot only when pushed (initialising all 16, 896 bytes per FDE, was 5% of
+  // a table build).
+  union Slot {
+    Slot() noexcept {}
+    FrameState state;
+  };
+  Slot stack[kStateStackDepth];
   int depth = 0;
   std::uint64_t loc = pc_begin;
   const FrameState defaults{};
@@ -828,11 +836,11 @@ inline bool RunProgram(const Region& eh, std::size_t begin, std::size_t end, con
       }
       case kCfaRememberState:
         if (depth == kStateStackDepth) return false;
-        stack[depth++] = st;  // CFA included, as GCC and LLVM both do
+        new (&stack[depth++].state) FrameState(st);  // CFA included, as GCC and LLVM both do
         break;
       case kCfaRestoreState:
         if (depth == 0) return false;
-        st = stack[--depth];
+        st = stack[--depth].state;
         break;
       case kCfaDefCfa: {
         std::uint64_t reg, off;
