@@ -138,11 +138,31 @@ int RunLeakJoinedThread() {
   std::thread([] { std::free(std::malloc(100)); }).join();
   return 0;
 }
+
+// getattr_first_thread: threads whose first allocation is glibc's, inside
+// pthread_getattr_np on themselves (as every JVM thread starts), then more.
+int RunGetattrFirstThread() {
+  for (int i = 0; i < 4; ++i) {
+    std::size_t size = 0;
+    std::thread([&size] {
+      pthread_attr_t attr;
+      if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+      void* addr = nullptr;
+      pthread_attr_getstack(&attr, &addr, &size);
+      pthread_attr_destroy(&attr);
+      std::free(std::malloc(1000));
+    }).join();
+    if (size == 0) return 4;
+  }
+  std::printf("getattr_first_thread: done\n");
+  return 0;
+}
 }  // namespace malloc_test
 
 int RunMallocChildScenario(const char* name) {
   if (std::strcmp(name, "retention_mapping") == 0) return malloc_test::RunRetentionMapping();
   if (std::strcmp(name, "leak_joined_thread") == 0) return malloc_test::RunLeakJoinedThread();
+  if (std::strcmp(name, "getattr_first_thread") == 0) return malloc_test::RunGetattrFirstThread();
 #if defined(HEAPPROF_TEST_HAVE_LEVELDB)
   if (std::strcmp(name, "retention_leveldb") == 0) return malloc_test::RunRetentionLevelDb();
 #endif
@@ -330,6 +350,27 @@ TEST_CASE("retention profile: a holder libc allocated is named by the program's 
   tdelete(key, &malloc_test::g_retention_tree, &malloc_test::CompareTreeKeys);
   delete[] key;
   heapprof_test::RemoveDir(dir);
+}
+
+TEST_CASE("a thread whose first allocation is inside pthread_getattr_np on itself does not hang") {
+#if !HEAPPROF_MALLOC_HOOKS || !defined(__GLIBC__)
+  MESSAGE("needs the malloc family replaced on glibc");
+  return;
+#else
+  // Registration asked pthread_getattr_np for the thread's stack while glibc
+  // held the thread's lock for that same call's realloc: the thread waited
+  // on itself (every JVM thread does this first: java -version hung under
+  // the preload library). At the default rate and at rate 1 (every block
+  // sampled, the stack walk needs the bounds).
+  for (const char* rate : {"HEAPPROF=rate=512k", "HEAPPROF=rate=1"}) {
+    std::string out;
+    const int rc = heapprof_test::RunChildScenario(rate, "getattr_first_thread", out, 20);
+    INFO(rate);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out == "getattr_first_thread: done\n");
+  }
+#endif
 }
 
 TEST_CASE("leak report at rate 1: a thread created and joined leaves no leak and no leak_exit_code status") {

@@ -431,6 +431,40 @@ inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
   return remembered;
 }
 
+// Set while a thread not registered yet allocates inside glibc's
+// pthread_getattr_np: registration waits until the thread allocates
+// elsewhere. It asks pthread_getattr_np for the thread's own stack bounds,
+// and glibc holds the thread's lock across those allocations (the cpuset's
+// realloc; pthread_attr_setaffinity_np's calloc of the attribute's extension
+// and copy of the cpuset; the free): the thread waited on itself for ever.
+// The JVM's every thread starts with that call (java -version hung at
+// start-up under the preload library), and so may any program's thread.
+// Those few blocks are counted as an unregistered thread's (Stats totals),
+// not sampled.
+inline thread_local bool tls_defer_registration HEAPPROF_TLS_MODEL = false;
+
+// Whether an allocation whose caller is `hook_return`, on a thread not
+// registered yet, must not register it: a caller in pthread_getattr_np (a
+// window from its address, four times the 1004 bytes glibc 2.36 gives it),
+// and while already deferred one in glibc's thread code around it (within
+// 64 KiB of it: __pthread_attr_extension and pthread_attr_setaffinity_np lie
+// 14 KiB below it in glibc 2.36). A caller there that allocates first on a
+// fresh thread only delays its registration. (In a non-PIE executable that
+// compiles heapprof in, pthread_getattr_np's address is the executable's PLT
+// stub, and this never matches.)
+inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
+#if defined(__GLIBC__)
+  constexpr std::uintptr_t kNear = 64 * 1024;
+  const auto at = reinterpret_cast<std::uintptr_t>(hook_return);
+  const auto getattr = reinterpret_cast<std::uintptr_t>(&pthread_getattr_np);
+  return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
+#else
+  (void)hook_return;
+  (void)deferred;
+  return false;
+#endif
+}
+
 // This thread's slot, registering it on first use; nullptr while it must not
 // register (the profiler's own work, or past our thread-exit destructor).
 inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
@@ -442,7 +476,7 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
     // slot would be lost when the scope restores the empty state).
     return flags.suppressed != &g_empty_thread_state ? flags.suppressed : nullptr;
   }
-  return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
+  return (flags.guard != 0 || flags.exiting || tls_defer_registration) ? nullptr : RegisterThread();
 }
 
 // The class table's check again (see kClassTableTries), unless the hook's
@@ -470,6 +504,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
   // counted by CountScopeBlock, unsampled: OnAllocSlow returned before this,
   // implementation.hpp. A heapprof::allocator's own sample there is a signal
   // handler's: counted and sampled, on the state CurrentThreadSlot finds.)
+  if (HEAPPROF_UNLIKELY(tls_thread_state == &g_empty_thread_state)) tls_defer_registration = DeferRegistration(hook_return, tls_defer_registration);
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   const bool padded = (how & kPaddedBlock) != 0;
