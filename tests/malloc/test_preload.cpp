@@ -325,4 +325,53 @@ TEST_CASE("preload: a program that replaces malloc itself records itself; the li
   CHECK(output.find("Status: SUCCESS") != std::string::npos);
 }
 
+// Real programs we did not write, when installed (a missing one is skipped).
+// A thread created and joined leaves its stack, descriptor and DTV in glibc's
+// cache: the DTV was an "unreachable" leak at rate 1, and leak_exit_code's
+// status (retention.hpp: ExitedThreadDtvRoots).
+TEST_CASE("preload: python3 with threads at rate 1 exits 0 with no unreachable object under leak_exit_code") {
+  std::string out;
+  if (heapprof_test::RunCommand("test -x /usr/bin/python3", out) != 0) {
+    MESSAGE("/usr/bin/python3 missing: skipped");
+    return;
+  }
+  const std::string prefix = heapprof_test::TempPath("-pythreads");
+  const std::string cmd = "timeout -s KILL 60 env LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) +
+                          " HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_frames=1,dump_prefix=" + prefix +
+                          " /usr/bin/python3 -c '\nimport threading\nout = []\n"
+                          "ts = [threading.Thread(target=lambda i=i: out.append(len(bytes(1000 * i)))) for i in range(8)]\n"
+                          "[t.start() for t in ts]; [t.join() for t in ts]\nprint(sum(out))' 2>&1";
+  const int rc = heapprof_test::RunCommand(cmd, out);
+  INFO(cmd);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("28000\n") == 0);
+  // One report, python3's (timeout and env are not preloaded), without a leak.
+  const std::string none = "heapprof: leak report: unreachable (leaked): 0 objects, 0 B\n";
+  const std::size_t at = out.find("unreachable (leaked): ");
+  REQUIRE(at != std::string::npos);
+  CHECK(out.find("unreachable (leaked): ", at + 1) == std::string::npos);
+  CHECK(out.find(none) != std::string::npos);
+  std::string rm;
+  heapprof_test::RunCommand("rm -f " + prefix + " " + prefix + ".*", rm);
+}
+
+// Each JVM thread's first allocation is glibc's, inside pthread_getattr_np on
+// itself, which holds the thread's lock: registering the thread there asked
+// pthread_getattr_np again, and java -version hung at start-up (engine.hpp:
+// DeferRegistration).
+TEST_CASE("preload: java -version starts and exits 0") {
+  std::string out;
+  if (heapprof_test::RunCommand("command -v java", out) != 0) {
+    MESSAGE("java missing: skipped");
+    return;
+  }
+  const std::string cmd = "LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " timeout -s KILL 60 java -version 2>&1";
+  const int rc = heapprof_test::RunCommand(cmd, out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("version") != std::string::npos);
+  CHECK(out.find("heapprof") == std::string::npos);
+}
+
 #endif
