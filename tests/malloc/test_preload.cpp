@@ -322,6 +322,10 @@ TEST_CASE("preload: a program that replaces malloc itself records itself; the li
   INFO(output);
   CHECK(rc == 0);
   CHECK(output.find("records nothing") != std::string::npos);
+  // The program is first in the lookup order: the line said to list the
+  // library first in LD_PRELOAD, which cannot help (rustc, its own jemalloc).
+  CHECK(output.find(", the program itself, so this library records nothing") != std::string::npos);
+  CHECK(output.find("list libheapprof_preload.so first") == std::string::npos);
   CHECK(output.find("Status: SUCCESS") != std::string::npos);
 }
 

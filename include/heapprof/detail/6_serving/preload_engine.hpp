@@ -15,6 +15,7 @@
 #if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
 
 #include <dlfcn.h>
+#include <link.h>
 #include <ostream>
 
 #include "heapprof/api.hpp"
@@ -68,16 +69,22 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
   if (!heapprof::detail::real::g_shadowed) return;
   heapprof::detail::g_engine_off = true;
   Dl_info info{};
+  link_map* map = nullptr;
   void* active = dlsym(RTLD_DEFAULT, "malloc");
-  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
-                            info.dli_fname[0] != '\0'
-                        ? info.dli_fname
-                        : "the program";
+  const bool found =
+      active != nullptr && dladdr1(active, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) != 0;
+  const char* who = found && info.dli_fname != nullptr && info.dli_fname[0] != '\0' ? info.dli_fname : "the program";
+  // The executable itself (the first link map), as rustc with its jemalloc
+  // linked in: listing this library first, which the line used to advise,
+  // cannot help there; nothing preloaded comes before the program.
+  const bool program = found && map != nullptr && map->l_prev == nullptr;
   heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
   heapprof::detail::ReportRaw(who);
   heapprof::detail::ReportRaw(
-      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
-      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
+      program ? ", the program itself, so this library records nothing (a program with heapprof compiled in "
+                "records itself; one with another allocator linked in cannot be profiled by preloading)\n"
+              : ", loaded before it, so this library records nothing (a program with heapprof compiled in "
+                "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
 }
 
 // The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
