@@ -5,4 +5,11 @@
 
 #include <doctest/doctest.h>  // its implementation: tests/support/doctest_impl.cpp
 
-int main(int argc, char** argv) { return doctest::Context(argc, argv).run(); }
+#include <cstdlib>
+
+int main(int argc, char** argv) {
+  // ctest's unwind_tests_lazy: every walk with every object answering one
+  // FDE at a time until it has had its lookups (table.hpp: LazyRuleAt).
+  if (std::getenv("HEAPPROF_TEST_LAZY_FDES") != nullptr) heapprof::detail::unwind_table::g_lazy_min_fdes.store(0);
+  return doctest::Context(argc, argv).run();
+}

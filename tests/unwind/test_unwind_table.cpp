@@ -440,6 +440,42 @@ TEST_CASE("stats: objects, rows and memory of the built tables") {
   }
 }
 
+TEST_CASE("one FDE at a time: the rule at every row of libc, libstdc++ and this test equals the built table's") {
+  // A large object answers its first lookups from the one FDE .eh_frame_hdr
+  // gives for the PC (table.hpp: LazyRuleAt). Every row start of the built
+  // tables, the byte before it and a PC inside it must get the same rule.
+  const std::uint64_t saved = ut::g_lazy_min_fdes.load();
+  ut::g_lazy_min_fdes.store(0);  // every object with a searchable table answers one FDE at a time
+  for (const void* in : {reinterpret_cast<const void*>(&std::qsort), reinterpret_cast<const void*>(&std::__throw_bad_alloc),
+                         reinterpret_cast<const void*>(&unwind_test::FakeNew)}) {
+    const ut::Table* t = nullptr;
+    REQUIRE(ut::TableFor(in, t));
+    std::size_t checked = 0, differ = 0;
+    for (std::uint32_t i = 0; i < t->count; ++i) {
+      const std::uintptr_t start = t->base + t->rows[i].pc;
+      const std::uintptr_t end = i + 1 < t->count ? t->base + t->rows[i + 1].pc : start + 1;
+      for (const std::uintptr_t pc : {start, start - 1, start + (end - start) / 2}) {
+        if (pc < t->base || pc - t->base >= t->span) continue;
+        bool lazy = false;
+        const std::uint32_t one = ut::LazyRuleForPc(reinterpret_cast<const void*>(pc), lazy);
+        REQUIRE(lazy);
+        ++checked;
+        if (one != ut::Lookup(*t, pc) && ++differ <= 5) {
+          MESSAGE("pc " << reinterpret_cast<const void*>(pc) << ": one FDE " << one << ", table " << ut::Lookup(*t, pc));
+        }
+      }
+    }
+    MESSAGE(checked << " PCs checked, " << differ << " differ");
+    CHECK(checked > 1000);
+    CHECK(differ == 0);
+  }
+  ut::g_lazy_min_fdes.store(ut::kLazyMinFdes);
+  bool lazy = true;
+  ut::LazyRuleForPc(reinterpret_cast<const void*>(&unwind_test::FakeNew), lazy);
+  CHECK_FALSE(lazy);  // by default this test's few FDEs build a table
+  ut::g_lazy_min_fdes.store(saved);
+}
+
 namespace {
 
 // The executable's tables built twice: as loaded (through .eh_frame_hdr), and

@@ -996,9 +996,59 @@ inline bool ParseHdr(const Region& hdr, Hdr& out) noexcept {
 // Parses FDEs into `out`, rows per FDE in increasing pc order, each FDE's
 // rows ending with a kCfaNone row at its pc_end. Finish() turns that into the
 // final sorted, merged table. Returns false only when memory ran out.
+inline void FinishRows(RowBuffer& buf) noexcept;
+inline Rule FindRule(const Row* rows, std::size_t n, std::uint64_t pc) noexcept;
+
 class Parser {
  public:
   Parser(const Source& src, RowBuffer& out) noexcept : src_(src), eh_(src.eh_frame), out_(out) {}
+
+  // The FDEs in .eh_frame_hdr's sorted table, if it can be searched: a
+  // fixed-size encoding (lazy lookups, RuleOfOneFde). 0: none or not.
+  std::uint64_t SearchableFdes(Hdr& hdr) const noexcept {
+    if (src_.hdr.data == nullptr || !ParseHdr(src_.hdr, hdr) || !hdr.has_table) return 0;
+    const std::size_t width = EntryWidth(hdr.table_encoding);
+    const std::size_t avail = src_.hdr.size - hdr.table_offset;
+    if (width == 0 || hdr.fde_count == 0 || hdr.fde_count > avail / (2 * width)) return 0;
+    return hdr.fde_count;
+  }
+
+  // The rule at `pc` from the one FDE that .eh_frame_hdr's table gives for
+  // it (binary search), run on its own: what the whole table would say for
+  // `pc`, without building it. Rows go to the parser's buffer (a few).
+  Rule RuleOfOneFde(const Hdr& hdr, std::uint64_t pc) noexcept {
+    const std::size_t width = EntryWidth(hdr.table_encoding);
+    const std::uint8_t* table = src_.hdr.data + hdr.table_offset;
+    const std::uint64_t table_address = src_.hdr.address + hdr.table_offset;
+    // The last entry whose initial location is <= pc.
+    std::uint64_t lo = 0, hi = hdr.fde_count;
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      const std::size_t at = static_cast<std::size_t>(mid) * 2 * width;
+      Reader r(table + at, table + at + width, table_address + at);
+      std::uint64_t initial_loc = 0;
+      if (!r.Encoded(hdr.table_encoding, src_.hdr.address, false, initial_loc)) return Rule::None();
+      if (initial_loc <= pc)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo == 0) return Rule::None();
+    const std::uint64_t entry = lo - 1;
+    const std::size_t at = static_cast<std::size_t>(entry) * 2 * width + width;
+    Reader r(table + at, table + at + width, table_address + at);
+    std::uint64_t fde_address = 0;
+    if (!r.Encoded(hdr.table_encoding, src_.hdr.address, false, fde_address) || fde_address < eh_.address ||
+        fde_address - eh_.address >= eh_.size) {
+      return Rule::None();
+    }
+    ParseStats st;
+    out_.Truncate(0);
+    const std::uint64_t off = fde_address - eh_.address;
+    DoFde(static_cast<std::size_t>(off), st);
+    FinishRows(out_);
+    return FindRule(out_.data(), out_.size(), pc);
+  }
 
   bool Run(ParseStats* stats) noexcept {
     ParseStats local;
@@ -1047,6 +1097,25 @@ class Parser {
       if (fde_address < eh_.address || fde_address - eh_.address >= eh_.size) return false;
     }
     return true;
+  }
+
+  // Bytes of one value of a .eh_frame_hdr table encoding; 0 for LEB128 or
+  // an unknown one (no random access).
+  static std::size_t EntryWidth(std::uint8_t encoding) noexcept {
+    switch (encoding & 0x0f) {
+      case kPeUdata2:
+      case kPeSdata2:
+        return 2;
+      case kPeUdata4:
+      case kPeSdata4:
+        return 4;
+      case kPeAbsptr:
+      case kPeUdata8:
+      case kPeSdata8:
+        return 8;
+      default:
+        return 0;
+    }
   }
 
   const Cie* FindCie(std::size_t offset) noexcept {

@@ -135,6 +135,10 @@ struct Object {
   std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
+  // Until then, a large object answers one FDE at a time (LazyRuleAt); set
+  // once it must build its table instead (small, unsearchable, or used a lot).
+  std::atomic<bool> build_table{false};
+  std::atomic<std::uint32_t> lazy_lookups{0};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
 };
@@ -635,34 +639,43 @@ inline Table* CompactTable(const eh::RowBuffer& rows) noexcept {
   return t;
 }
 
-// Parses one object's .eh_frame (it is mapped: we are inside dl_iterate_phdr's
-// callback for it, under the loader's lock). Null if it has none we can use.
-inline Table* BuildTable(const dl_phdr_info& info, const Object& o) noexcept {
-  if (o.hdr == 0 && o.eh_frame == 0) return nullptr;
-  const std::uint64_t t0 = NowNs();
-  eh::Source src;
+// What the parser reads of one object (it is mapped: we are inside
+// dl_iterate_phdr's callback for it, under the loader's lock). False if it
+// has nothing we can use.
+inline bool SourceOf(const dl_phdr_info& info, const Object& o, eh::Source& src) noexcept {
   if (o.hdr != 0) {
     src.hdr.data = reinterpret_cast<const std::uint8_t*>(o.hdr);
     src.hdr.size = o.hdr_size;
     src.hdr.address = o.hdr;
     eh::Hdr hdr;
-    if (!eh::ParseHdr(src.hdr, hdr)) return nullptr;
+    if (!eh::ParseHdr(src.hdr, hdr)) return false;
     const std::uintptr_t eh_frame = hdr.eh_frame;
-    if (eh_frame < info.dlpi_addr) return nullptr;
+    if (eh_frame < info.dlpi_addr) return false;
     const std::size_t avail = MappedBytesFrom(info, eh_frame - info.dlpi_addr);
-    if (avail == 0) return nullptr;
+    if (avail == 0) return false;
     src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(eh_frame);
     src.eh_frame.size = avail;
     src.eh_frame.address = eh_frame;
-  } else {
+  } else if (o.eh_frame != 0) {
     // No index: the parser walks the section's records (DescribeObject
     // checked that it is mapped).
     src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(o.eh_frame);
     src.eh_frame.size = o.eh_frame_size;
     src.eh_frame.address = o.eh_frame;
+  } else {
+    return false;
   }
   src.pc_lo = o.lo;
   src.pc_hi = o.hi;
+  return true;
+}
+
+// Parses one object's .eh_frame (under the loader's lock, see SourceOf).
+// Null if it has none we can use.
+inline Table* BuildTable(const dl_phdr_info& info, const Object& o) noexcept {
+  const std::uint64_t t0 = NowNs();
+  eh::Source src;
+  if (!SourceOf(info, o, src)) return nullptr;
   eh::RowBuffer rows;
   eh::ParseStats stats;
   eh::ParseEhFrame(src, rows, &stats);  // out of memory: whatever fitted
@@ -717,6 +730,62 @@ inline const Table* EnsureTable(Object* o) noexcept {
     t = o->table.load(std::memory_order_acquire);
   }
   return t;
+}
+
+// ---------------------------------------------------------------- one FDE at a time
+
+// A table costs ~0.2 us an FDE to build, all at the object's first lookup:
+// 1 ms for libstdc++ (4,867 FDEs), 10-25 ms for a compiler's cc1 (45,201),
+// which each of a build's many short compiler processes paid at its first
+// sample (make -j4 of 40 files under the preload library: 3.7x the CPU).
+// An object with more FDEs than this answers its first lookups one FDE at a
+// time instead: a binary search of .eh_frame_hdr's table and that FDE's
+// program run on its own (~1-2 us; the rule cache keeps the answer). After
+// kLazyBudget such lookups it builds its table after all. Tests lower it.
+constexpr std::uint64_t kLazyMinFdes = 8192;
+inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
+constexpr std::uint32_t kLazyBudget = 4096;
+inline std::atomic<std::uint64_t> g_stat_lazy_lookups{0};
+
+struct LazyRequest {
+  Object* object;
+  std::uintptr_t pc;
+  std::uint32_t rule;
+  bool found;
+  bool build;  // small, or its table cannot be searched: build it
+};
+
+inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
+  auto& req = *static_cast<LazyRequest*>(data);
+  ObjectInfo oi;
+  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  req.found = true;
+  eh::Source src;
+  if (!SourceOf(*info, *req.object, src)) {
+    req.build = true;  // (no table either: the build says so once)
+    return 1;
+  }
+  eh::RowBuffer rows;
+  eh::Parser parser(src, rows);
+  eh::Hdr hdr;
+  const std::uint64_t fdes = parser.SearchableFdes(hdr);
+  if (fdes == 0 || fdes <= g_lazy_min_fdes.load(std::memory_order_relaxed)) {
+    req.build = true;
+    return 1;
+  }
+  req.rule = parser.RuleOfOneFde(hdr, req.pc).bits;
+  return 1;
+}
+
+// The object's table, or null while it answers one FDE at a time.
+inline const Table* TableOrLazy(Object* o) noexcept {
+  const Table* t = o->table.load(std::memory_order_acquire);
+  if (HEAPPROF_LIKELY(t != nullptr)) return t;
+  if (!o->build_table.load(std::memory_order_relaxed) &&
+      o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) {
+    return nullptr;
+  }
+  return EnsureTable(o);
 }
 
 // ---------------------------------------------------------------- snapshots
@@ -967,6 +1036,24 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
   return true;
 }
 
+// The rule at `pc` of an object whose table is not built: one FDE's, or,
+// once the object is known to need its table, the table's (then c.table).
+__attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+  Object* o = FindObject(*c.set, pc);
+  if (o == nullptr) return 0;
+  LazyRequest req{o, pc, 0, false, false};
+  IterateLoadedObjects(&LazyCallback, &req);
+  if (!req.found) return 0;  // unloaded since the snapshot: nothing to read
+  if (req.build) {
+    o->build_table.store(true, std::memory_order_relaxed);
+    c.table = EnsureTable(o);
+    return Lookup(*c.table, pc);
+  }
+  o->lazy_lookups.fetch_add(1, std::memory_order_relaxed);
+  g_stat_lazy_lookups.fetch_add(1, std::memory_order_relaxed);
+  return req.rule;
+}
+
 // The rule for the instruction at `pc` from the tables (0 if none). Out of
 // line: it is the cache-miss path, and see HEAPPROF_DETAIL_NO_ASAN.
 __attribute__((__noinline__)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
@@ -977,8 +1064,9 @@ __attribute__((__noinline__)) inline std::uint32_t TableRuleAt(Cursor& c, std::u
       return 0;
     }
     c.object = o;
-    c.table = EnsureTable(o);
+    c.table = TableOrLazy(o);
   }
+  if (HEAPPROF_UNLIKELY(c.table == nullptr)) return LazyRuleAt(c, pc);
   return Lookup(*c.table, pc);
 }
 
@@ -1759,6 +1847,22 @@ inline std::uint32_t RuleForPc(const void* pc) noexcept {
   const Table* t = nullptr;
   if (!TableFor(pc, t)) return 0;
   return Lookup(*t, reinterpret_cast<std::uintptr_t>(pc));
+}
+
+// The rule covering `pc` from its one FDE (0 if none; `lazy` false when the
+// object would build its table instead: small or unsearchable): for tests.
+inline std::uint32_t LazyRuleForPc(const void* pc, bool& lazy) noexcept {
+  lazy = false;
+  ReaderSection reading;
+  if (!reading.active()) return 0;
+  const ObjectSet* set = CurrentObjects();
+  if (set == nullptr) return 0;
+  Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
+  if (o == nullptr) return 0;
+  LazyRequest req{o, reinterpret_cast<std::uintptr_t>(pc), 0, false, false};
+  IterateLoadedObjects(&LazyCallback, &req);
+  lazy = req.found && !req.build;
+  return req.rule;
 }
 
 }  // namespace unwind_table
