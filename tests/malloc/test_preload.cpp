@@ -344,7 +344,12 @@ TEST_CASE("preload: python3 with threads at rate 1 exits 0 with no unreachable o
                           " HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_frames=1,dump_prefix=" + prefix +
                           " /usr/bin/python3 -c '\nimport threading\nout = []\n"
                           "ts = [threading.Thread(target=lambda i=i: out.append(len(bytes(1000 * i)))) for i in range(8)]\n"
-                          "[t.start() for t in ts]; [t.join() for t in ts]\nprint(sum(out))' 2>&1";
+                          "[t.start() for t in ts]; [t.join() for t in ts]\n"
+                          // join() returns when a thread has released its lock, before its
+                          // C thread has freed its state and exited: wait for the OS threads,
+                          // else the report may find that state held by nothing (1 run in 6).
+                          "import os\nwhile len(os.listdir(\"/proc/self/task\")) > 1: pass\n"
+                          "print(sum(out))' 2>&1";
   const int rc = heapprof_test::RunCommand(cmd, out);
   INFO(cmd);
   INFO(out);
