@@ -373,6 +373,24 @@ TEST_CASE("a thread whose first allocation is inside pthread_getattr_np on itsel
 #endif
 }
 
+TEST_CASE("a non-PIE program whose thread allocates first inside pthread_getattr_np on itself does not hang") {
+#if !defined(HEAPPROF_GETATTR_NOPIE_PATH) || !defined(__GLIBC__)
+  MESSAGE("needs the non-PIE test program on glibc");
+  return;
+#else
+  // There &pthread_getattr_np is the executable's PLT stub, not glibc's
+  // function, so the deferral above never matched: the thread hung.
+  for (const char* rate : {"HEAPPROF=rate=512k ", "HEAPPROF=rate=1 "}) {
+    std::string out;
+    const int rc = heapprof_test::RunCommand(std::string(rate) + "timeout 20 " + HEAPPROF_GETATTR_NOPIE_PATH, out);
+    INFO(rate);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out == "getattr_nopie: done\n");
+  }
+#endif
+}
+
 TEST_CASE("leak report at rate 1: a thread created and joined leaves no leak and no leak_exit_code status") {
 #if !HEAPPROF_MALLOC_HOOKS || !defined(__x86_64__) || !defined(__GLIBC__)
   MESSAGE("needs the malloc family replaced (the loader callocs the DTV) on x86-64 glibc");

@@ -155,12 +155,28 @@ void ForkChild() noexcept;
 // Set on the thread running EnsureInit's start-up, while it runs.
 inline thread_local bool tls_initialising HEAPPROF_TLS_MODEL = false;
 
+// glibc's pthread_getattr_np itself (DeferRegistration), looked up once: in
+// a non-PIE executable &pthread_getattr_np is the executable's PLT stub, and
+// a thread whose first allocation was inside glibc's hung (the realloc there
+// registered it, and registration calls pthread_getattr_np, whose lock that
+// thread held). 0 until EnsureInit, or if the lookup failed.
+inline std::atomic<std::uintptr_t> g_getattr_np{0};
+
 inline void EnsureInit() noexcept {
   if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     tls_initialising = true;
     ReentrancyGuard guard;
+#if defined(__GLIBC__)
+    // RTLD_NEXT: the objects after this one, past an executable's PLT stub.
+    // Before DetectBlockSize: glibc's every dl* call frees the message of the
+    // thread's last failed one, and DetectBlockSize's failed lookups leave
+    // one (freed here, it moved a free into the program's own counts: one
+    // live object short in one_engine under tcmalloc, test_preload.cpp).
+    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
+                       std::memory_order_relaxed);
+#endif
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
     pthread_key_create(&g_thread_key, &OnThreadExit);
@@ -450,14 +466,17 @@ inline thread_local bool tls_defer_registration HEAPPROF_TLS_MODEL = false;
 // 64 KiB of it: __pthread_attr_extension and pthread_attr_setaffinity_np lie
 // 14 KiB below it in glibc 2.36). A caller there that allocates first on a
 // fresh thread only delays its registration. (In a non-PIE executable that
-// compiles heapprof in, pthread_getattr_np's address is the executable's PLT
-// stub, and this never matches.)
+// compiles heapprof in, &pthread_getattr_np is the executable's PLT stub:
+// EnsureInit looks up glibc's own, g_getattr_np.)
 inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
 #if defined(__GLIBC__)
   constexpr std::uintptr_t kNear = 64 * 1024;
   const auto at = reinterpret_cast<std::uintptr_t>(hook_return);
-  const auto getattr = reinterpret_cast<std::uintptr_t>(&pthread_getattr_np);
-  return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
+  const auto near = [at, deferred](std::uintptr_t getattr) {
+    return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
+  };
+  const std::uintptr_t in_libc = g_getattr_np.load(std::memory_order_relaxed);
+  return near(reinterpret_cast<std::uintptr_t>(&pthread_getattr_np)) || (in_libc != 0 && near(in_libc));
 #else
   (void)hook_return;
   (void)deferred;
