@@ -1056,7 +1056,7 @@ HEAPPROF_LINKED_END
 }  // namespace detail
 
 // Serves /debug/pprof/ (index), /debug/pprof/heap, allocs, peak, retention,
-// symbol and cmdline (README: "HTTP endpoint") as Go's net/http/pprof does
+// symbol and cmdline (README: "Serving profiles over HTTP") as Go's net/http/pprof does
 // where Go has the same path, from background threads; stops and joins them on
 // destruction. `listen` is "host:port": numeric IPv4, "localhost", or
 // bracketed IPv6; an empty host is 127.0.0.1 (not every interface, unlike
@@ -2479,6 +2479,36 @@ inline ArenaString FormatBytes(double bytes) {
 #include <link.h>
 #include <malloc.h>
 
+// ---- begin heapprof/detail/0_base/object_base.hpp ----
+// heapprof: which loaded object holds an address, without dladdr's symbol
+// search (start-up's hook and allocator checks ask it a dozen times).
+
+#include <dlfcn.h>
+#include <link.h>
+
+namespace heapprof {
+namespace detail {
+
+// The start of the loaded object that holds `addr` (dladdr's dli_fbase), or
+// nullptr. glibc 2.35's _dl_find_object answers from the loader's sorted
+// table; dladdr also searches the object's symbols for the nearest one:
+// ~80,000 instructions for an address in libc, and start-up asked 12 times
+// (0.9M instructions, a third of a small program's whole run). dladdr stays
+// the fallback (older glibc, an object the table does not hold yet).
+inline const void* ObjectBaseOf(const void* addr) noexcept {
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+  dl_find_object found;
+  if (_dl_find_object(const_cast<void*>(addr), &found) == 0) return found.dlfo_map_start;
+#endif
+#endif
+  Dl_info info{};
+  return dladdr(addr, &info) != 0 ? info.dli_fbase : nullptr;
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/0_base/object_base.hpp ----
 
 // Defined by 1_hooks/malloc.hpp (HEAPPROF_REPLACE_MALLOC): finds the allocator
 // under the malloc family. Weak: absent without that macro. The definition is
@@ -2607,10 +2637,8 @@ inline void* UnderlyingMallocAddress() noexcept {
 inline SizedFreeFn FindSizedFree() noexcept {
   void* sized = dlsym(RTLD_DEFAULT, "sdallocx");
   void* malloc_fn = sized != nullptr ? UnderlyingMallocAddress() : nullptr;
-  Dl_info a{}, b{};
-  if (malloc_fn == nullptr || dladdr(sized, &a) == 0 || dladdr(malloc_fn, &b) == 0 || a.dli_fbase != b.dli_fbase) {
-    return nullptr;
-  }
+  const void* const base = malloc_fn != nullptr ? ObjectBaseOf(sized) : nullptr;
+  if (base == nullptr || base != ObjectBaseOf(malloc_fn)) return nullptr;
   return reinterpret_cast<SizedFreeFn>(sized);
 }
 
@@ -5573,6 +5601,7 @@ inline void NoteLoadedObject(const dl_phdr_info& info) noexcept {
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 
 namespace heapprof {
@@ -6224,7 +6253,14 @@ template <class Emit>
 inline bool RunProgram(const Region& eh, std::size_t begin, std::size_t end, const Cie& cie, FrameState& st,
                 const FrameState* initial, std::uint64_t pc_begin, std::uint64_t pc_end, Emit&& emit) noexcept {
   Reader r(eh.data + begin, eh.data + end, eh.address + begin);
-  FrameState stack[kStateStackDepth];
+  // The remember_state stack, left uninitialised: a FrameState is built in a
+  // slot only when pushed (initialising all 16, 896 bytes per FDE, was 5% of
+  // a table build).
+  union Slot {
+    Slot() noexcept {}
+    FrameState state;
+  };
+  Slot stack[kStateStackDepth];
   int depth = 0;
   std::uint64_t loc = pc_begin;
   const FrameState defaults{};
@@ -6368,11 +6404,11 @@ inline bool RunProgram(const Region& eh, std::size_t begin, std::size_t end, con
       }
       case kCfaRememberState:
         if (depth == kStateStackDepth) return false;
-        stack[depth++] = st;  // CFA included, as GCC and LLVM both do
+        new (&stack[depth++].state) FrameState(st);  // CFA included, as GCC and LLVM both do
         break;
       case kCfaRestoreState:
         if (depth == 0) return false;
-        st = stack[--depth];
+        st = stack[--depth].state;
         break;
       case kCfaDefCfa: {
         std::uint64_t reg, off;
@@ -6528,9 +6564,59 @@ inline bool ParseHdr(const Region& hdr, Hdr& out) noexcept {
 // Parses FDEs into `out`, rows per FDE in increasing pc order, each FDE's
 // rows ending with a kCfaNone row at its pc_end. Finish() turns that into the
 // final sorted, merged table. Returns false only when memory ran out.
+inline void FinishRows(RowBuffer& buf) noexcept;
+inline Rule FindRule(const Row* rows, std::size_t n, std::uint64_t pc) noexcept;
+
 class Parser {
  public:
   Parser(const Source& src, RowBuffer& out) noexcept : src_(src), eh_(src.eh_frame), out_(out) {}
+
+  // The FDEs in .eh_frame_hdr's sorted table, if it can be searched: a
+  // fixed-size encoding (lazy lookups, RuleOfOneFde). 0: none or not.
+  std::uint64_t SearchableFdes(Hdr& hdr) const noexcept {
+    if (src_.hdr.data == nullptr || !ParseHdr(src_.hdr, hdr) || !hdr.has_table) return 0;
+    const std::size_t width = EntryWidth(hdr.table_encoding);
+    const std::size_t avail = src_.hdr.size - hdr.table_offset;
+    if (width == 0 || hdr.fde_count == 0 || hdr.fde_count > avail / (2 * width)) return 0;
+    return hdr.fde_count;
+  }
+
+  // The rule at `pc` from the one FDE that .eh_frame_hdr's table gives for
+  // it (binary search), run on its own: what the whole table would say for
+  // `pc`, without building it. Rows go to the parser's buffer (a few).
+  Rule RuleOfOneFde(const Hdr& hdr, std::uint64_t pc) noexcept {
+    const std::size_t width = EntryWidth(hdr.table_encoding);
+    const std::uint8_t* table = src_.hdr.data + hdr.table_offset;
+    const std::uint64_t table_address = src_.hdr.address + hdr.table_offset;
+    // The last entry whose initial location is <= pc.
+    std::uint64_t lo = 0, hi = hdr.fde_count;
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      const std::size_t at = static_cast<std::size_t>(mid) * 2 * width;
+      Reader r(table + at, table + at + width, table_address + at);
+      std::uint64_t initial_loc = 0;
+      if (!r.Encoded(hdr.table_encoding, src_.hdr.address, false, initial_loc)) return Rule::None();
+      if (initial_loc <= pc)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo == 0) return Rule::None();
+    const std::uint64_t entry = lo - 1;
+    const std::size_t at = static_cast<std::size_t>(entry) * 2 * width + width;
+    Reader r(table + at, table + at + width, table_address + at);
+    std::uint64_t fde_address = 0;
+    if (!r.Encoded(hdr.table_encoding, src_.hdr.address, false, fde_address) || fde_address < eh_.address ||
+        fde_address - eh_.address >= eh_.size) {
+      return Rule::None();
+    }
+    ParseStats st;
+    out_.Truncate(0);
+    const std::uint64_t off = fde_address - eh_.address;
+    DoFde(static_cast<std::size_t>(off), st);
+    FinishRows(out_);
+    return FindRule(out_.data(), out_.size(), pc);
+  }
 
   bool Run(ParseStats* stats) noexcept {
     ParseStats local;
@@ -6579,6 +6665,25 @@ class Parser {
       if (fde_address < eh_.address || fde_address - eh_.address >= eh_.size) return false;
     }
     return true;
+  }
+
+  // Bytes of one value of a .eh_frame_hdr table encoding; 0 for LEB128 or
+  // an unknown one (no random access).
+  static std::size_t EntryWidth(std::uint8_t encoding) noexcept {
+    switch (encoding & 0x0f) {
+      case kPeUdata2:
+      case kPeSdata2:
+        return 2;
+      case kPeUdata4:
+      case kPeSdata4:
+        return 4;
+      case kPeAbsptr:
+      case kPeUdata8:
+      case kPeSdata8:
+        return 8;
+      default:
+        return 0;
+    }
   }
 
   const Cie* FindCie(std::size_t offset) noexcept {
@@ -6810,6 +6915,10 @@ struct Object {
   std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
+  // Until then, a large object answers one FDE at a time (LazyRuleAt); set
+  // once it must build its table instead (small, unsearchable, or used a lot).
+  std::atomic<bool> build_table{false};
+  std::atomic<std::uint32_t> lazy_lookups{0};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
 };
@@ -7310,34 +7419,43 @@ inline Table* CompactTable(const eh::RowBuffer& rows) noexcept {
   return t;
 }
 
-// Parses one object's .eh_frame (it is mapped: we are inside dl_iterate_phdr's
-// callback for it, under the loader's lock). Null if it has none we can use.
-inline Table* BuildTable(const dl_phdr_info& info, const Object& o) noexcept {
-  if (o.hdr == 0 && o.eh_frame == 0) return nullptr;
-  const std::uint64_t t0 = NowNs();
-  eh::Source src;
+// What the parser reads of one object (it is mapped: we are inside
+// dl_iterate_phdr's callback for it, under the loader's lock). False if it
+// has nothing we can use.
+inline bool SourceOf(const dl_phdr_info& info, const Object& o, eh::Source& src) noexcept {
   if (o.hdr != 0) {
     src.hdr.data = reinterpret_cast<const std::uint8_t*>(o.hdr);
     src.hdr.size = o.hdr_size;
     src.hdr.address = o.hdr;
     eh::Hdr hdr;
-    if (!eh::ParseHdr(src.hdr, hdr)) return nullptr;
+    if (!eh::ParseHdr(src.hdr, hdr)) return false;
     const std::uintptr_t eh_frame = hdr.eh_frame;
-    if (eh_frame < info.dlpi_addr) return nullptr;
+    if (eh_frame < info.dlpi_addr) return false;
     const std::size_t avail = MappedBytesFrom(info, eh_frame - info.dlpi_addr);
-    if (avail == 0) return nullptr;
+    if (avail == 0) return false;
     src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(eh_frame);
     src.eh_frame.size = avail;
     src.eh_frame.address = eh_frame;
-  } else {
+  } else if (o.eh_frame != 0) {
     // No index: the parser walks the section's records (DescribeObject
     // checked that it is mapped).
     src.eh_frame.data = reinterpret_cast<const std::uint8_t*>(o.eh_frame);
     src.eh_frame.size = o.eh_frame_size;
     src.eh_frame.address = o.eh_frame;
+  } else {
+    return false;
   }
   src.pc_lo = o.lo;
   src.pc_hi = o.hi;
+  return true;
+}
+
+// Parses one object's .eh_frame (under the loader's lock, see SourceOf).
+// Null if it has none we can use.
+inline Table* BuildTable(const dl_phdr_info& info, const Object& o) noexcept {
+  const std::uint64_t t0 = NowNs();
+  eh::Source src;
+  if (!SourceOf(info, o, src)) return nullptr;
   eh::RowBuffer rows;
   eh::ParseStats stats;
   eh::ParseEhFrame(src, rows, &stats);  // out of memory: whatever fitted
@@ -7392,6 +7510,62 @@ inline const Table* EnsureTable(Object* o) noexcept {
     t = o->table.load(std::memory_order_acquire);
   }
   return t;
+}
+
+// ---------------------------------------------------------------- one FDE at a time
+
+// A table costs ~0.2 us an FDE to build, all at the object's first lookup:
+// 1 ms for libstdc++ (4,867 FDEs), 10-25 ms for a compiler's cc1 (45,201),
+// which each of a build's many short compiler processes paid at its first
+// sample (make -j4 of 40 files under the preload library: 3.7x the CPU).
+// An object with more FDEs than this answers its first lookups one FDE at a
+// time instead: a binary search of .eh_frame_hdr's table and that FDE's
+// program run on its own (~1-2 us; the rule cache keeps the answer). After
+// kLazyBudget such lookups it builds its table after all. Tests lower it.
+constexpr std::uint64_t kLazyMinFdes = 8192;
+inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
+constexpr std::uint32_t kLazyBudget = 4096;
+inline std::atomic<std::uint64_t> g_stat_lazy_lookups{0};
+
+struct LazyRequest {
+  Object* object;
+  std::uintptr_t pc;
+  std::uint32_t rule;
+  bool found;
+  bool build;  // small, or its table cannot be searched: build it
+};
+
+inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
+  auto& req = *static_cast<LazyRequest*>(data);
+  ObjectInfo oi;
+  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  req.found = true;
+  eh::Source src;
+  if (!SourceOf(*info, *req.object, src)) {
+    req.build = true;  // (no table either: the build says so once)
+    return 1;
+  }
+  eh::RowBuffer rows;
+  eh::Parser parser(src, rows);
+  eh::Hdr hdr;
+  const std::uint64_t fdes = parser.SearchableFdes(hdr);
+  if (fdes == 0 || fdes <= g_lazy_min_fdes.load(std::memory_order_relaxed)) {
+    req.build = true;
+    return 1;
+  }
+  req.rule = parser.RuleOfOneFde(hdr, req.pc).bits;
+  return 1;
+}
+
+// The object's table, or null while it answers one FDE at a time.
+inline const Table* TableOrLazy(Object* o) noexcept {
+  const Table* t = o->table.load(std::memory_order_acquire);
+  if (HEAPPROF_LIKELY(t != nullptr)) return t;
+  if (!o->build_table.load(std::memory_order_relaxed) &&
+      o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) {
+    return nullptr;
+  }
+  return EnsureTable(o);
 }
 
 // ---------------------------------------------------------------- snapshots
@@ -7642,6 +7816,24 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
   return true;
 }
 
+// The rule at `pc` of an object whose table is not built: one FDE's, or,
+// once the object is known to need its table, the table's (then c.table).
+__attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+  Object* o = FindObject(*c.set, pc);
+  if (o == nullptr) return 0;
+  LazyRequest req{o, pc, 0, false, false};
+  IterateLoadedObjects(&LazyCallback, &req);
+  if (!req.found) return 0;  // unloaded since the snapshot: nothing to read
+  if (req.build) {
+    o->build_table.store(true, std::memory_order_relaxed);
+    c.table = EnsureTable(o);
+    return Lookup(*c.table, pc);
+  }
+  o->lazy_lookups.fetch_add(1, std::memory_order_relaxed);
+  g_stat_lazy_lookups.fetch_add(1, std::memory_order_relaxed);
+  return req.rule;
+}
+
 // The rule for the instruction at `pc` from the tables (0 if none). Out of
 // line: it is the cache-miss path, and see HEAPPROF_DETAIL_NO_ASAN.
 __attribute__((__noinline__)) inline std::uint32_t TableRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
@@ -7652,8 +7844,9 @@ __attribute__((__noinline__)) inline std::uint32_t TableRuleAt(Cursor& c, std::u
       return 0;
     }
     c.object = o;
-    c.table = EnsureTable(o);
+    c.table = TableOrLazy(o);
   }
+  if (HEAPPROF_UNLIKELY(c.table == nullptr)) return LazyRuleAt(c, pc);
   return Lookup(*c.table, pc);
 }
 
@@ -8436,6 +8629,22 @@ inline std::uint32_t RuleForPc(const void* pc) noexcept {
   return Lookup(*t, reinterpret_cast<std::uintptr_t>(pc));
 }
 
+// The rule covering `pc` from its one FDE (0 if none; `lazy` false when the
+// object would build its table instead: small or unsearchable): for tests.
+inline std::uint32_t LazyRuleForPc(const void* pc, bool& lazy) noexcept {
+  lazy = false;
+  ReaderSection reading;
+  if (!reading.active()) return 0;
+  const ObjectSet* set = CurrentObjects();
+  if (set == nullptr) return 0;
+  Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
+  if (o == nullptr) return 0;
+  LazyRequest req{o, reinterpret_cast<std::uintptr_t>(pc), 0, false, false};
+  IterateLoadedObjects(&LazyCallback, &req);
+  lazy = req.found && !req.build;
+  return req.rule;
+}
+
 }  // namespace unwind_table
 
 // Unwinds from the slow-path frame record `frame` (see unwind_fp.hpp for the
@@ -8605,12 +8814,28 @@ void ForkChild() noexcept;
 // Set on the thread running EnsureInit's start-up, while it runs.
 inline thread_local bool tls_initialising HEAPPROF_TLS_MODEL = false;
 
+// glibc's pthread_getattr_np itself (DeferRegistration), looked up once: in
+// a non-PIE executable &pthread_getattr_np is the executable's PLT stub, and
+// a thread whose first allocation was inside glibc's hung (the realloc there
+// registered it, and registration calls pthread_getattr_np, whose lock that
+// thread held). 0 until EnsureInit, or if the lookup failed.
+inline std::atomic<std::uintptr_t> g_getattr_np{0};
+
 inline void EnsureInit() noexcept {
   if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     tls_initialising = true;
     ReentrancyGuard guard;
+#if defined(__GLIBC__)
+    // RTLD_NEXT: the objects after this one, past an executable's PLT stub.
+    // Before DetectBlockSize: glibc's every dl* call frees the message of the
+    // thread's last failed one, and DetectBlockSize's failed lookups leave
+    // one (freed here, it moved a free into the program's own counts: one
+    // live object short in one_engine under tcmalloc, test_preload.cpp).
+    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
+                       std::memory_order_relaxed);
+#endif
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
     pthread_key_create(&g_thread_key, &OnThreadExit);
@@ -8881,6 +9106,43 @@ inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
   return remembered;
 }
 
+// Set while a thread not registered yet allocates inside glibc's
+// pthread_getattr_np: registration waits until the thread allocates
+// elsewhere. It asks pthread_getattr_np for the thread's own stack bounds,
+// and glibc holds the thread's lock across those allocations (the cpuset's
+// realloc; pthread_attr_setaffinity_np's calloc of the attribute's extension
+// and copy of the cpuset; the free): the thread waited on itself for ever.
+// The JVM's every thread starts with that call (java -version hung at
+// start-up under the preload library), and so may any program's thread.
+// Those few blocks are counted as an unregistered thread's (Stats totals),
+// not sampled.
+inline thread_local bool tls_defer_registration HEAPPROF_TLS_MODEL = false;
+
+// Whether an allocation whose caller is `hook_return`, on a thread not
+// registered yet, must not register it: a caller in pthread_getattr_np (a
+// window from its address, four times the 1004 bytes glibc 2.36 gives it),
+// and while already deferred one in glibc's thread code around it (within
+// 64 KiB of it: __pthread_attr_extension and pthread_attr_setaffinity_np lie
+// 14 KiB below it in glibc 2.36). A caller there that allocates first on a
+// fresh thread only delays its registration. (In a non-PIE executable that
+// compiles heapprof in, &pthread_getattr_np is the executable's PLT stub:
+// EnsureInit looks up glibc's own, g_getattr_np.)
+inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
+#if defined(__GLIBC__)
+  constexpr std::uintptr_t kNear = 64 * 1024;
+  const auto at = reinterpret_cast<std::uintptr_t>(hook_return);
+  const auto near = [at, deferred](std::uintptr_t getattr) {
+    return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
+  };
+  const std::uintptr_t in_libc = g_getattr_np.load(std::memory_order_relaxed);
+  return near(reinterpret_cast<std::uintptr_t>(&pthread_getattr_np)) || (in_libc != 0 && near(in_libc));
+#else
+  (void)hook_return;
+  (void)deferred;
+  return false;
+#endif
+}
+
 // This thread's slot, registering it on first use; nullptr while it must not
 // register (the profiler's own work, or past our thread-exit destructor).
 inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
@@ -8892,7 +9154,7 @@ inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
     // slot would be lost when the scope restores the empty state).
     return flags.suppressed != &g_empty_thread_state ? flags.suppressed : nullptr;
   }
-  return (flags.guard != 0 || flags.exiting) ? nullptr : RegisterThread();
+  return (flags.guard != 0 || flags.exiting || tls_defer_registration) ? nullptr : RegisterThread();
 }
 
 // The class table's check again (see kClassTableTries), unless the hook's
@@ -8920,6 +9182,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
   // counted by CountScopeBlock, unsampled: OnAllocSlow returned before this,
   // implementation.hpp. A heapprof::allocator's own sample there is a signal
   // handler's: counted and sampled, on the state CurrentThreadSlot finds.)
+  if (HEAPPROF_UNLIKELY(tls_thread_state == &g_empty_thread_state)) tls_defer_registration = DeferRegistration(hook_return, tls_defer_registration);
   ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   const bool padded = (how & kPaddedBlock) != 0;
@@ -13394,10 +13657,19 @@ inline Symbolizer::Symbolizer(const ArenaVector<LoadedObject>& objects, const ch
 
 inline Symbolizer::~Symbolizer() = default;
 
+// Tests: the next this many symbol tables read on first use (Table, during
+// an encoding) fail as an open() refused for lack of descriptors would.
+inline std::atomic<int> g_fail_table_loads_for_tests{0};
+
 inline elf::SymbolTable& Symbolizer::Table(std::size_t table) {
   TableSource& source = sources_[table];
   if (!source.loaded) {
     source.loaded = true;  // (a file missed here counts in elf::tls_files_not_mapped/_opened: EncodeGzippedNamed)
+    if (HEAPPROF_UNLIKELY(g_fail_table_loads_for_tests.load(std::memory_order_relaxed) > 0) &&
+        g_fail_table_loads_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
+      ++elf::tls_files_not_opened;  // as an open() refused with EMFILE
+      return *tables_[table];
+    }
     tables_[table]->Load(source.path, source.build_id, has_debug_directory_ ? debug_directory_.c_str() : nullptr,
                          source.file);
   }
@@ -16100,8 +16372,10 @@ inline const Mapping* MappingOf(const ArenaVector<Mapping>& maps, std::uintptr_t
 // ---------------------------------------------------------------- the graph
 
 // kMapping: an anonymous mapping that is no malloc heap, read only when
-// every object is known (see Scan).
-enum class RootKind : std::uint8_t { kGlobal, kStack, kTls, kMapping };
+// every object is known (see Scan). kExitedThread: the DTV pointer of a
+// thread descriptor glibc keeps in its stack cache after the thread ended
+// (see ExitedThreadDtvRoots).
+enum class RootKind : std::uint8_t { kGlobal, kStack, kTls, kMapping, kExitedThread };
 
 struct RootRegion {
   std::uintptr_t lo = 0, hi = 0;
@@ -16359,6 +16633,50 @@ struct ThreadSp {
   long tid;
   std::uintptr_t sp;
 };
+
+// A thread that ended (joined, or detached) leaves its stack in glibc's cache
+// for the next pthread_create, with its descriptor (struct pthread) at the
+// top, and that descriptor keeps the thread's DTV, a block the loader
+// calloc'ed (allocate_dtv) and frees only when the stack is reused or dropped
+// from the cache. The stack itself is no root (its dead slots hold stale
+// pointers), so the DTV was "[unreachable]": one leak per exited thread at
+// rate 1 (a program that creates and joins one thread failed
+// leak_exit_code), which LeakSanitizer does not report. The descriptor is
+// found in the top 16 KiB of each stack mapping (anonymous, right above a
+// PROT_NONE guard, no live thread's stack pointer in it) by its x86-64 TCB
+// header: tcb and self both point at the header itself; the word between
+// them, the DTV pointer, is a root.
+inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVector<std::uintptr_t>& live_sps,
+                                 SafeReader& reader, ArenaVector<RootRegion>& roots) {
+#if defined(__x86_64__) && defined(__GLIBC__)
+  constexpr std::size_t kWindow = 16384, kWords = kWindow / sizeof(std::uintptr_t);
+  ArenaVector<std::uintptr_t> words(kWords);
+  for (std::size_t mi = 1; mi < maps.size(); ++mi) {
+    const Mapping& m = maps[mi];
+    const Mapping& below = maps[mi - 1];
+    if (!m.anonymous || !m.readable || !m.writable || !m.is_private || m.special || below.hi != m.lo ||
+        !below.anonymous || below.readable || below.writable || m.hi - m.lo < kWindow) {
+      continue;
+    }
+    bool live = false;
+    for (const std::uintptr_t sp : live_sps) live = live || (sp >= m.lo && sp < m.hi);
+    if (live) continue;
+    const std::uintptr_t lo = m.hi - kWindow;
+    if (reader.Read(lo, words.data(), kWindow) != kWindow) continue;
+    for (std::size_t w = 0; w + 2 < kWords; ++w) {
+      const std::uintptr_t at = lo + w * sizeof(std::uintptr_t);
+      if (words[w] != at || words[w + 2] != at) continue;
+      roots.push_back(RootRegion{at + sizeof(std::uintptr_t), at + 2 * sizeof(std::uintptr_t), RootKind::kExitedThread, 0, -1});
+      break;
+    }
+  }
+#else
+  (void)maps;
+  (void)live_sps;
+  (void)reader;
+  (void)roots;
+#endif
+}
 
 // One thread's stack pointer from its syscall file: 1 (blocked: `sp` set),
 // 0 ("running": on a CPU, or woken and waiting for one), -1 (gone, or a line
@@ -16734,6 +17052,12 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     const std::uintptr_t lo = t.sp - m->lo > 128 ? t.sp - 128 : m->lo;  // the x86-64 red zone
     r.roots.push_back(RootRegion{lo, stack_top(*m, t.sp), RootKind::kStack, t.tid, -1});
   }
+  {
+    ArenaVector<std::uintptr_t> live_sps;
+    live_sps.push_back(own_sp);
+    for (const ThreadSp& t : threads) live_sps.push_back(t.sp);
+    ExitedThreadDtvRoots(maps, live_sps, tls_reader, r.roots);
+  }
   ArenaVector<std::uint32_t> queue;
   queue.reserve(n);
 
@@ -17063,6 +17387,7 @@ class RootNamer {
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
+    if (root.kind == RootKind::kExitedThread) return "[exited thread] glibc's cached descriptor";
     if (root.kind == RootKind::kMapping) {
       char buf[96];
       std::snprintf(buf, sizeof buf, "[anonymous mapping] %#llx-%#llx", static_cast<unsigned long long>(root.lo),
@@ -22409,8 +22734,7 @@ template <class F>
 inline F Lookup(void* handle, const char* name, const void* base, F fallback) noexcept {
   void* f = dlsym(handle, name);
   if (f == nullptr) return fallback;
-  Dl_info info{};
-  if (base != nullptr && (dladdr(f, &info) == 0 || info.dli_fbase != base)) return fallback;
+  if (base != nullptr && ObjectBaseOf(f) != base) return fallback;
   return reinterpret_cast<F>(f);
 }
 
@@ -22448,15 +22772,14 @@ inline ProcessFunctions g_process_fn{};
 // forwarding).
 inline void* ProcessFunction(const char* name, const void* ours) noexcept {
   void* f = dlsym(RTLD_DEFAULT, name);
-  Dl_info info{};
-  if (f == nullptr || dladdr(f, &info) == 0 || info.dli_fbase == ours) return nullptr;
+  const void* const base = f != nullptr ? ObjectBaseOf(f) : nullptr;
+  if (base == nullptr || base == ours) return nullptr;
   return f;
 }
 // Whether the process's `name` is ours (the shadowing object lacks it).
 inline bool ProcessHasOurs(const char* name, const void* ours) noexcept {
   void* f = dlsym(RTLD_DEFAULT, name);
-  Dl_info info{};
-  return f != nullptr && dladdr(f, &info) != 0 && info.dli_fbase == ours;
+  return f != nullptr && ours != nullptr && ObjectBaseOf(f) == ours;
 }
 
 inline unsigned ResolveShadowHooks(const void* ours) noexcept {
@@ -22492,7 +22815,7 @@ inline bool Resolve() noexcept {
   // (preload_engine.hpp). The allocator under us is still the next one: the
   // first one's would call back into us.
   void* const handle = RTLD_NEXT;
-  Dl_info process_malloc{}, ours{};
+  Dl_info process_malloc{};
   void* active = dlsym(RTLD_DEFAULT, "malloc");
   // Only a definition counts: a non-PIE program that takes malloc's address
   // (Debian's python3) has its PLT stub as malloc's canonical address, which
@@ -22501,18 +22824,14 @@ inline bool Resolve() noexcept {
   const bool found = active != nullptr && dladdr1(active, &process_malloc, &sym_entry, RTLD_DL_SYMENT) != 0;
   const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
   unsigned shadow_hooks = kShadowResolved;
-  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF &&
-      dladdr(reinterpret_cast<void*>(&OurObjectMarker), &ours) != 0 &&
-      process_malloc.dli_fbase != ours.dli_fbase) {
+  const void* const ours = ObjectBaseOf(reinterpret_cast<const void*>(&OurObjectMarker));
+  if (found && sym != nullptr && sym->st_shndx != SHN_UNDEF && ours != nullptr && process_malloc.dli_fbase != ours) {
     g_shadowed = true;
-    shadow_hooks = ResolveShadowHooks(ours.dli_fbase);
+    shadow_hooks = ResolveShadowHooks(ours);
   }
   Functions f{};
   f.malloc = Lookup(handle, "malloc", nullptr, static_cast<void* (*)(std::size_t) noexcept>(nullptr));
-  Dl_info malloc_info{};
-  const void* base = f.malloc != nullptr && dladdr(reinterpret_cast<void*>(f.malloc), &malloc_info) != 0
-                         ? malloc_info.dli_fbase
-                         : nullptr;
+  const void* base = f.malloc != nullptr ? ObjectBaseOf(reinterpret_cast<const void*>(f.malloc)) : nullptr;
   f.free = Lookup(handle, "free", base, static_cast<void (*)(void*) noexcept>(nullptr));
   f.calloc = Lookup(handle, "calloc", base, static_cast<void* (*)(std::size_t, std::size_t) noexcept>(nullptr));
   f.realloc = Lookup(handle, "realloc", base, static_cast<void* (*)(void*, std::size_t) noexcept>(nullptr));
@@ -23295,6 +23614,7 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 #if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_LIBRARY)
 
 #include <dlfcn.h>
+#include <link.h>
 #include <ostream>
 
 
@@ -23343,16 +23663,22 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
   if (!heapprof::detail::real::g_shadowed) return;
   heapprof::detail::g_engine_off = true;
   Dl_info info{};
+  link_map* map = nullptr;
   void* active = dlsym(RTLD_DEFAULT, "malloc");
-  const char* who = active != nullptr && dladdr(active, &info) != 0 && info.dli_fname != nullptr &&
-                            info.dli_fname[0] != '\0'
-                        ? info.dli_fname
-                        : "the program";
+  const bool found =
+      active != nullptr && dladdr1(active, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) != 0;
+  const char* who = found && info.dli_fname != nullptr && info.dli_fname[0] != '\0' ? info.dli_fname : "the program";
+  // The executable itself (the first link map), as rustc with its jemalloc
+  // linked in: listing this library first, which the line used to advise,
+  // cannot help there; nothing preloaded comes before the program.
+  const bool program = found && map != nullptr && map->l_prev == nullptr;
   heapprof::detail::ReportRaw("heapprof: libheapprof_preload.so: malloc is defined by ");
   heapprof::detail::ReportRaw(who);
   heapprof::detail::ReportRaw(
-      ", loaded before it, so this library records nothing (a program with heapprof compiled in "
-      "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
+      program ? ", the program itself, so this library records nothing (a program with heapprof compiled in "
+                "records itself; one with another allocator linked in cannot be profiled by preloading)\n"
+              : ", loaded before it, so this library records nothing (a program with heapprof compiled in "
+                "records itself; otherwise list libheapprof_preload.so first in LD_PRELOAD)\n");
 }
 
 // The one symbol a program's own copy of heapprof looks for (RTLD_DEFAULT).
