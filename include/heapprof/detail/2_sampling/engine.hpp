@@ -485,10 +485,13 @@ inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
 }
 
 // This thread's slot, registering it on first use; nullptr while it must not
-// register (the profiler's own work, or past our thread-exit destructor).
-inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
+// register (the profiler's own work, past our thread-exit destructor, or an
+// allocation from pthread_getattr_np: `alloc_return`, the allocation hook's
+// caller, decides that again; a free keeps what the last allocation decided).
+inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags, const void* alloc_return = nullptr) noexcept {
   ThreadState* ts = tls_thread_state;
   if (ts != &g_empty_thread_state) return ts;
+  if (alloc_return != nullptr) tls_defer_registration = DeferRegistration(alloc_return, tls_defer_registration);
   if (HEAPPROF_UNLIKELY(flags.suppress)) {
     // Inside a heapprof::allocator's upstream call (SuppressHooks): the
     // thread's own state is saved there (none: not registered now, or the
@@ -523,8 +526,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
   // counted by CountScopeBlock, unsampled: OnAllocSlow returned before this,
   // implementation.hpp. A heapprof::allocator's own sample there is a signal
   // handler's: counted and sampled, on the state CurrentThreadSlot finds.)
-  if (HEAPPROF_UNLIKELY(tls_thread_state == &g_empty_thread_state)) tls_defer_registration = DeferRegistration(hook_return, tls_defer_registration);
-  ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
+  ThreadState* ts = CurrentThreadSlot(flags, hook_return);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   const bool padded = (how & kPaddedBlock) != 0;
   bool remembered = false;  // in the live map
