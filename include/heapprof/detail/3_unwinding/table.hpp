@@ -135,9 +135,7 @@ struct Object {
   std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
-  // Until then, a large object answers one FDE at a time (LazyRuleAt); set
-  // once it must build its table instead (small, unsearchable, or used a lot).
-  std::atomic<bool> build_table{false};
+  // Until then, a large object answers one FDE at a time (LazyRuleAt), counted.
   std::atomic<std::uint32_t> lazy_lookups{0};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
@@ -745,7 +743,6 @@ inline const Table* EnsureTable(Object* o) noexcept {
 constexpr std::uint64_t kLazyMinFdes = 8192;
 inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
 constexpr std::uint32_t kLazyBudget = 4096;
-inline std::atomic<std::uint64_t> g_stat_lazy_lookups{0};
 
 struct LazyRequest {
   Object* object;
@@ -777,14 +774,21 @@ inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   return 1;
 }
 
-// The object's table, or null while it answers one FDE at a time.
+// Asks the loader for `o` (still loaded?) and, under its lock, `pc`'s rule
+// from one FDE, or whether `o` must build its table instead.
+inline LazyRequest AskOneFde(Object* o, std::uintptr_t pc) noexcept {
+  LazyRequest req{o, pc, 0, false, false};
+  IterateLoadedObjects(&LazyCallback, &req);
+  return req;
+}
+
+// The object's table, or null while it answers one FDE at a time. (An object
+// sent to EnsureTable once, small or unsearchable, has a table from then on:
+// its own, or kNoTable.)
 inline const Table* TableOrLazy(Object* o) noexcept {
   const Table* t = o->table.load(std::memory_order_acquire);
   if (HEAPPROF_LIKELY(t != nullptr)) return t;
-  if (!o->build_table.load(std::memory_order_relaxed) &&
-      o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) {
-    return nullptr;
-  }
+  if (o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) return nullptr;
   return EnsureTable(o);
 }
 
@@ -1041,16 +1045,13 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
 __attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
   Object* o = FindObject(*c.set, pc);
   if (o == nullptr) return 0;
-  LazyRequest req{o, pc, 0, false, false};
-  IterateLoadedObjects(&LazyCallback, &req);
+  const LazyRequest req = AskOneFde(o, pc);
   if (!req.found) return 0;  // unloaded since the snapshot: nothing to read
   if (req.build) {
-    o->build_table.store(true, std::memory_order_relaxed);
     c.table = EnsureTable(o);
     return Lookup(*c.table, pc);
   }
   o->lazy_lookups.fetch_add(1, std::memory_order_relaxed);
-  g_stat_lazy_lookups.fetch_add(1, std::memory_order_relaxed);
   return req.rule;
 }
 
@@ -1859,8 +1860,7 @@ inline std::uint32_t LazyRuleForPc(const void* pc, bool& lazy) noexcept {
   if (set == nullptr) return 0;
   Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
   if (o == nullptr) return 0;
-  LazyRequest req{o, reinterpret_cast<std::uintptr_t>(pc), 0, false, false};
-  IterateLoadedObjects(&LazyCallback, &req);
+  const LazyRequest req = AskOneFde(o, reinterpret_cast<std::uintptr_t>(pc));
   lazy = req.found && !req.build;
   return req.rule;
 }
