@@ -6915,9 +6915,7 @@ struct Object {
   std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
-  // Until then, a large object answers one FDE at a time (LazyRuleAt); set
-  // once it must build its table instead (small, unsearchable, or used a lot).
-  std::atomic<bool> build_table{false};
+  // Until then, a large object answers one FDE at a time (LazyRuleAt), counted.
   std::atomic<std::uint32_t> lazy_lookups{0};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
@@ -7525,7 +7523,6 @@ inline const Table* EnsureTable(Object* o) noexcept {
 constexpr std::uint64_t kLazyMinFdes = 8192;
 inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
 constexpr std::uint32_t kLazyBudget = 4096;
-inline std::atomic<std::uint64_t> g_stat_lazy_lookups{0};
 
 struct LazyRequest {
   Object* object;
@@ -7557,14 +7554,21 @@ inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   return 1;
 }
 
-// The object's table, or null while it answers one FDE at a time.
+// Asks the loader for `o` (still loaded?) and, under its lock, `pc`'s rule
+// from one FDE, or whether `o` must build its table instead.
+inline LazyRequest AskOneFde(Object* o, std::uintptr_t pc) noexcept {
+  LazyRequest req{o, pc, 0, false, false};
+  IterateLoadedObjects(&LazyCallback, &req);
+  return req;
+}
+
+// The object's table, or null while it answers one FDE at a time. (An object
+// sent to EnsureTable once, small or unsearchable, has a table from then on:
+// its own, or kNoTable.)
 inline const Table* TableOrLazy(Object* o) noexcept {
   const Table* t = o->table.load(std::memory_order_acquire);
   if (HEAPPROF_LIKELY(t != nullptr)) return t;
-  if (!o->build_table.load(std::memory_order_relaxed) &&
-      o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) {
-    return nullptr;
-  }
+  if (o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) return nullptr;
   return EnsureTable(o);
 }
 
@@ -7821,16 +7825,13 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
 __attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
   Object* o = FindObject(*c.set, pc);
   if (o == nullptr) return 0;
-  LazyRequest req{o, pc, 0, false, false};
-  IterateLoadedObjects(&LazyCallback, &req);
+  const LazyRequest req = AskOneFde(o, pc);
   if (!req.found) return 0;  // unloaded since the snapshot: nothing to read
   if (req.build) {
-    o->build_table.store(true, std::memory_order_relaxed);
     c.table = EnsureTable(o);
     return Lookup(*c.table, pc);
   }
   o->lazy_lookups.fetch_add(1, std::memory_order_relaxed);
-  g_stat_lazy_lookups.fetch_add(1, std::memory_order_relaxed);
   return req.rule;
 }
 
@@ -8639,8 +8640,7 @@ inline std::uint32_t LazyRuleForPc(const void* pc, bool& lazy) noexcept {
   if (set == nullptr) return 0;
   Object* o = FindObject(*set, reinterpret_cast<std::uintptr_t>(pc));
   if (o == nullptr) return 0;
-  LazyRequest req{o, reinterpret_cast<std::uintptr_t>(pc), 0, false, false};
-  IterateLoadedObjects(&LazyCallback, &req);
+  const LazyRequest req = AskOneFde(o, reinterpret_cast<std::uintptr_t>(pc));
   lazy = req.found && !req.build;
   return req.rule;
 }
@@ -9144,10 +9144,13 @@ inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
 }
 
 // This thread's slot, registering it on first use; nullptr while it must not
-// register (the profiler's own work, or past our thread-exit destructor).
-inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags) noexcept {
+// register (the profiler's own work, past our thread-exit destructor, or an
+// allocation from pthread_getattr_np: `alloc_return`, the allocation hook's
+// caller, decides that again; a free keeps what the last allocation decided).
+inline ThreadState* CurrentThreadSlot(const ThreadFlags& flags, const void* alloc_return = nullptr) noexcept {
   ThreadState* ts = tls_thread_state;
   if (ts != &g_empty_thread_state) return ts;
+  if (alloc_return != nullptr) tls_defer_registration = DeferRegistration(alloc_return, tls_defer_registration);
   if (HEAPPROF_UNLIKELY(flags.suppress)) {
     // Inside a heapprof::allocator's upstream call (SuppressHooks): the
     // thread's own state is saved there (none: not registered now, or the
@@ -9182,8 +9185,7 @@ HEAPPROF_ALWAYS_INLINE bool AllocSlowPath(void* p, std::size_t n, const void* ho
   // counted by CountScopeBlock, unsampled: OnAllocSlow returned before this,
   // implementation.hpp. A heapprof::allocator's own sample there is a signal
   // handler's: counted and sampled, on the state CurrentThreadSlot finds.)
-  if (HEAPPROF_UNLIKELY(tls_thread_state == &g_empty_thread_state)) tls_defer_registration = DeferRegistration(hook_return, tls_defer_registration);
-  ThreadState* ts = CurrentThreadSlot(flags);  // first: start-up decides how BlockSize reads
+  ThreadState* ts = CurrentThreadSlot(flags, hook_return);  // first: start-up decides how BlockSize reads
   const std::size_t counted = (how & kCountBlock) != 0 ? BlockSize(p) : n;
   const bool padded = (how & kPaddedBlock) != 0;
   bool remembered = false;  // in the live map
