@@ -425,6 +425,12 @@ TEST_CASE("garbage stacks never fault: every read stays inside [lo, hi)") {
 TEST_CASE("stats: objects, rows and memory of the built tables") {
   Run([] { unwind_test::QsortWithAllocatingComparator(); });
   Run([] { unwind_test::OstreamCustomStreambuf(); });
+  // The walks may have asked one FDE at a time only: build the three tables.
+  for (const void* pc : {reinterpret_cast<const void*>(&std::qsort), reinterpret_cast<const void*>(&std::__throw_bad_alloc),
+                         reinterpret_cast<const void*>(&unwind_test::FakeNew)}) {
+    const ut::Table* t = nullptr;
+    REQUIRE(ut::TableFor(pc, t));
+  }
   const hd::UnwindTableStats s = hd::GetUnwindTableStats();
   MESSAGE("tables: " << s.objects << " objects, " << s.rows << " rows, " << s.bytes << " bytes, " << s.build_ms
                      << " ms to build");
@@ -469,11 +475,47 @@ TEST_CASE("one FDE at a time: the rule at every row of libc, libstdc++ and this 
     CHECK(checked > 1000);
     CHECK(differ == 0);
   }
-  ut::g_lazy_min_fdes.store(ut::kLazyMinFdes);
+  ut::g_lazy_min_fdes.store(~std::uint64_t{0});
   bool lazy = true;
   ut::LazyRuleForPc(reinterpret_cast<const void*>(&unwind_test::FakeNew), lazy);
-  CHECK_FALSE(lazy);  // by default this test's few FDEs build a table
+  CHECK_FALSE(lazy);  // an object of at most g_lazy_min_fdes FDEs builds its table
   ut::g_lazy_min_fdes.store(saved);
+}
+
+TEST_CASE("one FDE at a time: an object builds its table after one lookup per 6 FDEs, not before") {
+  // A copy of libstdc++'s Object that has never been asked: table.hpp's
+  // rent-or-buy rule (LazyBudget) lets it answer fdes / 6 lookups one FDE at
+  // a time, then TableOrLazy builds its table.
+  if (ut::g_lazy_budget_min.load() != 0) return;  // unwind_tests_lazy: never builds
+  const ut::Table* t = nullptr;
+  REQUIRE(ut::TableFor(reinterpret_cast<const void*>(&std::__throw_bad_alloc), t));
+  ut::Object fresh;
+  {
+    ut::ReaderSection reading;
+    REQUIRE(reading.active());
+    const ut::Object* o = ut::FindObject(*ut::CurrentObjects(), reinterpret_cast<std::uintptr_t>(&std::__throw_bad_alloc));
+    REQUIRE(o != nullptr);
+    fresh.lo = o->lo, fresh.hi = o->hi, fresh.bias = o->bias, fresh.hdr = o->hdr, fresh.hdr_size = o->hdr_size;
+    fresh.eh_frame = o->eh_frame, fresh.eh_frame_size = o->eh_frame_size, fresh.fingerprint = o->fingerprint;
+  }
+  REQUIRE(t->fdes > 6 * 100);
+  std::uint32_t asked = 0, differ = 0;
+  const ut::Table* built = nullptr;
+  for (std::uint32_t i = 0; ut::TableOrLazy(&fresh) == nullptr; i = (i + 7919) % t->count) {
+    REQUIRE(asked < t->count);
+    const std::uintptr_t pc = t->base + t->rows[i].pc;
+    differ += ut::OneFdeRule(&fresh, pc, built) != ut::Lookup(*t, pc);
+    REQUIRE(built == nullptr);
+    ++asked;
+  }
+  MESSAGE(t->fdes << " FDEs: " << asked << " lookups one FDE at a time, then the table");
+  CHECK(differ == 0);
+  CHECK(asked == fresh.lazy_budget.load());
+  CHECK(asked >= t->fdes / 6 - 1);
+  CHECK(asked <= t->fdes / 6 + 1);
+  const ut::Table* own = fresh.table.load();
+  REQUIRE(own != nullptr);
+  CHECK(own->count == t->count);
 }
 
 namespace {

@@ -93,6 +93,7 @@ struct UnwindTableStats {
   std::size_t rows = 0;     // rows over all built tables
   std::size_t bytes = 0;    // tables, their block indexes, object snapshots, reader slots, the rule cache
   double build_ms = 0;      // total time spent building tables
+  std::uint64_t lazy_lookups = 0;  // rules found one FDE at a time instead (before a build)
 };
 
 namespace unwind_table {
@@ -135,8 +136,10 @@ struct Object {
   std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
-  // Until then, a large object answers one FDE at a time (LazyRuleAt), counted.
+  // Until then, an object answers one FDE at a time (LazyRuleAt), counted,
+  // while lazy_lookups < lazy_budget (LazyBudget; unknown before the first).
   std::atomic<std::uint32_t> lazy_lookups{0};
+  std::atomic<std::uint32_t> lazy_budget{~std::uint32_t{0}};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
 };
@@ -209,6 +212,7 @@ inline std::atomic<std::size_t> g_stat_objects{0};
 inline std::atomic<std::size_t> g_stat_rows{0};
 inline std::atomic<std::size_t> g_stat_bytes{0};
 inline std::atomic<std::uint64_t> g_stat_build_ns{0};
+inline std::atomic<std::uint64_t> g_stat_lazy_lookups{0};  // one-FDE lookups (LazyRuleAt)
 
 inline std::uint64_t NowNs() noexcept {
   timespec ts{};
@@ -733,16 +737,32 @@ inline const Table* EnsureTable(Object* o) noexcept {
 // ---------------------------------------------------------------- one FDE at a time
 
 // A table costs ~0.2 us an FDE to build, all at the object's first lookup:
-// 1 ms for libstdc++ (4,867 FDEs), 10-25 ms for a compiler's cc1 (45,201),
-// which each of a build's many short compiler processes paid at its first
-// sample (make -j4 of 40 files under the preload library: 3.7x the CPU).
-// An object with more FDEs than this answers its first lookups one FDE at a
-// time instead: a binary search of .eh_frame_hdr's table and that FDE's
-// program run on its own (~1-2 us; the rule cache keeps the answer). After
-// kLazyBudget such lookups it builds its table after all. Tests lower it.
-constexpr std::uint64_t kLazyMinFdes = 8192;
+// 0.7 ms for libc (3,713 FDEs), 1 ms for libstdc++ (4,867), 10-25 ms for a
+// compiler's cc1 (45,201), which each of a build's many short compiler
+// processes paid at its first sample (make -j4 of 40 files under the preload
+// library: 3.7x the CPU), and a C++ program's first sample paid for libc and
+// libstdc++ (1.7 ms, most of the first sample). An object answers its first
+// lookups one FDE at a time instead: a binary search of .eh_frame_hdr's
+// table and that FDE's program run on its own (~1.2 us; the rule cache keeps
+// the answer). It builds its table once those lookups have cost about what
+// the build would: one lookup per kFdesPerLazyLookup FDEs (the rent-or-buy
+// rule: never more than twice the cheaper of the two). A short-lived process
+// then never builds a table; a long-lived one builds those it keeps using.
+// An object of at most g_lazy_min_fdes FDEs builds at once (tests set 0, and
+// g_lazy_budget_min to keep every object one FDE at a time).
+constexpr std::uint64_t kLazyMinFdes = 256;
 inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
-constexpr std::uint32_t kLazyBudget = 4096;
+constexpr std::uint64_t kFdesPerLazyLookup = 6;
+inline std::atomic<std::uint32_t> g_lazy_budget_min{0};
+// An object's budget before its first one-FDE lookup tells its FDE count.
+constexpr std::uint32_t kLazyBudgetUnknown = ~std::uint32_t{0};
+
+inline std::uint32_t LazyBudget(std::uint64_t fdes) noexcept {
+  std::uint64_t budget = fdes / kFdesPerLazyLookup;
+  const std::uint64_t min = g_lazy_budget_min.load(std::memory_order_relaxed);
+  if (budget < min) budget = min;
+  return budget < kLazyBudgetUnknown ? static_cast<std::uint32_t>(budget) : kLazyBudgetUnknown - 1;
+}
 
 struct LazyRequest {
   Object* object;
@@ -770,6 +790,7 @@ inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
     req.build = true;
     return 1;
   }
+  req.object->lazy_budget.store(LazyBudget(fdes), std::memory_order_relaxed);
   req.rule = parser.RuleOfOneFde(hdr, req.pc).bits;
   return 1;
 }
@@ -788,7 +809,7 @@ inline LazyRequest AskOneFde(Object* o, std::uintptr_t pc) noexcept {
 inline const Table* TableOrLazy(Object* o) noexcept {
   const Table* t = o->table.load(std::memory_order_acquire);
   if (HEAPPROF_LIKELY(t != nullptr)) return t;
-  if (o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) return nullptr;
+  if (o->lazy_lookups.load(std::memory_order_relaxed) < o->lazy_budget.load(std::memory_order_relaxed)) return nullptr;
   return EnsureTable(o);
 }
 
@@ -1040,19 +1061,25 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
   return true;
 }
 
-// The rule at `pc` of an object whose table is not built: one FDE's, or,
-// once the object is known to need its table, the table's (then c.table).
-__attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
-  Object* o = FindObject(*c.set, pc);
-  if (o == nullptr) return 0;
+// The rule at `pc` in `o`, whose table is not built: one FDE's, or, once
+// `o` is known to need its table (small, or unsearchable), the table's (then
+// `table` is set).
+inline std::uint32_t OneFdeRule(Object* o, std::uintptr_t pc, const Table*& table) noexcept {
   const LazyRequest req = AskOneFde(o, pc);
   if (!req.found) return 0;  // unloaded since the snapshot: nothing to read
   if (req.build) {
-    c.table = EnsureTable(o);
-    return Lookup(*c.table, pc);
+    table = EnsureTable(o);
+    return Lookup(*table, pc);
   }
   o->lazy_lookups.fetch_add(1, std::memory_order_relaxed);
+  g_stat_lazy_lookups.fetch_add(1, std::memory_order_relaxed);
   return req.rule;
+}
+
+// The rule at `pc` of an object whose table is not built (OneFdeRule).
+__attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+  Object* o = FindObject(*c.set, pc);
+  return o != nullptr ? OneFdeRule(o, pc, c.table) : 0;
 }
 
 // The rule for the instruction at `pc` from the tables (0 if none). Out of
@@ -1912,6 +1939,7 @@ inline UnwindTableStats GetUnwindTableStats() noexcept {
   s.bytes = unwind_table::g_stat_bytes.load(std::memory_order_relaxed);
   if (s.bytes != 0) s.bytes += sizeof(unwind_table::g_rule_cache);  // .bss, touched once tables exist
   s.build_ms = static_cast<double>(unwind_table::g_stat_build_ns.load(std::memory_order_relaxed)) / 1e6;
+  s.lazy_lookups = unwind_table::g_stat_lazy_lookups.load(std::memory_order_relaxed);
   return s;
 }
 
