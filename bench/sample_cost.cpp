@@ -8,8 +8,9 @@
 //  - (GCC) the sampled pair on random stacks without frame pointers, a
 //    different stack every pair (ReportRandomStacks): replay and the
 //    rule cache's guesses mostly miss; every stack is interned beforehand.
-//  - the hidden costs: the first sample of the process (it builds the unwind
-//    tables of the objects on its stack), and the stack a sample takes below
+//  - the hidden costs: the first sample of the process (the objects on its
+//    stack answer one FDE at a time: their tables are built later, if the
+//    process keeps sampling them), and the stack a sample takes below
 //    the allocating function (painted and scanned), first and warm.
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
@@ -186,10 +187,11 @@ int main(int argc, char** argv) {
               "sample_table_stepped_ns %.1f (replay off: every frame stepped, the stack hashed)\n",
               frames, unwind, unwind / frames, off, all_fp, all_fp - off, all_table, all_table - off,
               all_stepped - off);
-  std::printf("first_sample_us %.1f (builds the tables of %llu objects on its stack: %llu rows, %.2f ms of it)\n"
-              "first_sample_stack_bytes %zu\nwarm_sample_stack_bytes %zu\n",
-              first.ns / 1000.0, static_cast<unsigned long long>(st.objects),
-              static_cast<unsigned long long>(st.rows), st.build_ms, first.bytes, warm.bytes);
+  std::printf("first_sample_us %.1f (%llu rules found one FDE at a time; tables built: %llu objects, %llu rows,"
+              " %.2f ms of it)\nfirst_sample_stack_bytes %zu\nwarm_sample_stack_bytes %zu\n",
+              first.ns / 1000.0, static_cast<unsigned long long>(st.lazy_lookups),
+              static_cast<unsigned long long>(st.objects), static_cast<unsigned long long>(st.rows), st.build_ms,
+              first.bytes, warm.bytes);
 #if defined(__GNUC__) && !defined(__clang__)
   ReportRandomStacks(depth);
 #endif

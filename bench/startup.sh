@@ -7,8 +7,8 @@
 #  - bench_startup (bench/startup.cpp), plain and with heapprof compiled in,
 #    sampling off (rate=0) and at the default rate. At the default rate a
 #    start samples now and then: libstdc++ allocates a 72 KiB pool at start-up
-#    (13% of starts sample it at 512 KiB), and a first sample builds the
-#    unwind tables of the objects on its stack (rate=1: every start does);
+#    (13% of starts sample it at 512 KiB), and a first sample finds the
+#    unwind rules of its stack one FDE at a time (rate=1: every start does);
 #  - /bin/true (a C program), plain and under LD_PRELOAD=libheapprof_preload.so
 #    (which also loads libstdc++ into it).
 set -euo pipefail
