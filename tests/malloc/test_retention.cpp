@@ -352,16 +352,6 @@ TEST_CASE("retention profile: a holder libc allocated is named by the program's 
   heapprof_test::RemoveDir(dir);
 }
 
-// gperftools' debug allocator (malloc_tests_tcmalloc_debug) allocates
-// inside free() (its free queue): a free inside pthread_getattr_np then
-// allocates on a thread not registered yet, from the allocator's code, which
-// the deferral does not recognise, and registration waits on the lock
-// pthread_getattr_np holds (a known limit, README).
-inline bool UnderAllocatingFree() {
-  const char* preload = std::getenv("LD_PRELOAD");
-  return preload != nullptr && std::strstr(preload, "_debug.so") != nullptr;
-}
-
 TEST_CASE("a thread whose first allocation is inside pthread_getattr_np on itself does not hang") {
 #if !HEAPPROF_MALLOC_HOOKS || !defined(__GLIBC__)
   MESSAGE("needs the malloc family replaced on glibc");
@@ -371,11 +361,9 @@ TEST_CASE("a thread whose first allocation is inside pthread_getattr_np on itsel
   // held the thread's lock for that same call's realloc: the thread waited
   // on itself (every JVM thread does this first: java -version hung under
   // the preload library). At the default rate and at rate 1 (every block
-  // sampled, the stack walk needs the bounds).
-  if (UnderAllocatingFree()) {
-    MESSAGE("skipped under gperftools' debug allocator: its free allocates (README: the registration limit)");
-    return;
-  }
+  // sampled, the stack walk needs the bounds). Under gperftools' debug
+  // allocator (malloc_tests_tcmalloc_debug) glibc's free there allocates
+  // too, from the allocator's code, on the thread not registered yet.
   for (const char* rate : {"HEAPPROF=rate=512k", "HEAPPROF=rate=1"}) {
     std::string out;
     const int rc = heapprof_test::RunChildScenario(rate, "getattr_first_thread", out, 20);
@@ -392,10 +380,6 @@ TEST_CASE("a non-PIE program whose thread allocates first inside pthread_getattr
   MESSAGE("needs the non-PIE test program on glibc");
   return;
 #else
-  if (UnderAllocatingFree()) {
-    MESSAGE("skipped under gperftools' debug allocator: its free allocates (README: the registration limit)");
-    return;
-  }
   // There &pthread_getattr_np is the executable's PLT stub, not glibc's
   // function, so the deferral above never matched: the thread hung.
   for (const char* rate : {"HEAPPROF=rate=512k ", "HEAPPROF=rate=1 "}) {

@@ -467,7 +467,13 @@ inline thread_local bool tls_defer_registration HEAPPROF_TLS_MODEL = false;
 // 14 KiB below it in glibc 2.36). A caller there that allocates first on a
 // fresh thread only delays its registration. (In a non-PIE executable that
 // compiles heapprof in, &pthread_getattr_np is the executable's PLT stub:
-// EnsureInit looks up glibc's own, g_getattr_np.)
+// EnsureInit looks up glibc's own, g_getattr_np.) Nor an allocation the
+// allocator makes itself (its caller in the allocator's code: block_hooks.hpp,
+// InAllocatorCode), when the allocator is not glibc: gperftools' debug
+// allocator allocates its free queue inside free, so also inside
+// pthread_getattr_np's own free, and a thread whose first allocation was that
+// one hung. (Under glibc's malloc that code is all of libc, whose functions
+// allocate for the program: strdup, fopen.)
 inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
 #if defined(__GLIBC__)
   constexpr std::uintptr_t kNear = 64 * 1024;
@@ -476,6 +482,8 @@ inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
     return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
   };
   const std::uintptr_t in_libc = g_getattr_np.load(std::memory_order_relaxed);
+  const auto getattr = in_libc != 0 ? in_libc : reinterpret_cast<std::uintptr_t>(&pthread_getattr_np);
+  if (InAllocatorCode(hook_return) && !InAllocatorCode(reinterpret_cast<const void*>(getattr))) return true;
   return near(reinterpret_cast<std::uintptr_t>(&pthread_getattr_np)) || (in_libc != 0 && near(in_libc));
 #else
   (void)hook_return;
