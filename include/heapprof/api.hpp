@@ -30,6 +30,8 @@ struct Stats {
   std::uint64_t samples_dropped;             // samples not recorded: tables full or out of memory
   std::uint64_t samples_skipped_nested;      // allocations due a sample while their thread was inside
                                              // the profiler (its own work, or a signal handler's)
+  std::uint64_t unwind_one_fde_lookups;      // unwind rules found one FDE at a time, before an
+                                             // object's table was built
 };
 
 // How sampled stacks are walked. kTable (the default) reads the .eh_frame

@@ -396,6 +396,11 @@ inline int RunDlopenChurn() {
   HEAPPROF_HOSTILE_CHECK(dir != nullptr && cycles >= 20);
   const std::string path = std::string(dir) + "/churn.pb.gz";
   heapprof::SetSampleRate(1);
+  // Every object builds its table at once (by default one FDE at a time
+  // until its lookups have cost a build): the objects that stay loaded then
+  // have theirs before the baseline, and one built later, when its lookups
+  // ran out, is not taken for a table the churn left behind.
+  heapprof::detail::unwind_table::g_lazy_min_fdes.store(~std::uint64_t{0});
   // Two threads unwinding all along (their samples read the snapshots and
   // tables being retired and freed: TSan checks the reclamation's ordering).
   struct Busy {

@@ -312,6 +312,10 @@ __attribute__((noinline)) inline void TightHolder() {
 }
 
 inline int RunTightWrite() {
+  // Every object builds its unwind table at its first sample (by default
+  // they answer one FDE at a time first): the tables then fill the arena's
+  // first chunk, and the snapshot needs a new one, which the limit refuses.
+  heapprof::detail::unwind_table::g_lazy_min_fdes.store(~std::uint64_t{0});
   TightHolder();
   if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::uint64_t{1} << 20))) return 10;
   // 1 MiB of room: less than the snapshot's first chunk and the ELF file's

@@ -182,9 +182,11 @@ TEST_CASE("both unwinders give the same caller chain; the table is the default")
   }
   CHECK(chains == 2);
   const heapprof::Stats st = heapprof::GetStats();
-  CHECK(st.unwind_objects >= 2);  // at least the program and libc
-  CHECK(st.unwind_rows > 1000);
-  CHECK(st.unwind_table_bytes > 0);
+  // libc's frames (_start's caller) were found one FDE at a time: a few
+  // samples do not make it build its table (3,713 FDEs).
+  CHECK(st.unwind_one_fde_lookups > 0);
+  CHECK((st.unwind_objects == 0) == (st.unwind_rows == 0));
+  CHECK(st.unwind_table_bytes > 0);  // the object snapshot, the walk records, the rule cache
   ::operator delete(g_u[0]);
   ::operator delete(g_u[1]);
 }

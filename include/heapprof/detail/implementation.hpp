@@ -126,6 +126,7 @@ Stats GetStats() noexcept {
   s.unwind_objects = u.objects;
   s.unwind_rows = u.rows;
   s.unwind_table_bytes = u.bytes;
+  s.unwind_one_fde_lookups = u.lazy_lookups;
   s.stacks = detail::g_buckets.StackCount();
   s.stack_overflows = detail::g_buckets.StackOverflows();
   s.samples_dropped = detail::g_buckets.SamplesDropped();
