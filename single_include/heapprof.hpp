@@ -231,6 +231,8 @@ struct Stats {
   std::uint64_t samples_dropped;             // samples not recorded: tables full or out of memory
   std::uint64_t samples_skipped_nested;      // allocations due a sample while their thread was inside
                                              // the profiler (its own work, or a signal handler's)
+  std::uint64_t unwind_one_fde_lookups;      // unwind rules found one FDE at a time, before an
+                                             // object's table was built
 };
 
 // How sampled stacks are walked. kTable (the default) reads the .eh_frame
@@ -6873,6 +6875,7 @@ struct UnwindTableStats {
   std::size_t rows = 0;     // rows over all built tables
   std::size_t bytes = 0;    // tables, their block indexes, object snapshots, reader slots, the rule cache
   double build_ms = 0;      // total time spent building tables
+  std::uint64_t lazy_lookups = 0;  // rules found one FDE at a time instead (before a build)
 };
 
 namespace unwind_table {
@@ -6915,8 +6918,10 @@ struct Object {
   std::size_t eh_frame_size = 0;
   std::uint64_t fingerprint = 0;
   std::atomic<const Table*> table{nullptr};  // null until first use
-  // Until then, a large object answers one FDE at a time (LazyRuleAt), counted.
+  // Until then, an object answers one FDE at a time (LazyRuleAt), counted,
+  // while lazy_lookups < lazy_budget (LazyBudget; unknown before the first).
   std::atomic<std::uint32_t> lazy_lookups{0};
+  std::atomic<std::uint32_t> lazy_budget{~std::uint32_t{0}};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
 };
@@ -6989,6 +6994,7 @@ inline std::atomic<std::size_t> g_stat_objects{0};
 inline std::atomic<std::size_t> g_stat_rows{0};
 inline std::atomic<std::size_t> g_stat_bytes{0};
 inline std::atomic<std::uint64_t> g_stat_build_ns{0};
+inline std::atomic<std::uint64_t> g_stat_lazy_lookups{0};  // one-FDE lookups (LazyRuleAt)
 
 inline std::uint64_t NowNs() noexcept {
   timespec ts{};
@@ -7357,12 +7363,20 @@ inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
   const std::uintptr_t print = out.hdr != 0 ? out.hdr : out.eh_frame;
   const std::size_t print_size = out.hdr != 0 ? out.hdr_size : out.eh_frame_size;
   if (print != 0) {
-    // FNV-1a over the start of .eh_frame_hdr (or .eh_frame): its table holds
-    // PC and FDE offsets, so different code at the same address differs here.
+    // FNV-1a's step, a word at a time, over the start of .eh_frame_hdr (or
+    // .eh_frame): its table holds PC and FDE offsets, so different code at
+    // the same address differs here. (A byte at a time, the 512 bytes were
+    // most of a one-FDE lookup, which describes its object each time.)
     std::uint64_t h = 1469598103934665603ull ^ print_size;
     const auto* p = reinterpret_cast<const unsigned char*>(print);
     const std::size_t n = print_size < 512 ? print_size : 512;
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, p + i, sizeof word);
+      h = (h ^ word) * 1099511628211ull;
+    }
+    for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
     out.fingerprint = h;
   }
   return true;
@@ -7473,6 +7487,7 @@ struct BuildRequest {
 
 inline int BuildCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   auto& req = *static_cast<BuildRequest*>(data);
+  if (info->dlpi_addr != req.object->bias) return 0;  // (not it: skip DescribeObject's fingerprint)
   ObjectInfo oi;
   if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
   req.found = true;
@@ -7513,16 +7528,31 @@ inline const Table* EnsureTable(Object* o) noexcept {
 // ---------------------------------------------------------------- one FDE at a time
 
 // A table costs ~0.2 us an FDE to build, all at the object's first lookup:
-// 1 ms for libstdc++ (4,867 FDEs), 10-25 ms for a compiler's cc1 (45,201),
-// which each of a build's many short compiler processes paid at its first
-// sample (make -j4 of 40 files under the preload library: 3.7x the CPU).
-// An object with more FDEs than this answers its first lookups one FDE at a
-// time instead: a binary search of .eh_frame_hdr's table and that FDE's
-// program run on its own (~1-2 us; the rule cache keeps the answer). After
-// kLazyBudget such lookups it builds its table after all. Tests lower it.
-constexpr std::uint64_t kLazyMinFdes = 8192;
+// 0.7 ms for libc (3,713 FDEs), 1 ms for libstdc++ (4,867), 10-25 ms for a
+// compiler's cc1 (45,201), which each of a build's many short compiler
+// processes paid at its first sample (make -j4 of 40 files under the preload
+// library: 3.7x the CPU), and a C++ program's first sample paid for libc and
+// libstdc++ (1.5 ms, most of the first sample). An object answers its first
+// lookups one FDE at a time instead: a binary search of .eh_frame_hdr's
+// table and that FDE's program run on its own (~0.5 us; the rule cache keeps
+// the answer). It builds its table once those lookups have cost about what
+// the build would: 2 lookups per 5 FDEs (the rent-or-buy rule: never more
+// than twice the cheaper of the two). A short-lived process then never
+// builds a table; a long-lived one builds those it keeps using. An object of
+// at most g_lazy_min_fdes FDEs builds at once (tests set 0, and
+// g_lazy_budget_min to keep every object one FDE at a time).
+constexpr std::uint64_t kLazyMinFdes = 256;
 inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
-constexpr std::uint32_t kLazyBudget = 4096;
+inline std::atomic<std::uint32_t> g_lazy_budget_min{0};
+// An object's budget before its first one-FDE lookup tells its FDE count.
+constexpr std::uint32_t kLazyBudgetUnknown = ~std::uint32_t{0};
+
+inline std::uint32_t LazyBudget(std::uint64_t fdes) noexcept {
+  std::uint64_t budget = fdes / 5 * 2 + fdes % 5 * 2 / 5;  // 2/5 of fdes, rounded down
+  const std::uint64_t min = g_lazy_budget_min.load(std::memory_order_relaxed);
+  if (budget < min) budget = min;
+  return budget < kLazyBudgetUnknown ? static_cast<std::uint32_t>(budget) : kLazyBudgetUnknown - 1;
+}
 
 struct LazyRequest {
   Object* object;
@@ -7534,6 +7564,7 @@ struct LazyRequest {
 
 inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   auto& req = *static_cast<LazyRequest*>(data);
+  if (info->dlpi_addr != req.object->bias) return 0;  // (not it: skip DescribeObject's fingerprint)
   ObjectInfo oi;
   if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
   req.found = true;
@@ -7550,6 +7581,7 @@ inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
     req.build = true;
     return 1;
   }
+  req.object->lazy_budget.store(LazyBudget(fdes), std::memory_order_relaxed);
   req.rule = parser.RuleOfOneFde(hdr, req.pc).bits;
   return 1;
 }
@@ -7568,7 +7600,7 @@ inline LazyRequest AskOneFde(Object* o, std::uintptr_t pc) noexcept {
 inline const Table* TableOrLazy(Object* o) noexcept {
   const Table* t = o->table.load(std::memory_order_acquire);
   if (HEAPPROF_LIKELY(t != nullptr)) return t;
-  if (o->lazy_lookups.load(std::memory_order_relaxed) < kLazyBudget) return nullptr;
+  if (o->lazy_lookups.load(std::memory_order_relaxed) < o->lazy_budget.load(std::memory_order_relaxed)) return nullptr;
   return EnsureTable(o);
 }
 
@@ -7820,19 +7852,25 @@ HEAPPROF_DETAIL_NO_ASAN HEAPPROF_ALWAYS_INLINE bool LoadWord(std::uintptr_t addr
   return true;
 }
 
-// The rule at `pc` of an object whose table is not built: one FDE's, or,
-// once the object is known to need its table, the table's (then c.table).
-__attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
-  Object* o = FindObject(*c.set, pc);
-  if (o == nullptr) return 0;
+// The rule at `pc` in `o`, whose table is not built: one FDE's, or, once
+// `o` is known to need its table (small, or unsearchable), the table's (then
+// `table` is set).
+inline std::uint32_t OneFdeRule(Object* o, std::uintptr_t pc, const Table*& table) noexcept {
   const LazyRequest req = AskOneFde(o, pc);
   if (!req.found) return 0;  // unloaded since the snapshot: nothing to read
   if (req.build) {
-    c.table = EnsureTable(o);
-    return Lookup(*c.table, pc);
+    table = EnsureTable(o);
+    return Lookup(*table, pc);
   }
   o->lazy_lookups.fetch_add(1, std::memory_order_relaxed);
+  g_stat_lazy_lookups.fetch_add(1, std::memory_order_relaxed);
   return req.rule;
+}
+
+// The rule at `pc` of an object whose table is not built (OneFdeRule).
+__attribute__((__noinline__)) inline std::uint32_t LazyRuleAt(Cursor& c, std::uintptr_t pc) noexcept {
+  Object* o = FindObject(*c.set, pc);
+  return o != nullptr ? OneFdeRule(o, pc, c.table) : 0;
 }
 
 // The rule for the instruction at `pc` from the tables (0 if none). Out of
@@ -8692,6 +8730,7 @@ inline UnwindTableStats GetUnwindTableStats() noexcept {
   s.bytes = unwind_table::g_stat_bytes.load(std::memory_order_relaxed);
   if (s.bytes != 0) s.bytes += sizeof(unwind_table::g_rule_cache);  // .bss, touched once tables exist
   s.build_ms = static_cast<double>(unwind_table::g_stat_build_ns.load(std::memory_order_relaxed)) / 1e6;
+  s.lazy_lookups = unwind_table::g_stat_lazy_lookups.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -9126,7 +9165,13 @@ inline thread_local bool tls_defer_registration HEAPPROF_TLS_MODEL = false;
 // 14 KiB below it in glibc 2.36). A caller there that allocates first on a
 // fresh thread only delays its registration. (In a non-PIE executable that
 // compiles heapprof in, &pthread_getattr_np is the executable's PLT stub:
-// EnsureInit looks up glibc's own, g_getattr_np.)
+// EnsureInit looks up glibc's own, g_getattr_np.) Nor an allocation the
+// allocator makes itself (its caller in the allocator's code: block_hooks.hpp,
+// InAllocatorCode), when the allocator is not glibc: gperftools' debug
+// allocator allocates its free queue inside free, so also inside
+// pthread_getattr_np's own free, and a thread whose first allocation was that
+// one hung. (Under glibc's malloc that code is all of libc, whose functions
+// allocate for the program: strdup, fopen.)
 inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
 #if defined(__GLIBC__)
   constexpr std::uintptr_t kNear = 64 * 1024;
@@ -9135,6 +9180,8 @@ inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
     return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
   };
   const std::uintptr_t in_libc = g_getattr_np.load(std::memory_order_relaxed);
+  const auto getattr = in_libc != 0 ? in_libc : reinterpret_cast<std::uintptr_t>(&pthread_getattr_np);
+  if (InAllocatorCode(hook_return) && !InAllocatorCode(reinterpret_cast<const void*>(getattr))) return true;
   return near(reinterpret_cast<std::uintptr_t>(&pthread_getattr_np)) || (in_libc != 0 && near(in_libc));
 #else
   (void)hook_return;
@@ -22144,6 +22191,7 @@ Stats GetStats() noexcept {
   s.unwind_objects = u.objects;
   s.unwind_rows = u.rows;
   s.unwind_table_bytes = u.bytes;
+  s.unwind_one_fde_lookups = u.lazy_lookups;
   s.stacks = detail::g_buckets.StackCount();
   s.stack_overflows = detail::g_buckets.StackOverflows();
   s.samples_dropped = detail::g_buckets.SamplesDropped();
