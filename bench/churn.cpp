@@ -105,8 +105,9 @@ int main(int argc, char** argv) {
 #if defined(HEAPPROF_BENCH_HOOKED)
   heapprof::SetSampleRate(static_cast<std::size_t>(rate));
   if (rate > 0) {
-    // A sure sample first (8 MiB at any rate): the unwinder builds its tables
-    // for this program and libc here, not inside Churn (callgrind counts Churn).
+    // A sure sample first (8 MiB at any rate): the unwinder meets this program
+    // and libc here (their first rules found one FDE at a time, or the table
+    // of an object of at most 256 FDEs), not inside Churn (callgrind counts Churn).
     char* volatile w = new char[std::size_t{8} << 20];
     delete[] w;
   }

@@ -83,8 +83,9 @@ int main(int argc, char** argv) {
 #else
   (void)rate;
 #endif
-  // A sure sample first (8 MiB at any rate): the unwinder builds its tables
-  // for this program and libc here, not inside Churn (callgrind counts Churn).
+  // A sure sample first (8 MiB at any rate): the unwinder meets this program
+  // and libc here (their first rules found one FDE at a time, or the table
+  // of an object of at most 256 FDEs), not inside Churn (callgrind counts Churn).
   // In the plain build too: under LD_PRELOAD=libheapprof_preload.so it is the
   // same sample; without a profiler, one mmap and munmap outside the count.
   char* volatile w = static_cast<char*>(malloc(8ul << 20));
