@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1197,4 +1198,38 @@ TEST_CASE("replay: a stack equal to the last one, frame for frame, hands on what
   ut::g_replay_walks.store(true);
   REQUIRE(c->table.interned != nullptr);
   CHECK(*c->table.interned == nullptr);
+}
+
+TEST_CASE("the main thread's stack bounds without the maps file equal glibc's pthread_getattr_np") {
+  // frame_pointers.hpp: MainStackBounds, registration's answer for the main
+  // thread (doctest runs the cases on it), against glibc's (which reads
+  // /proc/self/maps). Also on another thread: not the main one, no answer.
+  rlimit rl{};
+  REQUIRE(getrlimit(RLIMIT_STACK, &rl) == 0);
+  std::uintptr_t lo = 0, hi = 0;
+  const bool answered = hd::MainStackBounds(lo, hi);
+  CHECK(answered == (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur <= (rlim_t{1} << 30)));  // else glibc's
+  if (!answered) hd::CurrentStackBounds(lo, hi);
+  pthread_attr_t attr;
+  REQUIRE(pthread_getattr_np(pthread_self(), &attr) == 0);
+  void* addr = nullptr;
+  std::size_t size = 0;
+  REQUIRE(pthread_attr_getstack(&attr, &addr, &size) == 0);
+  pthread_attr_destroy(&attr);
+  CHECK(lo == reinterpret_cast<std::uintptr_t>(addr));
+  CHECK(hi == reinterpret_cast<std::uintptr_t>(addr) + size);
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  CHECK(here >= lo);
+  CHECK(here < hi);
+  std::uintptr_t reg_lo = 0, reg_hi = 0;
+  hd::CurrentStackBounds(reg_lo, reg_hi);
+  CHECK(reg_lo == lo);
+  CHECK(reg_hi == hi);
+  std::thread([] {
+    std::uintptr_t t_lo = 0, t_hi = 0;
+    hd::CurrentStackBounds(t_lo, t_hi);  // pthread_getattr_np's: this thread's own stack
+    const auto at = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+    CHECK(at >= t_lo);
+    CHECK(at < t_hi);
+  }).join();
 }

@@ -25,5 +25,33 @@ inline const void* ObjectBaseOf(const void* addr) noexcept {
   return dladdr(addr, &info) != 0 ? info.dli_fbase : nullptr;
 }
 
+// The object that holds `addr`: its start (as ObjectBaseOf) and its link
+// map (dladdr1's RTLD_DL_LINKMAP), the same way. False if none.
+inline bool ObjectMapOf(const void* addr, const void*& base, link_map*& map) noexcept {
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+  dl_find_object found;
+  if (_dl_find_object(const_cast<void*>(addr), &found) == 0 && found.dlfo_link_map != nullptr) {
+    base = found.dlfo_map_start;
+    map = found.dlfo_link_map;
+    return base != nullptr;
+  }
+#endif
+#endif
+  Dl_info info{};
+  map = nullptr;
+  if (dladdr1(addr, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) return false;
+  base = info.dli_fbase;
+  return base != nullptr;
+}
+
+// The file name of the object that holds `addr` (dladdr's dli_fname: the
+// link map's l_name; "" for the main program), or nullptr.
+inline const char* ObjectFileOf(const void* addr) noexcept {
+  const void* base = nullptr;
+  link_map* map = nullptr;
+  return ObjectMapOf(addr, base, map) ? map->l_name : nullptr;
+}
+
 }  // namespace detail
 }  // namespace heapprof

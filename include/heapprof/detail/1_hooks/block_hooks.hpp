@@ -223,16 +223,12 @@ inline std::uintptr_t g_allocator_code_hi = 0;
 // Finds that code from the object's program headers, once, at start-up (no
 // loader lock later, when a hook asks: InAllocatorCode).
 inline void FindAllocatorCode(void* malloc_fn) noexcept {
-  Dl_info info{};
+  const void* base = nullptr;
   link_map* map = nullptr;
-  if (malloc_fn == nullptr || dladdr1(malloc_fn, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 ||
-      map == nullptr || info.dli_fbase == nullptr) {
-    return;
-  }
-  const auto* header = static_cast<const ElfW(Ehdr)*>(info.dli_fbase);
+  if (malloc_fn == nullptr || !ObjectMapOf(malloc_fn, base, map)) return;  // (not dladdr: 0_base/object_base.hpp)
+  const auto* header = static_cast<const ElfW(Ehdr)*>(base);
   if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return;
-  const auto* phdr =
-      reinterpret_cast<const ElfW(Phdr)*>(static_cast<const char*>(info.dli_fbase) + header->e_phoff);
+  const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(static_cast<const char*>(base) + header->e_phoff);
   const auto at = reinterpret_cast<std::uintptr_t>(malloc_fn);
   for (unsigned i = 0; i < header->e_phnum; ++i) {
     if (phdr[i].p_type != PT_LOAD || (phdr[i].p_flags & PF_X) == 0) continue;
@@ -322,17 +318,13 @@ inline std::size_t DebugAllocatorUsableSize(void* p) noexcept {
 // reaches the program's hooks, which ask the library's engine, which was
 // still starting on this very thread).
 inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
-  Dl_info in_malloc{};
-  if (malloc_fn == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || in_malloc.dli_fname == nullptr ||
-      std::strstr(in_malloc.dli_fname, "tcmalloc") == nullptr || std::strstr(in_malloc.dli_fname, "debug") == nullptr) {
-    return;
-  }
+  const char* file = malloc_fn != nullptr ? ObjectFileOf(malloc_fn) : nullptr;
+  if (file == nullptr || std::strstr(file, "tcmalloc") == nullptr || std::strstr(file, "debug") == nullptr) return;
   SuppressHooks quiet;
   void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
   void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
-  Dl_info in_trace{}, in_ownership{};
-  if (ownership == nullptr || dladdr(trace, &in_trace) == 0 || dladdr(ownership, &in_ownership) == 0 ||
-      in_trace.dli_fbase != in_malloc.dli_fbase || in_ownership.dli_fbase != in_malloc.dli_fbase ||
+  const void* base = ObjectBaseOf(malloc_fn);
+  if (ownership == nullptr || base == nullptr || ObjectBaseOf(trace) != base || ObjectBaseOf(ownership) != base ||
       g_underlying_usable_size == &DebugAllocatorUsableSize) {
     return;
   }
@@ -366,9 +358,8 @@ inline void EndAllocatorStartup() noexcept {
 // block) was gperftools and its start-up ran.
 inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
   void* begin = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
-  Dl_info in_malloc{}, in_guard{};
-  if (begin == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || dladdr(begin, &in_guard) == 0 ||
-      in_malloc.dli_fbase != in_guard.dli_fbase) {
+  const void* base = begin != nullptr ? ObjectBaseOf(malloc_fn) : nullptr;
+  if (base == nullptr || ObjectBaseOf(begin) != base) {
     return false;  // another allocator's (or none): counted as before
   }
   reinterpret_cast<GuardFn>(begin)(g_tcmalloc_guard);
@@ -412,9 +403,8 @@ inline void DetectBlockSize() noexcept {
   void* used = UnderlyingMallocAddress();
   // gperftools defines __libc_malloc too: the function must also live in libc
   // (reading a word before another allocator's block could fault).
-  Dl_info where{};
-  if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
-      std::strstr(where.dli_fname, "/libc.so") == nullptr) {
+  const char* file = glibc != nullptr && glibc == used ? ObjectFileOf(used) : nullptr;
+  if (file == nullptr || std::strstr(file, "/libc.so") == nullptr) {
     UseOtherAllocator(used);  // another allocator
     return;
   }

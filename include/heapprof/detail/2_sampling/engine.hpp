@@ -174,8 +174,9 @@ inline void EnsureInit() noexcept {
     // thread's last failed one, and DetectBlockSize's failed lookups leave
     // one (freed here, it moved a free into the program's own counts: one
     // live object short in one_engine under tcmalloc, test_preload.cpp).
-    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
-                       std::memory_order_relaxed);
+    void* getattr = dlsym(RTLD_NEXT, "pthread_getattr_np");
+    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(getattr), std::memory_order_relaxed);
+    g_getattr_np_fn.store(reinterpret_cast<int (*)(pthread_t, pthread_attr_t*)>(getattr), std::memory_order_relaxed);
 #endif
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
@@ -183,6 +184,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
+    BindStackBoundsCalls();
     RememberStderr();  // heapprof's lines go to this stderr, not to what takes fd 2 later
     RememberExecPath();  // the program's file, should /proc/self/exe be unreadable later
     g_peak.StartWindow();
