@@ -33,7 +33,8 @@ namespace detail {
 // heapprof added to a small program's start-up with sampling off). False
 // where the answer could differ: hi is the page above __libc_stack_end; the
 // stack mapping ends where the kernel put AT_EXECFN's string, 8 bytes below
-// its end (checked: page-aligned, above hi); lo is the soft RLIMIT_STACK
+// its end (checked: page-aligned, above hi, the 8 bytes between zero; not so
+// under valgrind, which builds the stack its own way); lo is the soft RLIMIT_STACK
 // below that end. glibc also caps the size at the mapping below, which it
 // reads from the maps file: taken only for a limit of at most 1 GiB (the
 // kernel keeps its mmap area more than the limit below the stack), else
@@ -53,6 +54,11 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   const std::uintptr_t top = (reinterpret_cast<std::uintptr_t>(__libc_stack_end) & ~mask) + mask + 1;
   const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(execfn) + std::strlen(execfn) + 1 + sizeof(void*);
   if ((end & mask) != 0 || end < top || end - top >= rl.rlim_cur) return false;
+  // The kernel's 8 zero bytes above the string (in the string's page: end is
+  // page-aligned, the string's NUL is the byte below them).
+  std::uint64_t marker;
+  std::memcpy(&marker, reinterpret_cast<const void*>(end - sizeof marker), sizeof marker);
+  if (marker != 0) return false;
   const std::uintptr_t size = (rl.rlim_cur - (end - top)) & ~mask;
   if (size == 0 || size > top) return false;
   lo = top - size;
