@@ -2508,6 +2508,34 @@ inline const void* ObjectBaseOf(const void* addr) noexcept {
   return dladdr(addr, &info) != 0 ? info.dli_fbase : nullptr;
 }
 
+// The object that holds `addr`: its start (as ObjectBaseOf) and its link
+// map (dladdr1's RTLD_DL_LINKMAP), the same way. False if none.
+inline bool ObjectMapOf(const void* addr, const void*& base, link_map*& map) noexcept {
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+  dl_find_object found;
+  if (_dl_find_object(const_cast<void*>(addr), &found) == 0 && found.dlfo_link_map != nullptr) {
+    base = found.dlfo_map_start;
+    map = found.dlfo_link_map;
+    return base != nullptr;
+  }
+#endif
+#endif
+  Dl_info info{};
+  map = nullptr;
+  if (dladdr1(addr, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) return false;
+  base = info.dli_fbase;
+  return base != nullptr;
+}
+
+// The file name of the object that holds `addr` (dladdr's dli_fname: the
+// link map's l_name; "" for the main program), or nullptr.
+inline const char* ObjectFileOf(const void* addr) noexcept {
+  const void* base = nullptr;
+  link_map* map = nullptr;
+  return ObjectMapOf(addr, base, map) ? map->l_name : nullptr;
+}
+
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/object_base.hpp ----
@@ -2697,16 +2725,12 @@ inline std::uintptr_t g_allocator_code_hi = 0;
 // Finds that code from the object's program headers, once, at start-up (no
 // loader lock later, when a hook asks: InAllocatorCode).
 inline void FindAllocatorCode(void* malloc_fn) noexcept {
-  Dl_info info{};
+  const void* base = nullptr;
   link_map* map = nullptr;
-  if (malloc_fn == nullptr || dladdr1(malloc_fn, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 ||
-      map == nullptr || info.dli_fbase == nullptr) {
-    return;
-  }
-  const auto* header = static_cast<const ElfW(Ehdr)*>(info.dli_fbase);
+  if (malloc_fn == nullptr || !ObjectMapOf(malloc_fn, base, map)) return;  // (not dladdr: 0_base/object_base.hpp)
+  const auto* header = static_cast<const ElfW(Ehdr)*>(base);
   if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return;
-  const auto* phdr =
-      reinterpret_cast<const ElfW(Phdr)*>(static_cast<const char*>(info.dli_fbase) + header->e_phoff);
+  const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(static_cast<const char*>(base) + header->e_phoff);
   const auto at = reinterpret_cast<std::uintptr_t>(malloc_fn);
   for (unsigned i = 0; i < header->e_phnum; ++i) {
     if (phdr[i].p_type != PT_LOAD || (phdr[i].p_flags & PF_X) == 0) continue;
@@ -2796,17 +2820,13 @@ inline std::size_t DebugAllocatorUsableSize(void* p) noexcept {
 // reaches the program's hooks, which ask the library's engine, which was
 // still starting on this very thread).
 inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
-  Dl_info in_malloc{};
-  if (malloc_fn == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || in_malloc.dli_fname == nullptr ||
-      std::strstr(in_malloc.dli_fname, "tcmalloc") == nullptr || std::strstr(in_malloc.dli_fname, "debug") == nullptr) {
-    return;
-  }
+  const char* file = malloc_fn != nullptr ? ObjectFileOf(malloc_fn) : nullptr;
+  if (file == nullptr || std::strstr(file, "tcmalloc") == nullptr || std::strstr(file, "debug") == nullptr) return;
   SuppressHooks quiet;
   void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
   void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
-  Dl_info in_trace{}, in_ownership{};
-  if (ownership == nullptr || dladdr(trace, &in_trace) == 0 || dladdr(ownership, &in_ownership) == 0 ||
-      in_trace.dli_fbase != in_malloc.dli_fbase || in_ownership.dli_fbase != in_malloc.dli_fbase ||
+  const void* base = ObjectBaseOf(malloc_fn);
+  if (ownership == nullptr || base == nullptr || ObjectBaseOf(trace) != base || ObjectBaseOf(ownership) != base ||
       g_underlying_usable_size == &DebugAllocatorUsableSize) {
     return;
   }
@@ -2840,9 +2860,8 @@ inline void EndAllocatorStartup() noexcept {
 // block) was gperftools and its start-up ran.
 inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
   void* begin = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
-  Dl_info in_malloc{}, in_guard{};
-  if (begin == nullptr || dladdr(malloc_fn, &in_malloc) == 0 || dladdr(begin, &in_guard) == 0 ||
-      in_malloc.dli_fbase != in_guard.dli_fbase) {
+  const void* base = begin != nullptr ? ObjectBaseOf(malloc_fn) : nullptr;
+  if (base == nullptr || ObjectBaseOf(begin) != base) {
     return false;  // another allocator's (or none): counted as before
   }
   reinterpret_cast<GuardFn>(begin)(g_tcmalloc_guard);
@@ -2886,9 +2905,8 @@ inline void DetectBlockSize() noexcept {
   void* used = UnderlyingMallocAddress();
   // gperftools defines __libc_malloc too: the function must also live in libc
   // (reading a word before another allocator's block could fault).
-  Dl_info where{};
-  if (glibc == nullptr || glibc != used || dladdr(used, &where) == 0 || where.dli_fname == nullptr ||
-      std::strstr(where.dli_fname, "/libc.so") == nullptr) {
+  const char* file = glibc != nullptr && glibc == used ? ObjectFileOf(used) : nullptr;
+  if (file == nullptr || std::strstr(file, "/libc.so") == nullptr) {
     UseOtherAllocator(used);  // another allocator
     return;
   }
@@ -4911,6 +4929,9 @@ inline int IterateLoadedObjects(int (*callback)(dl_phdr_info*, std::size_t, void
 #include <signal.h>
 #include <stddef.h>
 #include <ucontext.h>
+#include <sys/auxv.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -4918,13 +4939,89 @@ inline int IterateLoadedObjects(int (*callback)(dl_phdr_info*, std::size_t, void
 namespace heapprof {
 namespace detail {
 
+// The main thread's stack as glibc's pthread_getattr_np gives it, without
+// its /proc/self/maps read (40-90 us, 126,000 instructions: a third of what
+// heapprof added to a small program's start-up with sampling off). False
+// where the answer could differ: hi is the page above __libc_stack_end; the
+// stack mapping ends where the kernel put AT_EXECFN's string, 8 bytes below
+// its end (checked: page-aligned, above hi, the 8 bytes between zero; not so
+// under valgrind, which builds the stack its own way); lo is the soft RLIMIT_STACK
+// below that end. glibc also caps the size at the mapping below, which it
+// reads from the maps file: taken only for a limit of at most 1 GiB (the
+// kernel keeps its mmap area more than the limit below the stack), else
+// pthread_getattr_np.
+extern "C" void* __libc_stack_end __attribute__((__weak__));
+inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
+#if defined(__GLIBC__) && defined(__linux__)
+  if (&__libc_stack_end == nullptr || __libc_stack_end == nullptr) return false;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const auto* execfn = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
+  rlimit rl{};
+  if (page <= 0 || execfn == nullptr || ::getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+      rl.rlim_cur > (rlim_t{1} << 30)) {
+    return false;
+  }
+  const auto mask = static_cast<std::uintptr_t>(page) - 1;
+  const std::uintptr_t top = (reinterpret_cast<std::uintptr_t>(__libc_stack_end) & ~mask) + mask + 1;
+  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(execfn) + std::strlen(execfn) + 1 + sizeof(void*);
+  if ((end & mask) != 0 || end < top || end - top >= rl.rlim_cur) return false;
+  // The kernel's 8 zero bytes above the string (in the string's page: end is
+  // page-aligned, the string's NUL is the byte below them).
+  std::uint64_t marker;
+  std::memcpy(&marker, reinterpret_cast<const void*>(end - sizeof marker), sizeof marker);
+  if (marker != 0) return false;
+  const std::uintptr_t size = (rl.rlim_cur - (end - top)) & ~mask;
+  if (size == 0 || size > top) return false;
+  lo = top - size;
+  hi = top;
+  return true;
+#else
+  (void)lo;
+  (void)hi;
+  return false;
+#endif
+}
+
+// Binds, on the roomy stack of the thread that starts the profiler, the
+// allocator functions glibc's pthread_getattr_np calls through libc's PLT
+// (calloc, realloc, free: its cpuset copy, through
+// pthread_attr_setaffinity_np). In a lazily bound libc the first call of
+// each runs the dynamic linker's resolver, which saves the vector registers
+// on the stack (KiBs): registering a thread that first allocates deep in a
+// 16 KiB stack overflowed it. (The main thread's registration, which bound
+// them, no longer calls pthread_getattr_np: MainStackBounds.)
+// Also this object's own PLT slots of the calls CurrentStackBounds makes
+// (pthread_getattr_np itself is called through the address EnsureInit looked
+// up, g_getattr_np_fn, when there is one: no slot).
+inline std::atomic<int (*)(pthread_t, pthread_attr_t*)> g_getattr_np_fn{nullptr};
+inline void BindStackBoundsCalls() noexcept {
+#if defined(__GLIBC__) && defined(__linux__)
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  (void)pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+  void* addr = nullptr;
+  std::size_t size = 0;
+  (void)pthread_attr_getstack(&attr, &addr, &size);
+  pthread_attr_destroy(&attr);
+  (void)pthread_self();
+#endif
+}
+
 // [lo, hi) of the calling thread's stack; {0, 0} if unknown. Called once per
 // thread from the registration slow path (pthread_getattr_np may allocate for
 // the main thread; the reentrancy guard makes that invisible to the profiler).
 inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   lo = hi = 0;
+#if defined(__linux__)
+  if (::syscall(SYS_gettid) == ::getpid() && MainStackBounds(lo, hi)) return;
+#endif
   pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+  int (*getattr)(pthread_t, pthread_attr_t*) = g_getattr_np_fn.load(std::memory_order_relaxed);
+  if (getattr == nullptr) getattr = &pthread_getattr_np;
+  if (getattr(pthread_self(), &attr) != 0) return;
   void* addr = nullptr;
   std::size_t size = 0;
   if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != nullptr) {
@@ -8872,8 +8969,9 @@ inline void EnsureInit() noexcept {
     // thread's last failed one, and DetectBlockSize's failed lookups leave
     // one (freed here, it moved a free into the program's own counts: one
     // live object short in one_engine under tcmalloc, test_preload.cpp).
-    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
-                       std::memory_order_relaxed);
+    void* getattr = dlsym(RTLD_NEXT, "pthread_getattr_np");
+    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(getattr), std::memory_order_relaxed);
+    g_getattr_np_fn.store(reinterpret_cast<int (*)(pthread_t, pthread_attr_t*)>(getattr), std::memory_order_relaxed);
 #endif
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
@@ -8881,6 +8979,7 @@ inline void EnsureInit() noexcept {
     pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
     std::atexit(&RunExitHook);
     PrepareProfilerStacks();
+    BindStackBoundsCalls();
     RememberStderr();  // heapprof's lines go to this stderr, not to what takes fd 2 later
     RememberExecPath();  // the program's file, should /proc/self/exe be unreadable later
     g_peak.StartWindow();
