@@ -36,9 +36,14 @@ namespace detail {
 // its end (checked: page-aligned, above hi, the 8 bytes between zero; not so
 // under valgrind, which builds the stack its own way); lo is the soft RLIMIT_STACK
 // below that end. glibc also caps the size at the mapping below, which it
-// reads from the maps file: taken only for a limit of at most 1 GiB (the
-// kernel keeps its mmap area more than the limit below the stack), else
-// pthread_getattr_np.
+// reads from the maps file: taken only for a limit of at most 128 MiB, the
+// least gap the kernel leaves between the stack's top and its mmap area
+// whatever the limit was at exec (the gap follows that limit, not one a
+// setrlimit raised later: with ASLR off, as under gdb, a limit raised to 1 GiB
+// gave a lo 1 GiB down, across ld.so's mappings, where glibc's stops at
+// them), else pthread_getattr_np. And only when the caller's frame lies in
+// [lo, hi): the child of a fork from another thread has the pid as its tid,
+// and the forking thread's stack (not this one) as its own.
 extern "C" void* __libc_stack_end __attribute__((__weak__));
 inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
 #if defined(__GLIBC__) && defined(__linux__)
@@ -47,7 +52,7 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   const auto* execfn = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
   rlimit rl{};
   if (page <= 0 || execfn == nullptr || ::getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-      rl.rlim_cur > (rlim_t{1} << 30)) {
+      rl.rlim_cur > (rlim_t{128} << 20)) {
     return false;
   }
   const auto mask = static_cast<std::uintptr_t>(page) - 1;
@@ -61,6 +66,8 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   if (marker != 0) return false;
   const std::uintptr_t size = (rl.rlim_cur - (end - top)) & ~mask;
   if (size == 0 || size > top) return false;
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (sp < top - size || sp >= top) return false;
   lo = top - size;
   hi = top;
   return true;
