@@ -199,6 +199,18 @@ TEST_CASE("preload: listed after jemalloc or tcmalloc, it records nothing and th
 
 #if HEAPPROF_MALLOC_HOOKS && defined(HEAPPROF_PRELOAD_PATH) && defined(HEAPPROF_ONE_ENGINE_PATH)
 
+TEST_CASE("preload: the engine's version-1 get_stats writes the Stats of that version and no more") {
+  // A program built with an older heapprof (Stats of 17 fields) forwards
+  // GetStats to the preloaded library's get_stats, which returns by value:
+  // it wrote the library's whole Stats (18 fields), past the program's slot.
+  std::string out;
+  REQUIRE(heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " " +
+                                        HEAPPROF_ONE_ENGINE_PATH + " old_stats",
+                                    out) == 0);
+  INFO(out);
+  CHECK(out.find("one_engine: old copy's stats: allocs counted, the word after intact") != std::string::npos);
+}
+
 TEST_CASE("preload: a program with heapprof compiled in and also preloaded runs one engine") {
   // The profile from the API, then from the program's own heapprof::HttpServer
   // (which served the forwarding copy's empty profile before: 0 samples).

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <link.h>
 #include <ostream>
@@ -35,12 +36,22 @@ namespace detail {
 // What libheapprof_preload.so offers a program that compiled heapprof in too
 // (6_serving/preload_engine.hpp). Plain function pointers, versioned: the two
 // copies may come from different heapprof releases.
+// Stats as every version-1 library's get_stats returns it, by value: its
+// fields up to samples_skipped_nested. Its size is part of that slot's ABI
+// and never changes (Stats grows at its end; a Stats returned there by a
+// library newer than the program wrote past the program's return slot, an
+// older one left the new fields unset): newer fields come through
+// get_stats_into.
+struct EngineStatsV1 {
+  std::uint64_t fields[17];
+};
+static_assert(sizeof(EngineStatsV1) == offsetof(Stats, unwind_one_fde_lookups), "the version-1 slot's layout");
 struct EngineApi {
   std::uint32_t version;  // kEngineApiVersion
   std::uint32_t size;     // sizeof(EngineApi) of the library
   void (*set_sample_rate)(std::size_t) noexcept;
   std::size_t (*get_sample_rate)() noexcept;
-  Stats (*get_stats)() noexcept;
+  EngineStatsV1 (*get_stats)() noexcept;
   bool (*write_stream)(std::ostream& out, bool allocs);
   bool (*write_path)(const char* path, bool allocs);
   void (*set_unwinder)(Unwinder) noexcept;
@@ -65,6 +76,9 @@ struct EngineApi {
   // program's: the library keeps the pointer.
   const ForwardedNew* forwarded_new;
   void (*attach_program_labels)(const ProgramLabels* program_labels) noexcept;
+  // The library's Stats, its first `size` bytes at most (the caller's
+  // sizeof(Stats)); fields it lacks stay as they were.
+  void (*get_stats_into)(Stats* out, std::size_t size) noexcept;
 };
 // A library's table has the members up to and including `member` when its
 // size covers them.
@@ -105,7 +119,16 @@ std::size_t GetSampleRate() noexcept {
 }
 
 Stats GetStats() noexcept {
-  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_stats();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    Stats s{};
+    if (HEAPPROF_ENGINE_HAS(e, get_stats_into) && e->get_stats_into != nullptr) {
+      e->get_stats_into(&s, sizeof s);
+    } else {
+      const detail::EngineStatsV1 v1 = e->get_stats();
+      std::memcpy(&s, &v1, sizeof v1);
+    }
+    return s;
+  }
   detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};

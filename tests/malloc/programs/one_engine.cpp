@@ -9,10 +9,12 @@
 #include <heapprof/http.hpp>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,7 +77,32 @@ void Release(int i) {
   }
 }
 
+// As a copy of heapprof built before Stats grew would: the preloaded
+// engine's get_stats, its result in a 17-field Stats with a word after it.
+// The slot must write those 17 fields, no more (it returned the whole
+// Stats, by then 18: the word after was overwritten).
+static int OldCopysStats() {
+  using GetterFn = const heapprof::detail::EngineApi* (*)() noexcept;
+  auto getter = reinterpret_cast<GetterFn>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
+  if (getter == nullptr || getter() == nullptr) return 2;
+  struct OldStats {
+    std::uint64_t fields[17];
+  };
+  using OldGetStats = OldStats (*)() noexcept;
+  const auto get_stats = reinterpret_cast<OldGetStats>(reinterpret_cast<void (*)()>(getter()->get_stats));
+  struct {
+    OldStats stats;
+    volatile std::uint64_t after;
+  } slot;
+  slot.after = 0x1122334455667788u;
+  new (&slot.stats) OldStats(get_stats());  // the result written straight into its slot
+  std::printf("one_engine: old copy's stats: allocs %s, the word after %s\n",
+              slot.stats.fields[0] != 0 ? "counted" : "none", slot.after == 0x1122334455667788u ? "intact" : "overwritten");
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "old_stats") == 0) return OldCopysStats();
   heapprof::SetSampleRate(1);
   const heapprof::Stats s0 = heapprof::GetStats();
   {

@@ -16,6 +16,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <cstring>
 #include <ostream>
 
 #include "heapprof/api.hpp"
@@ -53,13 +54,25 @@ inline void AttachProgramLabels(const ProgramLabels* program) noexcept {
   g_program_labels.compare_exchange_strong(none, program, std::memory_order_acq_rel);
 }
 
+// Stats for the version-1 slot (EngineStatsV1), and whole for get_stats_into.
+inline EngineStatsV1 PreloadGetStatsV1() noexcept {
+  const Stats s = ::heapprof::GetStats();
+  EngineStatsV1 v1;
+  std::memcpy(&v1, &s, sizeof v1);
+  return v1;
+}
+inline void PreloadGetStatsInto(Stats* out, std::size_t size) noexcept {
+  const Stats s = ::heapprof::GetStats();
+  std::memcpy(out, &s, size < sizeof s ? size : sizeof s);
+}
+
 inline const EngineApi g_preload_engine_api = {
-    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
+    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &PreloadGetStatsV1,
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
     &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
     &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
     &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
-    &EngineHttpServerFailure, &g_preload_forwarded_new, &AttachProgramLabels,
+    &EngineHttpServerFailure, &g_preload_forwarded_new, &AttachProgramLabels, &PreloadGetStatsInto,
 };
 
 }  // namespace detail
