@@ -593,6 +593,7 @@ inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
       std::uint64_t word;
       std::memcpy(&word, p + i, sizeof word);
       h = (h ^ word) * 1099511628211ull;
+      h ^= h >> 32;  // (a multiply carries only upwards: the words' high halves reach the low half too)
     }
     for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
     out.fingerprint = h;
