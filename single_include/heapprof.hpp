@@ -4947,9 +4947,14 @@ namespace detail {
 // its end (checked: page-aligned, above hi, the 8 bytes between zero; not so
 // under valgrind, which builds the stack its own way); lo is the soft RLIMIT_STACK
 // below that end. glibc also caps the size at the mapping below, which it
-// reads from the maps file: taken only for a limit of at most 1 GiB (the
-// kernel keeps its mmap area more than the limit below the stack), else
-// pthread_getattr_np.
+// reads from the maps file: taken only for a limit of at most 128 MiB, the
+// least gap the kernel leaves between the stack's top and its mmap area
+// whatever the limit was at exec (the gap follows that limit, not one a
+// setrlimit raised later: with ASLR off, as under gdb, a limit raised to 1 GiB
+// gave a lo 1 GiB down, across ld.so's mappings, where glibc's stops at
+// them), else pthread_getattr_np. And only when the caller's frame lies in
+// [lo, hi): the child of a fork from another thread has the pid as its tid,
+// and the forking thread's stack (not this one) as its own.
 extern "C" void* __libc_stack_end __attribute__((__weak__));
 inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
 #if defined(__GLIBC__) && defined(__linux__)
@@ -4958,7 +4963,7 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   const auto* execfn = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
   rlimit rl{};
   if (page <= 0 || execfn == nullptr || ::getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-      rl.rlim_cur > (rlim_t{1} << 30)) {
+      rl.rlim_cur > (rlim_t{128} << 20)) {
     return false;
   }
   const auto mask = static_cast<std::uintptr_t>(page) - 1;
@@ -4972,6 +4977,8 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
   if (marker != 0) return false;
   const std::uintptr_t size = (rl.rlim_cur - (end - top)) & ~mask;
   if (size == 0 || size > top) return false;
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (sp < top - size || sp >= top) return false;
   lo = top - size;
   hi = top;
   return true;
@@ -7472,6 +7479,7 @@ inline bool DescribeObject(const dl_phdr_info& info, ObjectInfo& out) noexcept {
       std::uint64_t word;
       std::memcpy(&word, p + i, sizeof word);
       h = (h ^ word) * 1099511628211ull;
+      h ^= h >> 32;  // (a multiply carries only upwards: the words' high halves reach the low half too)
     }
     for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
     out.fingerprint = h;
@@ -22185,6 +22193,7 @@ inline void ReportHooksNotInEffect(const char* symbol, const char* hooks, unsign
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <link.h>
 #include <ostream>
@@ -22199,12 +22208,22 @@ namespace detail {
 // What libheapprof_preload.so offers a program that compiled heapprof in too
 // (6_serving/preload_engine.hpp). Plain function pointers, versioned: the two
 // copies may come from different heapprof releases.
+// Stats as every version-1 library's get_stats returns it, by value: its
+// fields up to samples_skipped_nested. Its size is part of that slot's ABI
+// and never changes (Stats grows at its end; a Stats returned there by a
+// library newer than the program wrote past the program's return slot, an
+// older one left the new fields unset): newer fields come through
+// get_stats_into.
+struct EngineStatsV1 {
+  std::uint64_t fields[17];
+};
+static_assert(sizeof(EngineStatsV1) == offsetof(Stats, unwind_one_fde_lookups), "the version-1 slot's layout");
 struct EngineApi {
   std::uint32_t version;  // kEngineApiVersion
   std::uint32_t size;     // sizeof(EngineApi) of the library
   void (*set_sample_rate)(std::size_t) noexcept;
   std::size_t (*get_sample_rate)() noexcept;
-  Stats (*get_stats)() noexcept;
+  EngineStatsV1 (*get_stats)() noexcept;
   bool (*write_stream)(std::ostream& out, bool allocs);
   bool (*write_path)(const char* path, bool allocs);
   void (*set_unwinder)(Unwinder) noexcept;
@@ -22229,6 +22248,9 @@ struct EngineApi {
   // program's: the library keeps the pointer.
   const ForwardedNew* forwarded_new;
   void (*attach_program_labels)(const ProgramLabels* program_labels) noexcept;
+  // The library's Stats, its first `size` bytes at most (the caller's
+  // sizeof(Stats)); fields it lacks stay as they were.
+  void (*get_stats_into)(Stats* out, std::size_t size) noexcept;
 };
 // A library's table has the members up to and including `member` when its
 // size covers them.
@@ -22269,7 +22291,16 @@ std::size_t GetSampleRate() noexcept {
 }
 
 Stats GetStats() noexcept {
-  if (const detail::EngineApi* e = detail::ExternalEngine()) return e->get_stats();
+  if (const detail::EngineApi* e = detail::ExternalEngine()) {
+    Stats s{};
+    if (HEAPPROF_ENGINE_HAS(e, get_stats_into) && e->get_stats_into != nullptr) {
+      e->get_stats_into(&s, sizeof s);
+    } else {
+      const detail::EngineStatsV1 v1 = e->get_stats();
+      std::memcpy(&s, &v1, sizeof v1);
+    }
+    return s;
+  }
   detail::ReentrancyGuard guard;
   const detail::Totals t = detail::g_registry.Sum();
   Stats s{};
@@ -23764,6 +23795,7 @@ HEAPPROF_DETAIL_HOOK void operator delete[](void* p, std::align_val_t, const std
 
 #include <dlfcn.h>
 #include <link.h>
+#include <cstring>
 #include <ostream>
 
 
@@ -23796,13 +23828,25 @@ inline void AttachProgramLabels(const ProgramLabels* program) noexcept {
   g_program_labels.compare_exchange_strong(none, program, std::memory_order_acq_rel);
 }
 
+// Stats for the version-1 slot (EngineStatsV1), and whole for get_stats_into.
+inline EngineStatsV1 PreloadGetStatsV1() noexcept {
+  const Stats s = ::heapprof::GetStats();
+  EngineStatsV1 v1;
+  std::memcpy(&v1, &s, sizeof v1);
+  return v1;
+}
+inline void PreloadGetStatsInto(Stats* out, std::size_t size) noexcept {
+  const Stats s = ::heapprof::GetStats();
+  std::memcpy(out, &s, size < sizeof s ? size : sizeof s);
+}
+
 inline const EngineApi g_preload_engine_api = {
-    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &GetStats,
+    kEngineApiVersion,      sizeof(EngineApi), &SetSampleRate,       &GetSampleRate, &PreloadGetStatsV1,
     &PreloadWriteStream,    &PreloadWritePath, &SetUnwinder,         &GetUnwinder,
     &PreloadWritePeakStream, &PreloadWritePeakPath, &ResetPeak,
     &PreloadWriteRetentionStream, &PreloadWriteRetentionPath,
     &EngineStartHttpServer, &EngineStopHttpServer, &EngineHttpServerPort, &EngineHttpServerError,
-    &EngineHttpServerFailure, &g_preload_forwarded_new, &AttachProgramLabels,
+    &EngineHttpServerFailure, &g_preload_forwarded_new, &AttachProgramLabels, &PreloadGetStatsInto,
 };
 
 }  // namespace detail
