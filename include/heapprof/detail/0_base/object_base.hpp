@@ -8,25 +8,13 @@
 namespace heapprof {
 namespace detail {
 
-// The start of the loaded object that holds `addr` (dladdr's dli_fbase), or
-// nullptr. glibc 2.35's _dl_find_object answers from the loader's sorted
-// table; dladdr also searches the object's symbols for the nearest one:
-// ~80,000 instructions for an address in libc, and start-up asked 12 times
-// (0.9M instructions, a third of a small program's whole run). dladdr stays
-// the fallback (older glibc, an object the table does not hold yet).
-inline const void* ObjectBaseOf(const void* addr) noexcept {
-#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
-#if __GLIBC_PREREQ(2, 35)
-  dl_find_object found;
-  if (_dl_find_object(const_cast<void*>(addr), &found) == 0) return found.dlfo_map_start;
-#endif
-#endif
-  Dl_info info{};
-  return dladdr(addr, &info) != 0 ? info.dli_fbase : nullptr;
-}
-
-// The object that holds `addr`: its start (as ObjectBaseOf) and its link
-// map (dladdr1's RTLD_DL_LINKMAP), the same way. False if none.
+// The loaded object that holds `addr`: its start and its link map (dladdr1's
+// dli_fbase and RTLD_DL_LINKMAP). False if none. glibc 2.35's
+// _dl_find_object answers from the loader's sorted table; dladdr also
+// searches the object's symbols for the nearest one: ~80,000 instructions
+// for an address in libc, and start-up asked 12 times (0.9M instructions, a
+// third of a small program's whole run). dladdr1 stays the fallback (older
+// glibc, an object the table does not hold yet).
 inline bool ObjectMapOf(const void* addr, const void*& base, link_map*& map) noexcept {
 #if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
 #if __GLIBC_PREREQ(2, 35)
@@ -43,6 +31,13 @@ inline bool ObjectMapOf(const void* addr, const void*& base, link_map*& map) noe
   if (dladdr1(addr, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) return false;
   base = info.dli_fbase;
   return base != nullptr;
+}
+
+// The start of the object that holds `addr` (dladdr's dli_fbase), or nullptr.
+inline const void* ObjectBaseOf(const void* addr) noexcept {
+  const void* base = nullptr;
+  link_map* map = nullptr;
+  return ObjectMapOf(addr, base, map) ? base : nullptr;
 }
 
 // The file name of the object that holds `addr` (dladdr's dli_fname: the

@@ -155,13 +155,6 @@ void ForkChild() noexcept;
 // Set on the thread running EnsureInit's start-up, while it runs.
 inline thread_local bool tls_initialising HEAPPROF_TLS_MODEL = false;
 
-// glibc's pthread_getattr_np itself (DeferRegistration), looked up once: in
-// a non-PIE executable &pthread_getattr_np is the executable's PLT stub, and
-// a thread whose first allocation was inside glibc's hung (the realloc there
-// registered it, and registration calls pthread_getattr_np, whose lock that
-// thread held). 0 until EnsureInit, or if the lookup failed.
-inline std::atomic<std::uintptr_t> g_getattr_np{0};
-
 inline void EnsureInit() noexcept {
   if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
@@ -174,9 +167,8 @@ inline void EnsureInit() noexcept {
     // thread's last failed one, and DetectBlockSize's failed lookups leave
     // one (freed here, it moved a free into the program's own counts: one
     // live object short in one_engine under tcmalloc, test_preload.cpp).
-    void* getattr = dlsym(RTLD_NEXT, "pthread_getattr_np");
-    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(getattr), std::memory_order_relaxed);
-    g_getattr_np_fn.store(reinterpret_cast<int (*)(pthread_t, pthread_attr_t*)>(getattr), std::memory_order_relaxed);
+    g_getattr_np.store(reinterpret_cast<GetattrFn>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
+                       std::memory_order_relaxed);
 #endif
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
@@ -483,7 +475,7 @@ inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
   const auto near = [at, deferred](std::uintptr_t getattr) {
     return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
   };
-  const std::uintptr_t in_libc = g_getattr_np.load(std::memory_order_relaxed);
+  const auto in_libc = reinterpret_cast<std::uintptr_t>(g_getattr_np.load(std::memory_order_relaxed));
   const auto getattr = in_libc != 0 ? in_libc : reinterpret_cast<std::uintptr_t>(&pthread_getattr_np);
   if (InAllocatorCode(hook_return) && !InAllocatorCode(reinterpret_cast<const void*>(getattr))) return true;
   return near(reinterpret_cast<std::uintptr_t>(&pthread_getattr_np)) || (in_libc != 0 && near(in_libc));

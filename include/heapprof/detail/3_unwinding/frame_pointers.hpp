@@ -87,9 +87,17 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
 // 16 KiB stack overflowed it. (The main thread's registration, which bound
 // them, no longer calls pthread_getattr_np: MainStackBounds.)
 // Also this object's own PLT slots of the calls CurrentStackBounds makes
-// (pthread_getattr_np itself is called through the address EnsureInit looked
-// up, g_getattr_np_fn, when there is one: no slot).
-inline std::atomic<int (*)(pthread_t, pthread_attr_t*)> g_getattr_np_fn{nullptr};
+// (pthread_getattr_np itself is called through g_getattr_np when it is
+// known: no slot).
+//
+// glibc's pthread_getattr_np itself, looked up once (EnsureInit): in a
+// non-PIE executable &pthread_getattr_np is the executable's PLT stub, and
+// a thread whose first allocation was inside glibc's hung (the realloc there
+// registered it, and registration calls pthread_getattr_np, whose lock that
+// thread held: engine.hpp, DeferRegistration). Null until EnsureInit, or if
+// the lookup failed.
+using GetattrFn = int (*)(pthread_t, pthread_attr_t*);
+inline std::atomic<GetattrFn> g_getattr_np{nullptr};
 inline void BindStackBoundsCalls() noexcept {
 #if defined(__GLIBC__) && defined(__linux__)
   pthread_attr_t attr;
@@ -115,7 +123,7 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
   if (::syscall(SYS_gettid) == ::getpid() && MainStackBounds(lo, hi)) return;
 #endif
   pthread_attr_t attr;
-  int (*getattr)(pthread_t, pthread_attr_t*) = g_getattr_np_fn.load(std::memory_order_relaxed);
+  GetattrFn getattr = g_getattr_np.load(std::memory_order_relaxed);
   if (getattr == nullptr) getattr = &pthread_getattr_np;
   if (getattr(pthread_self(), &attr) != 0) return;
   void* addr = nullptr;

@@ -126,6 +126,10 @@ inline constexpr Table kNoTable{};
 // One loaded object. Identity is (bias, lo, hi, hdr, eh_frame, fingerprint):
 // a dlopen that lands where a dlclose'd object was gets a new Object unless it
 // is byte-for-byte the same .eh_frame_hdr (then the old table is still right).
+// An object's lazy budget before its first one-FDE lookup tells its FDE
+// count (LazyBudget).
+constexpr std::uint32_t kLazyBudgetUnknown = ~std::uint32_t{0};
+
 struct Object {
   std::uintptr_t lo = 0;  // executable PT_LOAD segments, [lo, hi)
   std::uintptr_t hi = 0;
@@ -139,7 +143,7 @@ struct Object {
   // Until then, an object answers one FDE at a time (LazyRuleAt), counted,
   // while lazy_lookups < lazy_budget (LazyBudget; unknown before the first).
   std::atomic<std::uint32_t> lazy_lookups{0};
-  std::atomic<std::uint32_t> lazy_budget{~std::uint32_t{0}};
+  std::atomic<std::uint32_t> lazy_budget{kLazyBudgetUnknown};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
 };
@@ -704,11 +708,17 @@ struct BuildRequest {
   bool found;
 };
 
+// Whether the loader's `info` is `o` (a callback's test: the load address
+// first, which skips the others without DescribeObject's fingerprint).
+inline bool IsObject(const dl_phdr_info& info, const Object& o) noexcept {
+  if (info.dlpi_addr != o.bias) return false;
+  ObjectInfo oi;
+  return DescribeObject(info, oi) && SameObject(o, oi);
+}
+
 inline int BuildCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   auto& req = *static_cast<BuildRequest*>(data);
-  if (info->dlpi_addr != req.object->bias) return 0;  // (not it: skip DescribeObject's fingerprint)
-  ObjectInfo oi;
-  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  if (!IsObject(*info, *req.object)) return 0;
   req.found = true;
   // Lock order: loader lock (held by dl_iterate_phdr), then g_lock, then the
   // arena's. g_lock is never held while calling into the loader.
@@ -763,11 +773,9 @@ inline const Table* EnsureTable(Object* o) noexcept {
 constexpr std::uint64_t kLazyMinFdes = 256;
 inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
 inline std::atomic<std::uint32_t> g_lazy_budget_min{0};
-// An object's budget before its first one-FDE lookup tells its FDE count.
-constexpr std::uint32_t kLazyBudgetUnknown = ~std::uint32_t{0};
 
 inline std::uint32_t LazyBudget(std::uint64_t fdes) noexcept {
-  std::uint64_t budget = fdes / 5 * 2 + fdes % 5 * 2 / 5;  // 2/5 of fdes, rounded down
+  std::uint64_t budget = fdes * 2 / 5;  // (fdes: at most a quarter of .eh_frame_hdr's size)
   const std::uint64_t min = g_lazy_budget_min.load(std::memory_order_relaxed);
   if (budget < min) budget = min;
   return budget < kLazyBudgetUnknown ? static_cast<std::uint32_t>(budget) : kLazyBudgetUnknown - 1;
@@ -783,9 +791,7 @@ struct LazyRequest {
 
 inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   auto& req = *static_cast<LazyRequest*>(data);
-  if (info->dlpi_addr != req.object->bias) return 0;  // (not it: skip DescribeObject's fingerprint)
-  ObjectInfo oi;
-  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  if (!IsObject(*info, *req.object)) return 0;
   req.found = true;
   eh::Source src;
   if (!SourceOf(*info, *req.object, src)) {
