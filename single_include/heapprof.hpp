@@ -2491,25 +2491,13 @@ inline ArenaString FormatBytes(double bytes) {
 namespace heapprof {
 namespace detail {
 
-// The start of the loaded object that holds `addr` (dladdr's dli_fbase), or
-// nullptr. glibc 2.35's _dl_find_object answers from the loader's sorted
-// table; dladdr also searches the object's symbols for the nearest one:
-// ~80,000 instructions for an address in libc, and start-up asked 12 times
-// (0.9M instructions, a third of a small program's whole run). dladdr stays
-// the fallback (older glibc, an object the table does not hold yet).
-inline const void* ObjectBaseOf(const void* addr) noexcept {
-#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
-#if __GLIBC_PREREQ(2, 35)
-  dl_find_object found;
-  if (_dl_find_object(const_cast<void*>(addr), &found) == 0) return found.dlfo_map_start;
-#endif
-#endif
-  Dl_info info{};
-  return dladdr(addr, &info) != 0 ? info.dli_fbase : nullptr;
-}
-
-// The object that holds `addr`: its start (as ObjectBaseOf) and its link
-// map (dladdr1's RTLD_DL_LINKMAP), the same way. False if none.
+// The loaded object that holds `addr`: its start and its link map (dladdr1's
+// dli_fbase and RTLD_DL_LINKMAP). False if none. glibc 2.35's
+// _dl_find_object answers from the loader's sorted table; dladdr also
+// searches the object's symbols for the nearest one: ~80,000 instructions
+// for an address in libc, and start-up asked 12 times (0.9M instructions, a
+// third of a small program's whole run). dladdr1 stays the fallback (older
+// glibc, an object the table does not hold yet).
 inline bool ObjectMapOf(const void* addr, const void*& base, link_map*& map) noexcept {
 #if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
 #if __GLIBC_PREREQ(2, 35)
@@ -2526,6 +2514,13 @@ inline bool ObjectMapOf(const void* addr, const void*& base, link_map*& map) noe
   if (dladdr1(addr, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) return false;
   base = info.dli_fbase;
   return base != nullptr;
+}
+
+// The start of the object that holds `addr` (dladdr's dli_fbase), or nullptr.
+inline const void* ObjectBaseOf(const void* addr) noexcept {
+  const void* base = nullptr;
+  link_map* map = nullptr;
+  return ObjectMapOf(addr, base, map) ? base : nullptr;
 }
 
 // The file name of the object that holds `addr` (dladdr's dli_fname: the
@@ -4998,9 +4993,17 @@ inline bool MainStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept {
 // 16 KiB stack overflowed it. (The main thread's registration, which bound
 // them, no longer calls pthread_getattr_np: MainStackBounds.)
 // Also this object's own PLT slots of the calls CurrentStackBounds makes
-// (pthread_getattr_np itself is called through the address EnsureInit looked
-// up, g_getattr_np_fn, when there is one: no slot).
-inline std::atomic<int (*)(pthread_t, pthread_attr_t*)> g_getattr_np_fn{nullptr};
+// (pthread_getattr_np itself is called through g_getattr_np when it is
+// known: no slot).
+//
+// glibc's pthread_getattr_np itself, looked up once (EnsureInit): in a
+// non-PIE executable &pthread_getattr_np is the executable's PLT stub, and
+// a thread whose first allocation was inside glibc's hung (the realloc there
+// registered it, and registration calls pthread_getattr_np, whose lock that
+// thread held: engine.hpp, DeferRegistration). Null until EnsureInit, or if
+// the lookup failed.
+using GetattrFn = int (*)(pthread_t, pthread_attr_t*);
+inline std::atomic<GetattrFn> g_getattr_np{nullptr};
 inline void BindStackBoundsCalls() noexcept {
 #if defined(__GLIBC__) && defined(__linux__)
   pthread_attr_t attr;
@@ -5026,7 +5029,7 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
   if (::syscall(SYS_gettid) == ::getpid() && MainStackBounds(lo, hi)) return;
 #endif
   pthread_attr_t attr;
-  int (*getattr)(pthread_t, pthread_attr_t*) = g_getattr_np_fn.load(std::memory_order_relaxed);
+  GetattrFn getattr = g_getattr_np.load(std::memory_order_relaxed);
   if (getattr == nullptr) getattr = &pthread_getattr_np;
   if (getattr(pthread_self(), &attr) != 0) return;
   void* addr = nullptr;
@@ -7012,6 +7015,10 @@ inline constexpr Table kNoTable{};
 // One loaded object. Identity is (bias, lo, hi, hdr, eh_frame, fingerprint):
 // a dlopen that lands where a dlclose'd object was gets a new Object unless it
 // is byte-for-byte the same .eh_frame_hdr (then the old table is still right).
+// An object's lazy budget before its first one-FDE lookup tells its FDE
+// count (LazyBudget).
+constexpr std::uint32_t kLazyBudgetUnknown = ~std::uint32_t{0};
+
 struct Object {
   std::uintptr_t lo = 0;  // executable PT_LOAD segments, [lo, hi)
   std::uintptr_t hi = 0;
@@ -7025,7 +7032,7 @@ struct Object {
   // Until then, an object answers one FDE at a time (LazyRuleAt), counted,
   // while lazy_lookups < lazy_budget (LazyBudget; unknown before the first).
   std::atomic<std::uint32_t> lazy_lookups{0};
-  std::atomic<std::uint32_t> lazy_budget{~std::uint32_t{0}};
+  std::atomic<std::uint32_t> lazy_budget{kLazyBudgetUnknown};
   Object* next_retired = nullptr;              // reclamation (under g_lock)
   std::uint64_t retired_epoch = 0;
 };
@@ -7590,11 +7597,17 @@ struct BuildRequest {
   bool found;
 };
 
+// Whether the loader's `info` is `o` (a callback's test: the load address
+// first, which skips the others without DescribeObject's fingerprint).
+inline bool IsObject(const dl_phdr_info& info, const Object& o) noexcept {
+  if (info.dlpi_addr != o.bias) return false;
+  ObjectInfo oi;
+  return DescribeObject(info, oi) && SameObject(o, oi);
+}
+
 inline int BuildCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   auto& req = *static_cast<BuildRequest*>(data);
-  if (info->dlpi_addr != req.object->bias) return 0;  // (not it: skip DescribeObject's fingerprint)
-  ObjectInfo oi;
-  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  if (!IsObject(*info, *req.object)) return 0;
   req.found = true;
   // Lock order: loader lock (held by dl_iterate_phdr), then g_lock, then the
   // arena's. g_lock is never held while calling into the loader.
@@ -7649,11 +7662,9 @@ inline const Table* EnsureTable(Object* o) noexcept {
 constexpr std::uint64_t kLazyMinFdes = 256;
 inline std::atomic<std::uint64_t> g_lazy_min_fdes{kLazyMinFdes};
 inline std::atomic<std::uint32_t> g_lazy_budget_min{0};
-// An object's budget before its first one-FDE lookup tells its FDE count.
-constexpr std::uint32_t kLazyBudgetUnknown = ~std::uint32_t{0};
 
 inline std::uint32_t LazyBudget(std::uint64_t fdes) noexcept {
-  std::uint64_t budget = fdes / 5 * 2 + fdes % 5 * 2 / 5;  // 2/5 of fdes, rounded down
+  std::uint64_t budget = fdes * 2 / 5;  // (fdes: at most a quarter of .eh_frame_hdr's size)
   const std::uint64_t min = g_lazy_budget_min.load(std::memory_order_relaxed);
   if (budget < min) budget = min;
   return budget < kLazyBudgetUnknown ? static_cast<std::uint32_t>(budget) : kLazyBudgetUnknown - 1;
@@ -7669,9 +7680,7 @@ struct LazyRequest {
 
 inline int LazyCallback(dl_phdr_info* info, std::size_t, void* data) noexcept {
   auto& req = *static_cast<LazyRequest*>(data);
-  if (info->dlpi_addr != req.object->bias) return 0;  // (not it: skip DescribeObject's fingerprint)
-  ObjectInfo oi;
-  if (!DescribeObject(*info, oi) || !SameObject(*req.object, oi)) return 0;
+  if (!IsObject(*info, *req.object)) return 0;
   req.found = true;
   eh::Source src;
   if (!SourceOf(*info, *req.object, src)) {
@@ -8958,13 +8967,6 @@ void ForkChild() noexcept;
 // Set on the thread running EnsureInit's start-up, while it runs.
 inline thread_local bool tls_initialising HEAPPROF_TLS_MODEL = false;
 
-// glibc's pthread_getattr_np itself (DeferRegistration), looked up once: in
-// a non-PIE executable &pthread_getattr_np is the executable's PLT stub, and
-// a thread whose first allocation was inside glibc's hung (the realloc there
-// registered it, and registration calls pthread_getattr_np, whose lock that
-// thread held). 0 until EnsureInit, or if the lookup failed.
-inline std::atomic<std::uintptr_t> g_getattr_np{0};
-
 inline void EnsureInit() noexcept {
   if (HEAPPROF_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
@@ -8977,9 +8979,8 @@ inline void EnsureInit() noexcept {
     // thread's last failed one, and DetectBlockSize's failed lookups leave
     // one (freed here, it moved a free into the program's own counts: one
     // live object short in one_engine under tcmalloc, test_preload.cpp).
-    void* getattr = dlsym(RTLD_NEXT, "pthread_getattr_np");
-    g_getattr_np.store(reinterpret_cast<std::uintptr_t>(getattr), std::memory_order_relaxed);
-    g_getattr_np_fn.store(reinterpret_cast<int (*)(pthread_t, pthread_attr_t*)>(getattr), std::memory_order_relaxed);
+    g_getattr_np.store(reinterpret_cast<GetattrFn>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
+                       std::memory_order_relaxed);
 #endif
     DetectBlockSize();
     if (&heapprof_detail_engine_role != nullptr) heapprof_detail_engine_role();
@@ -9286,7 +9287,7 @@ inline bool DeferRegistration(const void* hook_return, bool deferred) noexcept {
   const auto near = [at, deferred](std::uintptr_t getattr) {
     return at - getattr < 4096 || (deferred && at + kNear - getattr < 2 * kNear);
   };
-  const std::uintptr_t in_libc = g_getattr_np.load(std::memory_order_relaxed);
+  const auto in_libc = reinterpret_cast<std::uintptr_t>(g_getattr_np.load(std::memory_order_relaxed));
   const auto getattr = in_libc != 0 ? in_libc : reinterpret_cast<std::uintptr_t>(&pthread_getattr_np);
   if (InAllocatorCode(hook_return) && !InAllocatorCode(reinterpret_cast<const void*>(getattr))) return true;
   return near(reinterpret_cast<std::uintptr_t>(&pthread_getattr_np)) || (in_libc != 0 && near(in_libc));
