@@ -10,10 +10,14 @@
 //    rule cache's guesses mostly miss; every stack is interned beforehand.
 //  - the hidden costs: the first sample of the process (the objects on its
 //    stack answer one FDE at a time: their tables are built later, if the
-//    process keeps sampling them), and the stack a sample takes below
-//    the allocating function (painted and scanned), first and warm.
+//    process keeps sampling them) and its first-touch page faults, and the
+//    stack a sample takes below the allocating function (painted and
+//    scanned): the first, the same stack again (warm), and a stack with a
+//    return address new to the rule cache (its rule found one FDE at a time).
 #define HEAPPROF_REPLACE_NEW_DELETE
 #include <heapprof.hpp>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -79,7 +83,14 @@ constexpr unsigned char kPaint = 0xa5;
 struct StackUse {
   std::size_t bytes = 0;
   double ns = 0;
+  long page_faults = 0;  // minor faults during the allocation (first touches)
 };
+
+long MinorFaults() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
 
 __attribute__((noinline)) void Paint(unsigned char* lo, std::size_t n) { std::memset(lo, kPaint, n); }
 
@@ -88,15 +99,17 @@ __attribute__((noinline)) StackUse AllocPainted() {
   const auto sp = reinterpret_cast<std::uintptr_t>(&here) & ~std::uintptr_t{15};
   auto* lo = reinterpret_cast<unsigned char*>(sp - kPainted);
   Paint(lo, kPainted - 512);  // memset's own frame stays in the margin
+  const long f0 = MinorFaults();
   const auto t0 = Clock::now();
   char* p = new char[64];
   const auto t1 = Clock::now();
+  const long f1 = MinorFaults();
   g_sink = p;
   const unsigned char* a = lo;
   while (a < reinterpret_cast<const unsigned char*>(sp) && *a == kPaint) ++a;
   delete[] p;
   return {static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(sp) - a),
-          std::chrono::duration<double, std::nano>(t1 - t0).count()};
+          std::chrono::duration<double, std::nano>(t1 - t0).count(), f1 - f0};
 }
 
 template <class F>
@@ -162,11 +175,24 @@ int main(int argc, char** argv) {
 #endif
   // main + libc start frames sit below: recurse depth-3 to get ~depth frames.
   // First, before anything was sampled: the process's first sample (table
-  // unwinder, the default), then a warm one, with their stack use.
+  // unwinder, the default), then the same stack again (warm: every rule in
+  // the cache), with their stack use; then a stack with new return addresses
+  // (another instantiation of AtDepth, another call site in main) in an
+  // object whose rules are still found one FDE at a time.
   heapprof::SetSampleRate(1);
-  const StackUse first = AtDepth(depth - 3, [] { return AllocPainted(); });
-  const StackUse warm = AtDepth(depth - 3, [] { return AllocPainted(); });
+  const auto painted = [] { return AllocPainted(); };
+  StackUse twice[2];
+  for (int i = 0; i < 2; ++i) {
+    asm volatile("" : "+r"(i));  // not unrolled: one call site, the same return addresses
+    twice[i] = AtDepth(depth - 3, painted);
+  }
+  // (The warm sample finds every rule in the cache: the counts are the first's.)
   const heapprof::detail::UnwindTableStats st = heapprof::detail::GetUnwindTableStats();
+  const StackUse& first = twice[0];
+  const StackUse& warm = twice[1];
+  const std::uint64_t lazy_before = heapprof::detail::GetUnwindTableStats().lazy_lookups;
+  const StackUse new_pcs = AtDepth(depth - 3, [] { return AllocPainted(); });
+  const std::uint64_t lazy_new = heapprof::detail::GetUnwindTableStats().lazy_lookups - lazy_before;
   int frames = 0;
   const double unwind = AtDepth(depth - 3, [&] { return UnwindHere(kPairsPerBatch, &frames); });
   heapprof::SetSampleRate(0);
@@ -188,10 +214,12 @@ int main(int argc, char** argv) {
               frames, unwind, unwind / frames, off, all_fp, all_fp - off, all_table, all_table - off,
               all_stepped - off);
   std::printf("first_sample_us %.1f (%llu rules found one FDE at a time; tables built: %llu objects, %llu rows,"
-              " %.2f ms of it)\nfirst_sample_stack_bytes %zu\nwarm_sample_stack_bytes %zu\n",
+              " %.2f ms of it)\nfirst_sample_page_faults %ld\nfirst_sample_stack_bytes %zu\n"
+              "warm_sample_stack_bytes %zu (the same stack again: every rule cached)\n"
+              "new_pc_sample_stack_bytes %zu (%llu rules found one FDE at a time: return addresses new to the cache)\n",
               first.ns / 1000.0, static_cast<unsigned long long>(st.lazy_lookups),
               static_cast<unsigned long long>(st.objects), static_cast<unsigned long long>(st.rows), st.build_ms,
-              first.bytes, warm.bytes);
+              first.page_faults, first.bytes, warm.bytes, new_pcs.bytes, static_cast<unsigned long long>(lazy_new));
 #if defined(__GNUC__) && !defined(__clang__)
   ReportRandomStacks(depth);
 #endif
