@@ -72,7 +72,11 @@ struct Bucket {
 // it to the slow path, which reads the block's real size.
 inline Bucket g_dropped_sample_bucket{};
 
-class BucketTable {
+// Lines of its own (alignas): every sample writes its lock. Sharing a line
+// with the flags each sample reads (g_unwinder and the walk's switches), it
+// made every sample of two threads recording every allocation wait for that
+// line (bench_lazy_threads).
+class alignas(64) BucketTable {
  public:
   constexpr BucketTable() noexcept = default;
 

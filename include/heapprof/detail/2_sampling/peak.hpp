@@ -83,8 +83,13 @@ struct PeakInfo {
   std::uint64_t inuse_now = 0;     // the estimate right now
 };
 
-// The estimated in-use heap, shared by every window.
-inline std::atomic<std::uint64_t> g_inuse_estimate{0};
+// The estimated in-use heap, shared by every window. On a line of its own:
+// every sample and every sampled free write it, and every sample reads the
+// peak trackers' fields, which shared its line.
+struct alignas(64) InuseEstimate {
+  std::atomic<std::uint64_t> bytes{0};
+};
+inline InuseEstimate g_inuse_estimate;
 
 // One window's peak: its highest estimate and the snapshot taken on the way.
 class PeakTracker {
@@ -103,7 +108,7 @@ class PeakTracker {
   // A new window that starts at the heap as it is now.
   void Reset() noexcept {
     Held hold(*this);
-    const std::uint64_t now = g_inuse_estimate.load(std::memory_order_relaxed);
+    const std::uint64_t now = g_inuse_estimate.bytes.load(std::memory_order_relaxed);
     window_nanos_ = RealtimeNanos();
     snapshots_ = 0;
     max_.store(now, std::memory_order_relaxed);
@@ -121,12 +126,12 @@ class PeakTracker {
     info.max_bytes = max_.load(std::memory_order_relaxed);
     info.window_nanos = window_nanos_;
     info.snapshots = snapshots_;
-    info.inuse_now = g_inuse_estimate.load(std::memory_order_relaxed);
+    info.inuse_now = g_inuse_estimate.bytes.load(std::memory_order_relaxed);
     return count_;
   }
   std::size_t Count() const noexcept { return count_published_.load(std::memory_order_relaxed); }
 
-  std::uint64_t InuseEstimate() const noexcept { return g_inuse_estimate.load(std::memory_order_relaxed); }
+  std::uint64_t InuseEstimate() const noexcept { return g_inuse_estimate.bytes.load(std::memory_order_relaxed); }
   std::size_t BufferBytes() const noexcept { return cap_published_.load(std::memory_order_relaxed) * sizeof(BucketCounts); }
 
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
@@ -174,9 +179,9 @@ class PeakTracker {
     for (;;) {
       lock_.unlock();
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (g_inuse_estimate.load(std::memory_order_relaxed) <= next_mark_.load(std::memory_order_relaxed)) return;
+      if (g_inuse_estimate.bytes.load(std::memory_order_relaxed) <= next_mark_.load(std::memory_order_relaxed)) return;
       if (!lock_.try_lock()) return;  // the new holder catches up in its turn
-      const std::uint64_t now = g_inuse_estimate.load(std::memory_order_relaxed);
+      const std::uint64_t now = g_inuse_estimate.bytes.load(std::memory_order_relaxed);
       if (now > next_mark_.load(std::memory_order_relaxed)) SnapshotLocked(now);
     }
   }
@@ -250,7 +255,7 @@ inline std::atomic<bool> g_window_peak_open{false};
 // The sampled path, after the bucket counted the allocation.
 inline void CountSampledPeak(const Bucket* b) noexcept {
   const std::uint64_t w = SampleWeight(b);
-  const std::uint64_t now = g_inuse_estimate.fetch_add(w, std::memory_order_relaxed) + w;
+  const std::uint64_t now = g_inuse_estimate.bytes.fetch_add(w, std::memory_order_relaxed) + w;
   g_peak.Observe(now);
   if (HEAPPROF_UNLIKELY(g_window_peak_open.load(std::memory_order_relaxed))) g_window_peak.Observe(now);
 }
@@ -260,7 +265,7 @@ inline void CountSampledPeak(const Bucket* b) noexcept {
 inline void CountSampledFree(Bucket* b) noexcept {
   if (b == &g_dropped_sample_bucket) return;  // never counted as sampled (buckets.hpp)
   b->frees.fetch_add(1, std::memory_order_relaxed);
-  g_inuse_estimate.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
+  g_inuse_estimate.bytes.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
 }
 
 }  // namespace detail
