@@ -3872,7 +3872,11 @@ struct Bucket {
 // it to the slow path, which reads the block's real size.
 inline Bucket g_dropped_sample_bucket{};
 
-class BucketTable {
+// Lines of its own (alignas): every sample writes its lock. Sharing a line
+// with the flags each sample reads (g_unwinder and the walk's switches), it
+// made every sample of two threads recording every allocation wait for that
+// line (bench_lazy_threads).
+class alignas(64) BucketTable {
  public:
   constexpr BucketTable() noexcept = default;
 
@@ -4124,8 +4128,13 @@ struct PeakInfo {
   std::uint64_t inuse_now = 0;     // the estimate right now
 };
 
-// The estimated in-use heap, shared by every window.
-inline std::atomic<std::uint64_t> g_inuse_estimate{0};
+// The estimated in-use heap, shared by every window. On a line of its own:
+// every sample and every sampled free write it, and every sample reads the
+// peak trackers' fields, which shared its line.
+struct alignas(64) InuseEstimate {
+  std::atomic<std::uint64_t> bytes{0};
+};
+inline InuseEstimate g_inuse_estimate;
 
 // One window's peak: its highest estimate and the snapshot taken on the way.
 class PeakTracker {
@@ -4144,7 +4153,7 @@ class PeakTracker {
   // A new window that starts at the heap as it is now.
   void Reset() noexcept {
     Held hold(*this);
-    const std::uint64_t now = g_inuse_estimate.load(std::memory_order_relaxed);
+    const std::uint64_t now = g_inuse_estimate.bytes.load(std::memory_order_relaxed);
     window_nanos_ = RealtimeNanos();
     snapshots_ = 0;
     max_.store(now, std::memory_order_relaxed);
@@ -4162,12 +4171,12 @@ class PeakTracker {
     info.max_bytes = max_.load(std::memory_order_relaxed);
     info.window_nanos = window_nanos_;
     info.snapshots = snapshots_;
-    info.inuse_now = g_inuse_estimate.load(std::memory_order_relaxed);
+    info.inuse_now = g_inuse_estimate.bytes.load(std::memory_order_relaxed);
     return count_;
   }
   std::size_t Count() const noexcept { return count_published_.load(std::memory_order_relaxed); }
 
-  std::uint64_t InuseEstimate() const noexcept { return g_inuse_estimate.load(std::memory_order_relaxed); }
+  std::uint64_t InuseEstimate() const noexcept { return g_inuse_estimate.bytes.load(std::memory_order_relaxed); }
   std::size_t BufferBytes() const noexcept { return cap_published_.load(std::memory_order_relaxed) * sizeof(BucketCounts); }
 
   SpinLock& lock() noexcept { return lock_; }  // for fork handlers
@@ -4215,9 +4224,9 @@ class PeakTracker {
     for (;;) {
       lock_.unlock();
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (g_inuse_estimate.load(std::memory_order_relaxed) <= next_mark_.load(std::memory_order_relaxed)) return;
+      if (g_inuse_estimate.bytes.load(std::memory_order_relaxed) <= next_mark_.load(std::memory_order_relaxed)) return;
       if (!lock_.try_lock()) return;  // the new holder catches up in its turn
-      const std::uint64_t now = g_inuse_estimate.load(std::memory_order_relaxed);
+      const std::uint64_t now = g_inuse_estimate.bytes.load(std::memory_order_relaxed);
       if (now > next_mark_.load(std::memory_order_relaxed)) SnapshotLocked(now);
     }
   }
@@ -4291,7 +4300,7 @@ inline std::atomic<bool> g_window_peak_open{false};
 // The sampled path, after the bucket counted the allocation.
 inline void CountSampledPeak(const Bucket* b) noexcept {
   const std::uint64_t w = SampleWeight(b);
-  const std::uint64_t now = g_inuse_estimate.fetch_add(w, std::memory_order_relaxed) + w;
+  const std::uint64_t now = g_inuse_estimate.bytes.fetch_add(w, std::memory_order_relaxed) + w;
   g_peak.Observe(now);
   if (HEAPPROF_UNLIKELY(g_window_peak_open.load(std::memory_order_relaxed))) g_window_peak.Observe(now);
 }
@@ -4301,7 +4310,7 @@ inline void CountSampledPeak(const Bucket* b) noexcept {
 inline void CountSampledFree(Bucket* b) noexcept {
   if (b == &g_dropped_sample_bucket) return;  // never counted as sampled (buckets.hpp)
   b->frees.fetch_add(1, std::memory_order_relaxed);
-  g_inuse_estimate.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
+  g_inuse_estimate.bytes.fetch_sub(SampleWeight(b), std::memory_order_relaxed);
 }
 
 }  // namespace detail
@@ -4481,16 +4490,16 @@ class LiveMap {
       if (e.key == 0) break;
       if (e.key == key && e.of_allocator() == of_allocator) {
         CountSampledFree(e.bucket());
-        if (e.bucket() == &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
+        if (e.bucket() == &g_dropped_sample_bucket) s.AddLive(1);
         e = Entry::Of(key, bucket, of_allocator);
-        if (bucket == &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
+        if (bucket == &g_dropped_sample_bucket) s.AddLive(-1);
         return true;
       }
     }
     s.entries[i] = Entry::Of(key, bucket, of_allocator);
     ++s.size;
     // (A dropped sample's object is not one the profile tracks: Stats::sampled_live_objects.)
-    if (bucket != &g_dropped_sample_bucket) live_.fetch_add(1, std::memory_order_relaxed);
+    if (bucket != &g_dropped_sample_bucket) s.AddLive(1);
     FilterAdd(p, +1);
     return true;
   }
@@ -4523,7 +4532,7 @@ class LiveMap {
       }
     }
     --s.size;
-    if (bucket != &g_dropped_sample_bucket) live_.fetch_sub(1, std::memory_order_relaxed);
+    if (bucket != &g_dropped_sample_bucket) s.AddLive(-1);
     FilterAdd(p, -1);
     return bucket;
   }
@@ -4532,7 +4541,12 @@ class LiveMap {
   // signal handler interrupting it can ask.
   bool HeldByThisThread(const void* p) noexcept { return tls_live_map.held_shard == &ShardOf(p); }
 
-  std::uint64_t LiveCount() const noexcept { return live_.load(std::memory_order_relaxed); }
+  // The shards' counts, each read without its lock (a sum of moments).
+  std::uint64_t LiveCount() const noexcept {
+    std::uint64_t total = 0;
+    for (const Shard& s : shards_) total += s.live.load(std::memory_order_relaxed);
+    return total;
+  }
 
   std::size_t MemoryBytes() noexcept {
     std::size_t total = 0;
@@ -4580,6 +4594,15 @@ class LiveMap {
     Entry* entries = nullptr;
     std::size_t mask = 0;
     std::size_t size = 0;
+    // Its entries of sampled objects (not of dropped samples'): written under
+    // the lock, on the line the lock already brought in, and read without it
+    // (LiveCount). One counter for the map was a shared line that every
+    // sample and every sampled free wrote: with two threads recording every
+    // allocation, a third of the map's time (bench_lazy_threads).
+    std::atomic<std::uint64_t> live{0};
+    void AddLive(int d) noexcept {
+      live.store(live.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(d), std::memory_order_relaxed);
+    }
 
     std::size_t Capacity() const noexcept { return entries == nullptr ? 0 : mask + 1; }
     // Bits below the shard prefix, so a shard's keys spread over its table.
@@ -4655,7 +4678,6 @@ class LiveMap {
   }
 
   Shard shards_[std::size_t{1} << kLiveShardBits];
-  std::atomic<std::uint64_t> live_{0};
 };
 
 inline LiveMap g_live_map;
