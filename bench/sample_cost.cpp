@@ -190,9 +190,8 @@ int main(int argc, char** argv) {
   const heapprof::detail::UnwindTableStats st = heapprof::detail::GetUnwindTableStats();
   const StackUse& first = twice[0];
   const StackUse& warm = twice[1];
-  const std::uint64_t lazy_before = heapprof::detail::GetUnwindTableStats().lazy_lookups;
   const StackUse new_pcs = AtDepth(depth - 3, [] { return AllocPainted(); });
-  const std::uint64_t lazy_new = heapprof::detail::GetUnwindTableStats().lazy_lookups - lazy_before;
+  const std::uint64_t lazy_new = heapprof::detail::GetUnwindTableStats().lazy_lookups - st.lazy_lookups;
   int frames = 0;
   const double unwind = AtDepth(depth - 3, [&] { return UnwindHere(kPairsPerBatch, &frames); });
   heapprof::SetSampleRate(0);
