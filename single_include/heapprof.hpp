@@ -2815,13 +2815,16 @@ inline std::size_t DebugAllocatorUsableSize(void* p) noexcept {
 // reaches the program's hooks, which ask the library's engine, which was
 // still starting on this very thread).
 inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
-  const char* file = malloc_fn != nullptr ? ObjectFileOf(malloc_fn) : nullptr;
-  if (file == nullptr || std::strstr(file, "tcmalloc") == nullptr || std::strstr(file, "debug") == nullptr) return;
+  const void* base = nullptr;
+  link_map* map = nullptr;
+  if (malloc_fn == nullptr || !ObjectMapOf(malloc_fn, base, map) || std::strstr(map->l_name, "tcmalloc") == nullptr ||
+      std::strstr(map->l_name, "debug") == nullptr) {
+    return;
+  }
   SuppressHooks quiet;
   void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
   void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
-  const void* base = ObjectBaseOf(malloc_fn);
-  if (ownership == nullptr || base == nullptr || ObjectBaseOf(trace) != base || ObjectBaseOf(ownership) != base ||
+  if (ownership == nullptr || ObjectBaseOf(trace) != base || ObjectBaseOf(ownership) != base ||
       g_underlying_usable_size == &DebugAllocatorUsableSize) {
     return;
   }
