@@ -6,7 +6,10 @@
  * tcmalloc (the first and last) do not define: listed before the library in
  * LD_PRELOAD, they still call its.
  * `plain_c plugin PATH`: instead loads a library that compiled heapprof in
- * (programs/labels_plugin.cpp), runs it, closes it and allocates on. */
+ * (programs/labels_plugin.cpp), runs it, closes it and allocates on.
+ * `plain_c mmap_threshold`: instead says whether glibc served a 256 KiB
+ * malloc with mmap, as it does at its default threshold of 128 KiB (a start-up
+ * that freed a larger mmapped block would have raised it for good). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -95,8 +98,19 @@ static int run_plugin(const char* path) {
   return 0;
 }
 
+/* glibc's chunk header: the word before the block, bit 1 set for an mmapped
+ * chunk. The block stays allocated: freeing it would raise the threshold. */
+static int plain_c_mmapped(size_t n) {
+  void* p = plain_c_keep_malloc(n);
+  return p != NULL && (((const size_t*)p)[-1] & 2) != 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "plugin") == 0) return run_plugin(argv[2]);
+  if (argc == 2 && strcmp(argv[1], "mmap_threshold") == 0) {
+    printf("plain_c: a 256 KiB block mmapped %d\n", plain_c_mmapped((size_t)256 << 10));
+    return 0;
+  }
   static void* kept[4100];
   int k = 0;
   for (int i = 0; i < 4000; ++i) kept[k++] = plain_c_keep_malloc(1000);

@@ -7,6 +7,7 @@
 
 #include <new>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <regex>
@@ -139,6 +140,29 @@ TEST_CASE("exact Stats: threads that exit after allocating and freeing") {
   CHECK(d.live_objects() == 0);
   CHECK(d.live_bytes() == 0);
 }
+
+#if defined(HEAPPROF_GETATTR_NOPIE_PATH)
+// glibc raises its mmap threshold for good to the size of an mmapped block
+// that is freed (up to 32 MiB): heapprof's start-up check of the chunk formula
+// freed a 1 MiB one, so every program with heapprof then kept blocks of 128 KiB
+// to 1 MiB in its heap (and trimmed it at 2 MiB, not 128 KiB), where the same
+// program without heapprof mmapped them. A program with heapprof compiled in
+// (programs/getattr_nopie.cpp) reports a 256 KiB malloc, which glibc's default
+// threshold (128 KiB) mmaps, after heapprof's start-up and after a profile.
+TEST_CASE("glibc's mmap threshold is where the program left it after heapprof's start-up and a profile") {
+  if (std::getenv("LD_PRELOAD") != nullptr && *std::getenv("LD_PRELOAD") != '\0') {
+    MESSAGE("another allocator is preloaded: the check reads glibc's chunk header, skipped");
+    return;
+  }
+  const std::string profile = heapprof_test::TempPath("-threshold.pb.gz");
+  std::string out;
+  REQUIRE(heapprof_test::RunCommand("env -u MALLOC_MMAP_THRESHOLD_ -u GLIBC_TUNABLES timeout 60 " +
+                                        std::string(HEAPPROF_GETATTR_NOPIE_PATH) + " mmap_threshold " + profile,
+                                    out) == 0);
+  std::remove(profile.c_str());
+  CHECK(out == "getattr_nopie: a 256 KiB block mmapped 1, after writing a profile (1) 1\n");
+}
+#endif
 
 #if defined(HEAPPROF_STARTUP_BLOCKS_PATH)
 // Blocks a library's constructor allocated before the allocator's own

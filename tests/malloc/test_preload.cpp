@@ -61,6 +61,17 @@ TEST_CASE("preload: a plain C program's mallocs, callocs and reallocs, exactly, 
   CHECK(Sum(p, "plain_c_churn", "alloc_objects") == 200000);
 }
 
+// The library's start-up leaves glibc's mmap threshold alone (test_exact_stats.cpp
+// has the compiled-in case): a plain C program still gets a 256 KiB block mmapped.
+TEST_CASE("preload: glibc's mmap threshold is where the program would have it") {
+  std::string out;
+  REQUIRE(heapprof_test::RunCommand("env -u MALLOC_MMAP_THRESHOLD_ -u GLIBC_TUNABLES LD_PRELOAD=" +
+                                        std::string(HEAPPROF_PRELOAD_PATH) + " timeout 60 " + HEAPPROF_PLAIN_C_PATH +
+                                        " mmap_threshold 2>&1",
+                                    out) == 0);
+  CHECK(out == "plain_c: a 256 KiB block mmapped 1\n");
+}
+
 TEST_CASE("preload: a stripped program without a debug file claims no functions; go tool pprof -symbolize=local names its frames from the unstripped copy") {
   using heapprof_test::RunCommand;
   std::string out;
