@@ -15,8 +15,7 @@
 // MALLOC_CONF=prof:true,lg_prof_sample:19) into argv[1]. Both print the true
 // totals: "truth SITE objects=N bytes=B".
 #if defined(HEAPPROF_BENCH_HOOKED)
-#define HEAPPROF_REPLACE_NEW_DELETE
-#include <heapprof.hpp>
+#include <heapprof.hpp>  // the light API; the hooks: bench/hooks/new_delete.cpp
 #include <fstream>
 #else
 #include <dlfcn.h>

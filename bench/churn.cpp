@@ -14,8 +14,7 @@
 // Prints ns per pair in thread CPU time, so that time the noisy machine spent
 // running someone else is not counted.
 #if defined(HEAPPROF_BENCH_HOOKED)
-#define HEAPPROF_REPLACE_NEW_DELETE
-#include <heapprof.hpp>
+#include <heapprof.hpp>  // the light API; the hooks: bench/hooks/new_delete.cpp
 #endif
 
 #include <time.h>

@@ -10,8 +10,7 @@
 // Prints one line: deep pairs=N ns_per_op=X (thread CPU time per new+delete
 // pair, the recursion included) mean_depth=D
 #if defined(HEAPPROF_BENCH_HOOKED)
-#define HEAPPROF_REPLACE_NEW_DELETE
-#include <heapprof.hpp>
+#include <heapprof.hpp>  // the light API; the hooks: bench/hooks/new_delete.cpp
 #endif
 
 #include <time.h>

@@ -15,8 +15,7 @@
 // they share nothing; time spent descheduled on a busy machine is not
 // counted) and W is wall time / all ops (2 threads halve it on 2 idle cores).
 #if defined(HEAPPROF_BENCH_HOOKED)
-#define HEAPPROF_REPLACE_NEW_DELETE
-#include <heapprof.hpp>
+#include <heapprof.hpp>  // the light API; the hooks: bench/hooks/new_delete.cpp
 #endif
 
 #include <time.h>

@@ -12,9 +12,7 @@
 //   (a triple counts as one pair).
 // Prints ns per pair in thread CPU time.
 #if defined(HEAPPROF_BENCH_HOOKED)
-#define HEAPPROF_REPLACE_MALLOC
-#define HEAPPROF_REPLACE_NEW_DELETE
-#include <heapprof.hpp>
+#include <heapprof.hpp>  // the light API; the hooks: bench/hooks/malloc.cpp
 #endif
 
 #include <stdio.h>

@@ -6,9 +6,7 @@
 // and HEAPPROF_REPLACE_MALLOC, as a program that wants every byte seen).
 // It makes one std::string of 40 bytes a command-line argument and exits.
 #if defined(HEAPPROF_BENCH_HOOKED)
-#define HEAPPROF_REPLACE_NEW_DELETE
-#define HEAPPROF_REPLACE_MALLOC
-#include <heapprof.hpp>
+#include <heapprof.hpp>  // the light API; the hooks: bench/hooks/malloc.cpp
 #endif
 
 #include <string>
