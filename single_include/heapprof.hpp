@@ -2910,13 +2910,22 @@ inline void DetectBlockSize() noexcept {
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
   void (*release)(void*) = g_release_block;
-  // A small, a medium and an mmapped block (above glibc's 128 KiB threshold).
-  static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, std::size_t{1} << 20};
+  // Small and medium blocks, and an mmapped one. glibc raises its mmap
+  // threshold for good to the size of any mmapped block freed, up to 32 MiB
+  // (DEFAULT_MMAP_THRESHOLD_MAX on 64 bits; mallopt takes no more): a 1 MiB
+  // block here made every program keep blocks of 128 KiB to 1 MiB in its heap
+  // and trim it at 2 MiB. One of 64 MiB leaves the threshold alone and costs
+  // the same (mmap, the header's page, munmap). Where the address space has
+  // no room for it, that one check is skipped (errno as it was).
+  static constexpr std::size_t kMmapped = std::size_t{64} << 20;
+  static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, kMmapped};
   bool agree = true;
   for (std::size_t n : kSizes) {
+    const int saved_errno = errno;
     void* p = alloc(n);
     if (p == nullptr) {
-      agree = false;
+      errno = saved_errno;
+      if (n != kMmapped) agree = false;
       break;
     }
     agree = agree && GlibcChunkUsable(p) == g_underlying_usable_size(p) && g_underlying_usable_size(p) >= n;
