@@ -141,7 +141,7 @@ TEST_CASE("exact Stats: threads that exit after allocating and freeing") {
   CHECK(d.live_bytes() == 0);
 }
 
-#if defined(HEAPPROF_GETATTR_NOPIE_PATH)
+#if defined(HEAPPROF_GETATTR_NOPIE_PATH) && defined(__GLIBC__)
 // glibc raises its mmap threshold for good to the size of an mmapped block
 // that is freed (up to 32 MiB): heapprof's start-up check of the chunk formula
 // freed a 1 MiB one, so every program with heapprof then kept blocks of 128 KiB

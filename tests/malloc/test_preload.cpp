@@ -63,6 +63,7 @@ TEST_CASE("preload: a plain C program's mallocs, callocs and reallocs, exactly, 
 
 // The library's start-up leaves glibc's mmap threshold alone (test_exact_stats.cpp
 // has the compiled-in case): a plain C program still gets a 256 KiB block mmapped.
+#if defined(__GLIBC__)
 TEST_CASE("preload: glibc's mmap threshold is where the program would have it") {
   std::string out;
   REQUIRE(heapprof_test::RunCommand("env -u MALLOC_MMAP_THRESHOLD_ -u GLIBC_TUNABLES LD_PRELOAD=" +
@@ -71,6 +72,7 @@ TEST_CASE("preload: glibc's mmap threshold is where the program would have it") 
                                     out) == 0);
   CHECK(out == "plain_c: a 256 KiB block mmapped 1\n");
 }
+#endif
 
 TEST_CASE("preload: a stripped program without a debug file claims no functions; go tool pprof -symbolize=local names its frames from the unstripped copy") {
   using heapprof_test::RunCommand;
