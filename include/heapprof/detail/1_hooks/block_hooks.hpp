@@ -419,15 +419,13 @@ inline void DetectBlockSize() noexcept {
   // block here made every program keep blocks of 128 KiB to 1 MiB in its heap
   // and trim it at 2 MiB. One of 64 MiB leaves the threshold alone and costs
   // the same (mmap, the header's page, munmap). Where the address space has
-  // no room for it, that one check is skipped (errno as it was).
+  // no room for it, that one check is skipped (EnsureInit keeps errno).
   static constexpr std::size_t kMmapped = std::size_t{64} << 20;
   static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, kMmapped};
   bool agree = true;
   for (std::size_t n : kSizes) {
-    const int saved_errno = errno;
     void* p = alloc(n);
     if (p == nullptr) {
-      errno = saved_errno;
       if (n != kMmapped) agree = false;
       break;
     }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
@@ -161,6 +162,10 @@ inline void EnsureInit() noexcept {
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     tls_initialising = true;
     ReentrancyGuard guard;
+    // Start-up keeps errno, whichever entry point runs it (an allocation's
+    // slow path, or an API call): its steps make system calls, and
+    // DetectBlockSize's large block may fail with ENOMEM.
+    const int saved_errno = errno;
 #if defined(__GLIBC__)
     // RTLD_NEXT: the objects after this one, past an executable's PLT stub.
     // Before DetectBlockSize: glibc's every dl* call frees the message of the
@@ -192,6 +197,7 @@ inline void EnsureInit() noexcept {
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
       if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
     }
+    errno = saved_errno;
     g_init_state.store(2, std::memory_order_release);
     tls_initialising = false;
     return;
