@@ -2916,15 +2916,13 @@ inline void DetectBlockSize() noexcept {
   // block here made every program keep blocks of 128 KiB to 1 MiB in its heap
   // and trim it at 2 MiB. One of 64 MiB leaves the threshold alone and costs
   // the same (mmap, the header's page, munmap). Where the address space has
-  // no room for it, that one check is skipped (errno as it was).
+  // no room for it, that one check is skipped (EnsureInit keeps errno).
   static constexpr std::size_t kMmapped = std::size_t{64} << 20;
   static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, kMmapped};
   bool agree = true;
   for (std::size_t n : kSizes) {
-    const int saved_errno = errno;
     void* p = alloc(n);
     if (p == nullptr) {
-      errno = saved_errno;
       if (n != kMmapped) agree = false;
       break;
     }
@@ -4710,6 +4708,7 @@ inline LiveMap g_live_map;
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
@@ -9007,6 +9006,10 @@ inline void EnsureInit() noexcept {
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     tls_initialising = true;
     ReentrancyGuard guard;
+    // Start-up keeps errno, whichever entry point runs it (an allocation's
+    // slow path, or an API call): its steps make system calls, and
+    // DetectBlockSize's large block may fail with ENOMEM.
+    const int saved_errno = errno;
 #if defined(__GLIBC__)
     // RTLD_NEXT: the objects after this one, past an executable's PLT stub.
     // Before DetectBlockSize: glibc's every dl* call frees the message of the
@@ -9038,6 +9041,7 @@ inline void EnsureInit() noexcept {
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
       if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
     }
+    errno = saved_errno;
     g_init_state.store(2, std::memory_order_release);
     tls_initialising = false;
     return;
