@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -1678,6 +1679,67 @@ TEST_CASE("http: a forked child does not keep the listening socket") {
   int status = 0;
   ::waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status));
+}
+
+namespace {
+
+// The descriptors open in this process (numbers below 4096).
+std::vector<int> OpenDescriptors() {
+  std::vector<int> fds;
+  for (int fd = 0; fd < 4096; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1) fds.push_back(fd);
+  }
+  return fds;
+}
+
+std::string DescriptorTarget(int fd) {
+  char link[64], target[256];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = ::readlink(link, target, sizeof target - 1);
+  return n > 0 ? std::string(target, static_cast<std::size_t>(n)) : std::string();
+}
+
+}  // namespace
+
+TEST_CASE("http: a forked child keeps none of the server's descriptors") {
+  // Before, the child closed the listening socket but kept the server's
+  // eventfd: a daemon started under HEAPPROF=http (nginx's master forks into
+  // the background, then forks its workers) had one more descriptor in each
+  // of its processes, and a child that destroyed its copy of the server woke
+  // the parent's server thread through it.
+  const std::vector<int> before = OpenDescriptors();
+  std::optional<heapprof::HttpServer> server;
+  server.emplace("127.0.0.1:0");
+  REQUIRE(server->serving());
+  std::vector<int> own;  // the server's: opened by its start
+  for (int fd : OpenDescriptors()) {
+    if (std::find(before.begin(), before.end(), fd) == before.end()) own.push_back(fd);
+  }
+  bool has_eventfd = false;
+  for (int fd : own) has_eventfd = has_eventfd || DescriptorTarget(fd) == "anon_inode:[eventfd]";
+  REQUIRE(own.size() >= 2);
+  REQUIRE(has_eventfd);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // fork() returns here after the fork handlers ran.
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      if (::fcntl(own[i], F_GETFD) != -1) ::_exit(10 + static_cast<int>(i));
+    }
+    server.reset();  // its copy closes nothing of the program's (none of its numbers are open)
+    ::_exit(0);
+  }
+  int status = -1;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  INFO("exit status 10 + i: the child still had the server's descriptor own[i]");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(server->serving());
+  CHECK(HttpGet(server->port(), "/debug/pprof/").status == 200);  // the parent's still serves
 }
 
 namespace {

@@ -729,11 +729,16 @@ class Server {
   }
 
   // In a forked child (fork handler, single-threaded): give up the listening
-  // socket. The connections stay as they are: the server thread may have been
-  // changing their list at the fork.
+  // socket and the eventfd. Before, the child kept the eventfd: a daemon
+  // (nginx's master, started under HEAPPROF=http, forks into the background
+  // and then forks its workers) held one more descriptor in every process,
+  // and a child destroying its copy of the server woke the parent's thread
+  // through it. The connections stay as they are: the server thread may have
+  // been changing their list at the fork.
   void CloseListenerInChild() noexcept {
     if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
-    listen_fd_ = -1;
+    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
+    listen_fd_ = wake_fd_ = -1;
   }
 
   Server(const Server&) = delete;
