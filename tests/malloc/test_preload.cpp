@@ -74,6 +74,36 @@ TEST_CASE("preload: glibc's mmap threshold is where the program would have it") 
 }
 #endif
 
+// heapprof's lines at exit went to a stderr pipe whose reader had gone, and
+// SIGPIPE ended the program (status 141 for a program that exits 0).
+TEST_CASE("preload: a stderr pipe whose reader has gone does not end the program with SIGPIPE at exit") {
+  const std::string prefix = heapprof_test::TempPath("-deadpipe");
+  std::string out;
+  const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) +
+                                               " HEAPPROF=rate=1,dump_at_exit=1,leak_report=1,dump_prefix=" + prefix +
+                                               " timeout -s KILL 60 " + HEAPPROF_PLAIN_C_PATH + " dead_stderr",
+                                           out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out == "plain_c: stderr is a pipe nobody reads\n");
+  heapprof_test::RunCommand("rm -f " + prefix + " " + prefix + ".*", out);
+}
+
+// HEAPPROF=log=FILE past RLIMIT_FSIZE: the line's write raised SIGXFSZ, which
+// ended the program with a core dump (status 153) at start-up.
+TEST_CASE("preload: a log file past the file size limit does not end the program with SIGXFSZ") {
+  const std::string log = heapprof_test::TempPath("-fsize.log");
+  std::string out;
+  const int rc = heapprof_test::RunCommand("sh -c 'ulimit -f 0; exec env LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) +
+                                               " HEAPPROF=log=" + log + ",rate=banana timeout -s KILL 60 " +
+                                               HEAPPROF_PLAIN_C_PATH + " dead_stderr'",
+                                           out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out == "plain_c: stderr is a pipe nobody reads\n");
+  unlink(log.c_str());
+}
+
 TEST_CASE("preload: a stripped program without a debug file claims no functions; go tool pprof -symbolize=local names its frames from the unstripped copy") {
   using heapprof_test::RunCommand;
   std::string out;
