@@ -667,6 +667,7 @@ class Dumper {
 
   static void* Main(void* self) noexcept {
     ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
+    tls_profiler_thread = true;  // and, through the malloc hooks, served from it (malloc.hpp: OwnAlloc)
     static_cast<Dumper*>(self)->Loop();
     return nullptr;
   }

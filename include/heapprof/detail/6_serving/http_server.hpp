@@ -891,6 +891,7 @@ class Server {
   // most one job per connection (Queue).
   void BuildLoop(ArenaDeque<BuildJob>& queue) noexcept {
     ReentrancyGuard guard;  // nothing the builder allocates is sampled
+    tls_profiler_thread = true;  // libc's and libstdc++'s mallocs here: the arena's (malloc.hpp: OwnAlloc)
     for (;;) {
       BuildJob job;
       pthread_mutex_lock(&jobs_mutex_);
@@ -1036,6 +1037,7 @@ class Server {
 
   void Run() noexcept {
     ReentrancyGuard guard;  // nothing the server allocates is sampled
+    tls_profiler_thread = true;  // libc's and libstdc++'s mallocs here: the arena's (malloc.hpp: OwnAlloc)
     ArenaVector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       HEAPPROF_TRY {
