@@ -10,6 +10,8 @@
  * `plain_c mmap_threshold`: instead says whether glibc served a 256 KiB
  * malloc with mmap, as it does at its default threshold of 128 KiB (a start-up
  * that freed a larger mmapped block would have raised it for good).
+ * `plain_c heap_at_start`: instead prints the size of glibc's heap when main
+ * starts (mallinfo2's arena).
  * `plain_c dead_stderr`: instead makes stderr a pipe whose reader has gone,
  * keeps a few blocks and exits 0 (heapprof's exit lines raised SIGPIPE). */
 #define _GNU_SOURCE
@@ -113,6 +115,14 @@ int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "plugin") == 0) return run_plugin(argv[2]);
   if (argc == 2 && strcmp(argv[1], "mmap_threshold") == 0) {
     printf("plain_c: a 256 KiB block mmapped %d\n", plain_c_mmapped((size_t)256 << 10));
+    return 0;
+  }
+  if (argc == 2 && strcmp(argv[1], "heap_at_start") == 0) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
+    printf("plain_c: heap %zu\n", mallinfo2().arena);
+#else
+    printf("plain_c: heap unknown\n");
+#endif
     return 0;
   }
   if (argc == 2 && strcmp(argv[1], "dead_stderr") == 0) {

@@ -72,6 +72,23 @@ TEST_CASE("preload: glibc's mmap threshold is where the program would have it") 
                                     out) == 0);
   CHECK(out == "plain_c: a 256 KiB block mmapped 1\n");
 }
+
+// Its start-up checked its chunk formula on a block of 70,000 bytes, which
+// grew the fresh heap by 72 KiB that glibc then kept (it trims only past
+// 128 KiB free at the top): every program started with a larger heap than
+// without heapprof. The library brings libstdc++, whose start-up allocates
+// its exception pool, so the baseline is the program with libstdc++ alone.
+TEST_CASE("preload: a program starts with the heap it has with libstdc++ alone") {
+  std::string alone, with;
+  REQUIRE(heapprof_test::RunCommand("env -u HEAPPROF LD_PRELOAD=libstdc++.so.6 timeout 60 " +
+                                        std::string(HEAPPROF_PLAIN_C_PATH) + " heap_at_start",
+                                    alone) == 0);
+  REQUIRE(heapprof_test::RunCommand("env -u HEAPPROF LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " timeout 60 " +
+                                        HEAPPROF_PLAIN_C_PATH + " heap_at_start",
+                                    with) == 0);
+  CHECK(alone.rfind("plain_c: heap ", 0) == 0);
+  CHECK(with == alone);
+}
 #endif
 
 // heapprof's lines at exit went to a stderr pipe whose reader had gone, and
