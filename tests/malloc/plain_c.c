@@ -12,11 +12,14 @@
  * that freed a larger mmapped block would have raised it for good).
  * `plain_c heap_at_start`: instead prints the size of glibc's heap when main
  * starts (mallinfo2's arena).
+ * `plain_c pthread_exit`: instead starts a thread that allocates and ends
+ * main with pthread_exit (the process ends when that thread has, exit(0)).
  * `plain_c dead_stderr`: instead makes stderr a pipe whose reader has gone,
  * keeps a few blocks and exits 0 (heapprof's exit lines raised SIGPIPE). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -111,6 +114,14 @@ static int plain_c_mmapped(size_t n) {
   return p != NULL && (((const size_t*)p)[-1] & 2) != 0;
 }
 
+static void* plain_c_worker(void* arg) {
+  (void)arg;
+  for (int i = 0; i < 100; ++i) free(plain_c_keep_malloc(1000));
+  printf("plain_c: worker done\n");
+  fflush(stdout);
+  return NULL;
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "plugin") == 0) return run_plugin(argv[2]);
   if (argc == 2 && strcmp(argv[1], "mmap_threshold") == 0) {
@@ -124,6 +135,11 @@ int main(int argc, char** argv) {
     printf("plain_c: heap unknown\n");
 #endif
     return 0;
+  }
+  if (argc == 2 && strcmp(argv[1], "pthread_exit") == 0) {
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, plain_c_worker, NULL) != 0) return 3;
+    pthread_exit(NULL);
   }
   if (argc == 2 && strcmp(argv[1], "dead_stderr") == 0) {
     int fds[2];

@@ -106,6 +106,22 @@ TEST_CASE("preload: a stderr pipe whose reader has gone does not end the program
   heapprof_test::RunCommand("rm -f " + prefix + " " + prefix + ".*", out);
 }
 
+// glibc ends a process with exit(0) once its last thread has ended: with the
+// dump thread or HEAPPROF=http's server running, a main() that called
+// pthread_exit() never ended (killed at the timeout).
+TEST_CASE("preload: a main() that ends with pthread_exit() ends once its thread has") {
+  for (const char* env : {"dump_time=600", "http=127.0.0.1:0"}) {
+    std::string out;
+    const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " HEAPPROF=log=none," +
+                                                 env + " timeout -s KILL 30 " + HEAPPROF_PLAIN_C_PATH + " pthread_exit",
+                                             out);
+    INFO(env);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out == "plain_c: worker done\n");
+  }
+}
+
 // HEAPPROF=log=FILE past RLIMIT_FSIZE: the line's write raised SIGXFSZ, which
 // ended the program with a core dump (status 153) at start-up.
 TEST_CASE("preload: a log file past the file size limit does not end the program with SIGXFSZ") {
