@@ -821,6 +821,43 @@ inline int RunLateTableLoadComment() {
   return 0;
 }
 
+// ---- a stderr that is a pipe whose reader has gone ----------------------
+// The program never writes to stderr itself: heapprof's lines at exit (the
+// exit dump's "wrote", the leak table) went into the pipe and SIGPIPE ended
+// the program, status 141 instead of its own 0.
+inline int RunDeadStderrPipe() {
+  std::signal(SIGPIPE, SIG_DFL);  // as a shell starts a program (a test runner may ignore it)
+  int fds[2];
+  HEAPPROF_HOSTILE_CHECK(::pipe(fds) == 0);
+  ::close(fds[0]);
+  HEAPPROF_HOSTILE_CHECK(::dup2(fds[1], 2) == 2);
+  ::close(fds[1]);
+  std::vector<void*> live;
+  for (int i = 0; i < 1000; ++i) live.push_back(::operator new(static_cast<std::size_t>(100 + i)));
+  std::printf("dead_stderr_pipe: ok\n");
+  std::fflush(stdout);
+  return 0;  // the exit actions write their lines into the pipe
+}
+
+// ---- main() ends with pthread_exit() -------------------------------------
+// glibc ends the process with exit(0) once its last thread has ended; the dump
+// thread and HEAPPROF=http's server never ended, so the process never did
+// (and, its main thread gone and theirs blocking every signal, no SIGTERM
+// reached it). The worker allocates and says so; then the process ends.
+inline void* PthreadExitWorker(void*) {
+  std::vector<void*> live;
+  for (int i = 0; i < 100; ++i) live.push_back(::operator new(static_cast<std::size_t>(100 + i)));
+  for (void* p : live) ::operator delete(p);
+  std::printf("pthread_exit_main: worker done\n");
+  std::fflush(stdout);
+  return nullptr;
+}
+inline int RunPthreadExitMain() {
+  pthread_t worker;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&worker, nullptr, &PthreadExitWorker, nullptr) == 0);
+  pthread_exit(nullptr);
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -837,6 +874,8 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "trap_allocator_labels") == 0) return RunTrapAllocatorLabels();
   if (std::strcmp(name, "fd_exhaustion_lines") == 0) return RunFdExhaustionLines();
   if (std::strcmp(name, "late_table_comment") == 0) return RunLateTableLoadComment();
+  if (std::strcmp(name, "dead_stderr_pipe") == 0) return RunDeadStderrPipe();
+  if (std::strcmp(name, "pthread_exit_main") == 0) return RunPthreadExitMain();
   known = false;
   return 2;
 }

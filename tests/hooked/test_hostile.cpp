@@ -191,6 +191,40 @@ TEST_CASE("hostile: dump_signal=TERM dumps, then SIGTERM ends the process as bef
   RemoveDir(dir);
 }
 
+TEST_CASE("hostile: a stderr pipe whose reader has gone does not end the program with SIGPIPE at exit") {
+  // heapprof's exit lines ("wrote", the leak table) raised SIGPIPE: status 141.
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string output;
+  const int rc = RunHostileChild("HEAPPROF=dump_at_exit=1,leak_report=1,dump_prefix=" + dir + "/p", "dead_stderr_pipe",
+                                 output, 60);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("dead_stderr_pipe: ok") != std::string::npos);
+  const std::string files = DirNames(dir);
+  INFO("files: " << files);
+  CHECK(files.find(".0001.heap.pb.gz") != std::string::npos);
+  CHECK(files.find(".leaks.pb.gz") != std::string::npos);
+  CHECK(files.find(".retention.pb.gz") != std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("hostile: a main() that ends with pthread_exit() ends once its threads have under the dump thread and the server") {
+  // The profiler's threads kept the process alive for ever (killed at the timeout: 137).
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string output;
+  const int rc = RunHostileChild("HEAPPROF=dump_time=600,dump_at_exit=1,http=127.0.0.1:0,dump_prefix=" + dir + "/p",
+                                 "pthread_exit_main", output, 30);
+  INFO(output);
+  CHECK(rc == 0);  // glibc's exit(0) after the last thread
+  CHECK(output.find("pthread_exit_main: worker done") != std::string::npos);
+  const std::string files = DirNames(dir);
+  INFO("files: " << files);
+  CHECK(files.find(".0001.heap.pb.gz") != std::string::npos);  // the exit actions ran
+  RemoveDir(dir);
+}
+
 TEST_CASE("hostile: a sample takes a small, bounded amount of its caller's stack, the first one too") {
   // A sample runs in place only with 64 KiB of stack left below the hook;
   // else on a stack of the profiler's own (README, "A hostile host"). Each

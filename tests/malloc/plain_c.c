@@ -9,10 +9,19 @@
  * (programs/labels_plugin.cpp), runs it, closes it and allocates on.
  * `plain_c mmap_threshold`: instead says whether glibc served a 256 KiB
  * malloc with mmap, as it does at its default threshold of 128 KiB (a start-up
- * that freed a larger mmapped block would have raised it for good). */
+ * that freed a larger mmapped block would have raised it for good).
+ * `plain_c heap_at_start`: instead prints the size of glibc's heap when main
+ * starts (mallinfo2's arena).
+ * `plain_c pthread_exit`: instead starts a thread that allocates and ends
+ * main with pthread_exit (the process ends when that thread has, exit(0)).
+ * `plain_c dead_stderr`: instead makes stderr a pipe whose reader has gone,
+ * keeps a few blocks and exits 0 (heapprof's exit lines raised SIGPIPE). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,10 +114,40 @@ static int plain_c_mmapped(size_t n) {
   return p != NULL && (((const size_t*)p)[-1] & 2) != 0;
 }
 
+static void* plain_c_worker(void* arg) {
+  (void)arg;
+  for (int i = 0; i < 100; ++i) free(plain_c_keep_malloc(1000));
+  printf("plain_c: worker done\n");
+  fflush(stdout);
+  return NULL;
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "plugin") == 0) return run_plugin(argv[2]);
   if (argc == 2 && strcmp(argv[1], "mmap_threshold") == 0) {
     printf("plain_c: a 256 KiB block mmapped %d\n", plain_c_mmapped((size_t)256 << 10));
+    return 0;
+  }
+  if (argc == 2 && strcmp(argv[1], "heap_at_start") == 0) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
+    printf("plain_c: heap %zu\n", mallinfo2().arena);
+#else
+    printf("plain_c: heap unknown\n");
+#endif
+    return 0;
+  }
+  if (argc == 2 && strcmp(argv[1], "pthread_exit") == 0) {
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, plain_c_worker, NULL) != 0) return 3;
+    pthread_exit(NULL);
+  }
+  if (argc == 2 && strcmp(argv[1], "dead_stderr") == 0) {
+    int fds[2];
+    signal(SIGPIPE, SIG_DFL); /* as a shell starts a program */
+    if (pipe(fds) != 0 || close(fds[0]) != 0 || dup2(fds[1], 2) != 2) return 3;
+    close(fds[1]);
+    for (int i = 0; i < 100; ++i) plain_c_keep_malloc(1000);
+    printf("plain_c: stderr is a pipe nobody reads\n");
     return 0;
   }
   static void* kept[4100];

@@ -171,6 +171,24 @@ TEST_CASE("glibc's mmap threshold is where the program left it after heapprof's 
   INFO(out);
   CHECK(out.find("getattr_nopie: a 256 KiB block mmapped 1, after writing a profile (") != std::string::npos);
 }
+
+// glibc gives each thread that mallocs an arena of its own (a 64 MiB
+// reservation, one more arena in malloc_stats and among those the program's
+// threads share): the HTTP server's builder made one when __cxa_demangle
+// allocated the names of a profile (the dump thread too). A program with
+// heapprof compiled in counts glibc's arenas before and after a profile
+// served over HTTP.
+TEST_CASE("the profiler's threads make no glibc arena of their own") {
+  if (std::getenv("LD_PRELOAD") != nullptr && *std::getenv("LD_PRELOAD") != '\0') {
+    MESSAGE("another allocator is preloaded: glibc's arenas are not the program's, skipped");
+    return;
+  }
+  std::string out;
+  REQUIRE(heapprof_test::RunCommand("env -u MALLOC_ARENA_MAX -u GLIBC_TUNABLES timeout 60 " +
+                                        std::string(HEAPPROF_GETATTR_NOPIE_PATH) + " arenas",
+                                    out) == 0);
+  CHECK(out == "getattr_nopie: glibc arenas 1, after a profile served over HTTP (1) 1\n");
+}
 #endif
 
 #if defined(HEAPPROF_STARTUP_BLOCKS_PATH)

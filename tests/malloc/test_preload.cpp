@@ -72,7 +72,70 @@ TEST_CASE("preload: glibc's mmap threshold is where the program would have it") 
                                     out) == 0);
   CHECK(out == "plain_c: a 256 KiB block mmapped 1\n");
 }
+
+// Its start-up checked its chunk formula on a block of 70,000 bytes, which
+// grew the fresh heap by 72 KiB that glibc then kept (it trims only past
+// 128 KiB free at the top): every program started with a larger heap than
+// without heapprof. The library brings libstdc++, whose start-up allocates
+// its exception pool, so the baseline is the program with libstdc++ alone.
+TEST_CASE("preload: a program starts with the heap it has with libstdc++ alone") {
+  std::string alone, with;
+  REQUIRE(heapprof_test::RunCommand("env -u HEAPPROF LD_PRELOAD=libstdc++.so.6 timeout 60 " +
+                                        std::string(HEAPPROF_PLAIN_C_PATH) + " heap_at_start",
+                                    alone) == 0);
+  REQUIRE(heapprof_test::RunCommand("env -u HEAPPROF LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " timeout 60 " +
+                                        HEAPPROF_PLAIN_C_PATH + " heap_at_start",
+                                    with) == 0);
+  CHECK(alone.rfind("plain_c: heap ", 0) == 0);
+  CHECK(with == alone);
+}
 #endif
+
+// heapprof's lines at exit went to a stderr pipe whose reader had gone, and
+// SIGPIPE ended the program (status 141 for a program that exits 0).
+TEST_CASE("preload: a stderr pipe whose reader has gone does not end the program with SIGPIPE at exit") {
+  const std::string prefix = heapprof_test::TempPath("-deadpipe");
+  std::string out;
+  const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) +
+                                               " HEAPPROF=rate=1,dump_at_exit=1,leak_report=1,dump_prefix=" + prefix +
+                                               " timeout -s KILL 60 " + HEAPPROF_PLAIN_C_PATH + " dead_stderr",
+                                           out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out == "plain_c: stderr is a pipe nobody reads\n");
+  heapprof_test::RunCommand("rm -f " + prefix + " " + prefix + ".*", out);
+}
+
+// glibc ends a process with exit(0) once its last thread has ended: with the
+// dump thread or HEAPPROF=http's server running, a main() that called
+// pthread_exit() never ended (killed at the timeout).
+TEST_CASE("preload: a main() that ends with pthread_exit() ends once its thread has") {
+  for (const char* env : {"dump_time=600", "http=127.0.0.1:0"}) {
+    std::string out;
+    const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) + " HEAPPROF=log=none," +
+                                                 env + " timeout -s KILL 30 " + HEAPPROF_PLAIN_C_PATH + " pthread_exit",
+                                             out);
+    INFO(env);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out == "plain_c: worker done\n");
+  }
+}
+
+// HEAPPROF=log=FILE past RLIMIT_FSIZE: the line's write raised SIGXFSZ, which
+// ended the program with a core dump (status 153) at start-up.
+TEST_CASE("preload: a log file past the file size limit does not end the program with SIGXFSZ") {
+  const std::string log = heapprof_test::TempPath("-fsize.log");
+  std::string out;
+  const int rc = heapprof_test::RunCommand("sh -c 'ulimit -f 0; exec env LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) +
+                                               " HEAPPROF=log=" + log + ",rate=banana timeout -s KILL 60 " +
+                                               HEAPPROF_PLAIN_C_PATH + " dead_stderr'",
+                                           out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out == "plain_c: stderr is a pipe nobody reads\n");
+  unlink(log.c_str());
+}
 
 TEST_CASE("preload: a stripped program without a debug file claims no functions; go tool pprof -symbolize=local names its frames from the unstripped copy") {
   using heapprof_test::RunCommand;

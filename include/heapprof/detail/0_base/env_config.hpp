@@ -7,6 +7,8 @@
 #pragma once
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,6 +103,63 @@ inline void ReportFdDone(int fd, bool opened) noexcept {
   errno = saved;
 }
 
+// The signals a write(2) itself can raise, held off on the calling thread
+// while this object lives, so that heapprof's writes fail with an error
+// instead of ending the program they profile:
+// - SIGPIPE: a line to a stderr that is a pipe whose reader has gone (a
+//   logger that died, `prog 2>&1 | head -1`, a supervisor that closed its
+//   end). The program may never write to stderr itself; heapprof's line at
+//   start-up (a bad HEAPPROF value) or at exit ("wrote ...", the leak table)
+//   killed it with SIGPIPE, status 141 instead of its own.
+// - SIGXFSZ: a write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=),
+//   whose default action ends the process with a core dump: a profile dump
+//   killed the program and left its temporary file behind.
+// The write then fails (EPIPE, EFBIG), which the caller reports or drops; a
+// signal the kernel left pending on this thread for it is taken back before
+// the mask is restored, unless one was pending already (the program's own,
+// left for it).
+class WriteSignalsHeld {
+ public:
+  WriteSignalsHeld() noexcept {
+    sigemptyset(&held_);
+    sigaddset(&held_, SIGPIPE);
+    sigaddset(&held_, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &held_, &saved_);
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) == 0) {
+      pipe_was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+      xfsz_was_pending_ = sigismember(&pending, SIGXFSZ) == 1;
+    }
+  }
+  ~WriteSignalsHeld() {
+    const int saved_errno = errno;
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) == 0) {
+      if (!pipe_was_pending_ && sigismember(&pending, SIGPIPE) == 1) TakeBack(SIGPIPE);
+      if (!xfsz_was_pending_ && sigismember(&pending, SIGXFSZ) == 1) TakeBack(SIGXFSZ);
+    }
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+    errno = saved_errno;
+  }
+  WriteSignalsHeld(const WriteSignalsHeld&) = delete;
+  WriteSignalsHeld& operator=(const WriteSignalsHeld&) = delete;
+
+ private:
+  static void TakeBack(int sig) noexcept {
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    const timespec now{0, 0};
+    while (sigtimedwait(&one, nullptr, &now) < 0 && errno == EINTR) {
+    }
+  }
+  sigset_t held_, saved_;
+  bool pipe_was_pending_ = false;
+  bool xfsz_was_pending_ = false;
+};
+
 // `n` bytes where heapprof's lines go (ReportFd), with write(2): no stdio
 // buffer, no allocation. Keeps errno.
 inline void WriteReport(const char* text, std::size_t n) noexcept {
@@ -108,6 +167,7 @@ inline void WriteReport(const char* text, std::size_t n) noexcept {
   const int fd = ReportFd(&opened);
   if (fd < 0) return;
   const int saved = errno;
+  WriteSignalsHeld held;  // a reader gone: EPIPE, not the end of the program
   while (n > 0) {
     const ssize_t done = ::write(fd, text, n);
     if (done < 0 && errno == EINTR) continue;

@@ -33,6 +33,7 @@ inline void ReportLine(std::string_view line) noexcept {
   const int fd = ReportFd(&opened);
   if (fd < 0) return;
   const int saved = errno;
+  WriteSignalsHeld held;  // a reader gone: EPIPE, not the end of the program (env_config.hpp)
   char prefix[] = "heapprof: ";
   char newline[] = "\n";
   iovec parts[3] = {{prefix, sizeof prefix - 1}, {const_cast<char*>(line.data()), line.size()}, {newline, 1}};

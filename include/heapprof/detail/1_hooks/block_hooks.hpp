@@ -413,7 +413,11 @@ inline void DetectBlockSize() noexcept {
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
   void (*release)(void*) = g_release_block;
-  // Small and medium blocks, and an mmapped one. glibc raises its mmap
+  // Small blocks (tcache's and one past it), and an mmapped one. The heap
+  // block stays under what a fresh heap has free at its top: one of 70,000
+  // bytes grew the heap by 72 KiB, which glibc kept (it trims only past
+  // 128 KiB free), so every program started with a larger heap than without
+  // heapprof (mallinfo2's arena 208,896 bytes, not 135,168). glibc raises its mmap
   // threshold for good to the size of any mmapped block freed, up to 32 MiB
   // (DEFAULT_MMAP_THRESHOLD_MAX on 64 bits; mallopt takes no more): a 1 MiB
   // block here made every program keep blocks of 128 KiB to 1 MiB in its heap
@@ -421,7 +425,7 @@ inline void DetectBlockSize() noexcept {
   // the same (mmap, the header's page, munmap). Where the address space has
   // no room for it, that one check is skipped (EnsureInit keeps errno).
   static constexpr std::size_t kMmapped = std::size_t{64} << 20;
-  static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, kMmapped};
+  static constexpr std::size_t kSizes[] = {1, 24, 1000, 4000, kMmapped};
   bool agree = true;
   for (std::size_t n : kSizes) {
     void* p = alloc(n);

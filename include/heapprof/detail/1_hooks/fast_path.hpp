@@ -111,6 +111,12 @@ struct ThreadFlags {
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
+// Set for good on the profiler's own threads (the dump thread, the HTTP
+// server's): the malloc hooks serve what libc and libstdc++ allocate there
+// (__cxa_demangle's names) from the profiler's arena (malloc.hpp: OwnAlloc),
+// so that no glibc arena is made for them. Read only on cold paths.
+inline thread_local bool tls_profiler_thread HEAPPROF_TLS_MODEL = false;
+
 // ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
 // The epoch tells a thread its countdown was drawn at an older rate (the
 // slow path draws a fresh one: 2_sampling/engine.hpp). Read by the hooks'

@@ -47,6 +47,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "heapprof/detail/0_base/arena.hpp"
 #include "heapprof/detail/0_base/object_base.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/1_hooks/block_hooks.hpp"
@@ -89,6 +90,56 @@ inline void* BootstrapAlloc(std::size_t n, std::size_t align) noexcept {
 }
 
 inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
+
+// ---------------------------------------------------------------- the profiler's own threads
+// glibc gives a thread its own arena at its first malloc (up to 8 per core):
+// a 64 MiB reservation (HEAP_MAX_SIZE), one more "Arena" in malloc_stats()
+// and malloc_info(), and one of the arenas the program's threads are spread
+// over. The profiler's threads malloc only inside libc and libstdc++
+// (__cxa_demangle, per name a profile write demangles), so the dump thread
+// and the HTTP server's builder each made one, for the rest of the process.
+// On those threads (tls_profiler_thread), with glibc's allocator under us,
+// the malloc family serves its blocks from the profiler's arena instead.
+// Each has the bootstrap blocks' 16-byte header (its size, then a word of all
+// ones where a glibc chunk has its size, which no glibc chunk has): the hot
+// free and realloc take it for a big block and leave it to the cold
+// functions, which know it by that word.
+HEAPPROF_ALWAYS_INLINE bool OwnBlocks() noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  return tls_profiler_thread && LoadRelaxed(g_glibc_chunks);
+#else
+  return false;
+#endif
+}
+// Any thread may free one (another copy of the hooks in the process reads the
+// same word): only under glibc's allocator, whose blocks all have a header.
+inline bool IsOwnBlock(const void* p) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  return LoadRelaxed(g_glibc_chunks) && GlibcChunkWord(p) == ~std::size_t{0} && !IsBootstrap(p);
+#else
+  (void)p;
+  return false;
+#endif
+}
+inline void* OwnAlloc(std::size_t n, bool zeroed) noexcept {
+  if (n > (std::size_t{1} << 40)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto* b = static_cast<std::size_t*>(zeroed ? g_arena.Allocate(n + 16) : g_arena.AllocateUninitialized(n + 16));
+  if (b == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  b[0] = n;
+  b[1] = ~std::size_t{0};
+  return b + 2;
+}
+inline std::size_t OwnSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
+inline void OwnFree(void* p) noexcept {
+  const std::size_t n = OwnSize(p);
+  g_arena.Free(static_cast<std::size_t*>(p) - 2, n + 16);
+}
 
 // ---------------------------------------------------------------- the allocator under us
 struct Functions {
@@ -387,6 +438,7 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
 
 // The cold halves of malloc, calloc and free (block_hooks.hpp: HotAlloc, HotFree).
 HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
+  if (HEAPPROF_UNLIKELY(OwnBlocks())) return OwnAlloc(n, false);
   const std::size_t asked = SampledRequest(n);
   void* p = g_fn.malloc(asked);
   if (HEAPPROF_LIKELY(p != nullptr)) {
@@ -400,6 +452,11 @@ HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexce
 HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, const void* ret) noexcept {
   std::size_t total;
   const bool overflow = __builtin_mul_overflow(count, size, &total);
+  if (HEAPPROF_UNLIKELY(OwnBlocks())) {
+    if (!overflow) return OwnAlloc(total, true);
+    errno = ENOMEM;
+    return nullptr;
+  }
   const std::size_t want = overflow ? total : SampledRequest(total);
   void* p = want == total ? g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
                           : g_fn.calloc(1, want);
@@ -412,6 +469,7 @@ HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, c
 }
 HEAPPROF_NOINLINE inline void FreeCold(void* p) noexcept {
   if (IsBootstrap(p)) return;
+  if (HEAPPROF_UNLIKELY(IsOwnBlock(p))) return OwnFree(p);
   if (!OnFreeBlock(p)) g_fn.free(p);
 }
 
@@ -427,6 +485,21 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
 // block, a glibc block of 1 KiB or more, a sample due, realloc(p, 0), a
 // thread without a slot).
 HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* ret) noexcept {
+  if (HEAPPROF_UNLIKELY(OwnBlocks() || (p != nullptr && IsOwnBlock(p)))) {
+    // glibc's realloc(p, 0) frees and returns null.
+    if (p != nullptr && n == 0) {
+      if (IsOwnBlock(p)) OwnFree(p);
+      else FreeCold(p);
+      return nullptr;
+    }
+    void* q = OwnBlocks() ? OwnAlloc(n, false) : MallocCold(n, ret);
+    if (q == nullptr || p == nullptr) return q;
+    const std::size_t old = IsOwnBlock(p) ? OwnSize(p) : BlockSize(p);
+    std::memcpy(q, p, old < n ? old : n);
+    if (IsOwnBlock(p)) OwnFree(p);
+    else FreeCold(p);
+    return q;
+  }
   if (p == nullptr) {
     void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
@@ -690,6 +763,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
 HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
   if (p == nullptr) return 0;
   if (HEAPPROF_UNLIKELY(heapprof::detail::real::IsBootstrap(p))) return heapprof::detail::real::BootstrapSize(p);
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::IsOwnBlock(p))) return heapprof::detail::real::OwnSize(p);
   return heapprof::detail::real::g_fn.usable_size(p);
 }
 

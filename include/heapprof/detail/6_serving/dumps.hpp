@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/0_base/host_threads.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/0_base/self_exe.hpp"
@@ -71,6 +72,11 @@ namespace detail {
 constexpr unsigned kMaxDumpNamesSkipped = 100000;
 // How often the dumper thread reads Stats while a byte trigger is set.
 constexpr int kDumpPollMillis = 10;
+// The longest the dump thread sleeps: it also looks, once a second, whether
+// the program's threads have all ended (host_threads.hpp).
+constexpr int kProgramThreadsCheckMillis = 1000;
+// Set on the dump thread (startup.hpp: EndWithProgramThreads ends the process from it).
+inline thread_local bool tls_dump_thread = false;
 // dump_near_oom halves the headroom left until it is below this.
 constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
 // How often the memory limit is looked up again (a cgroup's can change).
@@ -667,6 +673,9 @@ class Dumper {
 
   static void* Main(void* self) noexcept {
     ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
+    tls_profiler_thread = true;  // and, through the malloc hooks, served from it (malloc.hpp: OwnAlloc)
+    tls_dump_thread = true;
+    OwnThreadMark mark;  // not one of the program's threads (host_threads.hpp)
     static_cast<Dumper*>(self)->Loop();
     return nullptr;
   }
@@ -701,6 +710,7 @@ class Dumper {
     // after it ends the next wait at once. The first wait returns at once,
     // for a Wake() that came before this thread ran.
     std::uint32_t seen = wake_seq_.load(std::memory_order_acquire) - 1;
+    std::int64_t last_threads_check = MonotonicMillis();
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout = -1;
       if (byte_triggers || memory_triggers) timeout = kDumpPollMillis;
@@ -708,9 +718,12 @@ class Dumper {
         const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
         if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
       }
+      // Once a second: have the program's threads all ended (host_threads.hpp)?
+      if (timeout < 0 || timeout > kProgramThreadsCheckMillis) timeout = kProgramThreadsCheckMillis;
       WaitForWake(seen, timeout);
       seen = wake_seq_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) break;
+      EndIfProgramThreadsGone(MonotonicMillis(), last_threads_check);
       if (signal_pending_.exchange(false, std::memory_order_relaxed)) {
         Dump("dump_signal");
         ForwardSignal();

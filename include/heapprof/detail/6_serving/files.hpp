@@ -26,42 +26,6 @@
 namespace heapprof {
 namespace detail {
 
-// A write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=) raises
-// SIGXFSZ, whose default action ends the process with a core dump: a profile
-// dump killed the program it profiled ("File size limit exceeded") and left
-// its temporary file behind. While this object lives the calling thread has
-// SIGXFSZ blocked, so such a write fails with EFBIG instead, which the writer
-// reports like a full disk; the signal the kernel then leaves pending on this
-// thread is taken back before the mask is restored, unless one was pending
-// already (the program's own, left for it).
-class FileSizeSignalHeld {
- public:
-  FileSizeSignalHeld() noexcept {
-    sigemptyset(&xfsz_);
-    sigaddset(&xfsz_, SIGXFSZ);
-    pthread_sigmask(SIG_BLOCK, &xfsz_, &saved_);
-    sigset_t pending;
-    sigemptyset(&pending);
-    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
-  }
-  ~FileSizeSignalHeld() {
-    sigset_t pending;
-    sigemptyset(&pending);
-    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1) {
-      const timespec now{0, 0};
-      while (sigtimedwait(&xfsz_, nullptr, &now) < 0 && errno == EINTR) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
-  }
-  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
-  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
-
- private:
-  sigset_t xfsz_, saved_;
-  bool was_pending_ = false;
-};
-
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -164,7 +128,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     if (replacing && ::fchmod(tmp.fd, existing.st_mode & 0777) != 0) return fail("cannot set the mode of", errno);
     std::size_t done = 0;
     {
-      FileSizeSignalHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
+      WriteSignalsHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
       while (done < bytes.size()) {
         const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/0_base/host_threads.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
@@ -896,6 +897,8 @@ class Server {
   // most one job per connection (Queue).
   void BuildLoop(ArenaDeque<BuildJob>& queue) noexcept {
     ReentrancyGuard guard;  // nothing the builder allocates is sampled
+    tls_profiler_thread = true;  // libc's and libstdc++'s mallocs here: the arena's (malloc.hpp: OwnAlloc)
+    OwnThreadMark mark;  // not one of the program's threads (host_threads.hpp)
     for (;;) {
       BuildJob job;
       pthread_mutex_lock(&jobs_mutex_);
@@ -1041,6 +1044,9 @@ class Server {
 
   void Run() noexcept {
     ReentrancyGuard guard;  // nothing the server allocates is sampled
+    tls_profiler_thread = true;  // libc's and libstdc++'s mallocs here: the arena's (malloc.hpp: OwnAlloc)
+    OwnThreadMark mark;  // not one of the program's threads (host_threads.hpp)
+    std::int64_t last_threads_check = MonotonicMillis();
     ArenaVector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       HEAPPROF_TRY {
@@ -1078,6 +1084,7 @@ class Server {
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
+        EndIfProgramThreadsGone(MonotonicMillis(), last_threads_check);  // HEAPPROF=http's (host_threads.hpp)
         // Checked when idle, and before the eventfd is read or accept() runs.
         if ((n == 0 || (n > 0 && ((fds[0].revents | fds[1].revents) != 0))) && LostDescriptors()) break;
         if (n > 0 && (fds[0].revents & POLLIN)) {

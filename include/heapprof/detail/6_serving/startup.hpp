@@ -52,6 +52,21 @@ inline void RunExitActions() {
   }
 }
 
+// The program's threads have all ended (host_threads.hpp): called on the
+// dump thread or an HTTP server's. The process ends as glibc ends one whose
+// last thread ends, with exit(0), so the exit actions run (here, as on any
+// exiting thread: the profiler's guard is dropped, or RunExitHook would take
+// this for an exit from inside the profiler and skip them). On a server's
+// thread, RunExitActions leaves HEAPPROF=http's server running (stopping it
+// would join and free the thread it runs on); the exit ends it.
+inline void EndWithProgramThreads() noexcept {
+  static std::atomic<bool> ending{false};
+  if (ending.exchange(true, std::memory_order_acq_rel)) return;  // another of our threads ends it
+  if (!tls_dump_thread) g_env_http_server = nullptr;
+  tls_thread_flags.guard = 0;
+  std::exit(0);
+}
+
 inline void StartHttpFromEnv() noexcept {
   const char* listen = g_env_config.http;
   if (listen[0] == '\0') return;
@@ -85,6 +100,9 @@ inline bool StartFromEnv() noexcept {
     ReportRaw("heapprof: HEAPPROF: leak_exit_code, leak_suppressions and leak_frames have no effect without "
               "leak_report=1\n");
   }
+  // Before the threads start: they end the process once the program's
+  // threads have all ended (a main() that calls pthread_exit()).
+  g_end_with_program.store(&EndWithProgramThreads, std::memory_order_release);
   g_dumper.Start(cfg);
   StartHttpFromEnv();
   if (cfg.dump_at_exit || cfg.peak_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
