@@ -444,6 +444,34 @@ TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the
   RemoveDir(dir);
 }
 
+TEST_CASE("exit files of an earlier process with the same pid are kept: the leak and peak profiles take the next number") {
+  // A container's main process is pid 1 at every start: each restart's leak
+  // report, writing into the same volume, replaced the one before.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,leak_report=1,peak_at_exit=1 HEAPPROF_TEST_DIR=" + dir +
+                             " HEAPPROF_TEST_CHILD=dump_exit_pid_reused",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex(R"(leak profile: \S+/p\.([0-9]+)\.2\.leaks\.pb\.gz )")));
+  const std::string pid = m[1].str();
+  CHECK(out.find("retention profile: " + dir + "/p." + pid + ".2.retention.pb.gz ") != std::string::npos);
+  CHECK(out.find("wrote " + dir + "/p." + pid + ".2.peak.pb.gz (peak_at_exit)") != std::string::npos);
+  for (const char* kind : {"leaks", "retention", "peak"}) {
+    CAPTURE(kind);
+    CHECK(ReadFile(dir + "/p." + pid + "." + kind + ".pb.gz") == "earlier");
+    Profile p;
+    CHECK(ReadProfileFile(dir + "/p." + pid + ".2." + kind + ".pb.gz", p));
+  }
+  Profile leaks;
+  REQUIRE(ReadProfileFile(dir + "/p." + pid + ".2.leaks.pb.gz", leaks));
+  CHECK(heapprof_test::SumForLeaf(leaks, "LeakedByTest", "inuse_space") == 15000);
+  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  RemoveDir(dir);
+}
+
 TEST_CASE("leak_suppressions naming a FIFO, a directory or an empty file: one line, and the report is still written") {
   const std::string dir = DumpsTempDir();
   const std::string fifo = dir + "/fifo", empty = dir + "/empty.supp";
