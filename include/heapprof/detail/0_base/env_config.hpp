@@ -203,7 +203,7 @@ inline std::uint64_t ClampConfigValue(const char* what, std::string_view value, 
 // frames). Set once at start-up (EnsureInit), read by the symbolizer. A
 // process's first profile with lines reads the DWARF of the objects its PCs
 // fall in, inflating it when compressed: Debian's libc6-dbg, 8.5 MB of
-// sections, about 40 ms, for the libc frames every stack has. A bash script
+// sections, about 24 ms, for the libc frames every stack has. A bash script
 // of ~365 short processes under the preload library with dump_at_exit=1 took
 // 7.7-9.2 s, 0.88-1.14 s with lines=0 (README "The preload library").
 inline std::atomic<bool> g_symbolize_names_only{false};
