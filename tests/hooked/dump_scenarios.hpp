@@ -240,6 +240,21 @@ inline int RunDumpExit() {
   return 0;
 }
 
+// An earlier process of this pid (a container's pid 1 restarted, pids
+// reused) left its exit files under the names this one would take: they are
+// made here, each holding "earlier", then RunDumpExit.
+inline int RunDumpExitPidReused() {
+  for (const char* kind : {"leaks", "retention", "peak"}) {
+    char name[96];
+    std::snprintf(name, sizeof name, "/p.%ld.%s.pb.gz", static_cast<long>(getpid()), kind);
+    std::FILE* f = std::fopen((std::string(std::getenv("HEAPPROF_TEST_DIR")) + name).c_str(), "w");
+    if (f == nullptr) return 9;
+    std::fputs("earlier", f);
+    std::fclose(f);
+  }
+  return RunDumpExit();
+}
+
 // A program that closed stderr after start-up (a daemon) and whose next
 // descriptor took number 2 (HEAPPROF_TEST_STDERR says which):
 // - "file": its own data file, opened for reading and writing: heapprof's
@@ -418,6 +433,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_then_exec") == 0) return RunDumpThenExec();
   if (std::strcmp(name, "exec_image") == 0) return 0;
   if (std::strcmp(name, "dump_exit") == 0) return RunDumpExit();
+  if (std::strcmp(name, "dump_exit_pid_reused") == 0) return RunDumpExitPidReused();
   if (std::strcmp(name, "stderr_reused") == 0) return RunStderrReused();
   if (std::strcmp(name, "http_env") == 0) return RunHttpEnv();
   if (std::strcmp(name, "http_env_closed_fds") == 0) return RunHttpEnvClosedFds();

@@ -444,6 +444,82 @@ TEST_CASE("dump_at_exit and leak_report: the last dump, the leak profile and the
   RemoveDir(dir);
 }
 
+TEST_CASE("HEAPPROF lines=0: names from the symbol tables only; no file or line anywhere in the profiles or the leak table") {
+  // Reading DWARF is a process's first profile's largest cost (a compressed
+  // debug file inflated whole): many short processes each dumping at exit ran
+  // 10-20 times as long as without. lines=0 reads none.
+  for (const bool lines : {true, false}) {
+    CAPTURE(lines);
+    const std::string dir = DumpsTempDir();
+    std::string out;
+    const int rc = RunSelf(std::string("HEAPPROF=rate=1,dump_at_exit=1,leak_report=1,") + (lines ? "" : "lines=0,") +
+                               "dump_prefix=" + dir + "/p HEAPPROF_TEST_DIR=" + dir + " HEAPPROF_TEST_CHILD=dump_exit",
+                           out);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.find("HEAPPROF:") == std::string::npos);  // no problem with the variable
+    const std::vector<std::string> dumps = Matching(dir, R"(p\.[0-9]+\.0001\.heap\.pb\.gz)");
+    const std::vector<std::string> leaks = Matching(dir, R"(p\.[0-9]+\.leaks\.pb\.gz)");
+    REQUIRE(dumps.size() == 1);
+    REQUIRE(leaks.size() == 1);
+    for (const std::string& name : {dumps[0], leaks[0]}) {
+      CAPTURE(name);
+      Profile p;
+      REQUIRE(ReadProfileFile(dir + "/" + name, p));
+      CHECK(heapprof_test::SumForLeaf(p, "LeakedByTest", "inuse_space") == 15000);  // named either way
+      std::size_t with_line = 0, with_file = 0, mappings_with_lines = 0;
+      for (const heapprof_test::Location& loc : p.locations) {
+        for (const heapprof_test::Line& l : loc.lines) with_line += l.line != 0;
+      }
+      for (const heapprof_test::Function& fn : p.functions) with_file += !fn.filename.empty();
+      for (const heapprof_test::Mapping& m : p.mappings) mappings_with_lines += m.has_line_numbers;
+      if (lines) {
+        CHECK(with_line > 0);
+        CHECK(with_file > 0);
+        CHECK(mappings_with_lines > 0);
+      } else {
+        CHECK(with_line == 0);
+        CHECK(with_file == 0);
+        CHECK(mappings_with_lines == 0);
+      }
+    }
+    // The table's row for the leak: "(dump_scenarios.hpp:N)" only with lines.
+    const std::regex row(R"(heapprof:\s+14\.65 KiB\s+5\s+heapprof_test::LeakedByTest( \(dump_scenarios\.hpp:[0-9]+\))?)");
+    std::smatch m;
+    REQUIRE(std::regex_search(out, m, row));
+    CHECK(m[1].matched == lines);
+    RemoveDir(dir);
+  }
+}
+
+TEST_CASE("exit files of an earlier process with the same pid are kept: the leak and peak profiles take the next number") {
+  // A container's main process is pid 1 at every start: each restart's leak
+  // report, writing into the same volume, replaced the one before.
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("HEAPPROF=rate=1,dump_prefix=" + dir + "/p,leak_report=1,peak_at_exit=1 HEAPPROF_TEST_DIR=" + dir +
+                             " HEAPPROF_TEST_CHILD=dump_exit_pid_reused",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex(R"(leak profile: \S+/p\.([0-9]+)\.2\.leaks\.pb\.gz )")));
+  const std::string pid = m[1].str();
+  CHECK(out.find("retention profile: " + dir + "/p." + pid + ".2.retention.pb.gz ") != std::string::npos);
+  CHECK(out.find("wrote " + dir + "/p." + pid + ".2.peak.pb.gz (peak_at_exit)") != std::string::npos);
+  for (const char* kind : {"leaks", "retention", "peak"}) {
+    CAPTURE(kind);
+    CHECK(ReadFile(dir + "/p." + pid + "." + kind + ".pb.gz") == "earlier");
+    Profile p;
+    CHECK(ReadProfileFile(dir + "/p." + pid + ".2." + kind + ".pb.gz", p));
+  }
+  Profile leaks;
+  REQUIRE(ReadProfileFile(dir + "/p." + pid + ".2.leaks.pb.gz", leaks));
+  CHECK(heapprof_test::SumForLeaf(leaks, "LeakedByTest", "inuse_space") == 15000);
+  CHECK(Matching(dir, R"(.*\.tmp\..*)").empty());
+  RemoveDir(dir);
+}
+
 TEST_CASE("leak_suppressions naming a FIFO, a directory or an empty file: one line, and the report is still written") {
   const std::string dir = DumpsTempDir();
   const std::string fifo = dir + "/fifo", empty = dir + "/empty.supp";

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "heapprof/detail/4_symbolization/inflate.hpp"
 #include "heapprof/detail/5_encoding/gzip.hpp"
 #include "support/inflate.hpp"
 
@@ -702,6 +704,62 @@ TEST_CASE("profile-like data: size within 1.3x of gzip -1") {
   MESSAGE("gzip -1: " << reference.size() << " bytes; ratio heapprof / gzip -1 = "
                       << static_cast<double>(ours.size()) / static_cast<double>(reference.size()));
   CHECK(static_cast<double>(ours.size()) <= 1.3 * static_cast<double>(reference.size()));
+}
+
+TEST_CASE("the debug-section inflater decodes our deflate streams of every shape exactly, and writes nothing past the output") {
+  // ZlibInflate (4_symbolization/inflate.hpp) reads 8 input bytes at a time
+  // and copies back references 8 bytes at a time, up to 7 bytes past the
+  // copy: checked here on stored, fixed and dynamic blocks, on copies that
+  // overlap their own output at every distance from 1 to 17, on outputs of
+  // every length around those steps, and with guard bytes after the buffer.
+  // Our gzip member's deflate data, rewrapped as a zlib stream (RFC 1950).
+  auto zlib_of = [](const std::string& input) {
+    const std::string gz = Gzip(input);
+    REQUIRE(gz.size() >= 18);
+    std::string z = "\x78\x9c" + gz.substr(10, gz.size() - 18);
+    std::uint32_t a = 1, b = 0;
+    for (unsigned char c : input) {
+      a = (a + c) % 65521u;
+      b = (b + a) % 65521u;
+    }
+    const std::uint32_t adler = (b << 16) | a;
+    for (int shift = 24; shift >= 0; shift -= 8) z += static_cast<char>((adler >> shift) & 0xff);
+    return z;
+  };
+  std::vector<std::string> inputs;
+  Rng rng(11);
+  for (std::size_t n = 0; n <= 80; ++n) inputs.push_back(std::string(n, 'a'));
+  for (std::size_t period = 2; period <= 17; ++period) {
+    std::string unit;
+    for (std::size_t i = 0; i < period; ++i) unit += static_cast<char>('a' + (rng.Next() % 26));
+    for (std::size_t n : {period * 3 + 1, std::size_t{300}, std::size_t{70000}}) {
+      std::string s;
+      while (s.size() < n) s += unit;
+      inputs.push_back(s.substr(0, n));
+    }
+  }
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{9}, std::size_t{1000}, std::size_t{100000}}) {
+    std::string noise(n, '\0');
+    for (char& c : noise) c = static_cast<char>(rng.Next());
+    inputs.push_back(noise);  // stored blocks
+  }
+  std::string text;
+  while (text.size() < 300000) {
+    text += "heapprof::detail::Symbolizer::Symbolize " + std::to_string(rng.Next() % 1000) + " ";
+    text += std::string(rng.Next() % 40, static_cast<char>('x' + rng.Next() % 3));
+  }
+  inputs.push_back(text);
+  for (std::size_t cut = 1; cut <= 20; ++cut) inputs.push_back(text.substr(0, 4096 + cut));
+  for (const std::string& input : inputs) {
+    CAPTURE(input.size());
+    const std::string z = zlib_of(input);
+    std::vector<unsigned char> out(input.size() + 16, 0xA5);
+    const bool ok = heapprof::detail::inflate::ZlibInflate(reinterpret_cast<const unsigned char*>(z.data()), z.size(),
+                                                          out.data(), input.size());
+    REQUIRE(ok);
+    CHECK(std::memcmp(out.data(), input.data(), input.size()) == 0);
+    CHECK(std::count(out.begin() + static_cast<std::ptrdiff_t>(input.size()), out.end(), 0xA5) == 16);
+  }
 }
 
 }  // TEST_SUITE("gzip")

@@ -196,6 +196,7 @@ inline void EnsureInit() noexcept {
       if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
       if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
+      if (!cfg.lines) g_symbolize_names_only.store(true, std::memory_order_relaxed);
     }
     errno = saved_errno;
     g_init_state.store(2, std::memory_order_release);

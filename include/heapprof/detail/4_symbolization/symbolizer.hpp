@@ -33,6 +33,7 @@
 
 #include "heapprof/config.hpp"
 #include "heapprof/detail/0_base/arena_allocator.hpp"
+#include "heapprof/detail/0_base/env_config.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/0_base/self_exe.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
@@ -839,7 +840,8 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   bool inline_known = false;
   if (r->debug != nullptr) {
     DebugCacheLock hold;  // decoding fills the shared cache
-    if (!tls_symbolize_cached_debug_only || r->debug->loaded()) {
+    if (!g_symbolize_names_only.load(std::memory_order_relaxed) &&
+        (!tls_symbolize_cached_debug_only || r->debug->loaded())) {
       r->debug->EnsureLoaded();
       n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
     }

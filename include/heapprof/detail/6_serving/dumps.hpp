@@ -277,7 +277,8 @@ class Dumper {
     return ok;
   }
 
-  // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`).
+  // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`), or
+  // <prefix>.<pid>.<n>.<kind>.pb.gz past an earlier process's (UnusedExitFileBase).
   bool DumpNamed(const char* kind, bool peak, std::string_view why) noexcept {
     ReentrancyGuard guard;
     WriteHeadroom headroom;  // built without exceptions: the memory first, or no dump
@@ -285,10 +286,10 @@ class Dumper {
     pthread_mutex_lock(&write_mutex_);
     bool ok = false;
     HEAPPROF_TRY {
-      char name[64];
-      std::snprintf(name, sizeof name, ".%ld.%s.pb.gz", static_cast<long>(getpid()), kind);
-      ArenaString path = Prefix();
-      path += name;
+      ArenaString path = UnusedExitFileBase(Prefix(), {kind});
+      path += ".";
+      path += kind;
+      path += ".pb.gz";
       ArenaString error;
       ok = peak ? WritePeakProfileFile(path, &error) : WriteProfileFile(path, false, &error);
       if (ok) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -171,6 +172,36 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
   return ok;
 }
 
+
+// Where a process's one-per-exit files go (<prefix>.<pid>.leaks.pb.gz and its
+// .retention, .peak, .oom): "<prefix>.<pid>", or, when a file of one of
+// `kinds` is already there under it, "<prefix>.<pid>.<n>" for the first n
+// from 2 under which none is. Such a file is an earlier process's of the same
+// pid, never this one's (each kind is written once per process): a
+// container's main process is pid 1 at every start, and the leak report of
+// each restart writing into a volume replaced the last one's (heap dumps
+// already passed over taken numbers). `kinds` go together: a leak profile
+// and its retention profile get the same name.
+inline ArenaString UnusedExitFileBase(const ArenaString& prefix, std::initializer_list<const char*> kinds) {
+  char pid[32];
+  std::snprintf(pid, sizeof pid, ".%ld", static_cast<long>(getpid()));
+  const ArenaString base = prefix + pid;
+  for (unsigned n = 1; n < 100000; ++n) {
+    ArenaString candidate = base;
+    if (n > 1) {
+      char number[16];
+      std::snprintf(number, sizeof number, ".%u", n);
+      candidate += number;
+    }
+    bool taken = false;
+    for (const char* kind : kinds) {
+      struct stat st {};
+      taken = taken || ::lstat((candidate + "." + kind + ".pb.gz").c_str(), &st) == 0;
+    }
+    if (!taken) return candidate;
+  }
+  return base;  // (past that many: the first name, written over as before)
+}
 // A profile that `build` (one of the Build*ProfileBytes) serialises, gzip'ed,
 // written atomically to `path`.
 template <class Build>

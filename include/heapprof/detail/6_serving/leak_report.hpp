@@ -2,7 +2,8 @@
 // profile to <prefix>.<pid>.leaks.pb.gz and a table of the top in-use stacks
 // on stderr, split by the retention scan (retention.hpp) into unreachable
 // (leaked) and reachable (with the root that holds it); the retention profile
-// to <prefix>.<pid>.retention.pb.gz.
+// to <prefix>.<pid>.retention.pb.gz (<prefix>.<pid>.<n>.* when an earlier
+// process of that pid left its own: UnusedExitFileBase).
 #pragma once
 
 #include <dlfcn.h>
@@ -423,9 +424,8 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     return false;
   }
   HEAPPROF_TRY {
-    char name[64];
-    std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
-    const ArenaString path = prefix + name;
+    const ArenaString base = UnusedExitFileBase(prefix, {"leaks", "retention"});
+    const ArenaString path = base + ".leaks.pb.gz";
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
     const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
@@ -438,8 +438,7 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
-    std::snprintf(name, sizeof name, ".%ld.retention.pb.gz", static_cast<long>(getpid()));
-    const ArenaString retention_path = prefix + name;
+    const ArenaString retention_path = base + ".retention.pb.gz";
     ArenaString retention_error;
     const bool retention_written =
         WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
