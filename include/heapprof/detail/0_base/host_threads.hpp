@@ -24,38 +24,50 @@
 namespace heapprof {
 namespace detail {
 
-// The kernel ids of the profiler's own threads alive now (0: a free slot).
+// The profiler's own threads alive now: (pid << 32) | kernel thread id, 0
+// for a free slot. A slot of another pid is free too: a forked child inherits
+// its parent's marks, whose threads it does not have.
 constexpr int kMaxOwnThreads = 16;
-inline std::atomic<long> g_own_tids[kMaxOwnThreads] = {};
+inline std::atomic<std::uint64_t> g_own_tids[kMaxOwnThreads] = {};
 
-inline long CurrentTid() noexcept { return syscall(SYS_gettid); }
+inline std::uint64_t OwnTidKey(long tid) noexcept {
+  return (static_cast<std::uint64_t>(::getpid()) << 32) | static_cast<std::uint32_t>(tid);
+}
 
 // For the life of a profiler thread's loop.
 class OwnThreadMark {
  public:
-  OwnThreadMark() noexcept : tid_(CurrentTid()) {
-    for (std::atomic<long>& slot : g_own_tids) {
-      long expected = 0;
-      if (slot.compare_exchange_strong(expected, tid_, std::memory_order_acq_rel)) {
-        slot_ = &slot;
-        return;
+  OwnThreadMark() noexcept {
+    const std::uint64_t key = OwnTidKey(syscall(SYS_gettid));
+    const std::uint64_t pid = key >> 32;
+    for (std::atomic<std::uint64_t>& slot : g_own_tids) {
+      std::uint64_t seen = slot.load(std::memory_order_acquire);
+      while (seen == 0 || (seen >> 32) != pid) {  // free, or a parent's
+        if (slot.compare_exchange_weak(seen, key, std::memory_order_acq_rel)) {
+          slot_ = &slot;
+          key_ = key;
+          return;
+        }
       }
     }
   }
   ~OwnThreadMark() {
-    if (slot_ != nullptr) slot_->store(0, std::memory_order_release);
+    if (slot_ == nullptr) return;
+    std::uint64_t expected = key_;
+    slot_->compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
   }
   OwnThreadMark(const OwnThreadMark&) = delete;
   OwnThreadMark& operator=(const OwnThreadMark&) = delete;
 
  private:
-  long tid_;
-  std::atomic<long>* slot_ = nullptr;
+  std::uint64_t key_ = 0;
+  std::atomic<std::uint64_t>* slot_ = nullptr;
 };
 
 inline bool IsOwnTid(long tid) noexcept {
-  for (const std::atomic<long>& slot : g_own_tids) {
-    if (slot.load(std::memory_order_acquire) == tid) return true;
+  const std::uint64_t key = OwnTidKey(tid);
+  for (const std::atomic<std::uint64_t>& slot : g_own_tids) {
+    if (slot.load(std::memory_order_acquire) == key) return true;
   }
   return false;
 }
