@@ -439,6 +439,12 @@ struct ThreadFlags {
 };
 inline thread_local ThreadFlags tls_thread_flags HEAPPROF_TLS_MODEL HEAPPROF_VISIBLE;
 
+// Set for good on the profiler's own threads (the dump thread, the HTTP
+// server's): the malloc hooks serve what libc and libstdc++ allocate there
+// (__cxa_demangle's names) from the profiler's arena (malloc.hpp: OwnAlloc),
+// so that no glibc arena is made for them. Read only on cold paths.
+inline thread_local bool tls_profiler_thread HEAPPROF_TLS_MODEL = false;
+
 // ---- sample rate: one atomic word, (epoch << kRateBits) | rate ----
 // The epoch tells a thread its countdown was drawn at an older rate (the
 // slow path draws a fresh one: 2_sampling/engine.hpp). Read by the hooks'
@@ -1863,6 +1869,8 @@ inline ArenaString ArenaDecimal(unsigned long long v) {
 // it runs from inside the first operator new.
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1957,6 +1965,63 @@ inline void ReportFdDone(int fd, bool opened) noexcept {
   errno = saved;
 }
 
+// The signals a write(2) itself can raise, held off on the calling thread
+// while this object lives, so that heapprof's writes fail with an error
+// instead of ending the program they profile:
+// - SIGPIPE: a line to a stderr that is a pipe whose reader has gone (a
+//   logger that died, `prog 2>&1 | head -1`, a supervisor that closed its
+//   end). The program may never write to stderr itself; heapprof's line at
+//   start-up (a bad HEAPPROF value) or at exit ("wrote ...", the leak table)
+//   killed it with SIGPIPE, status 141 instead of its own.
+// - SIGXFSZ: a write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=),
+//   whose default action ends the process with a core dump: a profile dump
+//   killed the program and left its temporary file behind.
+// The write then fails (EPIPE, EFBIG), which the caller reports or drops; a
+// signal the kernel left pending on this thread for it is taken back before
+// the mask is restored, unless one was pending already (the program's own,
+// left for it).
+class WriteSignalsHeld {
+ public:
+  WriteSignalsHeld() noexcept {
+    sigemptyset(&held_);
+    sigaddset(&held_, SIGPIPE);
+    sigaddset(&held_, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &held_, &saved_);
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) == 0) {
+      pipe_was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+      xfsz_was_pending_ = sigismember(&pending, SIGXFSZ) == 1;
+    }
+  }
+  ~WriteSignalsHeld() {
+    const int saved_errno = errno;
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) == 0) {
+      if (!pipe_was_pending_ && sigismember(&pending, SIGPIPE) == 1) TakeBack(SIGPIPE);
+      if (!xfsz_was_pending_ && sigismember(&pending, SIGXFSZ) == 1) TakeBack(SIGXFSZ);
+    }
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+    errno = saved_errno;
+  }
+  WriteSignalsHeld(const WriteSignalsHeld&) = delete;
+  WriteSignalsHeld& operator=(const WriteSignalsHeld&) = delete;
+
+ private:
+  static void TakeBack(int sig) noexcept {
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    const timespec now{0, 0};
+    while (sigtimedwait(&one, nullptr, &now) < 0 && errno == EINTR) {
+    }
+  }
+  sigset_t held_, saved_;
+  bool pipe_was_pending_ = false;
+  bool xfsz_was_pending_ = false;
+};
+
 // `n` bytes where heapprof's lines go (ReportFd), with write(2): no stdio
 // buffer, no allocation. Keeps errno.
 inline void WriteReport(const char* text, std::size_t n) noexcept {
@@ -1964,6 +2029,7 @@ inline void WriteReport(const char* text, std::size_t n) noexcept {
   const int fd = ReportFd(&opened);
   if (fd < 0) return;
   const int saved = errno;
+  WriteSignalsHeld held;  // a reader gone: EPIPE, not the end of the program
   while (n > 0) {
     const ssize_t done = ::write(fd, text, n);
     if (done < 0 && errno == EINTR) continue;
@@ -2054,6 +2120,16 @@ inline std::uint64_t ClampConfigValue(const char* what, std::string_view value, 
   return max;
 }
 
+// HEAPPROF=lines=0: every profile the process writes is symbolized from the
+// symbol tables alone, without reading any DWARF (no files, lines or inlined
+// frames). Set once at start-up (EnsureInit), read by the symbolizer. A
+// process's first profile with lines reads the DWARF of the objects its PCs
+// fall in, inflating it when compressed: Debian's libc6-dbg, 8.5 MB of
+// sections, about 24 ms, for the libc frames every stack has. A bash script
+// of ~365 short processes under the preload library with dump_at_exit=1 took
+// 7.7-9.2 s, 0.88-1.14 s with lines=0 (README "The preload library").
+inline std::atomic<bool> g_symbolize_names_only{false};
+
 struct EnvConfig {
   bool has_rate = false;
   std::uint64_t rate = 0;
@@ -2075,6 +2151,7 @@ struct EnvConfig {
   int dump_signal = 0;              // signal number; 0 off
   bool dump_at_exit = false;
   bool leak_report = false;
+  bool lines = true;  // lines=0: names only (g_symbolize_names_only)
   // Memory events (README "Memory events").
   bool peak_at_exit = false;         // <prefix>.<pid>.peak.pb.gz at exit
   std::uint32_t dump_near_oom = 0;   // millionths of the memory limit; 0 off
@@ -2288,6 +2365,12 @@ inline EnvConfig ParseEnvConfig(std::string_view text) noexcept {
                                                   : "bad value for leak_report (0 or 1):",
                             value);
       }
+    } else if (key == "lines") {
+      if (value == "1" || value == "0" || value == "true" || value == "false") {
+        cfg.lines = value == "1" || value == "true";
+      } else {
+        ReportConfigProblem("bad value for lines (0 or 1):", value);
+      }
     } else if (key == "peak_at_exit" || key == "oom_dump") {
       if (value == "1" || value == "0" || value == "true" || value == "false") {
         (key == "peak_at_exit" ? cfg.peak_at_exit : cfg.oom_dump) = value == "1" || value == "true";
@@ -2384,6 +2467,7 @@ inline void ReportLine(std::string_view line) noexcept {
   const int fd = ReportFd(&opened);
   if (fd < 0) return;
   const int saved = errno;
+  WriteSignalsHeld held;  // a reader gone: EPIPE, not the end of the program (env_config.hpp)
   char prefix[] = "heapprof: ";
   char newline[] = "\n";
   iovec parts[3] = {{prefix, sizeof prefix - 1}, {const_cast<char*>(line.data()), line.size()}, {newline, 1}};
@@ -2910,7 +2994,11 @@ inline void DetectBlockSize() noexcept {
   }
   void* (*alloc)(std::size_t) = UnderlyingMalloc();
   void (*release)(void*) = g_release_block;
-  // Small and medium blocks, and an mmapped one. glibc raises its mmap
+  // Small blocks (tcache's and one past it), and an mmapped one. The heap
+  // block stays under what a fresh heap has free at its top: one of 70,000
+  // bytes grew the heap by 72 KiB, which glibc kept (it trims only past
+  // 128 KiB free), so every program started with a larger heap than without
+  // heapprof (mallinfo2's arena 208,896 bytes, not 135,168). glibc raises its mmap
   // threshold for good to the size of any mmapped block freed, up to 32 MiB
   // (DEFAULT_MMAP_THRESHOLD_MAX on 64 bits; mallopt takes no more): a 1 MiB
   // block here made every program keep blocks of 128 KiB to 1 MiB in its heap
@@ -2918,7 +3006,7 @@ inline void DetectBlockSize() noexcept {
   // the same (mmap, the header's page, munmap). Where the address space has
   // no room for it, that one check is skipped (EnsureInit keeps errno).
   static constexpr std::size_t kMmapped = std::size_t{64} << 20;
-  static constexpr std::size_t kSizes[] = {1, 24, 1000, 70000, kMmapped};
+  static constexpr std::size_t kSizes[] = {1, 24, 1000, 4000, kMmapped};
   bool agree = true;
   for (std::size_t n : kSizes) {
     void* p = alloc(n);
@@ -9040,6 +9128,7 @@ inline void EnsureInit() noexcept {
       if (cfg.has_max_label_sets) g_labels.SetMaxSets(cfg.max_label_sets);
       if (cfg.has_unwinder) g_unwinder.store(cfg.unwinder_table ? kUnwinderTable : kUnwinderFramePointer);
       if (cfg.has_max_stacks) g_buckets.SetMaxStacks(cfg.max_stacks);
+      if (!cfg.lines) g_symbolize_names_only.store(true, std::memory_order_relaxed);
     }
     errno = saved_errno;
     g_init_state.store(2, std::memory_order_release);
@@ -12117,6 +12206,7 @@ class BitReader {
 
   // `count` bits, least significant first (3.1.1); sets the error flag at the end.
   std::uint32_t Bits(unsigned count) {
+    if (have_ < count) Refill();
     while (have_ < count) {
       if (pos_ >= size_) {
         failed_ = true;
@@ -12133,6 +12223,7 @@ class BitReader {
   // Up to `count` (<= 32) next bits without consuming them; bits past the end
   // of the input read as zero (available() says how many are real).
   std::uint32_t Peek(unsigned count) {
+    if (have_ < count) Refill();
     while (have_ < count && pos_ < size_) {
       buffer_ |= static_cast<std::uint64_t>(data_[pos_++]) << have_;
       have_ += 8;
@@ -12140,6 +12231,22 @@ class BitReader {
     return static_cast<std::uint32_t>(buffer_ & ((std::uint64_t{1} << count) - 1));
   }
   unsigned available() const { return have_; }
+  // Tops the buffer up to at least 56 bits with one 8-byte load while 8
+  // bytes of input are left (the byte loops above finish the last ones):
+  // decoding went a byte at a time, the most of a first profile's time on a
+  // compressed debug file (README "The preload library").
+  // The bits above have_ are then the next input bytes' own, which the next
+  // load (or byte) ORs in again unchanged.
+  void Refill() {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (size_ - pos_ < 8) return;
+    std::uint64_t word;
+    std::memcpy(&word, data_ + pos_, 8);
+    buffer_ |= word << have_;
+    pos_ += (63 - have_) >> 3;
+    have_ |= 56;
+#endif
+  }
   void Drop(unsigned count) {
     buffer_ >>= count;
     have_ -= count;
@@ -12356,9 +12463,21 @@ class Inflater {
       if (dsym < 0 || dsym >= 30) return false;
       const std::size_t distance = kDistBase[dsym] + in.Bits(kDistExtra[dsym]);
       if (in.failed() || distance > n_ || length > cap_ - n_) return false;
-      // Byte by byte: the copy may overlap its own output (distance < length).
       const unsigned char* from = out_ + n_ - distance;
-      for (std::size_t k = 0; k < length; ++k) out_[n_ + k] = from[k];
+      unsigned char* to = out_ + n_;
+      if (distance >= 8 && cap_ - n_ >= length + 8) {
+        // 8 bytes a step, up to 7 past the end (room checked): each step
+        // reads bytes written at least 8 before, so an overlapping copy
+        // (distance < length) repeats its pattern as the byte loop does.
+        for (std::size_t k = 0; k < length; k += 8) {
+          std::uint64_t word;
+          std::memcpy(&word, from + k, 8);
+          std::memcpy(to + k, &word, 8);
+        }
+      } else {
+        // Byte by byte: the copy may overlap its own output (distance < length).
+        for (std::size_t k = 0; k < length; ++k) to[k] = from[k];
+      }
       n_ += length;
     }
   }
@@ -13903,7 +14022,8 @@ inline int Symbolizer::Symbolize(std::uintptr_t address, SymbolizedFrame* out, i
   bool inline_known = false;
   if (r->debug != nullptr) {
     DebugCacheLock hold;  // decoding fills the shared cache
-    if (!tls_symbolize_cached_debug_only || r->debug->loaded()) {
+    if (!g_symbolize_names_only.load(std::memory_order_relaxed) &&
+        (!tls_symbolize_cached_debug_only || r->debug->loaded())) {
       r->debug->EnsureLoaded();
       n = r->debug->Lookup(file_address, source, max < kMaxInline ? max : kMaxInline, &inline_known);
     }
@@ -17909,6 +18029,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -17916,42 +18037,6 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 
 namespace heapprof {
 namespace detail {
-
-// A write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=) raises
-// SIGXFSZ, whose default action ends the process with a core dump: a profile
-// dump killed the program it profiled ("File size limit exceeded") and left
-// its temporary file behind. While this object lives the calling thread has
-// SIGXFSZ blocked, so such a write fails with EFBIG instead, which the writer
-// reports like a full disk; the signal the kernel then leaves pending on this
-// thread is taken back before the mask is restored, unless one was pending
-// already (the program's own, left for it).
-class FileSizeSignalHeld {
- public:
-  FileSizeSignalHeld() noexcept {
-    sigemptyset(&xfsz_);
-    sigaddset(&xfsz_, SIGXFSZ);
-    pthread_sigmask(SIG_BLOCK, &xfsz_, &saved_);
-    sigset_t pending;
-    sigemptyset(&pending);
-    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
-  }
-  ~FileSizeSignalHeld() {
-    sigset_t pending;
-    sigemptyset(&pending);
-    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1) {
-      const timespec now{0, 0};
-      while (sigtimedwait(&xfsz_, nullptr, &now) < 0 && errno == EINTR) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
-  }
-  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
-  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
-
- private:
-  sigset_t xfsz_, saved_;
-  bool was_pending_ = false;
-};
 
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
@@ -18055,7 +18140,7 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
     if (replacing && ::fchmod(tmp.fd, existing.st_mode & 0777) != 0) return fail("cannot set the mode of", errno);
     std::size_t done = 0;
     {
-      FileSizeSignalHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
+      WriteSignalsHeld held;  // past RLIMIT_FSIZE: EFBIG, not the end of the process
       while (done < bytes.size()) {
         const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;
@@ -18098,6 +18183,36 @@ inline bool WriteFileAtomic(const ArenaString& path, const ArenaString& bytes, A
   return ok;
 }
 
+
+// Where a process's one-per-exit files go (<prefix>.<pid>.leaks.pb.gz and its
+// .retention, .peak, .oom): "<prefix>.<pid>", or, when a file of one of
+// `kinds` is already there under it, "<prefix>.<pid>.<n>" for the first n
+// from 2 under which none is. Such a file is an earlier process's of the same
+// pid, never this one's (each kind is written once per process): a
+// container's main process is pid 1 at every start, and the leak report of
+// each restart writing into a volume replaced the last one's (heap dumps
+// already passed over taken numbers). `kinds` go together: a leak profile
+// and its retention profile get the same name.
+inline ArenaString UnusedExitFileBase(const ArenaString& prefix, std::initializer_list<const char*> kinds) {
+  char pid[32];
+  std::snprintf(pid, sizeof pid, ".%ld", static_cast<long>(getpid()));
+  const ArenaString base = prefix + pid;
+  for (unsigned n = 1; n < 100000; ++n) {
+    ArenaString candidate = base;
+    if (n > 1) {
+      char number[16];
+      std::snprintf(number, sizeof number, ".%u", n);
+      candidate += number;
+    }
+    bool taken = false;
+    for (const char* kind : kinds) {
+      struct stat st {};
+      taken = taken || ::lstat((candidate + "." + kind + ".pb.gz").c_str(), &st) == 0;
+    }
+    if (!taken) return candidate;
+  }
+  return base;  // (past that many: the first name, written over as before)
+}
 // A profile that `build` (one of the Build*ProfileBytes) serialises, gzip'ed,
 // written atomically to `path`.
 template <class Build>
@@ -18223,6 +18338,151 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 #include <unistd.h>
 #include <vector>
 
+// ---- begin heapprof/detail/0_base/host_threads.hpp ----
+// heapprof: whether the program's own threads have all ended.
+//
+// glibc ends a process with exit(0) when its last thread ends: a program
+// whose main() calls pthread_exit() ends once its other threads have. The
+// profiler's background threads (the dump thread, HEAPPROF=http's server)
+// are threads too, and they never end by themselves: such a program never
+// ended, and since those threads block every signal and its main thread was
+// gone, a SIGTERM was never delivered either (only SIGKILL ended it). They
+// ask here, about once a second, whether any thread but theirs is left, and
+// when none is, the process ends as glibc would have ended it
+// (startup.hpp: EndWithProgramThreads).
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+namespace heapprof {
+namespace detail {
+
+// The profiler's own threads alive now: (pid << 32) | kernel thread id, 0
+// for a free slot. A slot of another pid is free too: a forked child inherits
+// its parent's marks, whose threads it does not have.
+constexpr int kMaxOwnThreads = 16;
+inline std::atomic<std::uint64_t> g_own_tids[kMaxOwnThreads] = {};
+
+inline std::uint64_t OwnTidKey(long tid) noexcept {
+  return (static_cast<std::uint64_t>(::getpid()) << 32) | static_cast<std::uint32_t>(tid);
+}
+
+// For the life of a profiler thread's loop.
+class OwnThreadMark {
+ public:
+  OwnThreadMark() noexcept {
+    const std::uint64_t key = OwnTidKey(syscall(SYS_gettid));
+    const std::uint64_t pid = key >> 32;
+    for (std::atomic<std::uint64_t>& slot : g_own_tids) {
+      std::uint64_t seen = slot.load(std::memory_order_acquire);
+      while (seen == 0 || (seen >> 32) != pid) {  // free, or a parent's
+        if (slot.compare_exchange_weak(seen, key, std::memory_order_acq_rel)) {
+          slot_ = &slot;
+          key_ = key;
+          return;
+        }
+      }
+    }
+  }
+  ~OwnThreadMark() {
+    if (slot_ == nullptr) return;
+    std::uint64_t expected = key_;
+    slot_->compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  }
+  OwnThreadMark(const OwnThreadMark&) = delete;
+  OwnThreadMark& operator=(const OwnThreadMark&) = delete;
+
+ private:
+  std::uint64_t key_ = 0;
+  std::atomic<std::uint64_t>* slot_ = nullptr;
+};
+
+inline bool IsOwnTid(long tid) noexcept {
+  const std::uint64_t key = OwnTidKey(tid);
+  for (const std::atomic<std::uint64_t>& slot : g_own_tids) {
+    if (slot.load(std::memory_order_acquire) == key) return true;
+  }
+  return false;
+}
+
+// A task's state letter from /proc/self/task/TID/stat ('R', 'S', 'Z', ...):
+// 'X' when it is gone, '?' when it cannot be told (no /proc). No allocation.
+inline char TaskState(long tid) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH ? 'X' : '?';
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return n == 0 ? 'X' : '?';
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // the name may hold anything, ')' too
+  return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
+}
+
+// True when every thread of the process but the profiler's own has ended
+// (the main thread a zombie, no other task alive). Keeps errno. Cheap while
+// the main thread runs: one small file read.
+inline bool ProgramThreadsGone() noexcept {
+  const int saved = errno;
+  const long pid = static_cast<long>(::getpid());
+  bool gone = false;
+  const char main_state = TaskState(pid);
+  if ((main_state == 'Z' || main_state == 'X') && !IsOwnTid(pid)) {
+    const int dir = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      gone = true;
+      alignas(8) char buf[4096];
+      for (;;) {
+        const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
+        if (n < 0) gone = false;
+        if (n <= 0 || !gone) break;
+        for (long at = 0; at < n && gone;) {
+          // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name
+          std::uint16_t reclen;
+          std::memcpy(&reclen, buf + at + 16, sizeof reclen);
+          const char* name = buf + at + 19;
+          if (name[0] >= '0' && name[0] <= '9') {
+            long tid = 0;
+            for (const char* c = name; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
+            if (tid != pid && !IsOwnTid(tid)) {
+              const char state = TaskState(tid);
+              if (state != 'Z' && state != 'X') gone = false;
+            }
+          }
+          at += reclen;
+        }
+      }
+      ::close(dir);
+    }
+  }
+  errno = saved;
+  return gone;
+}
+
+// Set by the start-up (startup.hpp) for the threads HEAPPROF starts: what to
+// call once the program's threads are gone. It does not return.
+inline std::atomic<void (*)()> g_end_with_program{nullptr};
+
+// A profiler thread's check, at most once a second (`last_ms`: its own clock).
+inline void EndIfProgramThreadsGone(std::int64_t now_ms, std::int64_t& last_ms) noexcept {
+  void (*end)() = g_end_with_program.load(std::memory_order_acquire);
+  if (end == nullptr || now_ms - last_ms < 1000) return;
+  last_ms = now_ms;
+  if (ProgramThreadsGone()) end();
+}
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/0_base/host_threads.hpp ----
 // ---- begin heapprof/detail/6_serving/memory_limit.hpp ----
 // heapprof: the process's memory limit and its usage, for dump_near_oom and
 // rss_interval (dumps.hpp).
@@ -18545,6 +18805,11 @@ namespace detail {
 constexpr unsigned kMaxDumpNamesSkipped = 100000;
 // How often the dumper thread reads Stats while a byte trigger is set.
 constexpr int kDumpPollMillis = 10;
+// The longest the dump thread sleeps: it also looks, once a second, whether
+// the program's threads have all ended (host_threads.hpp).
+constexpr int kProgramThreadsCheckMillis = 1000;
+// Set on the dump thread (startup.hpp: EndWithProgramThreads ends the process from it).
+inline thread_local bool tls_dump_thread = false;
 // dump_near_oom halves the headroom left until it is below this.
 constexpr std::uint64_t kNearOomMinHeadroom = std::uint64_t{1} << 20;
 // How often the memory limit is looked up again (a cgroup's can change).
@@ -18745,7 +19010,8 @@ class Dumper {
     return ok;
   }
 
-  // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`).
+  // Writes <prefix>.<pid>.<kind>.pb.gz (the peak profile when `peak`), or
+  // <prefix>.<pid>.<n>.<kind>.pb.gz past an earlier process's (UnusedExitFileBase).
   bool DumpNamed(const char* kind, bool peak, std::string_view why) noexcept {
     ReentrancyGuard guard;
     WriteHeadroom headroom;  // built without exceptions: the memory first, or no dump
@@ -18753,10 +19019,10 @@ class Dumper {
     pthread_mutex_lock(&write_mutex_);
     bool ok = false;
     HEAPPROF_TRY {
-      char name[64];
-      std::snprintf(name, sizeof name, ".%ld.%s.pb.gz", static_cast<long>(getpid()), kind);
-      ArenaString path = Prefix();
-      path += name;
+      ArenaString path = UnusedExitFileBase(Prefix(), {kind});
+      path += ".";
+      path += kind;
+      path += ".pb.gz";
       ArenaString error;
       ok = peak ? WritePeakProfileFile(path, &error) : WriteProfileFile(path, false, &error);
       if (ok) {
@@ -19141,6 +19407,9 @@ class Dumper {
 
   static void* Main(void* self) noexcept {
     ReentrancyGuard guard;  // libc calls that malloc here are never sampled (its own memory is the arena)
+    tls_profiler_thread = true;  // and, through the malloc hooks, served from it (malloc.hpp: OwnAlloc)
+    tls_dump_thread = true;
+    OwnThreadMark mark;  // not one of the program's threads (host_threads.hpp)
     static_cast<Dumper*>(self)->Loop();
     return nullptr;
   }
@@ -19175,6 +19444,7 @@ class Dumper {
     // after it ends the next wait at once. The first wait returns at once,
     // for a Wake() that came before this thread ran.
     std::uint32_t seen = wake_seq_.load(std::memory_order_acquire) - 1;
+    std::int64_t last_threads_check = MonotonicMillis();
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout = -1;
       if (byte_triggers || memory_triggers) timeout = kDumpPollMillis;
@@ -19182,9 +19452,12 @@ class Dumper {
         const std::int64_t left = std::max<std::int64_t>(0, next_time - MonotonicMillis());
         if (timeout < 0 || left < timeout) timeout = static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
       }
+      // Once a second: have the program's threads all ended (host_threads.hpp)?
+      if (timeout < 0 || timeout > kProgramThreadsCheckMillis) timeout = kProgramThreadsCheckMillis;
       WaitForWake(seen, timeout);
       seen = wake_seq_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) break;
+      EndIfProgramThreadsGone(MonotonicMillis(), last_threads_check);
       if (signal_pending_.exchange(false, std::memory_order_relaxed)) {
         Dump("dump_signal");
         ForwardSignal();
@@ -19391,7 +19664,8 @@ inline bool Dumper::AllocFailed(std::size_t n) noexcept { return g_dumper.OnAllo
 // profile to <prefix>.<pid>.leaks.pb.gz and a table of the top in-use stacks
 // on stderr, split by the retention scan (retention.hpp) into unreachable
 // (leaked) and reachable (with the root that holds it); the retention profile
-// to <prefix>.<pid>.retention.pb.gz.
+// to <prefix>.<pid>.retention.pb.gz (<prefix>.<pid>.<n>.* when an earlier
+// process of that pid left its own: UnusedExitFileBase).
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -19804,9 +20078,8 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     return false;
   }
   HEAPPROF_TRY {
-    char name[64];
-    std::snprintf(name, sizeof name, ".%ld.leaks.pb.gz", static_cast<long>(getpid()));
-    const ArenaString path = prefix + name;
+    const ArenaString base = UnusedExitFileBase(prefix, {"leaks", "retention"});
+    const ArenaString path = base + ".leaks.pb.gz";
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
     const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
@@ -19819,8 +20092,7 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     ArenaString error;
     const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
     const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
-    std::snprintf(name, sizeof name, ".%ld.retention.pb.gz", static_cast<long>(getpid()));
-    const ArenaString retention_path = prefix + name;
+    const ArenaString retention_path = base + ".retention.pb.gz";
     ArenaString retention_error;
     const bool retention_written =
         WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
@@ -21186,11 +21458,16 @@ class Server {
   }
 
   // In a forked child (fork handler, single-threaded): give up the listening
-  // socket. The connections stay as they are: the server thread may have been
-  // changing their list at the fork.
+  // socket and the eventfd. Before, the child kept the eventfd: a daemon
+  // (nginx's master, started under HEAPPROF=http, forks into the background
+  // and then forks its workers) held one more descriptor in every process,
+  // and a child destroying its copy of the server woke the parent's thread
+  // through it. The connections stay as they are: the server thread may have
+  // been changing their list at the fork.
   void CloseListenerInChild() noexcept {
     if (listen_id_.Is(listen_fd_)) ::close(listen_fd_);
-    listen_fd_ = -1;
+    if (wake_id_.Is(wake_fd_)) ::close(wake_fd_);
+    listen_fd_ = wake_fd_ = -1;
   }
 
   Server(const Server&) = delete;
@@ -21348,6 +21625,8 @@ class Server {
   // most one job per connection (Queue).
   void BuildLoop(ArenaDeque<BuildJob>& queue) noexcept {
     ReentrancyGuard guard;  // nothing the builder allocates is sampled
+    tls_profiler_thread = true;  // libc's and libstdc++'s mallocs here: the arena's (malloc.hpp: OwnAlloc)
+    OwnThreadMark mark;  // not one of the program's threads (host_threads.hpp)
     for (;;) {
       BuildJob job;
       pthread_mutex_lock(&jobs_mutex_);
@@ -21493,6 +21772,9 @@ class Server {
 
   void Run() noexcept {
     ReentrancyGuard guard;  // nothing the server allocates is sampled
+    tls_profiler_thread = true;  // libc's and libstdc++'s mallocs here: the arena's (malloc.hpp: OwnAlloc)
+    OwnThreadMark mark;  // not one of the program's threads (host_threads.hpp)
+    std::int64_t last_threads_check = MonotonicMillis();
     ArenaVector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       HEAPPROF_TRY {
@@ -21530,6 +21812,7 @@ class Server {
         const int n = ::poll(fds.data(), fds.size(), timeout);
         if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
         if (stop_.load(std::memory_order_acquire)) break;
+        EndIfProgramThreadsGone(MonotonicMillis(), last_threads_check);  // HEAPPROF=http's (host_threads.hpp)
         // Checked when idle, and before the eventfd is read or accept() runs.
         if ((n == 0 || (n > 0 && ((fds[0].revents | fds[1].revents) != 0))) && LostDescriptors()) break;
         if (n > 0 && (fds[0].revents & POLLIN)) {
@@ -22079,6 +22362,21 @@ inline void RunExitActions() {
   }
 }
 
+// The program's threads have all ended (host_threads.hpp): called on the
+// dump thread or an HTTP server's. The process ends as glibc ends one whose
+// last thread ends, with exit(0), so the exit actions run (here, as on any
+// exiting thread: the profiler's guard is dropped, or RunExitHook would take
+// this for an exit from inside the profiler and skip them). On a server's
+// thread, RunExitActions leaves HEAPPROF=http's server running (stopping it
+// would join and free the thread it runs on); the exit ends it.
+inline void EndWithProgramThreads() noexcept {
+  static std::atomic<bool> ending{false};
+  if (ending.exchange(true, std::memory_order_acq_rel)) return;  // another of our threads ends it
+  if (!tls_dump_thread) g_env_http_server = nullptr;
+  tls_thread_flags.guard = 0;
+  std::exit(0);
+}
+
 inline void StartHttpFromEnv() noexcept {
   const char* listen = g_env_config.http;
   if (listen[0] == '\0') return;
@@ -22112,6 +22410,9 @@ inline bool StartFromEnv() noexcept {
     ReportRaw("heapprof: HEAPPROF: leak_exit_code, leak_suppressions and leak_frames have no effect without "
               "leak_report=1\n");
   }
+  // Before the threads start: they end the process once the program's
+  // threads have all ended (a main() that calls pthread_exit()).
+  g_end_with_program.store(&EndWithProgramThreads, std::memory_order_release);
   g_dumper.Start(cfg);
   StartHttpFromEnv();
   if (cfg.dump_at_exit || cfg.peak_at_exit || cfg.leak_report || cfg.WantsDumper() || g_env_http_server != nullptr) {
@@ -22868,6 +23169,56 @@ inline void* BootstrapAlloc(std::size_t n, std::size_t align) noexcept {
 
 inline std::size_t BootstrapSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
 
+// ---------------------------------------------------------------- the profiler's own threads
+// glibc gives a thread its own arena at its first malloc (up to 8 per core):
+// a 64 MiB reservation (HEAP_MAX_SIZE), one more "Arena" in malloc_stats()
+// and malloc_info(), and one of the arenas the program's threads are spread
+// over. The profiler's threads malloc only inside libc and libstdc++
+// (__cxa_demangle, per name a profile write demangles), so the dump thread
+// and the HTTP server's builder each made one, for the rest of the process.
+// On those threads (tls_profiler_thread), with glibc's allocator under us,
+// the malloc family serves its blocks from the profiler's arena instead.
+// Each has the bootstrap blocks' 16-byte header (its size, then a word of all
+// ones where a glibc chunk has its size, which no glibc chunk has): the hot
+// free and realloc take it for a big block and leave it to the cold
+// functions, which know it by that word.
+HEAPPROF_ALWAYS_INLINE bool OwnBlocks() noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  return tls_profiler_thread && LoadRelaxed(g_glibc_chunks);
+#else
+  return false;
+#endif
+}
+// Any thread may free one (another copy of the hooks in the process reads the
+// same word): only under glibc's allocator, whose blocks all have a header.
+inline bool IsOwnBlock(const void* p) noexcept {
+#if HEAPPROF_DETAIL_GLIBC_CHUNKS
+  return LoadRelaxed(g_glibc_chunks) && GlibcChunkWord(p) == ~std::size_t{0} && !IsBootstrap(p);
+#else
+  (void)p;
+  return false;
+#endif
+}
+inline void* OwnAlloc(std::size_t n, bool zeroed) noexcept {
+  if (n > (std::size_t{1} << 40)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto* b = static_cast<std::size_t*>(zeroed ? g_arena.Allocate(n + 16) : g_arena.AllocateUninitialized(n + 16));
+  if (b == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  b[0] = n;
+  b[1] = ~std::size_t{0};
+  return b + 2;
+}
+inline std::size_t OwnSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
+inline void OwnFree(void* p) noexcept {
+  const std::size_t n = OwnSize(p);
+  g_arena.Free(static_cast<std::size_t*>(p) - 2, n + 16);
+}
+
 // ---------------------------------------------------------------- the allocator under us
 struct Functions {
   void* (*malloc)(std::size_t) noexcept;
@@ -23165,6 +23516,7 @@ HEAPPROF_ALWAYS_INLINE int PosixMemalign(void** out, std::size_t a, std::size_t 
 
 // The cold halves of malloc, calloc and free (block_hooks.hpp: HotAlloc, HotFree).
 HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexcept {
+  if (HEAPPROF_UNLIKELY(OwnBlocks())) return OwnAlloc(n, false);
   const std::size_t asked = SampledRequest(n);
   void* p = g_fn.malloc(asked);
   if (HEAPPROF_LIKELY(p != nullptr)) {
@@ -23178,6 +23530,11 @@ HEAPPROF_NOINLINE inline void* MallocCold(std::size_t n, const void* ret) noexce
 HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, const void* ret) noexcept {
   std::size_t total;
   const bool overflow = __builtin_mul_overflow(count, size, &total);
+  if (HEAPPROF_UNLIKELY(OwnBlocks())) {
+    if (!overflow) return OwnAlloc(total, true);
+    errno = ENOMEM;
+    return nullptr;
+  }
   const std::size_t want = overflow ? total : SampledRequest(total);
   void* p = want == total ? g_fn.calloc(count, size)  // overflow: nullptr, ENOMEM
                           : g_fn.calloc(1, want);
@@ -23190,6 +23547,7 @@ HEAPPROF_NOINLINE inline void* CallocCold(std::size_t count, std::size_t size, c
 }
 HEAPPROF_NOINLINE inline void FreeCold(void* p) noexcept {
   if (IsBootstrap(p)) return;
+  if (HEAPPROF_UNLIKELY(IsOwnBlock(p))) return OwnFree(p);
   if (!OnFreeBlock(p)) g_fn.free(p);
 }
 
@@ -23205,6 +23563,21 @@ HEAPPROF_ALWAYS_INLINE void FreeBody(void* p) noexcept {
 // block, a glibc block of 1 KiB or more, a sample due, realloc(p, 0), a
 // thread without a slot).
 HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* ret) noexcept {
+  if (HEAPPROF_UNLIKELY(OwnBlocks() || (p != nullptr && IsOwnBlock(p)))) {
+    // glibc's realloc(p, 0) frees and returns null.
+    if (p != nullptr && n == 0) {
+      if (IsOwnBlock(p)) OwnFree(p);
+      else FreeCold(p);
+      return nullptr;
+    }
+    void* q = OwnBlocks() ? OwnAlloc(n, false) : MallocCold(n, ret);
+    if (q == nullptr || p == nullptr) return q;
+    const std::size_t old = IsOwnBlock(p) ? OwnSize(p) : BlockSize(p);
+    std::memcpy(q, p, old < n ? old : n);
+    if (IsOwnBlock(p)) OwnFree(p);
+    else FreeCold(p);
+    return q;
+  }
   if (p == nullptr) {
     void* q = g_fn.malloc(SampledRequest(n));
     if (q != nullptr) {
@@ -23468,6 +23841,7 @@ HEAPPROF_DETAIL_MALLOC_HOOK void* pvalloc(std::size_t n) noexcept {
 HEAPPROF_DETAIL_MALLOC_HOOK std::size_t malloc_usable_size(void* p) noexcept {
   if (p == nullptr) return 0;
   if (HEAPPROF_UNLIKELY(heapprof::detail::real::IsBootstrap(p))) return heapprof::detail::real::BootstrapSize(p);
+  if (HEAPPROF_UNLIKELY(heapprof::detail::real::IsOwnBlock(p))) return heapprof::detail::real::OwnSize(p);
   return heapprof::detail::real::g_fn.usable_size(p);
 }
 
