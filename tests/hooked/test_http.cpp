@@ -1531,6 +1531,22 @@ TEST_CASE("http: go tool pprof shows the server's reason for an error") {
   CHECK(out.find("404 Not Found - Unknown profile") != std::string::npos);
 }
 
+namespace {
+
+// A forked child's wait status, within `seconds` (then it is killed: a hang
+// is a failure, not a stuck test).
+int WaitForChild(pid_t pid, int seconds) {
+  int status = -1;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace
+
 TEST_CASE("http: a forked child can destroy its copy of the server") {
   std::optional<heapprof::HttpServer> server;
   server.emplace("127.0.0.1:0");
@@ -1547,12 +1563,7 @@ TEST_CASE("http: a forked child can destroy its copy of the server") {
     server.reset();
     ::_exit(0);
   }
-  int status = -1;
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  const int status = WaitForChild(pid, 10);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(server->serving());
@@ -1729,12 +1740,7 @@ TEST_CASE("http: a forked child keeps none of the server's descriptors") {
     server.reset();  // its copy closes nothing of the program's (none of its numbers are open)
     ::_exit(0);
   }
-  int status = -1;
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < limit) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!WIFEXITED(status)) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  const int status = WaitForChild(pid, 10);
   INFO("exit status 10 + i: the child still had the server's descriptor own[i]");
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
