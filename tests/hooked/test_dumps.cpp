@@ -476,7 +476,9 @@ TEST_CASE("HEAPPROF lines=0: names from the symbol tables only; no file or line 
       if (lines) {
         CHECK(with_line > 0);
         CHECK(with_file > 0);
-        CHECK(mappings_with_lines > 0);
+        // (A mapping says it has lines only when all its locations have: not
+        // this binary's, whose start-up code has none, nor libc's without
+        // Debian's libc6-dbg; so nothing is asked of mappings here.)
       } else {
         CHECK(with_line == 0);
         CHECK(with_file == 0);
