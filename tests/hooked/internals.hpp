@@ -80,7 +80,7 @@ class Baseline {
 std::uint64_t MonotonicNanos();  // the engine's clock (0_base/report.hpp)
 void ReportLine(const std::string& line);  // "heapprof: <line>" where heapprof's lines go (0_base/report.hpp)
 
-// The next profile encoding runs out of memory while symbolizing (builds with
+// The next profile encoding runs out of memory while symbolizing, with lines and with names only (builds with
 // exceptions; 5_encoding/snapshot.hpp: EncodeGzippedSymbolized).
 void FailNextSymbolization();
 

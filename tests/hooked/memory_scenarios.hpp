@@ -379,6 +379,26 @@ inline int RunTightNames() {
   return 0;
 }
 
+// tight_after_warm: a first write with names caches this program's DWARF
+// (tens of MB); then, with HEAPPROF_TEST_ROOM_MIB of address space left, a
+// second write, whose encoding with names runs out of memory. Prints
+// tight_after_warm=1 when the second write succeeded.
+inline int RunTightAfterWarm() {
+  TightHolder();
+  const char* room = std::getenv("HEAPPROF_TEST_ROOM_MIB");
+  if (room == nullptr) return 9;
+  if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 10;
+  // The encoding with names runs out of memory at once (its symbolizer has
+  // read nothing yet), as one that loads a large debug file does.
+  heapprof::detail::g_symbolize_oom_for_tests.store(1);
+  if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::strtoull(room, nullptr, 10) << 20))) return 11;
+  const bool ok = heapprof::WriteHeapProfile(TestFile("tight.pb.gz"));
+  if (!SetAddressSpaceLimit(RLIM_INFINITY)) return 12;
+  std::printf("tight_after_warm=%d\n", ok ? 1 : 0);
+  std::fflush(stdout);
+  return 0;
+}
+
 // oom_dump=1 with kOomThreads threads whose allocations fail at the same
 // moment (a 1 GiB nothrow new under RLIMIT_AS = address space + 256 MiB),
 // each of which then ends the process at once (_exit, as an uncaught
@@ -467,6 +487,7 @@ inline int RunMemoryScenario(const char* name, bool& known) {
   if (std::strcmp(name, "tight_write") == 0) return RunTightWrite();
   if (std::strcmp(name, "oom_first_failure") == 0) return RunOomFirstFailure();
   if (std::strcmp(name, "tight_names") == 0) return RunTightNames();
+  if (std::strcmp(name, "tight_after_warm") == 0) return RunTightAfterWarm();
   known = false;
   return 2;
 }

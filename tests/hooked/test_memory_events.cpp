@@ -391,6 +391,42 @@ TEST_CASE("dump_near_oom and rss_interval: a check that finds nothing allocates 
   RemoveDir(dir);
 }
 
+TEST_CASE("a write whose encoding with names runs out of memory keeps the names, from the symbol tables") {
+  HEAPPROF_SKIP_UNDER_SANITIZERS();
+#if !HEAPPROF_EXCEPTIONS
+  MESSAGE("skipped without exceptions: the write is refused up front (write_headroom.hpp)");
+  return;
+#endif
+  // A first write caches this program's DWARF (tens of MB, and the file
+  // mapped); the second, with no address space left, runs out of memory in
+  // its encoding with lines (forced, as loading a large debug file does).
+  // Before: it went on to an encoding without any name, and the cache kept
+  // its memory (an oom dump under libc6-dbg then failed outright). Now the
+  // cache is given back and the names come from the symbol tables.
+  const std::string dir = MemoryEventsTempDir();
+  std::string out;
+  const int rc =
+      RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_ROOM_MIB=0 HEAPPROF_TEST_DIR=" + dir, "tight_after_warm", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(out.find("tight_after_warm=1") != std::string::npos);
+  CHECK(out.find("profile written with function names but without files or lines") != std::string::npos);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/tight.pb.gz", p));
+  CHECK(Validate(p));
+  bool commented = false;
+  for (const std::string& c : Comments(p)) commented |= c.find("heapprof: out of memory reading debug info") == 0;
+  CHECK(commented);
+  // Rate 1: every byte of the holder, under its name.
+  CHECK(SumForLeaf(p, "TightHolder", "inuse_space") == static_cast<std::int64_t>(kTightCount * kTightBytes));
+  std::int64_t max_line = 0;  // no files or lines anywhere
+  for (const Location& loc : p.locations) {
+    for (const Line& l : loc.lines) max_line = std::max(max_line, l.line);
+  }
+  CHECK(max_line == 0);
+  RemoveDir(dir);
+}
+
 TEST_CASE("a write without the memory it needs fails and the program goes on, with or without exceptions") {
   HEAPPROF_SKIP_UNDER_SANITIZERS();
   const std::string dir = MemoryEventsTempDir();

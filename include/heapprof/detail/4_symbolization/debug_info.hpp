@@ -102,6 +102,9 @@ class DebugObject {
   // Whether its DWARF was read (or found absent) by an earlier lookup.
   bool loaded() const { return loaded_; }
   const char* debug_file() const { return debug_file_; }
+  // Gives back what EnsureLoaded read: the next lookup reads it again. With
+  // the cache's lock held and no Symbolizer alive (DropDebugCacheIfUnused).
+  void Release() noexcept { Unload(); }
 
  private:
   struct Inflated {
@@ -689,6 +692,27 @@ class DebugCacheLock {
  private:
   int old_state_ = 0;
 };
+
+// The Symbolizers alive now (symbolizer.hpp). A lookup's names, files and
+// lines point into the cache's DWARF while its Symbolizer lives.
+inline std::atomic<int> g_live_symbolizers{0};
+
+// After a write ran out of memory: every object's DWARF (decoded tables,
+// inflated sections, mapped debug files) goes back, unless a Symbolizer is
+// alive, whose lookups may point into it; each object reads its DWARF again
+// at its next lookup. A write whose encoding with names ran out of memory
+// then has the room it used for the encoding without names (snapshot.hpp:
+// EncodeGzippedSymbolized). Before, what earlier writes had cached stayed:
+// an oom dump under a tight address space, after a warm-up write had cached
+// a large program's DWARF, failed without names too (nothing written). A
+// Symbolizer made meanwhile counts itself before its first lookup, which
+// waits for this lock and then reads the DWARF again. True when dropped.
+inline bool DropDebugCacheIfUnused() noexcept {
+  DebugCacheLock hold;
+  if (g_debug_cache == nullptr || g_live_symbolizers.load(std::memory_order_seq_cst) != 0) return false;
+  for (int i = 0; i < g_debug_cache->count; ++i) g_debug_cache->entries[i].object->Release();
+  return true;
+}
 
 // The object for (path, file, build_id); its DWARF is read by EnsureLoaded,
 // on first use. Null only when memory is short. Call with the DebugCacheLock held.

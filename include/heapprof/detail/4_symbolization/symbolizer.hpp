@@ -707,6 +707,16 @@ class Symbolizer {
   int Symbolize(std::uintptr_t address, SymbolizedFrame* out, int max, SymbolizedQuality* quality);
 
  private:
+  // Counts this Symbolizer in g_live_symbolizers (debug_info.hpp) for its
+  // whole life, from before its first lookup; first member: a constructor
+  // that throws still uncounts it.
+  struct Live {
+    Live() noexcept { g_live_symbolizers.fetch_add(1, std::memory_order_seq_cst); }
+    ~Live() { g_live_symbolizers.fetch_sub(1, std::memory_order_seq_cst); }
+    Live(const Live&) = delete;
+    Live& operator=(const Live&) = delete;
+  };
+  Live live_;
   struct Range {
     std::uintptr_t start;
     std::uintptr_t limit;

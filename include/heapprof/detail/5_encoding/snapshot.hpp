@@ -293,30 +293,61 @@ inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<Loade
 // with exceptions; see EncodeGzippedSymbolized).
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
 
+// One of those failures, when the tests asked for one.
+inline bool ConsumeSymbolizeOomForTests() noexcept {
+  return HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
+         g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0;
+}
+
 // `data` symbolized, as a gzip'ed profile.proto message. A write with names
 // may need much memory at once: reading a large binary's symbol table or
 // indexing its DWARF for the first time (a library dlopen'ed since the last
-// write, or the first write). When it runs out of memory, the profile is
-// encoded again without names rather than lost: its locations keep their
-// addresses and mappings (has_functions false), which go tool pprof
-// symbolizes from the binaries, and a comment says why. (Any bad_alloc of
-// the first encoding gets that second chance, which needs less memory.)
-// Only with exceptions: without, the write's headroom decides beforehand
-// (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
+// write, or the first write). When it runs out of memory, the profile is not
+// lost; each step needs less memory than the one before:
+//   1. names, files and lines (DWARF read as needed);
+//   2. the debug-info cache given back (DropDebugCacheIfUnused), then names
+//      from the symbol tables, with no DWARF read (tls_symbolize_cached_debug_only),
+//      and a comment saying so;
+//   3. no names: the locations keep their addresses and mappings
+//      (has_functions false), which go tool pprof symbolizes from the
+//      binaries, and a comment says why.
+// Step 2 came in when an oom dump (a 64 MiB reserve, a 36 MB test binary,
+// Debian's libc6-dbg installed) failed in one run of two: step 1 ran out of
+// memory loading libc's debug file, with the program's DWARF cached by then,
+// and step 3 found no room either: no profile at all. (Any bad_alloc of a
+// step gets the next one.) Only with exceptions: without, the write's
+// headroom decides beforehand (write_headroom.hpp). Throws bad_alloc when
+// the last step fails too.
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
   elf::tls_files_not_mapped = 0;
   elf::tls_files_not_opened = 0;
 #if HEAPPROF_EXCEPTIONS
   try {
     Symbolizer symbolizer(objects);
-    if (HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
-        g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
-      throw std::bad_alloc();
-    }
+    if (ConsumeSymbolizeOomForTests()) throw std::bad_alloc();
     return EncodeGzippedNamed(data, objects, symbolizer);
   } catch (const std::bad_alloc&) {
-    // The symbolizer's memory is back in the arena (what the debug-info
-    // cache kept stays for later writes).
+    // The symbolizer's memory is back in the arena.
+  }
+  DropDebugCacheIfUnused();
+  if (!tls_symbolize_cached_debug_only) {  // (an oom dump sized for names has had its step 2)
+    data.comments.emplace_back("heapprof: out of memory reading debug info: function names from the symbol tables, "
+                               "without files or lines");
+    elf::tls_files_not_mapped = 0;
+    elf::tls_files_not_opened = 0;
+    tls_symbolize_cached_debug_only = true;
+    try {
+      Symbolizer symbolizer(objects);
+      if (ConsumeSymbolizeOomForTests()) throw std::bad_alloc();
+      ArenaString gz = EncodeGzippedNamed(data, objects, symbolizer);
+      tls_symbolize_cached_debug_only = false;
+      ReportRaw("heapprof: out of memory reading debug info: profile written with function names but without "
+                "files or lines\n");
+      return gz;
+    } catch (const std::bad_alloc&) {
+    }
+    tls_symbolize_cached_debug_only = false;
+    data.comments.pop_back();
   }
   data.comments.emplace_back("heapprof: out of memory encoding with function names: written without them; "
                              "go tool pprof symbolizes the addresses from the binaries");
