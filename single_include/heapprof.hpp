@@ -12596,6 +12596,9 @@ class DebugObject {
   // Whether its DWARF was read (or found absent) by an earlier lookup.
   bool loaded() const { return loaded_; }
   const char* debug_file() const { return debug_file_; }
+  // Gives back what EnsureLoaded read: the next lookup reads it again. With
+  // the cache's lock held and no Symbolizer alive (DropDebugCacheIfUnused).
+  void Release() noexcept { Unload(); }
 
  private:
   struct Inflated {
@@ -13183,6 +13186,27 @@ class DebugCacheLock {
  private:
   int old_state_ = 0;
 };
+
+// The Symbolizers alive now (symbolizer.hpp). A lookup's names, files and
+// lines point into the cache's DWARF while its Symbolizer lives.
+inline std::atomic<int> g_live_symbolizers{0};
+
+// After a write ran out of memory: every object's DWARF (decoded tables,
+// inflated sections, mapped debug files) goes back, unless a Symbolizer is
+// alive, whose lookups may point into it; each object reads its DWARF again
+// at its next lookup. A write whose encoding with names ran out of memory
+// then has the room it used for the encoding without names (snapshot.hpp:
+// EncodeGzippedSymbolized). Before, what earlier writes had cached stayed:
+// an oom dump under a tight address space, after a warm-up write had cached
+// a large program's DWARF, failed without names too (nothing written). A
+// Symbolizer made meanwhile counts itself before its first lookup, which
+// waits for this lock and then reads the DWARF again. True when dropped.
+inline bool DropDebugCacheIfUnused() noexcept {
+  DebugCacheLock hold;
+  if (g_debug_cache == nullptr || g_live_symbolizers.load(std::memory_order_seq_cst) != 0) return false;
+  for (int i = 0; i < g_debug_cache->count; ++i) g_debug_cache->entries[i].object->Release();
+  return true;
+}
 
 // The object for (path, file, build_id); its DWARF is read by EnsureLoaded,
 // on first use. Null only when memory is short. Call with the DebugCacheLock held.
@@ -13889,6 +13913,16 @@ class Symbolizer {
   int Symbolize(std::uintptr_t address, SymbolizedFrame* out, int max, SymbolizedQuality* quality);
 
  private:
+  // Counts this Symbolizer in g_live_symbolizers (debug_info.hpp) for its
+  // whole life, from before its first lookup; first member: a constructor
+  // that throws still uncounts it.
+  struct Live {
+    Live() noexcept { g_live_symbolizers.fetch_add(1, std::memory_order_seq_cst); }
+    ~Live() { g_live_symbolizers.fetch_sub(1, std::memory_order_seq_cst); }
+    Live(const Live&) = delete;
+    Live& operator=(const Live&) = delete;
+  };
+  Live live_;
   struct Range {
     std::uintptr_t start;
     std::uintptr_t limit;
@@ -16154,30 +16188,61 @@ inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<Loade
 // with exceptions; see EncodeGzippedSymbolized).
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
 
+// One of those failures, when the tests asked for one.
+inline bool ConsumeSymbolizeOomForTests() noexcept {
+  return HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
+         g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0;
+}
+
 // `data` symbolized, as a gzip'ed profile.proto message. A write with names
 // may need much memory at once: reading a large binary's symbol table or
 // indexing its DWARF for the first time (a library dlopen'ed since the last
-// write, or the first write). When it runs out of memory, the profile is
-// encoded again without names rather than lost: its locations keep their
-// addresses and mappings (has_functions false), which go tool pprof
-// symbolizes from the binaries, and a comment says why. (Any bad_alloc of
-// the first encoding gets that second chance, which needs less memory.)
-// Only with exceptions: without, the write's headroom decides beforehand
-// (write_headroom.hpp). Throws bad_alloc when the second encoding fails too.
+// write, or the first write). When it runs out of memory, the profile is not
+// lost; each step needs less memory than the one before:
+//   1. names, files and lines (DWARF read as needed);
+//   2. the debug-info cache given back (DropDebugCacheIfUnused), then names
+//      from the symbol tables, with no DWARF read (tls_symbolize_cached_debug_only),
+//      and a comment saying so;
+//   3. no names: the locations keep their addresses and mappings
+//      (has_functions false), which go tool pprof symbolizes from the
+//      binaries, and a comment says why.
+// Step 2 came in when an oom dump (a 64 MiB reserve, a 36 MB test binary,
+// Debian's libc6-dbg installed) failed in one run of two: step 1 ran out of
+// memory loading libc's debug file, with the program's DWARF cached by then,
+// and step 3 found no room either: no profile at all. (Any bad_alloc of a
+// step gets the next one.) Only with exceptions: without, the write's
+// headroom decides beforehand (write_headroom.hpp). Throws bad_alloc when
+// the last step fails too.
 inline ArenaString EncodeGzippedSymbolized(ProfileData& data, const ArenaVector<LoadedObject>& objects) {
   elf::tls_files_not_mapped = 0;
   elf::tls_files_not_opened = 0;
 #if HEAPPROF_EXCEPTIONS
   try {
     Symbolizer symbolizer(objects);
-    if (HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
-        g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0) {
-      throw std::bad_alloc();
-    }
+    if (ConsumeSymbolizeOomForTests()) throw std::bad_alloc();
     return EncodeGzippedNamed(data, objects, symbolizer);
   } catch (const std::bad_alloc&) {
-    // The symbolizer's memory is back in the arena (what the debug-info
-    // cache kept stays for later writes).
+    // The symbolizer's memory is back in the arena.
+  }
+  DropDebugCacheIfUnused();
+  if (!tls_symbolize_cached_debug_only) {  // (an oom dump sized for names has had its step 2)
+    data.comments.emplace_back("heapprof: out of memory reading debug info: function names from the symbol tables, "
+                               "without files or lines");
+    elf::tls_files_not_mapped = 0;
+    elf::tls_files_not_opened = 0;
+    tls_symbolize_cached_debug_only = true;
+    try {
+      Symbolizer symbolizer(objects);
+      if (ConsumeSymbolizeOomForTests()) throw std::bad_alloc();
+      ArenaString gz = EncodeGzippedNamed(data, objects, symbolizer);
+      tls_symbolize_cached_debug_only = false;
+      ReportRaw("heapprof: out of memory reading debug info: profile written with function names but without "
+                "files or lines\n");
+      return gz;
+    } catch (const std::bad_alloc&) {
+    }
+    tls_symbolize_cached_debug_only = false;
+    data.comments.pop_back();
   }
   data.comments.emplace_back("heapprof: out of memory encoding with function names: written without them; "
                              "go tool pprof symbolizes the addresses from the binaries");
