@@ -23278,7 +23278,7 @@ inline void* OwnAlloc(std::size_t n, bool zeroed) noexcept {
   b[1] = ~std::size_t{0};
   return b + 2;
 }
-inline std::size_t OwnSize(const void* p) noexcept { return static_cast<const std::size_t*>(p)[-2]; }
+inline std::size_t OwnSize(const void* p) noexcept { return BootstrapSize(p); }  // (the same header)
 inline void OwnFree(void* p) noexcept {
   const std::size_t n = OwnSize(p);
   g_arena.Free(static_cast<std::size_t*>(p) - 2, n + 16);
@@ -23631,16 +23631,14 @@ HEAPPROF_NOINLINE inline void* ReallocCold(void* p, std::size_t n, const void* r
   if (HEAPPROF_UNLIKELY(OwnBlocks() || (p != nullptr && IsOwnBlock(p)))) {
     // glibc's realloc(p, 0) frees and returns null.
     if (p != nullptr && n == 0) {
-      if (IsOwnBlock(p)) OwnFree(p);
-      else FreeCold(p);
+      FreeCold(p);  // (an own block too: FreeCold knows it)
       return nullptr;
     }
     void* q = OwnBlocks() ? OwnAlloc(n, false) : MallocCold(n, ret);
     if (q == nullptr || p == nullptr) return q;
     const std::size_t old = IsOwnBlock(p) ? OwnSize(p) : BlockSize(p);
     std::memcpy(q, p, old < n ? old : n);
-    if (IsOwnBlock(p)) OwnFree(p);
-    else FreeCold(p);
+    FreeCold(p);
     return q;
   }
   if (p == nullptr) {
