@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <sstream>
+#include <vector>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <link.h>
@@ -858,6 +860,36 @@ inline int RunPthreadExitMain() {
   pthread_exit(nullptr);
 }
 
+// ---- profiles written after main() ended with pthread_exit() ---------------
+// /proc/self then names the exited main thread: its maps read empty and its
+// memory reads nothing, so the retention scan and the leak report saw no
+// memory at all ("not scanned: /proc/self/maps cannot be read"). The worker
+// waits for main() to have ended (a join, not a sleep), keeps objects from a
+// global array (no destructor: they stay reachable through the exit's leak
+// report), writes a retention profile and prints its scan comment; the
+// process ends with exit(), whose leak report scans too.
+inline pthread_t g_exited_main;
+inline void* g_after_main_keep[64];
+inline void* AfterMainWorker(void*) {
+  if (pthread_join(g_exited_main, nullptr) != 0) std::_Exit(3);
+  for (void*& p : g_after_main_keep) p = ::operator new(4096);
+  std::ostringstream out;
+  if (!heapprof::WriteRetentionProfile(out)) std::_Exit(4);
+  std::string raw;
+  if (!Gunzip(out.str(), raw)) std::_Exit(5);
+  const bool scanned = raw.find("reached from roots") != std::string::npos;
+  const bool not_scanned = raw.find("not scanned: /proc") != std::string::npos;
+  std::printf("after_main_profiles: retention scanned %d, not scanned %d\n", scanned ? 1 : 0, not_scanned ? 1 : 0);
+  std::fflush(stdout);
+  std::exit(0);
+}
+inline int RunAfterMainProfiles() {
+  g_exited_main = pthread_self();
+  pthread_t worker;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&worker, nullptr, &AfterMainWorker, nullptr) == 0);
+  pthread_exit(nullptr);
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -876,6 +908,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "late_table_comment") == 0) return RunLateTableLoadComment();
   if (std::strcmp(name, "dead_stderr_pipe") == 0) return RunDeadStderrPipe();
   if (std::strcmp(name, "pthread_exit_main") == 0) return RunPthreadExitMain();
+  if (std::strcmp(name, "after_main_profiles") == 0) return RunAfterMainProfiles();
   known = false;
   return 2;
 }

@@ -236,6 +236,27 @@ TEST_CASE("hostile: a main() that ends with pthread_exit() ends once its threads
   RemoveDir(dir);
 }
 
+TEST_CASE("hostile: after main() ends with pthread_exit(), the retention scan and the leak report still read the process") {
+  // /proc/self is then the exited main thread's: both said "not scanned:
+  // /proc/self/maps cannot be read" and read no memory.
+  // (Not under ASan: LeakSanitizer reports glibc's block of the exited main
+  // thread and exits with 1.)
+  HEAPPROF_SKIP_UNDER_ASAN();
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string output;
+  const int rc = RunHostileChild("HEAPPROF=rate=1,leak_report=1,dump_prefix=" + dir + "/p", "after_main_profiles",
+                                 output, 60);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("after_main_profiles: retention scanned 1, not scanned 0") != std::string::npos);
+  CHECK(output.find("cannot be read") == std::string::npos);
+  // The leak report found the 64 objects held by the global array.
+  CHECK(output.find("unreachable (leaked): 0 objects") != std::string::npos);
+  CHECK(output.find("<== [global] heapprof_test::g_after_main_keep") != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("hostile: a sample takes a small, bounded amount of its caller's stack, the first one too") {
   // A sample runs in place only with 64 KiB of stack left below the hook;
   // else on a stack of the profiler's own (README, "A hostile host"). Each

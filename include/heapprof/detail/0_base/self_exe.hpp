@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "heapprof/detail/0_base/proc_self.hpp"
+
 namespace heapprof {
 namespace detail {
 
@@ -43,10 +45,11 @@ inline const char* ExecPathFromStart() noexcept {
   return g_exec_path.known.load(std::memory_order_acquire) ? g_exec_path.path : nullptr;
 }
 
-// A name that opens the program's file: /proc/self/exe, or without /proc
-// the name it was started by; nullptr when there is neither.
+// A name that opens the program's file: /proc's exe link (proc_self.hpp), or
+// without /proc the name it was started by; nullptr when there is neither.
 inline const char* SelfExeFile() noexcept {
-  return ::access("/proc/self/exe", F_OK) == 0 ? "/proc/self/exe" : ExecPathFromStart();
+  const char* exe = ProcSelfExe();
+  return ::access(exe, F_OK) == 0 ? exe : ExecPathFromStart();
 }
 
 }  // namespace detail

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "heapprof/config.hpp"
+#include "heapprof/detail/0_base/proc_self.hpp"
 
 namespace heapprof {
 namespace detail {
@@ -163,7 +164,7 @@ inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 fil
 inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
 
 __attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
-  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(ProcSelfPath("status").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   // Read in pieces, keeping the key's length of overlap, so the buffer stays
   // small (this runs on whatever stack the sample is on under the sanitizers).
@@ -216,7 +217,7 @@ inline std::size_t ReadablePages(std::uintptr_t first, std::size_t pages) noexce
     remote[i].iov_len = 1;
   }
   // A partial transfer stops at an element's boundary: `got` pages readable.
-  const ssize_t got = process_vm_readv(getpid(), &local, 1, remote, pages, 0);
+  const ssize_t got = process_vm_readv(SelfTaskId(), &local, 1, remote, pages, 0);
   return got <= 0 ? 0 : static_cast<std::size_t>(got);
 }
 

@@ -35,6 +35,7 @@
 #include "heapprof/detail/0_base/arena_allocator.hpp"
 #include "heapprof/detail/0_base/env_config.hpp"
 #include "heapprof/detail/0_base/errors.hpp"
+#include "heapprof/detail/0_base/proc_self.hpp"
 #include "heapprof/detail/0_base/self_exe.hpp"
 #include "heapprof/detail/3_unwinding/loader_lock.hpp"
 #include "heapprof/detail/4_symbolization/debug_info.hpp"
@@ -84,7 +85,7 @@ struct FreeDeleter {
 inline ArenaString ReadSelfExe() {
   ArenaString buf(256, '\0');
   for (;;) {
-    const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
+    const ssize_t n = ::readlink(ProcSelfExe(), &buf[0], buf.size());
     if (n < 0) {
       const char* start = ExecPathFromStart();
       return start != nullptr ? ArenaString(start) : ArenaString();
@@ -320,7 +321,7 @@ inline bool ParseMapsLine(std::string_view line, MapsLine& m) noexcept {
 template <class F>
 bool ForEachMapping(F&& f) {
   ArenaString text;
-  if (!ReadProcFile("/proc/self/maps", text)) return false;
+  if (!ReadProcFile(ProcSelfPath("maps").c_str(), text)) return false;
   std::string_view all(text);
   bool any = false;
   while (!all.empty()) {
@@ -379,8 +380,8 @@ inline void FileOfMapping(LoadedObject& object, const ArenaVector<FileMapping>& 
                 static_cast<unsigned long>(m.end));
   if (IsFileOf(file, m)) {
     object.file = file;
-  } else if (IsFileOf("/proc/self/exe", m)) {
-    object.file = "/proc/self/exe";
+  } else if (IsFileOf(ProcSelfExe(), m)) {
+    object.file = ProcSelfExe();
   }
 }
 

@@ -61,6 +61,7 @@
 
 #include "heapprof/detail/0_base/errors.hpp"
 #include "heapprof/detail/0_base/host_threads.hpp"
+#include "heapprof/detail/0_base/proc_self.hpp"
 #include "heapprof/api.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/2_sampling/thread_registry.hpp"
@@ -496,7 +497,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       // /proc/self/cmdline ends each argument with a NUL: without its last
       // one it is that join. Read now, so a program that rewrote its argv
       // (a process title) shows what ps shows.
-      if (!elf::ReadProcFile("/proc/self/cmdline", body)) {
+      if (!elf::ReadProcFile(ProcSelfPath("cmdline").c_str(), body)) {
         return ErrorResponse(500, "cannot read /proc/self/cmdline", plan.head_only);
       }
       if (!body.empty() && body.back() == '\0') body.pop_back();

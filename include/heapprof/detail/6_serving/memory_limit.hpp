@@ -38,6 +38,8 @@
 #include <string>
 #include <string_view>
 
+#include "heapprof/detail/0_base/proc_self.hpp"
+
 namespace heapprof {
 namespace detail {
 
@@ -81,7 +83,7 @@ inline std::uint64_t PhysicalMemoryBytes() noexcept {
 // Field `index` (0: size, 1: resident, 5: data) of /proc/self/statm, in bytes.
 inline std::uint64_t StatmBytes(int index) noexcept {
   char buf[256];
-  if (ReadSmallFile("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  if (ReadSmallFile(ProcSelfPath("statm").c_str(), buf, sizeof buf) <= 0) return 0;
   const char* p = buf;
   for (int i = 0; i < index; ++i) {
     while (*p != '\0' && *p != ' ') ++p;
@@ -261,8 +263,8 @@ inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, 
 
 inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
   char mountinfo[16384], cgroup[4096];
-  if (ReadSmallFile("/proc/self/mountinfo", mountinfo, sizeof mountinfo) <= 0) return false;
-  if (ReadSmallFile("/proc/self/cgroup", cgroup, sizeof cgroup) <= 0) return false;
+  if (ReadSmallFile(ProcSelfPath("mountinfo").c_str(), mountinfo, sizeof mountinfo) <= 0) return false;
+  if (ReadSmallFile(ProcSelfPath("cgroup").c_str(), cgroup, sizeof cgroup) <= 0) return false;
   std::string mount, root, path;
   if (!CgroupMountIn(mountinfo, v2, mount, root) || !CgroupPathIn(cgroup, v2, path)) return false;
   return CgroupLimitUnder(mount, root, path, v2, out);
