@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <cstring>
 #include <string>
 #include <fcntl.h>
@@ -119,10 +120,8 @@ inline int RunDumpSignalClosedFds() {
 
 // dump_signal=TERM where TERM did not end the process before heapprof came:
 // each of three signals gives a dump, and then what the disposition before
-// heapprof's did. "dump_signal_ignored": started with TERM ignored (as under
-// nohup, for HUP): the process lives on. "dump_signal_handler": the
-// program's handler, installed before heapprof's start-up
-// (InstallEarlyTermHandler), runs once per signal.
+// heapprof's did. "dump_signal_handler": the program's handler, installed
+// before heapprof's start-up (InstallEarlyTermHandler), runs once per signal.
 inline volatile std::sig_atomic_t g_term_handled = 0;
 inline void CountTerm(int) { g_term_handled = g_term_handled + 1; }
 // "dump_signal_resethand": the program's handler asked for SA_RESETHAND and
@@ -220,6 +219,22 @@ inline int RunDumpSignalTerm(bool handler) {
     }
   }
   return handler && g_term_handled != 3 ? 30 : 0;
+}
+
+// "dump_signal_ignored": started with TERM ignored (`trap '' TERM`, as nohup
+// does for HUP) under dump_signal=TERM. The signal stays ignored: what the
+// program sees (it may install its own handler only over SIG_IGN's absence,
+// as GNU make and the JVM do), what a program it runs inherits (exec resets a
+// handler to SIG_DFL, keeps SIG_IGN: a shell that sends itself TERM lives
+// on), and what a TERM does here (nothing, no dump).
+inline int RunDumpSignalIgnored() {
+  const int status = std::system("kill -TERM $$ && echo 'a child shell survived its TERM'");
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 13;
+  struct sigaction now {};
+  if (sigaction(SIGTERM, nullptr, &now) != 0) return 11;
+  if ((now.sa_flags & SA_SIGINFO) != 0 || now.sa_handler != SIG_IGN) return 12;
+  std::raise(SIGTERM);
+  return 0;
 }
 
 // dump_at_exit / leak_report: leave 5 x 3000 B from LeakedByTest live. Held
@@ -425,7 +440,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_time") == 0) return RunDumpTime();
   if (std::strcmp(name, "dump_signal") == 0) return RunDumpSignal();
   if (std::strcmp(name, "dump_signal_closed_fds") == 0) return RunDumpSignalClosedFds();
-  if (std::strcmp(name, "dump_signal_ignored") == 0) return RunDumpSignalTerm(false);
+  if (std::strcmp(name, "dump_signal_ignored") == 0) return RunDumpSignalIgnored();
   if (std::strcmp(name, "dump_signal_handler") == 0) return RunDumpSignalTerm(true);
   if (std::strcmp(name, "dump_signal_resethand") == 0) return RunDumpSignalResetHand();
   if (std::strcmp(name, "dump_signal_term_exiting") == 0) return RunDumpSignalTermExiting();

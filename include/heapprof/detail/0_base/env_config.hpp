@@ -314,19 +314,26 @@ struct EnvConfig {
 
 // Signal names for dump_signal: "USR1", "SIGUSR1", case-sensitive like kill -l.
 // Only signals whose default action a dump may reasonably replace.
+struct SignalNameEntry {
+  const char* name;
+  int number;
+};
+inline constexpr SignalNameEntry kDumpSignals[] = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"ALRM", SIGALRM},
+    {"TERM", SIGTERM}, {"URG", SIGURG},   {"WINCH", SIGWINCH}, {"PWR", SIGPWR},   {"PROF", SIGPROF}, {"VTALRM", SIGVTALRM}};
 inline int ParseSignalName(std::string_view name) noexcept {
   if (name.size() > 3 && name.substr(0, 3) == "SIG") name.remove_prefix(3);
-  struct Entry {
-    const char* name;
-    int number;
-  };
-  static constexpr Entry kSignals[] = {{"HUP", SIGHUP}, {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
-                                       {"USR2", SIGUSR2}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"URG", SIGURG},
-                                       {"WINCH", SIGWINCH}, {"PWR", SIGPWR},  {"PROF", SIGPROF}, {"VTALRM", SIGVTALRM}};
-  for (const Entry& e : kSignals) {
+  for (const SignalNameEntry& e : kDumpSignals) {
     if (name == e.name) return e.number;
   }
   return 0;
+}
+// The name ParseSignalName reads as `number` ("?" for none).
+inline const char* DumpSignalName(int number) noexcept {
+  for (const SignalNameEntry& e : kDumpSignals) {
+    if (number == e.number) return e.name;
+  }
+  return "?";
 }
 
 // Copies `value` into a fixed buffer; false if it does not fit or is empty.

@@ -562,7 +562,20 @@ class Dumper {
     return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
   }
 
+  // A signal ignored at start-up (nohup's HUP; INT and QUIT in a shell
+  // script's background job; a `trap '' TERM`) stays ignored, and takes no
+  // dumps: a handler of ours in its place is reset to SIG_DFL by every
+  // exec, so the programs this one runs lost nohup's protection (`nohup sh
+  // -c 'sleep 9'` under dump_signal=HUP: the sleep ended at a HUP), and
+  // programs that catch a signal only when it is not ignored (GNU make and
+  // sort, the JVM for HUP, INT and TERM) saw ours and installed theirs.
   void InstallSignalHandler(int sig) noexcept {
+    struct sigaction now {};
+    if (sigaction(sig, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN) {
+      ReportLine(ArenaString("dump_signal=") + DumpSignalName(sig) +
+                 ": the signal is ignored (as under nohup), and stays so: it takes no dumps");
+      return;
+    }
     struct sigaction sa {};
     sa.sa_sigaction = &Dumper::SignalHandler;
     sigemptyset(&sa.sa_mask);
