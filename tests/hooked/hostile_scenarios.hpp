@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -858,6 +859,60 @@ inline int RunPthreadExitMain() {
   pthread_exit(nullptr);
 }
 
+// main() ends with pthread_exit() while a chain of threads runs, each
+// starting the next and returning (a program's last thread may hand on to a
+// new one). A thread marked as the profiler's asks ProgramThreadsGone (what
+// the dump thread and the HTTP server ask once a second) over and over while
+// the chain runs: it must never say that the program's threads are gone
+// while a link still runs (it said so when it listed the tasks and then read
+// each one's state: a link that had started the next and returned in
+// between hid the new one); once the last link has returned, it must.
+struct ThreadChain {
+  std::atomic<long> started{0};
+  std::atomic<bool> running{true};
+  long links = 2000;
+};
+inline ThreadChain g_thread_chain;
+inline void* ThreadChainLink(void*) {
+  if (g_thread_chain.started.fetch_add(1) + 1 >= g_thread_chain.links) {
+    g_thread_chain.running.store(false);  // before it returns: after this, "gone" is right
+    return nullptr;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t next;
+  if (pthread_create(&next, &attr, &ThreadChainLink, nullptr) != 0) std::_Exit(4);
+  pthread_attr_destroy(&attr);
+  return nullptr;
+}
+inline void* ThreadChainChecker(void*) {
+  heapprof::detail::OwnThreadMark mark;  // as the dump thread's
+  long asked = 0, wrong = 0;
+  while (g_thread_chain.running.load()) {
+    const bool gone = heapprof::detail::ProgramThreadsGone();
+    ++asked;
+    if (gone && g_thread_chain.running.load()) ++wrong;
+  }
+  bool seen_gone = false;
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (timespec now = start; !seen_gone && now.tv_sec - start.tv_sec < 20; clock_gettime(CLOCK_MONOTONIC, &now)) {
+    seen_gone = heapprof::detail::ProgramThreadsGone();  // (the last link may still be returning)
+  }
+  std::printf("pthread_exit_thread_chain: %ld links, asked %ld times, %ld wrong, gone at the end: %d\n",
+              g_thread_chain.started.load(), asked, wrong, seen_gone ? 1 : 0);
+  std::fflush(stdout);
+  std::_Exit(wrong == 0 && seen_gone ? 0 : 1);
+}
+inline int RunPthreadExitThreadChain() {
+  pthread_t thread;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&thread, nullptr, &ThreadChainChecker, nullptr) == 0);
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&thread, nullptr, &ThreadChainLink, nullptr) == 0);
+  pthread_detach(thread);
+  pthread_exit(nullptr);
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -876,6 +931,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "late_table_comment") == 0) return RunLateTableLoadComment();
   if (std::strcmp(name, "dead_stderr_pipe") == 0) return RunDeadStderrPipe();
   if (std::strcmp(name, "pthread_exit_main") == 0) return RunPthreadExitMain();
+  if (std::strcmp(name, "pthread_exit_thread_chain") == 0) return RunPthreadExitThreadChain();
   known = false;
   return 2;
 }
