@@ -15,7 +15,9 @@
 #include <ctime>
 #include <new>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <link.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -840,6 +842,84 @@ inline int RunDeadStderrPipe() {
   return 0;  // the exit actions write their lines into the pipe
 }
 
+// ---- a SIGPIPE of the program's own while heapprof writes a line ---------
+// heapprof holds SIGPIPE off on its writing thread (WriteSignalsHeld) and
+// takes back the one its write raised. One that came from elsewhere in the
+// meantime (here kill(), process-directed, while every thread blocks it) is
+// the program's: its handler must run once the line is written. It was taken
+// back too (the check looked only at what was pending), and never ran.
+inline std::atomic<int> g_sigpipe_seen{0};
+inline void CountSigpipe(int) { g_sigpipe_seen.fetch_add(1); }
+struct ForeignSigpipe {
+  long writer_tid = 0;
+  int read_fd = -1;
+  std::atomic<bool> sent{false};
+};
+inline void* ForeignSigpipeSender(void* arg) {
+  auto* f = static_cast<ForeignSigpipe*>(arg);
+  sigset_t pipe_only;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);  // not for this thread either: it stays pending
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", f->writer_tid);
+  bool blocked = false;
+  for (;;) {  // until the writer is blocked in its writev to the full pipe
+    char text[64] = {};
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;  // (no such file: "sent 0", and the pipe is drained all the same)
+    const ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    if (n > 0 && std::atol(text) == SYS_writev) {
+      blocked = true;
+      break;
+    }
+    sched_yield();
+  }
+  if (blocked) {
+    ::kill(::getpid(), SIGPIPE);
+    f->sent.store(true);
+  }
+  char buf[4096];
+  while (::read(f->read_fd, buf, sizeof buf) > 0) {  // room: the line goes through (non-blocking: to EAGAIN)
+  }
+  return nullptr;
+}
+inline int RunForeignSigpipeDuringLine() {
+  struct sigaction sa {};
+  sa.sa_handler = &CountSigpipe;
+  sigemptyset(&sa.sa_mask);
+  HEAPPROF_HOSTILE_CHECK(sigaction(SIGPIPE, &sa, nullptr) == 0);
+  int fds[2];
+  HEAPPROF_HOSTILE_CHECK(::pipe(fds) == 0);
+  const int saved_stderr = ::dup(2);
+  HEAPPROF_HOSTILE_CHECK(saved_stderr >= 0 && ::dup2(fds[1], 2) == 2);
+  // Fill the pipe through a non-blocking description of its own.
+  char self[64];
+  std::snprintf(self, sizeof self, "/proc/self/fd/%d", fds[1]);
+  const int filler = ::open(self, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  HEAPPROF_HOSTILE_CHECK(filler >= 0);
+  static char chunk[4096];
+  while (::write(filler, chunk, sizeof chunk) > 0) {
+  }
+  while (::write(filler, chunk, 1) > 0) {
+  }
+  ::close(filler);
+  HEAPPROF_HOSTILE_CHECK(::fcntl(fds[0], F_SETFL, O_NONBLOCK) == 0);
+  ForeignSigpipe f;
+  f.writer_tid = static_cast<long>(syscall(SYS_gettid));
+  f.read_fd = fds[0];
+  pthread_t sender;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&sender, nullptr, &ForeignSigpipeSender, &f) == 0);
+  heapprof::detail::ReportLine("a line while the program gets a SIGPIPE of its own");  // blocks until drained
+  const int seen = g_sigpipe_seen.load();
+  pthread_join(sender, nullptr);
+  ::dup2(saved_stderr, 2);
+  std::printf("foreign_sigpipe: sent %d, handler ran %d\n", f.sent.load() ? 1 : 0, seen);
+  std::fflush(stdout);
+  return seen == 1 ? 0 : 1;
+}
+
 // ---- main() ends with pthread_exit() -------------------------------------
 // glibc ends the process with exit(0) once its last thread has ended; the dump
 // thread and HEAPPROF=http's server never ended, so the process never did
@@ -932,6 +1012,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dead_stderr_pipe") == 0) return RunDeadStderrPipe();
   if (std::strcmp(name, "pthread_exit_main") == 0) return RunPthreadExitMain();
   if (std::strcmp(name, "pthread_exit_thread_chain") == 0) return RunPthreadExitThreadChain();
+  if (std::strcmp(name, "foreign_sigpipe_during_line") == 0) return RunForeignSigpipeDuringLine();
   known = false;
   return 2;
 }
