@@ -12,11 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <sstream>
 #include <vector>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <link.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -841,6 +844,84 @@ inline int RunDeadStderrPipe() {
   return 0;  // the exit actions write their lines into the pipe
 }
 
+// ---- a SIGPIPE of the program's own while heapprof writes a line ---------
+// heapprof holds SIGPIPE off on its writing thread (WriteSignalsHeld) and
+// takes back the one its write raised. One that came from elsewhere in the
+// meantime (here kill(), process-directed, while every thread blocks it) is
+// the program's: its handler must run once the line is written. It was taken
+// back too (the check looked only at what was pending), and never ran.
+inline std::atomic<int> g_sigpipe_seen{0};
+inline void CountSigpipe(int) { g_sigpipe_seen.fetch_add(1); }
+struct ForeignSigpipe {
+  long writer_tid = 0;
+  int read_fd = -1;
+  std::atomic<bool> sent{false};
+};
+inline void* ForeignSigpipeSender(void* arg) {
+  auto* f = static_cast<ForeignSigpipe*>(arg);
+  sigset_t pipe_only;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);  // not for this thread either: it stays pending
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", f->writer_tid);
+  bool blocked = false;
+  for (;;) {  // until the writer is blocked in its writev to the full pipe
+    char text[64] = {};
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;  // (no such file: "sent 0", and the pipe is drained all the same)
+    const ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    if (n > 0 && std::atol(text) == SYS_writev) {
+      blocked = true;
+      break;
+    }
+    sched_yield();
+  }
+  if (blocked) {
+    ::kill(::getpid(), SIGPIPE);
+    f->sent.store(true);
+  }
+  char buf[4096];
+  while (::read(f->read_fd, buf, sizeof buf) > 0) {  // room: the line goes through (non-blocking: to EAGAIN)
+  }
+  return nullptr;
+}
+inline int RunForeignSigpipeDuringLine() {
+  struct sigaction sa {};
+  sa.sa_handler = &CountSigpipe;
+  sigemptyset(&sa.sa_mask);
+  HEAPPROF_HOSTILE_CHECK(sigaction(SIGPIPE, &sa, nullptr) == 0);
+  int fds[2];
+  HEAPPROF_HOSTILE_CHECK(::pipe(fds) == 0);
+  const int saved_stderr = ::dup(2);
+  HEAPPROF_HOSTILE_CHECK(saved_stderr >= 0 && ::dup2(fds[1], 2) == 2);
+  // Fill the pipe through a non-blocking description of its own.
+  char self[64];
+  std::snprintf(self, sizeof self, "/proc/self/fd/%d", fds[1]);
+  const int filler = ::open(self, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  HEAPPROF_HOSTILE_CHECK(filler >= 0);
+  static char chunk[4096];
+  while (::write(filler, chunk, sizeof chunk) > 0) {
+  }
+  while (::write(filler, chunk, 1) > 0) {
+  }
+  ::close(filler);
+  HEAPPROF_HOSTILE_CHECK(::fcntl(fds[0], F_SETFL, O_NONBLOCK) == 0);
+  ForeignSigpipe f;
+  f.writer_tid = static_cast<long>(syscall(SYS_gettid));
+  f.read_fd = fds[0];
+  pthread_t sender;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&sender, nullptr, &ForeignSigpipeSender, &f) == 0);
+  heapprof::detail::ReportLine("a line while the program gets a SIGPIPE of its own");  // blocks until drained
+  const int seen = g_sigpipe_seen.load();
+  pthread_join(sender, nullptr);
+  ::dup2(saved_stderr, 2);
+  std::printf("foreign_sigpipe: sent %d, handler ran %d\n", f.sent.load() ? 1 : 0, seen);
+  std::fflush(stdout);
+  return seen == 1 ? 0 : 1;
+}
+
 // ---- main() ends with pthread_exit() -------------------------------------
 // glibc ends the process with exit(0) once its last thread has ended; the dump
 // thread and HEAPPROF=http's server never ended, so the process never did
@@ -887,6 +968,57 @@ inline int RunAfterMainProfiles() {
   g_exited_main = pthread_self();
   pthread_t worker;
   HEAPPROF_HOSTILE_CHECK(pthread_create(&worker, nullptr, &AfterMainWorker, nullptr) == 0);
+// main() ends with pthread_exit() while a chain of threads runs, each
+// starting the next and returning (a program's last thread may hand on to a
+// new one). A thread marked as the profiler's asks ProgramThreadsGone (what
+// the dump thread and the HTTP server ask once a second) over and over while
+// the chain runs: it must never say that the program's threads are gone
+// while a link still runs (it said so when it listed the tasks and then read
+// each one's state: a link that had started the next and returned in
+// between hid the new one); once the last link has returned, it must.
+struct ThreadChain {
+  std::atomic<long> started{0};
+  std::atomic<bool> running{true};
+  long links = 2000;
+};
+inline ThreadChain g_thread_chain;
+inline void* ThreadChainLink(void*) {
+  if (g_thread_chain.started.fetch_add(1) + 1 >= g_thread_chain.links) {
+    g_thread_chain.running.store(false);  // before it returns: after this, "gone" is right
+    return nullptr;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t next;
+  if (pthread_create(&next, &attr, &ThreadChainLink, nullptr) != 0) std::_Exit(4);
+  pthread_attr_destroy(&attr);
+  return nullptr;
+}
+inline void* ThreadChainChecker(void*) {
+  heapprof::detail::OwnThreadMark mark;  // as the dump thread's
+  long asked = 0, wrong = 0;
+  while (g_thread_chain.running.load()) {
+    const bool gone = heapprof::detail::ProgramThreadsGone();
+    ++asked;
+    if (gone && g_thread_chain.running.load()) ++wrong;
+  }
+  bool seen_gone = false;
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (timespec now = start; !seen_gone && now.tv_sec - start.tv_sec < 20; clock_gettime(CLOCK_MONOTONIC, &now)) {
+    seen_gone = heapprof::detail::ProgramThreadsGone();  // (the last link may still be returning)
+  }
+  std::printf("pthread_exit_thread_chain: %ld links, asked %ld times, %ld wrong, gone at the end: %d\n",
+              g_thread_chain.started.load(), asked, wrong, seen_gone ? 1 : 0);
+  std::fflush(stdout);
+  std::_Exit(wrong == 0 && seen_gone ? 0 : 1);
+}
+inline int RunPthreadExitThreadChain() {
+  pthread_t thread;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&thread, nullptr, &ThreadChainChecker, nullptr) == 0);
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&thread, nullptr, &ThreadChainLink, nullptr) == 0);
+  pthread_detach(thread);
   pthread_exit(nullptr);
 }
 
@@ -909,6 +1041,8 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dead_stderr_pipe") == 0) return RunDeadStderrPipe();
   if (std::strcmp(name, "pthread_exit_main") == 0) return RunPthreadExitMain();
   if (std::strcmp(name, "after_main_profiles") == 0) return RunAfterMainProfiles();
+  if (std::strcmp(name, "pthread_exit_thread_chain") == 0) return RunPthreadExitThreadChain();
+  if (std::strcmp(name, "foreign_sigpipe_during_line") == 0) return RunForeignSigpipeDuringLine();
   known = false;
   return 2;
 }

@@ -14,6 +14,8 @@
  * starts (mallinfo2's arena).
  * `plain_c pthread_exit`: instead starts a thread that allocates and ends
  * main with pthread_exit (the process ends when that thread has, exit(0)).
+ * `plain_c pthread_exit_atexit`: the same, with an exit handler that drops a
+ * block of 123,457 bytes (plain_c_exit_handler).
  * `plain_c dead_stderr`: instead makes stderr a pipe whose reader has gone,
  * keeps a few blocks and exits 0 (heapprof's exit lines raised SIGPIPE). */
 #define _GNU_SOURCE
@@ -122,6 +124,11 @@ static void* plain_c_worker(void* arg) {
   return NULL;
 }
 
+__attribute__((noinline)) static void plain_c_exit_handler(void) {
+  g_sink = plain_c_keep_malloc(123457);
+  g_sink = NULL; /* unreachable: a leak */
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "plugin") == 0) return run_plugin(argv[2]);
   if (argc == 2 && strcmp(argv[1], "mmap_threshold") == 0) {
@@ -136,8 +143,9 @@ int main(int argc, char** argv) {
 #endif
     return 0;
   }
-  if (argc == 2 && strcmp(argv[1], "pthread_exit") == 0) {
+  if (argc == 2 && (strcmp(argv[1], "pthread_exit") == 0 || strcmp(argv[1], "pthread_exit_atexit") == 0)) {
     pthread_t worker;
+    if (strcmp(argv[1], "pthread_exit_atexit") == 0) atexit(plain_c_exit_handler);
     if (pthread_create(&worker, NULL, plain_c_worker, NULL) != 0) return 3;
     pthread_exit(NULL);
   }

@@ -122,6 +122,25 @@ TEST_CASE("preload: a main() that ends with pthread_exit() ends once its thread 
   }
 }
 
+// After main()'s pthread_exit() the process ends with exit(0) on one of the
+// profiler's threads: the program's exit handlers run there, and their
+// blocks were served from the profiler's arena (tls_profiler_thread),
+// unrecorded: the leak report and the exit dump did not have them (a
+// program that returns from main() has them).
+TEST_CASE("preload: after main()'s pthread_exit(), what the program's exit handlers allocate is recorded") {
+  const std::string prefix = heapprof_test::TempPath("-pexit");
+  std::string out;
+  const int rc = heapprof_test::RunCommand("LD_PRELOAD=" + std::string(HEAPPROF_PRELOAD_PATH) +
+                                               " HEAPPROF=rate=1,dump_time=600,leak_report=1,dump_prefix=" + prefix +
+                                               " timeout -s KILL 30 " + HEAPPROF_PLAIN_C_PATH + " pthread_exit_atexit",
+                                           out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("plain_c: worker done\n") != std::string::npos);
+  CHECK(out.find("plain_c_exit_handler") != std::string::npos);  // a row of the leak table
+  heapprof_test::RunCommand("rm -f " + prefix + " " + prefix + ".*", out);
+}
+
 // HEAPPROF=log=FILE past RLIMIT_FSIZE: the line's write raised SIGXFSZ, which
 // ended the program with a core dump (status 153) at start-up.
 TEST_CASE("preload: a log file past the file size limit does not end the program with SIGXFSZ") {

@@ -114,10 +114,14 @@ inline void ReportFdDone(int fd, bool opened) noexcept {
 // - SIGXFSZ: a write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=),
 //   whose default action ends the process with a core dump: a profile dump
 //   killed the program and left its temporary file behind.
-// The write then fails (EPIPE, EFBIG), which the caller reports or drops; a
-// signal the kernel left pending on this thread for it is taken back before
-// the mask is restored, unless one was pending already (the program's own,
-// left for it).
+// The write then fails (EPIPE, EFBIG), which the caller reports or drops,
+// and says so (WriteFailed); the signal the kernel left pending on this
+// thread for that write is taken back before the mask is restored, unless
+// one was pending already (the program's own, left for it). Only after such
+// a failure: a SIGPIPE or SIGXFSZ that came from elsewhere while the mask
+// was held (`kill -PIPE`, a handler's write on this thread, process-directed
+// with every thread blocking it) is the program's, and was taken back too
+// (swallowed) when this looked only at what was pending.
 class WriteSignalsHeld {
  public:
   WriteSignalsHeld() noexcept {
@@ -132,13 +136,20 @@ class WriteSignalsHeld {
       xfsz_was_pending_ = sigismember(&pending, SIGXFSZ) == 1;
     }
   }
+  // A write under this object failed with `err`: EPIPE raised SIGPIPE, EFBIG SIGXFSZ.
+  void WriteFailed(int err) noexcept {
+    if (err == EPIPE) pipe_raised_ = true;
+    if (err == EFBIG) xfsz_raised_ = true;
+  }
   ~WriteSignalsHeld() {
     const int saved_errno = errno;
-    sigset_t pending;
-    sigemptyset(&pending);
-    if (sigpending(&pending) == 0) {
-      if (!pipe_was_pending_ && sigismember(&pending, SIGPIPE) == 1) TakeBack(SIGPIPE);
-      if (!xfsz_was_pending_ && sigismember(&pending, SIGXFSZ) == 1) TakeBack(SIGXFSZ);
+    if (pipe_raised_ || xfsz_raised_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (sigpending(&pending) == 0) {
+        if (pipe_raised_ && !pipe_was_pending_ && sigismember(&pending, SIGPIPE) == 1) TakeBack(SIGPIPE);
+        if (xfsz_raised_ && !xfsz_was_pending_ && sigismember(&pending, SIGXFSZ) == 1) TakeBack(SIGXFSZ);
+      }
     }
     pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
     errno = saved_errno;
@@ -158,6 +169,8 @@ class WriteSignalsHeld {
   sigset_t held_, saved_;
   bool pipe_was_pending_ = false;
   bool xfsz_was_pending_ = false;
+  bool pipe_raised_ = false;
+  bool xfsz_raised_ = false;
 };
 
 // `n` bytes where heapprof's lines go (ReportFd), with write(2): no stdio
@@ -171,6 +184,7 @@ inline void WriteReport(const char* text, std::size_t n) noexcept {
   while (n > 0) {
     const ssize_t done = ::write(fd, text, n);
     if (done < 0 && errno == EINTR) continue;
+    if (done < 0) held.WriteFailed(errno);
     if (done <= 0) break;
     text += done;
     n -= static_cast<std::size_t>(done);

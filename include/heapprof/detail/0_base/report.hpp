@@ -43,6 +43,7 @@ inline void ReportLine(std::string_view line) noexcept {
   while (left > 0) {
     const ssize_t n = ::writev(fd, at, count);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0) held.WriteFailed(errno);
     if (n <= 0) break;
     left -= static_cast<std::size_t>(n);
     for (std::size_t done = static_cast<std::size_t>(n); done > 0 && count > 0;) {  // a short write

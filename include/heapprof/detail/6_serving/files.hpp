@@ -133,7 +133,11 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       while (done < bytes.size()) {
         const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
+        if (n <= 0) {
+          const int err = n < 0 ? errno : EIO;
+          held.WriteFailed(err);
+          return fail("cannot write", err);
+        }
         done += static_cast<std::size_t>(n);
       }
     }

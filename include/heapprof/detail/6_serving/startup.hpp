@@ -58,11 +58,16 @@ inline void RunExitActions() {
 // exiting thread: the profiler's guard is dropped, or RunExitHook would take
 // this for an exit from inside the profiler and skip them). On a server's
 // thread, RunExitActions leaves HEAPPROF=http's server running (stopping it
-// would join and free the thread it runs on); the exit ends it.
+// would join and free the thread it runs on); the exit ends it. The thread is
+// the program's last one from here on: the program's exit handlers and
+// static destructors run on it, and what they allocate is the program's,
+// from its allocator, sampled and in the exit dump and the leak report (it
+// was served from the profiler's arena, unrecorded: tls_profiler_thread).
 inline void EndWithProgramThreads() noexcept {
   static std::atomic<bool> ending{false};
   if (ending.exchange(true, std::memory_order_acq_rel)) return;  // another of our threads ends it
   if (!tls_dump_thread) g_env_http_server = nullptr;
+  tls_profiler_thread = false;
   tls_thread_flags.guard = 0;
   std::exit(0);
 }
