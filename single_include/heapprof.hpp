@@ -1976,10 +1976,14 @@ inline void ReportFdDone(int fd, bool opened) noexcept {
 // - SIGXFSZ: a write past RLIMIT_FSIZE (`ulimit -f`, systemd's LimitFSIZE=),
 //   whose default action ends the process with a core dump: a profile dump
 //   killed the program and left its temporary file behind.
-// The write then fails (EPIPE, EFBIG), which the caller reports or drops; a
-// signal the kernel left pending on this thread for it is taken back before
-// the mask is restored, unless one was pending already (the program's own,
-// left for it).
+// The write then fails (EPIPE, EFBIG), which the caller reports or drops,
+// and says so (WriteFailed); the signal the kernel left pending on this
+// thread for that write is taken back before the mask is restored, unless
+// one was pending already (the program's own, left for it). Only after such
+// a failure: a SIGPIPE or SIGXFSZ that came from elsewhere while the mask
+// was held (`kill -PIPE`, a handler's write on this thread, process-directed
+// with every thread blocking it) is the program's, and was taken back too
+// (swallowed) when this looked only at what was pending.
 class WriteSignalsHeld {
  public:
   WriteSignalsHeld() noexcept {
@@ -1994,13 +1998,20 @@ class WriteSignalsHeld {
       xfsz_was_pending_ = sigismember(&pending, SIGXFSZ) == 1;
     }
   }
+  // A write under this object failed with `err`: EPIPE raised SIGPIPE, EFBIG SIGXFSZ.
+  void WriteFailed(int err) noexcept {
+    if (err == EPIPE) pipe_raised_ = true;
+    if (err == EFBIG) xfsz_raised_ = true;
+  }
   ~WriteSignalsHeld() {
     const int saved_errno = errno;
-    sigset_t pending;
-    sigemptyset(&pending);
-    if (sigpending(&pending) == 0) {
-      if (!pipe_was_pending_ && sigismember(&pending, SIGPIPE) == 1) TakeBack(SIGPIPE);
-      if (!xfsz_was_pending_ && sigismember(&pending, SIGXFSZ) == 1) TakeBack(SIGXFSZ);
+    if (pipe_raised_ || xfsz_raised_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (sigpending(&pending) == 0) {
+        if (pipe_raised_ && !pipe_was_pending_ && sigismember(&pending, SIGPIPE) == 1) TakeBack(SIGPIPE);
+        if (xfsz_raised_ && !xfsz_was_pending_ && sigismember(&pending, SIGXFSZ) == 1) TakeBack(SIGXFSZ);
+      }
     }
     pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
     errno = saved_errno;
@@ -2020,6 +2031,8 @@ class WriteSignalsHeld {
   sigset_t held_, saved_;
   bool pipe_was_pending_ = false;
   bool xfsz_was_pending_ = false;
+  bool pipe_raised_ = false;
+  bool xfsz_raised_ = false;
 };
 
 // `n` bytes where heapprof's lines go (ReportFd), with write(2): no stdio
@@ -2033,6 +2046,7 @@ inline void WriteReport(const char* text, std::size_t n) noexcept {
   while (n > 0) {
     const ssize_t done = ::write(fd, text, n);
     if (done < 0 && errno == EINTR) continue;
+    if (done < 0) held.WriteFailed(errno);
     if (done <= 0) break;
     text += done;
     n -= static_cast<std::size_t>(done);
@@ -2176,19 +2190,26 @@ struct EnvConfig {
 
 // Signal names for dump_signal: "USR1", "SIGUSR1", case-sensitive like kill -l.
 // Only signals whose default action a dump may reasonably replace.
+struct SignalNameEntry {
+  const char* name;
+  int number;
+};
+inline constexpr SignalNameEntry kDumpSignals[] = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"ALRM", SIGALRM},
+    {"TERM", SIGTERM}, {"URG", SIGURG},   {"WINCH", SIGWINCH}, {"PWR", SIGPWR},   {"PROF", SIGPROF}, {"VTALRM", SIGVTALRM}};
 inline int ParseSignalName(std::string_view name) noexcept {
   if (name.size() > 3 && name.substr(0, 3) == "SIG") name.remove_prefix(3);
-  struct Entry {
-    const char* name;
-    int number;
-  };
-  static constexpr Entry kSignals[] = {{"HUP", SIGHUP}, {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
-                                       {"USR2", SIGUSR2}, {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"URG", SIGURG},
-                                       {"WINCH", SIGWINCH}, {"PWR", SIGPWR},  {"PROF", SIGPROF}, {"VTALRM", SIGVTALRM}};
-  for (const Entry& e : kSignals) {
+  for (const SignalNameEntry& e : kDumpSignals) {
     if (name == e.name) return e.number;
   }
   return 0;
+}
+// The name ParseSignalName reads as `number` ("?" for none).
+inline const char* DumpSignalName(int number) noexcept {
+  for (const SignalNameEntry& e : kDumpSignals) {
+    if (number == e.number) return e.name;
+  }
+  return "?";
 }
 
 // Copies `value` into a fixed buffer; false if it does not fit or is empty.
@@ -2477,6 +2498,7 @@ inline void ReportLine(std::string_view line) noexcept {
   while (left > 0) {
     const ssize_t n = ::writev(fd, at, count);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0) held.WriteFailed(errno);
     if (n <= 0) break;
     left -= static_cast<std::size_t>(n);
     for (std::size_t done = static_cast<std::size_t>(n); done > 0 && count > 0;) {  // a short write
@@ -4957,6 +4979,64 @@ inline void PrepareProfilerStacks() noexcept {
 #include <atomic>
 #include <cstring>
 
+// ---- begin heapprof/detail/0_base/proc_self.hpp ----
+// heapprof: the process's files under /proc, as the calling thread sees them.
+//
+// A program whose main() ends with pthread_exit() goes on running on its
+// other threads, and /proc/self then names the exited main thread: its
+// maps, statm and cmdline read empty, its mem reads nothing, its exe cannot
+// be followed, and process_vm_readv(getpid()) fails with ESRCH. The leak
+// report and the retention scan then saw no memory at all, and the memory
+// limit's reads saw no use. /proc/thread-self (Linux 3.17) names the calling
+// thread, whose files show the same process; the thread's own id works for
+// process_vm_readv. Before 3.17, or with a /proc that lacks it: /proc/self.
+
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+
+namespace heapprof {
+namespace detail {
+
+// 1 once /proc/thread-self was seen (it never goes away); otherwise it is
+// looked for again at each use (a /proc mounted later: a chroot's set-up).
+inline std::atomic<int> g_thread_self_seen{0};
+
+inline bool HaveThreadSelf() noexcept {
+  if (g_thread_self_seen.load(std::memory_order_relaxed) != 0) return true;
+  if (::access("/proc/thread-self/", F_OK) != 0) return false;
+  g_thread_self_seen.store(1, std::memory_order_relaxed);
+  return true;
+}
+
+// "/proc/thread-self/<leaf>" or "/proc/self/<leaf>". For the files of the
+// process's memory and identity (maps, mem, pagemap, statm, exe, cmdline,
+// status, mountinfo, cgroup), which a thread's directory has too; not for
+// task/ or map_files/, which only the process's has.
+class ProcSelfPath {
+ public:
+  explicit ProcSelfPath(const char* leaf) noexcept {
+    std::snprintf(path_, sizeof path_, "%s/%s", HaveThreadSelf() ? "/proc/thread-self" : "/proc/self", leaf);
+  }
+  const char* c_str() const noexcept { return path_; }
+
+ private:
+  char path_[48];
+};
+
+// The program's file as /proc names it for the calling thread.
+inline const char* ProcSelfExe() noexcept { return HaveThreadSelf() ? "/proc/thread-self/exe" : "/proc/self/exe"; }
+
+// The id process_vm_readv reads this process by from the calling thread.
+inline pid_t SelfTaskId() noexcept { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
+}  // namespace detail
+}  // namespace heapprof
+// ---- end heapprof/detail/0_base/proc_self.hpp ----
+
 namespace heapprof {
 namespace detail {
 
@@ -4988,10 +5068,11 @@ inline const char* ExecPathFromStart() noexcept {
   return g_exec_path.known.load(std::memory_order_acquire) ? g_exec_path.path : nullptr;
 }
 
-// A name that opens the program's file: /proc/self/exe, or without /proc
-// the name it was started by; nullptr when there is neither.
+// A name that opens the program's file: /proc's exe link (proc_self.hpp), or
+// without /proc the name it was started by; nullptr when there is neither.
 inline const char* SelfExeFile() noexcept {
-  return ::access("/proc/self/exe", F_OK) == 0 ? "/proc/self/exe" : ExecPathFromStart();
+  const char* exe = ProcSelfExe();
+  return ::access(exe, F_OK) == 0 ? exe : ExecPathFromStart();
 }
 
 }  // namespace detail
@@ -5190,7 +5271,7 @@ inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 fil
 inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
 
 __attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
-  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(ProcSelfPath("status").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   // Read in pieces, keeping the key's length of overlap, so the buffer stays
   // small (this runs on whatever stack the sample is on under the sanitizers).
@@ -5243,7 +5324,7 @@ inline std::size_t ReadablePages(std::uintptr_t first, std::size_t pages) noexce
     remote[i].iov_len = 1;
   }
   // A partial transfer stops at an element's boundary: `got` pages readable.
-  const ssize_t got = process_vm_readv(getpid(), &local, 1, remote, pages, 0);
+  const ssize_t got = process_vm_readv(SelfTaskId(), &local, 1, remote, pages, 0);
   return got <= 0 ? 0 : static_cast<std::size_t>(got);
 }
 
@@ -13290,7 +13371,7 @@ struct FreeDeleter {
 inline ArenaString ReadSelfExe() {
   ArenaString buf(256, '\0');
   for (;;) {
-    const ssize_t n = ::readlink("/proc/self/exe", &buf[0], buf.size());
+    const ssize_t n = ::readlink(ProcSelfExe(), &buf[0], buf.size());
     if (n < 0) {
       const char* start = ExecPathFromStart();
       return start != nullptr ? ArenaString(start) : ArenaString();
@@ -13526,7 +13607,7 @@ inline bool ParseMapsLine(std::string_view line, MapsLine& m) noexcept {
 template <class F>
 bool ForEachMapping(F&& f) {
   ArenaString text;
-  if (!ReadProcFile("/proc/self/maps", text)) return false;
+  if (!ReadProcFile(ProcSelfPath("maps").c_str(), text)) return false;
   std::string_view all(text);
   bool any = false;
   while (!all.empty()) {
@@ -13585,8 +13666,8 @@ inline void FileOfMapping(LoadedObject& object, const ArenaVector<FileMapping>& 
                 static_cast<unsigned long>(m.end));
   if (IsFileOf(file, m)) {
     object.file = file;
-  } else if (IsFileOf("/proc/self/exe", m)) {
-    object.file = "/proc/self/exe";
+  } else if (IsFileOf(ProcSelfExe(), m)) {
+    object.file = ProcSelfExe();
   }
 }
 
@@ -16638,7 +16719,7 @@ class SafeReader {
  public:
   // Under a seccomp filter, process_vm_readv may kill instead of fail
   // (UnderSeccompFilter): /proc/self/mem from the start.
-  SafeReader() noexcept : use_vm_(!UnderSeccompFilter()), pid_(::getpid()) {}
+  SafeReader() noexcept : use_vm_(!UnderSeccompFilter()), pid_(SelfTaskId()) {}
   ~SafeReader() {
     if (mem_fd_ >= 0) ::close(mem_fd_);
   }
@@ -16685,7 +16766,7 @@ class SafeReader {
   std::size_t ReadMem(std::uintptr_t addr, void* buf, std::size_t n) noexcept {
     if (mem_fd_ < 0) {
       if (mem_failed_) return 0;
-      mem_fd_ = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+      mem_fd_ = ::open(ProcSelfPath("mem").c_str(), O_RDONLY | O_CLOEXEC);
       if (mem_fd_ < 0) {
         mem_failed_ = true;
         return 0;
@@ -16705,7 +16786,9 @@ class SafeReader {
   bool use_vm_ = true;
   bool mem_failed_ = false;
   int mem_fd_ = -1;
-  pid_t pid_;  // getpid() is a system call each time: a tenth of the walk's time
+  // The scanning thread's id (proc_self.hpp: SelfTaskId), kept: a system call
+  // each time was a tenth of the walk's time. A scan runs on one thread.
+  pid_t pid_;
 };
 
 // ---------------------------------------------------------------- /proc/self/maps
@@ -17200,7 +17283,7 @@ class Scanner {
   template <class F>
   void TouchedWords(std::uintptr_t lo, std::uintptr_t hi, F&& f) {
     if (pagemap_fd_ == -2) {
-      pagemap_fd_ = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+      pagemap_fd_ = ::open(ProcSelfPath("pagemap").c_str(), O_RDONLY | O_CLOEXEC);
       page_ = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
       if (pagemap_fd_ >= 0 && (page_ == 0 || (page_ & (page_ - 1)) != 0)) {
         ::close(pagemap_fd_);
@@ -18209,7 +18292,11 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
       while (done < bytes.size()) {
         const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return fail("cannot write", n < 0 ? errno : EIO);
+        if (n <= 0) {
+          const int err = n < 0 ? errno : EIO;
+          held.WriteFailed(err);
+          return fail("cannot write", err);
+        }
         done += static_cast<std::size_t>(n);
       }
     }
@@ -18469,64 +18556,63 @@ class OwnThreadMark {
   std::atomic<std::uint64_t>* slot_ = nullptr;
 };
 
-inline bool IsOwnTid(long tid) noexcept {
-  const std::uint64_t key = OwnTidKey(tid);
+// How many of the profiler's own threads of this process are marked now. A
+// thread counts only between its mark and its unmark, inside its lifetime:
+// never more than are alive.
+inline long OwnThreadCount() noexcept {
+  const std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
+  long n = 0;
   for (const std::atomic<std::uint64_t>& slot : g_own_tids) {
-    if (slot.load(std::memory_order_acquire) == key) return true;
+    const std::uint64_t seen = slot.load(std::memory_order_acquire);
+    if (seen != 0 && (seen >> 32) == pid) ++n;
   }
-  return false;
+  return n;
 }
 
-// A task's state letter from /proc/self/task/TID/stat ('R', 'S', 'Z', ...):
-// 'X' when it is gone, '?' when it cannot be told (no /proc). No allocation.
-inline char TaskState(long tid) noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT || errno == ESRCH ? 'X' : '?';
-  char buf[512];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return n == 0 ? 'X' : '?';
-  buf[n] = '\0';
-  const char* paren = std::strrchr(buf, ')');  // the name may hold anything, ')' too
-  return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
-}
-
-// True when every thread of the process but the profiler's own has ended
-// (the main thread a zombie, no other task alive). Keeps errno. Cheap while
-// the main thread runs: one small file read.
+// True when every thread of the process but the profiler's own has ended: the
+// main thread a zombie and the process's thread count (the kernel's, which
+// counts that zombie) one more than the profiler's marked threads. Both come
+// from one read of /proc/self/stat, whose thread count is the kernel's
+// counter at one instant. (Listing /proc/self/task and then reading each
+// task's state was not one instant: a thread that started another and
+// returned between the listing and the read of its state left the new one
+// unseen, and the process ended under a program still running: a chain of
+// threads each starting the next, seen end in 2 of 5 runs of 15 s.) A
+// profiler thread not marked yet, or marked no more, counts as the
+// program's: the answer is then false until the next look. False too when
+// /proc/self/stat cannot be read, or is another pid namespace's. No
+// allocation; keeps errno.
 inline bool ProgramThreadsGone() noexcept {
   const int saved = errno;
-  const long pid = static_cast<long>(::getpid());
   bool gone = false;
-  const char main_state = TaskState(pid);
-  if ((main_state == 'Z' || main_state == 'X') && !IsOwnTid(pid)) {
-    const int dir = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-      gone = true;
-      alignas(8) char buf[4096];
-      for (;;) {
-        const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
-        if (n < 0) gone = false;
-        if (n <= 0 || !gone) break;
-        for (long at = 0; at < n && gone;) {
-          // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name
-          std::uint16_t reclen;
-          std::memcpy(&reclen, buf + at + 16, sizeof reclen);
-          const char* name = buf + at + 19;
-          if (name[0] >= '0' && name[0] <= '9') {
-            long tid = 0;
-            for (const char* c = name; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
-            if (tid != pid && !IsOwnTid(tid)) {
-              const char state = TaskState(tid);
-              if (state != 'Z' && state != 'X') gone = false;
-            }
-          }
-          at += reclen;
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[1024];
+    ssize_t n;
+    do {
+      n = ::read(fd, buf, sizeof buf - 1);
+    } while (n < 0 && errno == EINTR);
+    ::close(fd);
+    if (n > 0) {
+      buf[n] = '\0';
+      // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt
+      // majflt cmajflt utime stime cutime cstime priority nice num_threads ..."
+      long pid = 0;
+      const char* c = buf;
+      for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+      const char* paren = std::strrchr(buf, ')');  // the name may hold anything, ')' too
+      if (pid == static_cast<long>(::getpid()) && paren != nullptr && paren[1] == ' ' && paren[2] == 'Z') {
+        // From the state (field 3) on to num_threads (field 20).
+        const char* f = paren + 2;
+        int field = 3;
+        while (field < 20 && *f != '\0') {
+          if (*f++ == ' ') ++field;
         }
+        long threads = 0;
+        bool digits = false;
+        for (; *f >= '0' && *f <= '9'; ++f, digits = true) threads = threads * 10 + (*f - '0');
+        gone = field == 20 && digits && *f == ' ' && threads == 1 + OwnThreadCount();
       }
-      ::close(dir);
     }
   }
   errno = saved;
@@ -18588,6 +18674,7 @@ inline void EndIfProgramThreadsGone(std::int64_t now_ms, std::int64_t& last_ms) 
 #include <string>
 #include <string_view>
 
+
 namespace heapprof {
 namespace detail {
 
@@ -18631,7 +18718,7 @@ inline std::uint64_t PhysicalMemoryBytes() noexcept {
 // Field `index` (0: size, 1: resident, 5: data) of /proc/self/statm, in bytes.
 inline std::uint64_t StatmBytes(int index) noexcept {
   char buf[256];
-  if (ReadSmallFile("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  if (ReadSmallFile(ProcSelfPath("statm").c_str(), buf, sizeof buf) <= 0) return 0;
   const char* p = buf;
   for (int i = 0; i < index; ++i) {
     while (*p != '\0' && *p != ' ') ++p;
@@ -18811,8 +18898,8 @@ inline bool CgroupLimitUnder(const std::string& mount, const std::string& root, 
 
 inline bool FindCgroupLimit(bool v2, MemoryLimit& out) {
   char mountinfo[16384], cgroup[4096];
-  if (ReadSmallFile("/proc/self/mountinfo", mountinfo, sizeof mountinfo) <= 0) return false;
-  if (ReadSmallFile("/proc/self/cgroup", cgroup, sizeof cgroup) <= 0) return false;
+  if (ReadSmallFile(ProcSelfPath("mountinfo").c_str(), mountinfo, sizeof mountinfo) <= 0) return false;
+  if (ReadSmallFile(ProcSelfPath("cgroup").c_str(), cgroup, sizeof cgroup) <= 0) return false;
   std::string mount, root, path;
   if (!CgroupMountIn(mountinfo, v2, mount, root) || !CgroupPathIn(cgroup, v2, path)) return false;
   return CgroupLimitUnder(mount, root, path, v2, out);
@@ -19360,7 +19447,20 @@ class Dumper {
     return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
   }
 
+  // A signal ignored at start-up (nohup's HUP; INT and QUIT in a shell
+  // script's background job; a `trap '' TERM`) stays ignored, and takes no
+  // dumps: a handler of ours in its place is reset to SIG_DFL by every
+  // exec, so the programs this one runs lost nohup's protection (`nohup sh
+  // -c 'sleep 9'` under dump_signal=HUP: the sleep ended at a HUP), and
+  // programs that catch a signal only when it is not ignored (GNU make and
+  // sort, the JVM for HUP, INT and TERM) saw ours and installed theirs.
   void InstallSignalHandler(int sig) noexcept {
+    struct sigaction now {};
+    if (sigaction(sig, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN) {
+      ReportLine(ArenaString("dump_signal=") + DumpSignalName(sig) +
+                 ": the signal is ignored (as under nohup), and stays so: it takes no dumps");
+      return;
+    }
     struct sigaction sa {};
     sa.sa_sigaction = &Dumper::SignalHandler;
     sigemptyset(&sa.sa_mask);
@@ -21289,7 +21389,7 @@ inline ArenaString BuildResponse(const Plan& plan, const ProfileBaseline* since 
       // /proc/self/cmdline ends each argument with a NUL: without its last
       // one it is that join. Read now, so a program that rewrote its argv
       // (a process title) shows what ps shows.
-      if (!elf::ReadProcFile("/proc/self/cmdline", body)) {
+      if (!elf::ReadProcFile(ProcSelfPath("cmdline").c_str(), body)) {
         return ErrorResponse(500, "cannot read /proc/self/cmdline", plan.head_only);
       }
       if (!body.empty() && body.back() == '\0') body.pop_back();
@@ -22433,11 +22533,16 @@ inline void RunExitActions() {
 // exiting thread: the profiler's guard is dropped, or RunExitHook would take
 // this for an exit from inside the profiler and skip them). On a server's
 // thread, RunExitActions leaves HEAPPROF=http's server running (stopping it
-// would join and free the thread it runs on); the exit ends it.
+// would join and free the thread it runs on); the exit ends it. The thread is
+// the program's last one from here on: the program's exit handlers and
+// static destructors run on it, and what they allocate is the program's,
+// from its allocator, sampled and in the exit dump and the leak report (it
+// was served from the profiler's arena, unrecorded: tls_profiler_thread).
 inline void EndWithProgramThreads() noexcept {
   static std::atomic<bool> ending{false};
   if (ending.exchange(true, std::memory_order_acq_rel)) return;  // another of our threads ends it
   if (!tls_dump_thread) g_env_http_server = nullptr;
+  tls_profiler_thread = false;
   tls_thread_flags.guard = 0;
   std::exit(0);
 }
