@@ -968,6 +968,10 @@ inline int RunAfterMainProfiles() {
   g_exited_main = pthread_self();
   pthread_t worker;
   HEAPPROF_HOSTILE_CHECK(pthread_create(&worker, nullptr, &AfterMainWorker, nullptr) == 0);
+  pthread_exit(nullptr);
+}
+
+// ---- main() ends with pthread_exit() while a chain of threads runs ---------
 // main() ends with pthread_exit() while a chain of threads runs, each
 // starting the next and returning (a program's last thread may hand on to a
 // new one). A thread marked as the profiler's asks ProgramThreadsGone (what

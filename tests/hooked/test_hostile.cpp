@@ -255,6 +255,8 @@ TEST_CASE("hostile: after main() ends with pthread_exit(), the retention scan an
   CHECK(output.find("unreachable (leaked): 0 objects") != std::string::npos);
   CHECK(output.find("<== [global] heapprof_test::g_after_main_keep") != std::string::npos);
   RemoveDir(dir);
+}
+
 TEST_CASE("hostile: a SIGPIPE of the program's own that comes while heapprof writes a line reaches its handler") {
   // WriteSignalsHeld took back whatever SIGPIPE was pending after the line,
   // not only the one its own write raised: the program's handler never ran.
