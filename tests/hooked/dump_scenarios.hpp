@@ -434,6 +434,35 @@ inline int RunLeakRunningThread() {
   return 0;
 }
 
+// dump_signal=USR1 in a program whose default thread stack is small
+// (pthread_setattr_default_np, as `ulimit -s` sets it at start-up): the
+// profiler's threads made after it (the dump thread of a forked child, an
+// HttpServer's) took that size, and a profile's build overflowed it (SIGSEGV).
+inline int RunSmallDefaultStack() {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, 16384) != 0 ||
+      pthread_setattr_default_np(&attr) != 0) {
+    return 10;
+  }
+  pthread_attr_destroy(&attr);
+  const pid_t child = ::fork();
+  if (child < 0) return 11;
+  if (child == 0) {  // a dump thread restarted under the small default
+    std::raise(SIGUSR1);
+    ::_exit(WaitForFile(DumpPath(1), 60) ? 0 : 1);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return 12;
+  if (!WIFEXITED(status)) return 13;  // killed by SIGSEGV before
+  if (WEXITSTATUS(status) != 0) return 14;
+  heapprof::HttpServer server("127.0.0.1:0");  // its threads under the small default
+  if (!server.serving()) return 15;
+  const HttpResponse r = HttpGet(server.port(), "/debug/pprof/heap");
+  std::string raw;
+  Profile p;
+  return r.status == 200 && Gunzip(r.body, raw) && DecodeProfile(raw, p) && Validate(p) ? 0 : 16;
+}
+
 inline int RunDumpScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "dump_bytes") == 0) return RunDumpBytes();
@@ -457,6 +486,7 @@ inline int RunDumpScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dump_after_chdir") == 0) return RunDumpAfterChdir();
   if (std::strcmp(name, "leak_rate_change") == 0) return RunLeakRateChange();
   if (std::strcmp(name, "leak_running_thread") == 0) return RunLeakRunningThread();
+  if (std::strcmp(name, "small_default_stack") == 0) return RunSmallDefaultStack();
   known = false;
   return 2;
 }

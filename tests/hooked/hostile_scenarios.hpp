@@ -1026,6 +1026,30 @@ inline int RunPthreadExitThreadChain() {
   pthread_exit(nullptr);
 }
 
+// ---- exit() and a profile write on a thread of 16 KiB ---------------------
+// A worker with a 16 KiB stack (a program's many small threads) writes a heap
+// profile to HEAPPROF_TEST_DIR/small.pb.gz, keeps 50 blocks and calls
+// exit(): the exit dump, the peak profile and the leak report run on it, below
+// libc's exit machinery. They took 30-60 KiB of its stack: SIGSEGV.
+inline void* g_small_exit_keep[50];
+inline void* SmallStackExitWorker(void*) {
+  for (void*& p : g_small_exit_keep) p = ::operator new(1000);
+  const std::string path = std::string(std::getenv("HEAPPROF_TEST_DIR")) + "/small.pb.gz";
+  const bool written = heapprof::WriteHeapProfile(path.c_str());
+  std::printf("small_stack_exit: written %d\n", written ? 1 : 0);
+  std::fflush(stdout);
+  std::exit(0);
+}
+inline int RunSmallStackExit() {
+  pthread_attr_t attr;
+  HEAPPROF_HOSTILE_CHECK(pthread_attr_init(&attr) == 0);
+  HEAPPROF_HOSTILE_CHECK(pthread_attr_setstacksize(&attr, 16384) == 0);
+  pthread_t worker;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&worker, &attr, &SmallStackExitWorker, nullptr) == 0);
+  pthread_join(worker, nullptr);
+  return 3;  // (the worker's exit() ends the process)
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -1046,6 +1070,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "pthread_exit_main") == 0) return RunPthreadExitMain();
   if (std::strcmp(name, "after_main_profiles") == 0) return RunAfterMainProfiles();
   if (std::strcmp(name, "pthread_exit_thread_chain") == 0) return RunPthreadExitThreadChain();
+  if (std::strcmp(name, "small_stack_exit") == 0) return RunSmallStackExit();
   if (std::strcmp(name, "foreign_sigpipe_during_line") == 0) return RunForeignSigpipeDuringLine();
   known = false;
   return 2;

@@ -190,6 +190,17 @@ TEST_CASE("dump_signal in a program that closed every descriptor it did not open
   RemoveDir(dir);
 }
 
+TEST_CASE("the profiler's threads have stacks of their own size, not the program's small default") {
+  const std::string dir = DumpsTempDir();
+  std::string out;
+  const int rc = RunSelf("timeout -s KILL 120 env HEAPPROF=dump_prefix=" + dir + "/p,dump_signal=USR1 HEAPPROF_TEST_DIR=" +
+                             dir + " HEAPPROF_TEST_CHILD=small_default_stack",
+                         out);
+  INFO(out);
+  CHECK(rc == 0);  // 13: the forked child's dump thread overflowed its stack; a signal: the server's
+  RemoveDir(dir);
+}
+
 TEST_CASE("dump_signal=TERM that does not end the process dumps at every signal") {
   // Before: the previous disposition was put back for good after the first
   // dump, so a TERM handled by the program dumped once.

@@ -316,6 +316,36 @@ TEST_CASE("hostile: a sample takes a small, bounded amount of its caller's stack
   }
 }
 
+TEST_CASE("hostile: exit() and WriteHeapProfile on a thread of 16 KiB: the writes and the leak report run on a stack with room") {
+  // They took 30-60 KiB of the calling thread's stack: SIGSEGV. Now they run
+  // on the profiler's own stack there, as a sample does (not under ASan/TSan,
+  // which do not follow a stack switch).
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under sanitizers: no stack switch there");
+  return;
+#endif
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF=rate=1,dump_at_exit=1,peak_at_exit=1,leak_report=1,dump_prefix=" + dir +
+                                     "/p HEAPPROF_TEST_DIR=" + dir,
+                                 "small_stack_exit", out, 60);
+  INFO(out);
+  CHECK(rc == 0);  // 139 before: SIGSEGV
+  CHECK(out.find("small_stack_exit: written 1") != std::string::npos);
+  CHECK(out.find("(dump_at_exit)") != std::string::npos);
+  CHECK(out.find("(peak_at_exit)") != std::string::npos);
+  CHECK(out.find("heapprof: leak profile: ") != std::string::npos);
+  CHECK(out.find("heapprof: retention profile: ") != std::string::npos);
+  // The 50 blocks are held by a global array: the scan read the process.
+  CHECK(out.find("<== [global] heapprof_test::g_small_exit_keep") != std::string::npos);
+  const std::string names = DirNames(dir);
+  INFO(names);
+  CHECK(names.find("small.pb.gz") != std::string::npos);
+  CHECK(names.find(".leaks.pb.gz") != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("hostile: dlopen/dlclose churn leaves the profiler's memory level") {
   // 500 cycles of load, allocate (rate 1), write a profile, unload, with two
   // threads sampling throughout. Before: one more unwind table per cycle,

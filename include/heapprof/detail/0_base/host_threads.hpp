@@ -12,17 +12,59 @@
 #pragma once
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 
 namespace heapprof {
 namespace detail {
+
+// The stack of each of the profiler's threads: glibc's default size, kept
+// between these bounds. That default is the program's: RLIMIT_STACK at
+// start-up, or what it set with pthread_setattr_default_np. Under `ulimit -s
+// 48` the dump thread had 48 KiB, and a profile's build (symbolization: ELF
+// and DWARF reading, libstdc++'s demangler) overflowed it: SIGSEGV at the
+// first dump. Under `ulimit -s` of a GiB, each of them reserved a GiB of
+// address space, counted against RLIMIT_AS and dump_near_oom's limit.
+constexpr std::size_t kOwnThreadMinStackBytes = 1024 * 1024;
+constexpr std::size_t kOwnThreadMaxStackBytes = 8 * 1024 * 1024;
+
+inline std::size_t OwnThreadStackBytes() noexcept {
+  std::size_t size = 0;
+  pthread_attr_t defaults;
+  if (pthread_getattr_default_np(&defaults) == 0) {
+    if (pthread_attr_getstacksize(&defaults, &size) != 0) size = 0;
+    pthread_attr_destroy(&defaults);
+  }
+  if (size < kOwnThreadMinStackBytes) return kOwnThreadMinStackBytes;
+  return size > kOwnThreadMaxStackBytes ? kOwnThreadMaxStackBytes : size;
+}
+
+// pthread_create for a profiler thread: every signal blocked in it (the
+// program's handlers run on the program's threads) and a stack of
+// OwnThreadStackBytes. Returns pthread_create's result.
+inline int StartOwnThread(pthread_t* thread, void* (*fn)(void*), void* arg) noexcept {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0) {
+    pthread_attr_setstacksize(&attr, OwnThreadStackBytes());
+    rc = pthread_create(thread, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return rc;
+}
 
 // The profiler's own threads alive now: (pid << 32) | kernel thread id, 0
 // for a free slot. A slot of another pid is free too: a forked child inherits

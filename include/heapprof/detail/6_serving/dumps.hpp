@@ -515,12 +515,9 @@ class Dumper {
   }
 
   bool StartThread() noexcept {
-    // The thread takes no signals: the program's handlers run on its threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    // The thread takes no signals, and its stack is not the program's
+    // default size (host_threads.hpp).
+    const int rc = StartOwnThread(&thread_, &Dumper::Main, this);
     if (rc != 0) {
       ReportLine(ArenaString("cannot start the dump thread: ") + std::strerror(rc));
       return false;

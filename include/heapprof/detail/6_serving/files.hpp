@@ -27,6 +27,47 @@
 namespace heapprof {
 namespace detail {
 
+// A profile's build (the snapshot, symbolization: ELF and DWARF reading,
+// libstdc++'s demangler, whose arrays on the stack grow with a name's length;
+// the encoding) takes 30-60 KiB of stack for a small C++ program. On a thread
+// with less than this left, it runs on the profiler's own stack (256 KiB,
+// profiler_stack.hpp), as a sample does: the leak report at exit of a
+// program run under `ulimit -s 32`, or that calls exit() on a thread of
+// 16 KiB, died of SIGSEGV, and so did a Write*Profile there.
+constexpr std::size_t kBuildStackHeadroom = 128 * 1024;
+
+// Runs fn() here, or on the profiler's stack when this thread's stack is
+// short. There cancellation is held off (a forced unwind cannot leave that
+// stack); a cancel that came meanwhile acts on return. fn must not throw
+// (the Build*/Write* functions catch all but cancellation), nor scan this
+// thread's stack (a retention scan: it would scan the profiler's instead).
+template <class Fn>
+inline void RunWithBuildStack(Fn& fn) {
+  const ThreadState* ts = tls_thread_state;
+  std::uintptr_t lo = 0, hi = 0;
+  if (ts != nullptr && ts->stack_hi != 0) {
+    lo = ts->stack_lo;
+    hi = ts->stack_hi;
+  } else {
+    CurrentStackBounds(lo, hi);  // a thread that never allocated
+  }
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  const bool short_stack = hi != 0 && sp > lo && sp < hi && sp - lo < kBuildStackHeadroom;
+  if (short_stack) {
+    int state = PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+    const bool ran = RunOnProfilerStack([](void* f) noexcept { (*static_cast<Fn*>(f))(); }, &fn);
+    const int err = errno;
+    pthread_setcancelstate(state, nullptr);
+    errno = err;
+    if (ran) {
+      if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
+      return;
+    }
+  }
+  fn();
+}
+
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -234,13 +275,21 @@ inline bool WriteToPath(const char* path, Write write) {
 
 // The profile, gzip'ed, written atomically to `path`.
 inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
-  return WriteBuiltProfileFile(path, error,
+  bool ok = false;
+  auto run = [&] {
+    ok = WriteBuiltProfileFile(path, error,
                                [allocs_default](ArenaString& gz) { return BuildProfileBytes(allocs_default, gz); });
+  };
+  RunWithBuildStack(run);
+  return ok;
 }
 
 // The peak profile (2_sampling/peak.hpp), to a file.
 inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
-  return WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildPeakProfileBytes(gz); });
+  bool ok = false;
+  auto run = [&] { ok = WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildPeakProfileBytes(gz); }); };
+  RunWithBuildStack(run);
+  return ok;
 }
 
 // The retention profile (retention.hpp), to a file.
@@ -269,7 +318,10 @@ inline bool WriteRetentionProfile(std::ostream& out) {
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
   ReentrancyGuard guard;
   ArenaString gz;  // the build holds the write's headroom (built without exceptions)
-  return (peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz)) && WriteProfileBytes(out, gz);
+  bool built = false;
+  auto build = [&] { built = peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz); };
+  RunWithBuildStack(build);  // (the stream's write is the caller's, on its stack)
+  return built && WriteProfileBytes(out, gz);
 }
 
 }  // namespace detail

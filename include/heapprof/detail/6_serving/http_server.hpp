@@ -658,20 +658,18 @@ class Server {
       return;
     }
     UnlockServers();
-    // The server's threads take no signals: the program's handlers run on its own threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&builder_, nullptr, &Server::BuilderMain, this);
+    // The server's threads take no signals (the program's handlers run on
+    // its own threads), and their stacks are not the program's default size
+    // (host_threads.hpp).
+    int rc = StartOwnThread(&builder_, &Server::BuilderMain, this);
     if (rc == 0) {
-      rc = pthread_create(&scan_builder_, nullptr, &Server::ScanBuilderMain, this);
+      rc = StartOwnThread(&scan_builder_, &Server::ScanBuilderMain, this);
       if (rc != 0) StopBuilder(false);
     }
     if (rc == 0) {
-      rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
+      rc = StartOwnThread(&thread_, &Server::ThreadMain, this);
       if (rc != 0) StopBuilder();
     }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
       LockServers();
       CloseSocketsAndUnlink();

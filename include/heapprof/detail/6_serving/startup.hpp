@@ -42,8 +42,13 @@ inline void RunExitActions() {
   if (g_env_http_server != nullptr) StopEnvHttpServer();
   g_dumper.Stop();
   const EnvConfig& cfg = g_env_config;
-  if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
-  if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
+  // On a stack with room (files.hpp): exit() may be called on a thread of
+  // 16 KiB, deep in the exit machinery already.
+  auto dumps = [&cfg]() noexcept {
+    if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
+    if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
+  };
+  RunWithBuildStack(dumps);
   if (cfg.leak_report && LeakReport(g_dumper.Prefix(), g_dumper.FromStartDir(cfg.leak_suppressions)) &&
       cfg.leak_exit_code >= 0) {
     // LeakSanitizer's exitcode: the status says that unreachable objects remain.
