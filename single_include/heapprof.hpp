@@ -7370,12 +7370,28 @@ inline Object* FindObject(const ObjectSet& set, std::uintptr_t pc) noexcept {
 // once) and are recycled at thread exit through a pthread key.
 struct WalkRecords;  // the thread's last walks, replayed when a new one meets them (below)
 
+// The 1 MiB regions of the last PCs a walk found in no object, and the
+// snapshot they were checked against (ObjectsAfterUnknownPc, below). In the
+// slot's spare half line rather than in thread-local storage: a library with
+// heapprof compiled in keeps its thread-locals in static TLS, of which a
+// dlopen'ed one gets little (test_own_memory.cpp: "hooks compiled into a
+// dlopen'ed plugin"). A slot passed on to another thread keeps them: they
+// hold for whichever thread, as long as the snapshot is the same.
+constexpr int kUnknownRegions = 6;
+struct UnknownRegions {
+  std::uint32_t serial = 0;  // the snapshot the regions were checked against
+  std::uint32_t next = 0;    // the slot the next region goes to (the oldest)
+  std::uint32_t region[kUnknownRegions] = {};  // (pc >> 20) + 1, truncated; 0: none
+};
+
 struct alignas(64) ReaderSlot {
   std::atomic<std::uint64_t> state{0};  // 0: not reading; else (epoch entered << 1) | 1
   std::atomic<bool> in_use{false};     // owned by a live thread
   ReaderSlot* next = nullptr;          // every slot ever made; immutable once pushed
   WalkRecords* walks = nullptr;        // the owner's, made at its first walk; forgotten when recycled
+  UnknownRegions unknown;              // the owner's only
 };
+static_assert(sizeof(ReaderSlot) == 64, "a reader slot is one cache line");
 inline std::atomic<ReaderSlot*> g_reader_slots{nullptr};
 inline thread_local ReaderSlot* tls_reader_slot HEAPPROF_TLS_MODEL = nullptr;
 // The slot's key: 0 not created, 2 ready (g_reader_key valid), 3 creation failed.
@@ -8073,57 +8089,45 @@ inline const ObjectSet* CurrentObjects() noexcept {
 //    stack early) and the retirement of the old table. So every
 //    kGenerationCheckEvery-th unwind of a thread still asks the loader.
 constexpr std::uint32_t kGenerationCheckEvery = 64;
-// Per thread: unwinds since the last generation check; the regions (1 MiB,
-// aligned) of the last PCs found in no object, and the snapshot they were
-// checked against. A JIT's code (the JVM's, V8's) or a garbage return address
-// at the top of some stack would otherwise send every sample to the loader:
-// with one remembered page, a program whose allocations came from code on 64
-// anonymous pages in turn asked it at 984k of 1M samples (153 -> 227 ns an
-// allocation at rate=1). A region is coarse on purpose: JIT code fills
-// pages next to each other. What it may hide is a library loaded into a
-// remembered region since, whose frames then end walks until the thread's
-// next generation check (at most kGenerationCheckEvery unwinds), which
-// takes a fresh snapshot and forgets the regions: the staleness a library
-// unloaded since has anyway.
-constexpr int kUnknownRegions = 8;
-constexpr int kUnknownRegionShift = 20;
-struct UnknownPcMemo {
-  std::uint32_t unchecked = 0;
-  std::uint32_t serial = 0;  // the snapshot the regions were checked against
-  std::uint32_t next = 0;    // the slot the next region goes to (the oldest)
-  std::uintptr_t region[kUnknownRegions] = {};  // pc >> kUnknownRegionShift; 0: none
-};
-inline thread_local UnknownPcMemo tls_unknown_pc HEAPPROF_TLS_MODEL;
+// Per thread: unwinds since the last generation check.
+inline thread_local std::uint32_t tls_unchecked_unwinds HEAPPROF_TLS_MODEL = 0;
 
-// How many times a sample's walk asked the loader about a PC in no object
-// (tests, benchmarks).
+// How many times a walk asked the loader about a PC in no object (tests,
+// benchmarks).
 inline std::atomic<std::uint64_t> g_stat_unknown_pc_checks{0};
 
 inline const ObjectSet* SampleObjects() noexcept {
   const ObjectSet* s = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
-  UnknownPcMemo& m = tls_unknown_pc;
-  if (HEAPPROF_LIKELY(s != nullptr) && HEAPPROF_LIKELY(++m.unchecked < kGenerationCheckEvery)) return s;
-  m.unchecked = 0;
+  std::uint32_t& unchecked = tls_unchecked_unwinds;
+  if (HEAPPROF_LIKELY(s != nullptr) && HEAPPROF_LIKELY(++unchecked < kGenerationCheckEvery)) return s;
+  unchecked = 0;
   return CurrentObjects();
 }
 
 // After a walk on `set` met `pc` in no object: a fresh snapshot if the
-// loader's generation moved, else null (and the PC's region is remembered).
-inline const ObjectSet* ObjectsAfterUnknownPc(const ObjectSet* set, std::uintptr_t pc) noexcept {
-  UnknownPcMemo& m = tls_unknown_pc;
-  const std::uintptr_t region = (pc >> kUnknownRegionShift) + 1;  // never 0, the empty slot
+// loader's generation moved, else null (and the PC's region is remembered in
+// the reader's slot). JIT code (the JVM's, V8's) or a garbage return address
+// at the top of some stack would otherwise send every sample to the loader:
+// with one remembered page, a program whose allocations came from code on 64
+// anonymous pages in turn asked it at 984k of 1M samples (rate=1). A region
+// is coarse on purpose: JIT code fills pages next to each other. What it may
+// hide is a library loaded into a remembered region since, whose frames
+// then end walks until some thread's next generation check (every
+// kGenerationCheckEvery unwinds) publishes a fresh snapshot, which the
+// regions do not match: the staleness a library unloaded since has anyway.
+inline const ObjectSet* ObjectsAfterUnknownPc(ReaderSlot& slot, const ObjectSet* set, std::uintptr_t pc) noexcept {
+  UnknownRegions& m = slot.unknown;
+  const auto region = static_cast<std::uint32_t>((pc >> 20) + 1);  // 0 only for a PC past 2^52: no harm
   if (m.serial == set->serial) {
-    for (const std::uintptr_t r : m.region) {
+    for (const std::uint32_t r : m.region) {
       if (r == region) return nullptr;
     }
   }
   g_stat_unknown_pc_checks.fetch_add(1, std::memory_order_relaxed);
-  m.unchecked = 0;
+  tls_unchecked_unwinds = 0;
   const ObjectSet* fresh = CurrentObjects();
   if (fresh != nullptr && fresh != set) return fresh;
-  if (m.serial != set->serial) {
-    m = UnknownPcMemo{0, set->serial, 0, {}};
-  }
+  if (m.serial != set->serial) m = UnknownRegions{set->serial, 0, {}};
   m.region[m.next] = region;
   m.next = (m.next + 1) % kUnknownRegions;
   return nullptr;
@@ -8145,7 +8149,7 @@ inline void NoteStackObjects(const std::uintptr_t* pcs, std::uint32_t depth) noe
   }
   for (std::uint32_t i = 0; i < depth; ++i) {
     if (FindObject(*set, pcs[i]) == nullptr) {
-      (void)ObjectsAfterUnknownPc(set, pcs[i]);
+      (void)ObjectsAfterUnknownPc(*reading.slot(), set, pcs[i]);
       return;
     }
   }
@@ -9053,7 +9057,7 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
-      const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
+      const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(*reading.slot(), set, unknown);
       if (fresh == nullptr ||
           ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi, beyond))
         return;
@@ -18210,6 +18214,47 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
 namespace heapprof {
 namespace detail {
 
+// A profile's build (the snapshot, symbolization: ELF and DWARF reading,
+// libstdc++'s demangler, whose arrays on the stack grow with a name's length;
+// the encoding) takes 30-60 KiB of stack for a small C++ program. On a thread
+// with less than this left, it runs on the profiler's own stack (256 KiB,
+// profiler_stack.hpp), as a sample does: the leak report at exit of a
+// program run under `ulimit -s 32`, or that calls exit() on a thread of
+// 16 KiB, died of SIGSEGV, and so did a Write*Profile there.
+constexpr std::size_t kBuildStackHeadroom = 128 * 1024;
+
+// Runs fn() here, or on the profiler's stack when this thread's stack is
+// short. There cancellation is held off (a forced unwind cannot leave that
+// stack); a cancel that came meanwhile acts on return. fn must not throw
+// (the Build*/Write* functions catch all but cancellation), nor scan this
+// thread's stack (a retention scan: it would scan the profiler's instead).
+template <class Fn>
+inline void RunWithBuildStack(Fn& fn) {
+  const ThreadState* ts = tls_thread_state;
+  std::uintptr_t lo = 0, hi = 0;
+  if (ts != nullptr && ts->stack_hi != 0) {
+    lo = ts->stack_lo;
+    hi = ts->stack_hi;
+  } else {
+    CurrentStackBounds(lo, hi);  // a thread that never allocated
+  }
+  const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  const bool short_stack = hi != 0 && sp > lo && sp < hi && sp - lo < kBuildStackHeadroom;
+  if (short_stack) {
+    int state = PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+    const bool ran = RunOnProfilerStack([](void* f) noexcept { (*static_cast<Fn*>(f))(); }, &fn);
+    const int err = errno;
+    pthread_setcancelstate(state, nullptr);
+    errno = err;
+    if (ran) {
+      if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
+      return;
+    }
+  }
+  fn();
+}
+
 // Writes `bytes` to `path` so that no reader ever sees part of it: a temporary
 // file in the same directory, fsync, rename over `path`. On failure the
 // temporary is removed, `path` is untouched, and `error` says why.
@@ -18417,13 +18462,21 @@ inline bool WriteToPath(const char* path, Write write) {
 
 // The profile, gzip'ed, written atomically to `path`.
 inline bool WriteProfileFile(const ArenaString& path, bool allocs_default, ArenaString* error = nullptr) {
-  return WriteBuiltProfileFile(path, error,
+  bool ok = false;
+  auto run = [&] {
+    ok = WriteBuiltProfileFile(path, error,
                                [allocs_default](ArenaString& gz) { return BuildProfileBytes(allocs_default, gz); });
+  };
+  RunWithBuildStack(run);
+  return ok;
 }
 
 // The peak profile (2_sampling/peak.hpp), to a file.
 inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
-  return WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildPeakProfileBytes(gz); });
+  bool ok = false;
+  auto run = [&] { ok = WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildPeakProfileBytes(gz); }); };
+  RunWithBuildStack(run);
+  return ok;
 }
 
 // The retention profile (retention.hpp), to a file.
@@ -18452,7 +18505,10 @@ inline bool WriteRetentionProfile(std::ostream& out) {
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
   ReentrancyGuard guard;
   ArenaString gz;  // the build holds the write's headroom (built without exceptions)
-  return (peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz)) && WriteProfileBytes(out, gz);
+  bool built = false;
+  auto build = [&] { built = peak ? BuildPeakProfileBytes(gz) : BuildProfileBytes(allocs_default, gz); };
+  RunWithBuildStack(build);  // (the stream's write is the caller's, on its stack)
+  return built && WriteProfileBytes(out, gz);
 }
 
 }  // namespace detail
@@ -18528,17 +18584,59 @@ inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = fal
 // (startup.hpp: EndWithProgramThreads).
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 
 namespace heapprof {
 namespace detail {
+
+// The stack of each of the profiler's threads: glibc's default size, kept
+// between these bounds. That default is the program's: RLIMIT_STACK at
+// start-up, or what it set with pthread_setattr_default_np. Under `ulimit -s
+// 48` the dump thread had 48 KiB, and a profile's build (symbolization: ELF
+// and DWARF reading, libstdc++'s demangler) overflowed it: SIGSEGV at the
+// first dump. Under `ulimit -s` of a GiB, each of them reserved a GiB of
+// address space, counted against RLIMIT_AS and dump_near_oom's limit.
+constexpr std::size_t kOwnThreadMinStackBytes = 1024 * 1024;
+constexpr std::size_t kOwnThreadMaxStackBytes = 8 * 1024 * 1024;
+
+inline std::size_t OwnThreadStackBytes() noexcept {
+  std::size_t size = 0;
+  pthread_attr_t defaults;
+  if (pthread_getattr_default_np(&defaults) == 0) {
+    if (pthread_attr_getstacksize(&defaults, &size) != 0) size = 0;
+    pthread_attr_destroy(&defaults);
+  }
+  if (size < kOwnThreadMinStackBytes) return kOwnThreadMinStackBytes;
+  return size > kOwnThreadMaxStackBytes ? kOwnThreadMaxStackBytes : size;
+}
+
+// pthread_create for a profiler thread: every signal blocked in it (the
+// program's handlers run on the program's threads) and a stack of
+// OwnThreadStackBytes. Returns pthread_create's result.
+inline int StartOwnThread(pthread_t* thread, void* (*fn)(void*), void* arg) noexcept {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0) {
+    pthread_attr_setstacksize(&attr, OwnThreadStackBytes());
+    rc = pthread_create(thread, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return rc;
+}
 
 // The profiler's own threads alive now: (pid << 32) | kernel thread id, 0
 // for a free slot. A slot of another pid is free too: a forked child inherits
@@ -19424,12 +19522,9 @@ class Dumper {
   }
 
   bool StartThread() noexcept {
-    // The thread takes no signals: the program's handlers run on its threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    const int rc = pthread_create(&thread_, nullptr, &Dumper::Main, this);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    // The thread takes no signals, and its stack is not the program's
+    // default size (host_threads.hpp).
+    const int rc = StartOwnThread(&thread_, &Dumper::Main, this);
     if (rc != 0) {
       ReportLine(ArenaString("cannot start the dump thread: ") + std::strerror(rc));
       return false;
@@ -20272,103 +20367,114 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
     const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
-    retention::ScanWithRegisters(scan, floor);
-    // One snapshot and one symbolizer for the files and the tables, so they
-    // agree and the ELF files are read once.
-    const ProfileData data = SnapshotProfile(false);
-    const ArenaVector<LoadedObject> objects = CollectProfileObjects();
-    Symbolizer symbolizer(objects);
-    ArenaString error;
-    const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
-    const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
-    const ArenaString retention_path = base + ".retention.pb.gz";
-    ArenaString retention_error;
-    const bool retention_written =
-        WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
+    // Without the caller of exit() found, the scan starts at its own frame,
+    // with this thread's registers spilled there: on this stack. With it, it
+    // starts at that caller's frame, with the registers the unwinder gave:
+    // that scan and the rest run on a stack with room for them (files.hpp).
+    if (floor == 0) retention::ScanWithRegisters(scan);
+    auto rest = [&] {
+      HEAPPROF_TRY {
+        if (floor != 0) retention::Scan(scan, floor);
+        // One snapshot and one symbolizer for the files and the tables, so they
+        // agree and the ELF files are read once.
+        const ProfileData data = SnapshotProfile(false);
+        const ArenaVector<LoadedObject> objects = CollectProfileObjects();
+        Symbolizer symbolizer(objects);
+        ArenaString error;
+        const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
+        const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
+        const ArenaString retention_path = base + ".retention.pb.gz";
+        ArenaString retention_error;
+        const bool retention_written =
+            WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
 
-    LeakSuppressions suppressions;
-    if (!suppressions_path.empty() && !suppressions.Load(suppressions_path.c_str())) {
-      ReportLine("leak report: leak_suppressions: " + suppressions.error);
-    }
-    // Split: unreachable, reachable (held by its root), suppressed.
-    ProfileData unreachable, reachable, suppressed;
-    for (const ProfileSample& s : retained.samples) {
-      const ArenaString& root = s.markers.empty() ? ArenaString() : s.markers.back();
-      ProfileSample copy = s;
-      copy.markers.clear();
-      if (root == "[unreachable]") {
-        if (!suppressions.patterns.empty() && suppressions.Matches(s.pcs, symbolizer, objects)) {
-          suppressed.samples.push_back(std::move(copy));
-        } else {
-          unreachable.samples.push_back(std::move(copy));
+        LeakSuppressions suppressions;
+        if (!suppressions_path.empty() && !suppressions.Load(suppressions_path.c_str())) {
+          ReportLine("leak report: leak_suppressions: " + suppressions.error);
         }
-      } else {
-        copy.markers.push_back(root);
-        reachable.samples.push_back(std::move(copy));
+        // Split: unreachable, reachable (held by its root), suppressed.
+        ProfileData unreachable, reachable, suppressed;
+        for (const ProfileSample& s : retained.samples) {
+          const ArenaString& root = s.markers.empty() ? ArenaString() : s.markers.back();
+          ProfileSample copy = s;
+          copy.markers.clear();
+          if (root == "[unreachable]") {
+            if (!suppressions.patterns.empty() && suppressions.Matches(s.pcs, symbolizer, objects)) {
+              suppressed.samples.push_back(std::move(copy));
+            } else {
+              unreachable.samples.push_back(std::move(copy));
+            }
+          } else {
+            copy.markers.push_back(root);
+            reachable.samples.push_back(std::move(copy));
+          }
+        }
+        std::int64_t objects_in_use = 0, bytes_in_use = 0;
+        std::int64_t u_objects = 0, u_bytes = 0, r_objects = 0, r_bytes = 0, s_objects = 0, s_bytes = 0;
+        FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
+        const ArenaVector<ArenaString> u_table =
+            FormatLeakTable(unreachable, symbolizer, u_objects, u_bytes, g_env_config.leak_frames);
+        const ArenaVector<ArenaString> r_table =
+            FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
+        FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
+        const ArenaString how = LeakFiguresHow();
+        // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
+        ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
+                          " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
+                          how + ")";
+        if (objects_in_use == 0) out += ": nothing to report";
+        ReportLine(out);
+        if (objects_in_use != 0) {
+          if (scan.maps_unreadable) {
+            // Without the maps there was no scan: nothing is known to be
+            // unreachable, and nothing is called a leak (nor sets leak_exit_code).
+            ReportLine("leak report: /proc/self/maps cannot be read (is /proc mounted?): what holds these objects is "
+                       "unknown, so none is counted as leaked; leak_exit_code does not apply");
+          }
+          ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
+                     " objects, " + FormatBytes(static_cast<double>(u_bytes)));
+          if (scan.threads_running != 0) {
+            // Said only in the retention profile's comments before: a running
+            // thread's buffer was "leaked" (and leak_exit_code's status) with
+            // nothing on stderr to say why.
+            const bool one = scan.threads_running == 1;
+            ReportLine("leak report: " + ArenaDecimal(scan.threads_running) +
+                       (one ? " thread was running during the scan: its stack and registers were not read, so what only "
+                              "it holds is counted as unreachable"
+                            : " threads were running during the scan: their stacks and registers were not read, so what "
+                              "only they hold is counted as unreachable"));
+          }
+          if (u_objects != 0) {
+            for (const ArenaString& line : u_table) ReportLine("  " + line);
+          }
+          ReportLine(ArenaString(scan.maps_unreadable ? "leak report: not scanned (named after <==): "
+                                                      : "leak report: reachable (held by a root, named after <==): ") +
+                     ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
+                     FormatBytes(static_cast<double>(r_bytes)));
+          if (r_objects != 0) {
+            for (const ArenaString& line : r_table) ReportLine("  " + line);
+          }
+          if (!suppressions.patterns.empty()) {
+            ReportLine("leak report: suppressed (leak_suppressions): " +
+                       ArenaDecimal(static_cast<unsigned long long>(s_objects)) + " objects, " +
+                       FormatBytes(static_cast<double>(s_bytes)));
+          }
+        }
+        if (written) {
+          ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
+        } else {
+          ReportLine("cannot write the leak profile: " + error);
+        }
+        if (retention_written) {
+          ReportLine("retention profile: " + retention_path + "  (go tool pprof -traces " + retention_path + ")");
+        } else {
+          ReportLine("cannot write the retention profile: " + retention_error);
+        }
+        leaked = u_objects != 0;
       }
-    }
-    std::int64_t objects_in_use = 0, bytes_in_use = 0;
-    std::int64_t u_objects = 0, u_bytes = 0, r_objects = 0, r_bytes = 0, s_objects = 0, s_bytes = 0;
-    FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
-    const ArenaVector<ArenaString> u_table =
-        FormatLeakTable(unreachable, symbolizer, u_objects, u_bytes, g_env_config.leak_frames);
-    const ArenaVector<ArenaString> r_table =
-        FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
-    FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
-    const ArenaString how = LeakFiguresHow();
-    // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
-    ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
-                      " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
-                      how + ")";
-    if (objects_in_use == 0) out += ": nothing to report";
-    ReportLine(out);
-    if (objects_in_use != 0) {
-      if (scan.maps_unreadable) {
-        // Without the maps there was no scan: nothing is known to be
-        // unreachable, and nothing is called a leak (nor sets leak_exit_code).
-        ReportLine("leak report: /proc/self/maps cannot be read (is /proc mounted?): what holds these objects is "
-                   "unknown, so none is counted as leaked; leak_exit_code does not apply");
-      }
-      ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
-                 " objects, " + FormatBytes(static_cast<double>(u_bytes)));
-      if (scan.threads_running != 0) {
-        // Said only in the retention profile's comments before: a running
-        // thread's buffer was "leaked" (and leak_exit_code's status) with
-        // nothing on stderr to say why.
-        const bool one = scan.threads_running == 1;
-        ReportLine("leak report: " + ArenaDecimal(scan.threads_running) +
-                   (one ? " thread was running during the scan: its stack and registers were not read, so what only "
-                          "it holds is counted as unreachable"
-                        : " threads were running during the scan: their stacks and registers were not read, so what "
-                          "only they hold is counted as unreachable"));
-      }
-      if (u_objects != 0) {
-        for (const ArenaString& line : u_table) ReportLine("  " + line);
-      }
-      ReportLine(ArenaString(scan.maps_unreadable ? "leak report: not scanned (named after <==): "
-                                                  : "leak report: reachable (held by a root, named after <==): ") +
-                 ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
-                 FormatBytes(static_cast<double>(r_bytes)));
-      if (r_objects != 0) {
-        for (const ArenaString& line : r_table) ReportLine("  " + line);
-      }
-      if (!suppressions.patterns.empty()) {
-        ReportLine("leak report: suppressed (leak_suppressions): " +
-                   ArenaDecimal(static_cast<unsigned long long>(s_objects)) + " objects, " +
-                   FormatBytes(static_cast<double>(s_bytes)));
-      }
-    }
-    if (written) {
-      ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
-    } else {
-      ReportLine("cannot write the leak profile: " + error);
-    }
-    if (retention_written) {
-      ReportLine("retention profile: " + retention_path + "  (go tool pprof -traces " + retention_path + ")");
-    } else {
-      ReportLine("cannot write the retention profile: " + retention_error);
-    }
-    leaked = u_objects != 0;
+      HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
+    };
+    RunWithBuildStack(rest);
   }
   HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
   return leaked;
@@ -21574,20 +21680,18 @@ class Server {
       return;
     }
     UnlockServers();
-    // The server's threads take no signals: the program's handlers run on its own threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&builder_, nullptr, &Server::BuilderMain, this);
+    // The server's threads take no signals (the program's handlers run on
+    // its own threads), and their stacks are not the program's default size
+    // (host_threads.hpp).
+    int rc = StartOwnThread(&builder_, &Server::BuilderMain, this);
     if (rc == 0) {
-      rc = pthread_create(&scan_builder_, nullptr, &Server::ScanBuilderMain, this);
+      rc = StartOwnThread(&scan_builder_, &Server::ScanBuilderMain, this);
       if (rc != 0) StopBuilder(false);
     }
     if (rc == 0) {
-      rc = pthread_create(&thread_, nullptr, &Server::ThreadMain, this);
+      rc = StartOwnThread(&thread_, &Server::ThreadMain, this);
       if (rc != 0) StopBuilder();
     }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
       LockServers();
       CloseSocketsAndUnlink();
@@ -22541,8 +22645,13 @@ inline void RunExitActions() {
   if (g_env_http_server != nullptr) StopEnvHttpServer();
   g_dumper.Stop();
   const EnvConfig& cfg = g_env_config;
-  if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
-  if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
+  // On a stack with room (files.hpp): exit() may be called on a thread of
+  // 16 KiB, deep in the exit machinery already.
+  auto dumps = [&cfg]() noexcept {
+    if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
+    if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
+  };
+  RunWithBuildStack(dumps);
   if (cfg.leak_report && LeakReport(g_dumper.Prefix(), g_dumper.FromStartDir(cfg.leak_suppressions)) &&
       cfg.leak_exit_code >= 0) {
     // LeakSanitizer's exitcode: the status says that unreachable objects remain.
