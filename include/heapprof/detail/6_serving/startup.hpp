@@ -44,7 +44,7 @@ inline void RunExitActions() {
   const EnvConfig& cfg = g_env_config;
   // On a stack with room (files.hpp): exit() may be called on a thread of
   // 16 KiB, deep in the exit machinery already.
-  auto dumps = [&cfg]() noexcept {
+  auto dumps = [&]() noexcept {
     if (cfg.dump_at_exit) g_dumper.Dump("dump_at_exit");
     if (cfg.peak_at_exit) g_dumper.DumpNamed("peak", true, "peak_at_exit");
   };
