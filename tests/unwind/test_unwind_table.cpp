@@ -758,38 +758,6 @@ TEST_CASE("CacheableRule: a cached sp-relative CFA is above sp and aligned; a ru
   }
 }
 
-TEST_CASE("PCs in no object (JIT code) ask the loader once per 1 MiB region, not at every sample") {
-  // Made-up PCs in no loaded object, as a JIT's code is. On a fresh thread:
-  // its memo starts empty. With one remembered page, 64 pages in turn asked
-  // the loader at every call (640 here).
-  std::uint64_t pages_checks = 0, regions_checks = 0, cycle_checks = 0;
-  std::thread([&] {
-    const ut::ObjectSet* set = ut::CurrentObjects();
-    REQUIRE(set != nullptr);
-    auto ask = [&set](std::uintptr_t pc) {
-      const std::uint64_t before = ut::g_stat_unknown_pc_checks.load();
-      if (const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, pc)) set = fresh;  // another test's dlopen
-      return ut::g_stat_unknown_pc_checks.load() - before;
-    };
-    constexpr std::uintptr_t kBase = 0x600000000000ull;  // 1 MiB-aligned
-    for (int round = 0; round < 10; ++round) {
-      for (std::uintptr_t page = 0; page < 64; ++page) pages_checks += ask(kBase + page * 4096 + 0x123);
-    }
-    // Eight regions in turn: one check each, the first already known.
-    for (int round = 0; round < 10; ++round) {
-      for (std::uintptr_t r = 0; r < 8; ++r) regions_checks += ask(kBase + (r << 20) + 0x40);
-    }
-    // Nine in turn: the first round finds the eight it knows and adds the
-    // ninth in the oldest's place; from then on every call asks.
-    for (int round = 0; round < 3; ++round) {
-      for (std::uintptr_t r = 0; r < 9; ++r) cycle_checks += ask(kBase + (r << 20) + 0x40);
-    }
-  }).join();
-  CHECK(pages_checks == 1);
-  CHECK(regions_checks == 7);
-  CHECK(cycle_checks == 1 + 2 * 9);
-}
-
 TEST_CASE("rule cache: two return addresses that share a slot both stay cached (the neighbour slot)") {
   // Made-up return addresses in no loaded object: a lookup that reaches the
   // tables records the PC as unknown, so unknown_pc says whether it missed.

@@ -982,31 +982,16 @@ inline const ObjectSet* CurrentObjects() noexcept {
 //    stack early) and the retirement of the old table. So every
 //    kGenerationCheckEvery-th unwind of a thread still asks the loader.
 constexpr std::uint32_t kGenerationCheckEvery = 64;
-// Per thread: unwinds since the last generation check; the regions (1 MiB,
-// aligned) of the last PCs found in no object, and the snapshot they were
-// checked against. A JIT's code (the JVM's, V8's) or a garbage return address
-// at the top of some stack would otherwise send every sample to the loader:
-// with one remembered page, a program whose allocations came from code on 64
-// anonymous pages in turn asked it at 984k of 1M samples (153 -> 227 ns an
-// allocation at rate=1). A region is coarse on purpose: JIT code fills
-// pages next to each other. What it may hide is a library loaded into a
-// remembered region since, whose frames then end walks until the thread's
-// next generation check (at most kGenerationCheckEvery unwinds), which
-// takes a fresh snapshot and forgets the regions: the staleness a library
-// unloaded since has anyway.
-constexpr int kUnknownRegions = 8;
-constexpr int kUnknownRegionShift = 20;
+// Per thread: unwinds since the last generation check; the page and snapshot
+// of the last PC found in no object that was checked (a JIT's code, or a
+// garbage return address at the top of some stack, would otherwise send
+// every sample to the loader).
 struct UnknownPcMemo {
   std::uint32_t unchecked = 0;
-  std::uint32_t serial = 0;  // the snapshot the regions were checked against
-  std::uint32_t next = 0;    // the slot the next region goes to (the oldest)
-  std::uintptr_t region[kUnknownRegions] = {};  // pc >> kUnknownRegionShift; 0: none
+  std::uint32_t serial = 0;
+  std::uintptr_t page = 0;
 };
 inline thread_local UnknownPcMemo tls_unknown_pc HEAPPROF_TLS_MODEL;
-
-// How many times a sample's walk asked the loader about a PC in no object
-// (tests, benchmarks).
-inline std::atomic<std::uint64_t> g_stat_unknown_pc_checks{0};
 
 inline const ObjectSet* SampleObjects() noexcept {
   const ObjectSet* s = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
@@ -1017,24 +1002,15 @@ inline const ObjectSet* SampleObjects() noexcept {
 }
 
 // After a walk on `set` met `pc` in no object: a fresh snapshot if the
-// loader's generation moved, else null (and the PC's region is remembered).
+// loader's generation moved, else null (and the PC's page is remembered).
 inline const ObjectSet* ObjectsAfterUnknownPc(const ObjectSet* set, std::uintptr_t pc) noexcept {
   UnknownPcMemo& m = tls_unknown_pc;
-  const std::uintptr_t region = (pc >> kUnknownRegionShift) + 1;  // never 0, the empty slot
-  if (m.serial == set->serial) {
-    for (const std::uintptr_t r : m.region) {
-      if (r == region) return nullptr;
-    }
-  }
-  g_stat_unknown_pc_checks.fetch_add(1, std::memory_order_relaxed);
+  if (m.serial == set->serial && m.page == (pc >> 12)) return nullptr;
   m.unchecked = 0;
   const ObjectSet* fresh = CurrentObjects();
   if (fresh != nullptr && fresh != set) return fresh;
-  if (m.serial != set->serial) {
-    m = UnknownPcMemo{0, set->serial, 0, {}};
-  }
-  m.region[m.next] = region;
-  m.next = (m.next + 1) % kUnknownRegions;
+  m.serial = set->serial;
+  m.page = pc >> 12;
   return nullptr;
 }
 
