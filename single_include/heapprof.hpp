@@ -7370,28 +7370,12 @@ inline Object* FindObject(const ObjectSet& set, std::uintptr_t pc) noexcept {
 // once) and are recycled at thread exit through a pthread key.
 struct WalkRecords;  // the thread's last walks, replayed when a new one meets them (below)
 
-// The 1 MiB regions of the last PCs a walk found in no object, and the
-// snapshot they were checked against (ObjectsAfterUnknownPc, below). In the
-// slot's spare half line rather than in thread-local storage: a library with
-// heapprof compiled in keeps its thread-locals in static TLS, of which a
-// dlopen'ed one gets little (test_own_memory.cpp: "hooks compiled into a
-// dlopen'ed plugin"). A slot passed on to another thread keeps them: they
-// hold for whichever thread, as long as the snapshot is the same.
-constexpr int kUnknownRegions = 6;
-struct UnknownRegions {
-  std::uint32_t serial = 0;  // the snapshot the regions were checked against
-  std::uint32_t next = 0;    // the slot the next region goes to (the oldest)
-  std::uint32_t region[kUnknownRegions] = {};  // (pc >> 20) + 1, truncated; 0: none
-};
-
 struct alignas(64) ReaderSlot {
   std::atomic<std::uint64_t> state{0};  // 0: not reading; else (epoch entered << 1) | 1
   std::atomic<bool> in_use{false};     // owned by a live thread
   ReaderSlot* next = nullptr;          // every slot ever made; immutable once pushed
   WalkRecords* walks = nullptr;        // the owner's, made at its first walk; forgotten when recycled
-  UnknownRegions unknown;              // the owner's only
 };
-static_assert(sizeof(ReaderSlot) == 64, "a reader slot is one cache line");
 inline std::atomic<ReaderSlot*> g_reader_slots{nullptr};
 inline thread_local ReaderSlot* tls_reader_slot HEAPPROF_TLS_MODEL = nullptr;
 // The slot's key: 0 not created, 2 ready (g_reader_key valid), 3 creation failed.
@@ -8089,47 +8073,35 @@ inline const ObjectSet* CurrentObjects() noexcept {
 //    stack early) and the retirement of the old table. So every
 //    kGenerationCheckEvery-th unwind of a thread still asks the loader.
 constexpr std::uint32_t kGenerationCheckEvery = 64;
-// Per thread: unwinds since the last generation check.
-inline thread_local std::uint32_t tls_unchecked_unwinds HEAPPROF_TLS_MODEL = 0;
-
-// How many times a walk asked the loader about a PC in no object (tests,
-// benchmarks).
-inline std::atomic<std::uint64_t> g_stat_unknown_pc_checks{0};
+// Per thread: unwinds since the last generation check; the page and snapshot
+// of the last PC found in no object that was checked (a JIT's code, or a
+// garbage return address at the top of some stack, would otherwise send
+// every sample to the loader).
+struct UnknownPcMemo {
+  std::uint32_t unchecked = 0;
+  std::uint32_t serial = 0;
+  std::uintptr_t page = 0;
+};
+inline thread_local UnknownPcMemo tls_unknown_pc HEAPPROF_TLS_MODEL;
 
 inline const ObjectSet* SampleObjects() noexcept {
   const ObjectSet* s = g_objects.load(std::memory_order_seq_cst);  // after the section's entry
-  std::uint32_t& unchecked = tls_unchecked_unwinds;
-  if (HEAPPROF_LIKELY(s != nullptr) && HEAPPROF_LIKELY(++unchecked < kGenerationCheckEvery)) return s;
-  unchecked = 0;
+  UnknownPcMemo& m = tls_unknown_pc;
+  if (HEAPPROF_LIKELY(s != nullptr) && HEAPPROF_LIKELY(++m.unchecked < kGenerationCheckEvery)) return s;
+  m.unchecked = 0;
   return CurrentObjects();
 }
 
 // After a walk on `set` met `pc` in no object: a fresh snapshot if the
-// loader's generation moved, else null (and the PC's region is remembered in
-// the reader's slot). JIT code (the JVM's, V8's) or a garbage return address
-// at the top of some stack would otherwise send every sample to the loader:
-// with one remembered page, a program whose allocations came from code on 64
-// anonymous pages in turn asked it at 984k of 1M samples (rate=1). A region
-// is coarse on purpose: JIT code fills pages next to each other. What it may
-// hide is a library loaded into a remembered region since, whose frames
-// then end walks until some thread's next generation check (every
-// kGenerationCheckEvery unwinds) publishes a fresh snapshot, which the
-// regions do not match: the staleness a library unloaded since has anyway.
-inline const ObjectSet* ObjectsAfterUnknownPc(ReaderSlot& slot, const ObjectSet* set, std::uintptr_t pc) noexcept {
-  UnknownRegions& m = slot.unknown;
-  const auto region = static_cast<std::uint32_t>((pc >> 20) + 1);  // 0 only for a PC past 2^52: no harm
-  if (m.serial == set->serial) {
-    for (const std::uint32_t r : m.region) {
-      if (r == region) return nullptr;
-    }
-  }
-  g_stat_unknown_pc_checks.fetch_add(1, std::memory_order_relaxed);
-  tls_unchecked_unwinds = 0;
+// loader's generation moved, else null (and the PC's page is remembered).
+inline const ObjectSet* ObjectsAfterUnknownPc(const ObjectSet* set, std::uintptr_t pc) noexcept {
+  UnknownPcMemo& m = tls_unknown_pc;
+  if (m.serial == set->serial && m.page == (pc >> 12)) return nullptr;
+  m.unchecked = 0;
   const ObjectSet* fresh = CurrentObjects();
   if (fresh != nullptr && fresh != set) return fresh;
-  if (m.serial != set->serial) m = UnknownRegions{set->serial, 0, {}};
-  m.region[m.next] = region;
-  m.next = (m.next + 1) % kUnknownRegions;
+  m.serial = set->serial;
+  m.page = pc >> 12;
   return nullptr;
 }
 
@@ -8149,7 +8121,7 @@ inline void NoteStackObjects(const std::uintptr_t* pcs, std::uint32_t depth) noe
   }
   for (std::uint32_t i = 0; i < depth; ++i) {
     if (FindObject(*set, pcs[i]) == nullptr) {
-      (void)ObjectsAfterUnknownPc(*reading.slot(), set, pcs[i]);
+      (void)ObjectsAfterUnknownPc(set, pcs[i]);
       return;
     }
   }
@@ -9057,7 +9029,7 @@ inline void UnwindWithTable(const void* frame, const void* hook_return, std::uin
       if (HEAPPROF_LIKELY(unknown == 0)) return;
       // A PC in no known object: a library loaded since the snapshot? Then
       // once more on a fresh one; else this stack stands.
-      const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(*reading.slot(), set, unknown);
+      const ut::ObjectSet* fresh = ut::ObjectsAfterUnknownPc(set, unknown);
       if (fresh == nullptr ||
           ut::UnwindFrom(fresh, fp, leaf, stack_lo, stack_hi, out, nullptr, walks, own_lo, own_hi, beyond))
         return;
