@@ -33,6 +33,10 @@
 //  - retention_busy_holder (rate 1): a buffer held only by a local of a
 //    thread that is still running (spinning) when the profile's write starts
 //    and blocks in read(2) 5 ms later. Prints the thread's tid.
+//  - retention_coroutine (rate 1, leak_report=1): main() holds a buffer in
+//    a local and switches to a coroutine on a 16 KiB stack (mmapped, a guard
+//    page below), which holds another, writes the heap, peak and retention
+//    profiles (to files and to a stream) and calls exit(). Prints the tid.
 #pragma once
 
 #include <heapprof.hpp>
@@ -41,6 +45,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -48,6 +53,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -511,9 +517,58 @@ __attribute__((noinline)) inline int RunRetentionExitRegister() {
 }
 #endif
 
+// A program whose work runs on coroutines of 16 KiB (folly's fibers' size)
+// writes profiles from one and ends there with exit(). The writes and the
+// leak report took 30-60 KiB of that stack: SIGSEGV. They run on the
+// profiler's stack now, and the scan, started at the coroutine's frame,
+// also reads the thread's own stack, where main()'s frames wait.
+constexpr std::size_t kCoroutineBytes = 6543, kCoroutineMainBytes = 5432;
+__attribute__((noinline)) inline char* MakeCoroutineBuffer() {
+  char* p = new char[kCoroutineBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+__attribute__((noinline)) inline char* MakeCoroutineMainBuffer() {
+  char* p = new char[kCoroutineMainBytes];
+  asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
+  return p;
+}
+inline ucontext_t g_coroutine_caller, g_coroutine;
+inline void RetentionCoroutineBody() {
+  char* volatile held = MakeCoroutineBuffer();  // on the coroutine's stack only
+  const std::string dir = std::getenv("HEAPPROF_TEST_DIR");
+  const bool heap = heapprof::WriteHeapProfile(dir + "/heap.pb.gz");
+  const bool peak = heapprof::WritePeakHeapProfile(dir + "/peak.pb.gz");
+  const bool retention = heapprof::WriteRetentionProfile(dir + "/retention.pb.gz");
+  std::ostringstream stream;
+  const bool streamed = heapprof::WriteRetentionProfile(stream) && !stream.str().empty();
+  std::printf("coroutine_tid=%ld heap=%d peak=%d retention=%d stream=%d\n", static_cast<long>(syscall(SYS_gettid)),
+              heap ? 1 : 0, peak ? 1 : 0, retention ? 1 : 0, streamed ? 1 : 0);
+  std::fflush(stdout);
+  std::exit(held != nullptr ? 0 : 9);  // the leak report, on this coroutine
+}
+inline int RunRetentionCoroutine() {
+  if (std::getenv("HEAPPROF_TEST_DIR") == nullptr) return 3;
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
+  constexpr std::size_t kStack = 16 * 1024;
+  void* mem = mmap(nullptr, pg + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED || mprotect(mem, pg, PROT_NONE) != 0) return 4;
+  if (getcontext(&g_coroutine) != 0) return 5;
+  g_coroutine.uc_stack.ss_sp = static_cast<char*>(mem) + pg;
+  g_coroutine.uc_stack.ss_size = kStack;
+  g_coroutine.uc_link = &g_coroutine_caller;
+  makecontext(&g_coroutine, &RetentionCoroutineBody, 0);
+  char* volatile held = MakeCoroutineMainBuffer();  // on this thread's own stack only
+  swapcontext(&g_coroutine_caller, &g_coroutine);
+  delete[] held;
+  return 6;  // (the coroutine's exit() ends the process)
+}
+
 inline int RunRetentionScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "retention_paths") == 0) return RunRetentionPaths();
+  if (std::strcmp(name, "retention_coroutine") == 0) return RunRetentionCoroutine();
   if (std::strcmp(name, "retention_stale_stack") == 0) return RunRetentionStaleStack();
 #if defined(__x86_64__)
   if (std::strcmp(name, "retention_exit_register") == 0) return RunRetentionExitRegister();

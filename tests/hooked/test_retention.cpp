@@ -461,6 +461,44 @@ TEST_CASE("retention profile: a thread whose stack is a heap block is scanned ov
   RemoveDir(dir);
 }
 
+TEST_CASE("retention: writes and the leak report on a coroutine of 16 KiB; the thread's own stack is a root there") {
+  // Before: SIGSEGV in each write (the build took 30-60 KiB of the
+  // coroutine's stack), and main()'s local, on the thread's own stack, was
+  // unreachable.
+  HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
+  const std::string dir = MakeRetentionDir();
+  std::string out;
+  const int rc = RunChildScenario(
+      "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,dump_prefix=" + dir + "/a HEAPPROF_TEST_DIR=" + dir,
+      "retention_coroutine", out);
+  INFO(out);
+  REQUIRE(rc == 0);  // 139 before; 42: a leak reported
+  const std::size_t at = out.find("coroutine_tid=");
+  REQUIRE(at != std::string::npos);
+  const std::string stack = "[stack] thread " + std::to_string(std::strtol(out.c_str() + at + 14, nullptr, 10));
+  CHECK(out.find("heap=1 peak=1 retention=1 stream=1") != std::string::npos);
+  Profile p;
+  REQUIRE(ReadProfileFile(dir + "/retention.pb.gz", p));
+  for (const char* leaf : {"MakeCoroutineBuffer", "MakeCoroutineMainBuffer"}) {
+    INFO(leaf);
+    const std::vector<Path> held = PathsOf(p, leaf);
+    REQUIRE(held.size() == 1);
+    CHECK(held[0].objects == 1);
+    CHECK(held[0].frames.back() == stack);
+  }
+  Profile heap;
+  CHECK(ReadProfileFile(dir + "/heap.pb.gz", heap));
+  // The leak report at exit: both held, from the coroutine's frame and the thread's stack.
+  CHECK(out.find("leak report: unreachable (leaked): 0 objects") != std::string::npos);
+  std::size_t lines = 0;
+  std::istringstream report(out);
+  for (std::string line; std::getline(report, line);) {
+    if (line.find("MakeCoroutine") != std::string::npos && line.find("<== " + stack) != std::string::npos) ++lines;
+  }
+  CHECK(lines == 2);
+  RemoveDir(dir);
+}
+
 TEST_CASE("retention profile written by another thread: the main thread's thread_local is a root") {
   HEAPPROF_RETENTION_SKIP_UNDER_SANITIZERS();
   const std::string dir = MakeRetentionDir();

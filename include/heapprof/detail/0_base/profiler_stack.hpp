@@ -35,6 +35,14 @@ constexpr std::size_t kInPlaceStackHeadroom = 64 * 1024;
 // The profiler's stack, per thread that ever needed it.
 constexpr std::size_t kProfilerStackBytes = 256 * 1024;
 
+// True when `sp` lies in the thread's own stack [lo, hi) with at least `need`
+// bytes below it. Elsewhere (a coroutine's or fiber's stack, a signal's
+// alternate stack; bounds unknown: hi == 0) how much is left is not known,
+// and it may be little: folly's fibers have 16 KiB, SIGSTKSZ is 8 KiB.
+inline bool StackHasRoom(std::uintptr_t sp, std::uintptr_t lo, std::uintptr_t hi, std::size_t need) noexcept {
+  return sp >= lo + need && sp < hi;
+}
+
 struct ProfilerStack {
   ucontext_t caller;
   ucontext_t callee;

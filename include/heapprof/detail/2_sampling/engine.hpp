@@ -437,7 +437,7 @@ inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   bool done = false;
   bool remembered = false;
-  if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
+  if (HEAPPROF_UNLIKELY(!StackHasRoom(sp, ts.stack_lo, ts.stack_hi, kInPlaceStackHeadroom))) {
     ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
     SampleCall call{p, n, rate, hook_return, &ts, frame, of_allocator, false};
     done = RunOnProfilerStack(&RecordSampleThunk, &call);

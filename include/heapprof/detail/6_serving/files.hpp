@@ -29,18 +29,21 @@ namespace detail {
 
 // A profile's build (the snapshot, symbolization: ELF and DWARF reading,
 // libstdc++'s demangler, whose arrays on the stack grow with a name's length;
-// the encoding) takes 30-60 KiB of stack for a small C++ program. On a thread
-// with less than this left, it runs on the profiler's own stack (256 KiB,
-// profiler_stack.hpp), as a sample does: the leak report at exit of a
-// program run under `ulimit -s 32`, or that calls exit() on a thread of
-// 16 KiB, died of SIGSEGV, and so did a Write*Profile there.
+// the encoding; the retention scan) takes 30-60 KiB of stack for a small C++
+// program. On a thread with less than this left, or off the thread's own
+// stack (a coroutine's: how much is left there is not known), it runs on the
+// profiler's own stack (256 KiB, profiler_stack.hpp), as a sample does: the
+// leak report at exit of a program run under `ulimit -s 32`, or that calls
+// exit() on a thread of 16 KiB, died of SIGSEGV, and so did a Write*Profile
+// there or on a coroutine of 16 KiB.
 constexpr std::size_t kBuildStackHeadroom = 128 * 1024;
 
 // Runs fn() here, or on the profiler's stack when this thread's stack is
 // short. There cancellation is held off (a forced unwind cannot leave that
 // stack); a cancel that came meanwhile acts on return. fn must not throw
-// (the Build*/Write* functions catch all but cancellation), nor scan this
-// thread's stack (a retention scan: it would scan the profiler's instead).
+// (the Build*/Write* functions catch all but cancellation), nor scan from
+// its own frame (a retention scan starts where the caller's registers were
+// spilled: retention::WithRegistersSpilled).
 template <class Fn>
 inline void RunWithBuildStack(Fn& fn) {
   const ThreadState* ts = tls_thread_state;
@@ -52,8 +55,7 @@ inline void RunWithBuildStack(Fn& fn) {
     CurrentStackBounds(lo, hi);  // a thread that never allocated
   }
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-  const bool short_stack = hi != 0 && sp > lo && sp < hi && sp - lo < kBuildStackHeadroom;
-  if (short_stack) {
+  if (!StackHasRoom(sp, lo, hi, kBuildStackHeadroom)) {
     int state = PTHREAD_CANCEL_ENABLE;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
     const bool ran = RunOnProfilerStack([](void* f) noexcept { (*static_cast<Fn*>(f))(); }, &fn);
@@ -292,9 +294,18 @@ inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = n
   return ok;
 }
 
-// The retention profile (retention.hpp), to a file.
+// The retention profile (retention.hpp), to a file. The scan starts at the
+// caller's frame, its registers spilled there, wherever the build runs.
 inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
-  return WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildRetentionProfileBytes(gz); });
+  bool ok = false;
+  auto spilled = [&](std::uintptr_t from) {
+    auto run = [&] {
+      ok = WriteBuiltProfileFile(path, error, [from](ArenaString& gz) { return BuildRetentionProfileBytes(gz, from); });
+    };
+    RunWithBuildStack(run);
+  };
+  retention::WithRegistersSpilled(spilled);
+  return ok;
 }
 
 // `gz` (a built profile) to `out`; false if the stream fails.
@@ -312,7 +323,13 @@ inline bool WriteProfileBytes(std::ostream& out, const ArenaString& gz) {
 inline bool WriteRetentionProfile(std::ostream& out) {
   ReentrancyGuard guard;
   ArenaString gz;  // the build holds the write's headroom (built without exceptions)
-  return BuildRetentionProfileBytes(gz) && WriteProfileBytes(out, gz);
+  bool built = false;
+  auto spilled = [&](std::uintptr_t from) {
+    auto build = [&] { built = BuildRetentionProfileBytes(gz, from); };
+    RunWithBuildStack(build);  // (the stream's write is the caller's, on its stack)
+  };
+  retention::WithRegistersSpilled(spilled);
+  return built && WriteProfileBytes(out, gz);
 }
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {

@@ -429,14 +429,14 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
     const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
-    // Without the caller of exit() found, the scan starts at its own frame,
-    // with this thread's registers spilled there: on this stack. With it, it
-    // starts at that caller's frame, with the registers the unwinder gave:
-    // that scan and the rest run on a stack with room for them (files.hpp).
-    if (floor == 0) retention::ScanWithRegisters(scan);
+    // With the caller of exit() found, the scan starts at that caller's
+    // frame, with the registers the unwinder gave; without, at our own frame,
+    // with this thread's registers spilled there. The scan and the rest run
+    // on a stack with room for them (files.hpp).
+    std::uintptr_t from = floor;
     auto rest = [&] {
       HEAPPROF_TRY {
-        if (floor != 0) retention::Scan(scan, floor);
+        retention::Scan(scan, from);
         // One snapshot and one symbolizer for the files and the tables, so they
         // agree and the ELF files are read once.
         const ProfileData data = SnapshotProfile(false);
@@ -536,7 +536,15 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
       }
       HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
     };
-    RunWithBuildStack(rest);
+    auto spilled = [&](std::uintptr_t sp) {
+      from = sp;
+      RunWithBuildStack(rest);
+    };
+    if (floor != 0) {
+      RunWithBuildStack(rest);
+    } else {
+      retention::WithRegistersSpilled(spilled);
+    }
   }
   HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
   return leaked;

@@ -869,6 +869,16 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   if (const Mapping* m = MappingOf(maps, own_sp)) {
     r.roots.push_back(RootRegion{own_sp, stack_top(*m, own_sp), RootKind::kStack, self, -1});
   }
+  // Called on a coroutine's stack: the thread's own stack still holds the
+  // frames suspended at the switch (main()'s locals: an event loop, its
+  // services), below them where its sp was is not known: the whole
+  // mapping, dead frames too (at worst an object counts as held that is not).
+  if (const ThreadState* ts = tls_thread_state;
+      ts != nullptr && ts->stack_hi > ts->stack_lo && (own_sp < ts->stack_lo || own_sp >= ts->stack_hi)) {
+    if (const Mapping* m = MappingOf(maps, ts->stack_hi - 1)) {
+      r.roots.push_back(RootRegion{std::max(m->lo, ts->stack_lo), ts->stack_hi, RootKind::kStack, self, -1});
+    }
+  }
   if (r.saved_register_count != 0) {
     const auto lo = reinterpret_cast<std::uintptr_t>(r.saved_registers);
     r.roots.push_back(RootRegion{lo, lo + r.saved_register_count * sizeof(std::uintptr_t), RootKind::kStack, self, -1});
@@ -1469,13 +1479,22 @@ __attribute__((__noinline__)) inline std::uintptr_t CurrentFrame() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
-// `floor`: where this thread's stack starts to be scanned instead, when it
-// is above our own frame (the leak report at exit: ExitCallerFrame).
-__attribute__((__noinline__)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
+__attribute__((__noinline__)) inline void ScanWithRegisters(ScanResult& r) {
   __builtin_unwind_init();
   volatile std::uintptr_t keep = 0;  // a frame that stays
-  const std::uintptr_t sp = CurrentFrame();
-  Scan(r, floor > sp ? floor : sp);
+  Scan(r, CurrentFrame());
+  keep = keep + 1;
+}
+
+// fn(from): `from` is where a scan of this thread's stack starts, the
+// caller's callee-saved registers spilled above it, in this frame, which
+// stays while fn runs: fn may then scan from another stack (files.hpp:
+// RunWithBuildStack).
+template <class Fn>
+__attribute__((__noinline__)) inline void WithRegistersSpilled(Fn& fn) {
+  __builtin_unwind_init();
+  volatile std::uintptr_t keep = 0;  // a frame that stays
+  fn(CurrentFrame());
   keep = keep + 1;
 }
 
@@ -1503,7 +1522,9 @@ inline ScanResultForBench RetentionScanForBench() {
 }
 
 // The retention profile, serialised and compressed; false on failure.
-inline bool BuildRetentionProfileBytes(ArenaString& gz) {
+// `from`: where this thread's stack is scanned from (WithRegistersSpilled's);
+// 0: from here.
+inline bool BuildRetentionProfileBytes(ArenaString& gz, std::uintptr_t from = 0) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
@@ -1511,7 +1532,11 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
   if (!headroom.ok()) return false;
   HEAPPROF_TRY {
     retention::ScanResult scan;
-    retention::ScanWithRegisters(scan);
+    if (from != 0) {
+      retention::Scan(scan, from);
+    } else {
+      retention::ScanWithRegisters(scan);
+    }
     const ArenaVector<LoadedObject> objects = CollectProfileObjects();
     Symbolizer symbolizer(objects);
     const ProfileData data = retention::RetentionProfileData(scan, objects, symbolizer);
