@@ -83,7 +83,10 @@ bool Baseline::BuildDeltaProfile(std::string& gz) const {
 std::uint64_t MonotonicNanos() { return hd::MonotonicNanos(); }
 void ReportLine(const std::string& line) { hd::ReportLine(line); }
 // Both encodings with names of the next write (with lines, then names only).
-void FailNextSymbolization() { hd::g_symbolize_oom_for_tests.store(2); }
+void FailNextSymbolization() {
+  hd::g_symbolize_oom_thread.store(pthread_self());
+  hd::g_symbolize_oom_for_tests.store(2);
+}
 void FailDebugLoads(bool on) { hd::g_fail_debug_loads_for_tests.store(on); }
 void FailTableLoads(int n) { hd::g_fail_table_loads_for_tests.store(n); }
 std::size_t DebugInfoBytes() { return hd::g_debug_info_bytes.load(); }

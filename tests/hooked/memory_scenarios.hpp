@@ -390,6 +390,7 @@ inline int RunTightAfterWarm() {
   if (!heapprof::WriteHeapProfile(TestFile("warm.pb.gz"))) return 10;
   // The encoding with names runs out of memory at once (its symbolizer has
   // read nothing yet), as one that loads a large debug file does.
+  heapprof::detail::g_symbolize_oom_thread.store(pthread_self());
   heapprof::detail::g_symbolize_oom_for_tests.store(1);
   if (!SetAddressSpaceLimit(AddressSpaceBytes() + (std::strtoull(room, nullptr, 10) << 20))) return 11;
   const bool ok = heapprof::WriteHeapProfile(TestFile("tight.pb.gz"));

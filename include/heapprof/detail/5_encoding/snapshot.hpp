@@ -7,6 +7,7 @@
 // alloc counters do not move while a profile is written.
 #pragma once
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -289,13 +290,17 @@ inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<Loade
   return gz;
 }
 
-// Tests: the next this many encodings with names run out of memory (builds
-// with exceptions; see EncodeGzippedSymbolized).
+// Tests: the next this many encodings with names on the thread
+// g_symbolize_oom_thread run out of memory (builds with exceptions; see
+// EncodeGzippedSymbolized). Only that thread's: a dump thread's write on a
+// loaded machine took one of them.
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
+inline std::atomic<pthread_t> g_symbolize_oom_thread{};
 
 // One of those failures, when the tests asked for one.
 inline bool ConsumeSymbolizeOomForTests() noexcept {
   return HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
+         pthread_equal(g_symbolize_oom_thread.load(std::memory_order_relaxed), pthread_self()) != 0 &&
          g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0;
 }
 
