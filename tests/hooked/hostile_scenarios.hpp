@@ -26,6 +26,11 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -608,6 +613,191 @@ inline int RunSeccompCoroutine() {
   return 0;
 }
 
+// ---- a seccomp filter that arrives after the profiler looked for one -----
+// A filter returning `action` for system call `nr` on this thread (and, with
+// `tsync`, on every thread of the process: the profiler's too).
+inline bool InstallSyscallFilter(long nr, unsigned action, bool tsync) {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, action),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog {};
+  prog.len = static_cast<unsigned short>(sizeof filter / sizeof filter[0]);
+  prog.filter = filter;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, tsync ? SECCOMP_FILTER_FLAG_TSYNC : 0, &prog) == 0;
+}
+
+// One sample at rate 1 on a makecontext stack (SeccompCoroutineEntry).
+inline bool SampleOnCoroutine() {
+  SeccompCoroutine st;
+  g_seccomp_coroutine = &st;
+  std::vector<char> stack(64 * 1024);
+  if (getcontext(&st.coroutine) != 0) return false;
+  st.coroutine.uc_stack.ss_sp = stack.data();
+  st.coroutine.uc_stack.ss_size = stack.size();
+  st.coroutine.uc_link = &st.caller;
+  makecontext(&st.coroutine, &SeccompCoroutineEntry, 0);
+  if (swapcontext(&st.caller, &st.coroutine) != 0 || st.object == nullptr) return false;
+  ::operator delete(st.object, 7421);
+  return true;
+}
+
+inline void* SeccompLateThread(void*) {
+  // This thread's own filter (no TSYNC): the main thread, which looked just
+  // before, has none.
+  if (!InstallSyscallFilter(__NR_process_vm_readv, SECCOMP_RET_KILL_PROCESS, false)) return nullptr;
+  return SampleOnCoroutine() ? reinterpret_cast<void*>(1) : nullptr;
+}
+
+// Samples on a coroutine's stack (and a retention profile) before a filter
+// that kills process_vm_readv, then right after it: on the thread that
+// installed it, and on a thread with a filter of its own. The profiler
+// looked for a filter at most once a second, in the process's status when
+// asked from any thread: the sample after, within that second, killed the
+// process (SIGSYS, status 159).
+inline int RunSeccompLateFilter() {
+  heapprof::SetSampleRate(1);
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  HEAPPROF_HOSTILE_CHECK(SampleOnCoroutine());  // looks: no filter
+  pthread_t thread;
+  HEAPPROF_HOSTILE_CHECK(pthread_create(&thread, nullptr, &SeccompLateThread, nullptr) == 0);
+  void* thread_ok = nullptr;
+  pthread_join(thread, &thread_ok);
+  if (thread_ok == nullptr) {
+    std::printf("seccomp_late_filter: no seccomp here (%s)\n", std::strerror(errno));
+    return 0;
+  }
+  HEAPPROF_HOSTILE_CHECK(heapprof::WriteRetentionProfile(std::string(dir) + "/before.pb.gz"));  // looks again
+  HEAPPROF_HOSTILE_CHECK(InstallSyscallFilter(__NR_process_vm_readv, SECCOMP_RET_KILL_PROCESS, false));
+  HEAPPROF_HOSTILE_CHECK(SampleOnCoroutine());
+  HEAPPROF_HOSTILE_CHECK(heapprof::WriteRetentionProfile(std::string(dir) + "/after.pb.gz"));
+  std::printf("seccomp_late_filter: ok\n");
+  return 0;
+}
+
+// ---- an HTTP server whose poll or accept4 a later filter refuses ----------
+// A heapprof::HttpServer, then a filter (TSYNC: the server's thread too)
+// that fails `nr` with EPERM; a client connects and reads with a kernel
+// timeout (no poll of its own). Before, a refused poll ended the server's
+// thread without a word and a refused accept4 spun it on a core: the client,
+// connected through the backlog, waited for its whole timeout. Now the
+// connection ends at once, with one line, and serving() is false.
+//
+// With `trap`, the filter traps the call instead (SECCOMP_RET_TRAP) and a
+// SIGSYS handler makes it fail with EPERM, as Chrome's and Firefox's sandboxes
+// answer calls. The profiler's threads blocked every signal, SIGSYS too:
+// the kernel then reset it to its default action and the process died
+// (status 159) at the server's first poll after the filter.
+inline void SigsysFailsWithEperm(int, siginfo_t*, void* context) {
+  auto* uc = static_cast<ucontext_t*>(context);
+#if defined(__x86_64__)
+  uc->uc_mcontext.gregs[REG_RAX] = -EPERM;
+#elif defined(__aarch64__)
+  uc->uc_mcontext.regs[0] = static_cast<unsigned long long>(-EPERM);
+#else
+  (void)uc;
+#endif
+}
+
+inline int RunSeccompHttp(long nr, const char* name, bool trap = false) {
+  heapprof::HttpServer server("127.0.0.1:0", std::nothrow);
+  HEAPPROF_HOSTILE_CHECK(server.serving());
+  if (trap) {
+    struct sigaction sa {};
+    sa.sa_sigaction = &SigsysFailsWithEperm;
+    sa.sa_flags = SA_SIGINFO;
+    HEAPPROF_HOSTILE_CHECK(sigaction(SIGSYS, &sa, nullptr) == 0);
+  }
+  if (!InstallSyscallFilter(nr, trap ? SECCOMP_RET_TRAP : SECCOMP_RET_ERRNO | EPERM, true)) {
+    std::printf("seccomp_http_%s: no seccomp here (%s)\n", name, std::strerror(errno));
+    return 0;
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  HEAPPROF_HOSTILE_CHECK(fd >= 0);
+  timeval tv{20, 0};
+  HEAPPROF_HOSTILE_CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const timespec t0 = [] { timespec t{}; clock_gettime(CLOCK_MONOTONIC, &t); return t; }();
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
+    static const char kRequest[] = "GET /debug/pprof/heap HTTP/1.0\r\n\r\n";
+    (void)!::write(fd, kRequest, sizeof kRequest - 1);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) {
+    }
+    HEAPPROF_HOSTILE_CHECK(n == 0 || errno != EAGAIN);  // not the client's own timeout
+  }
+  timespec t1{};
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ::close(fd);
+  HEAPPROF_HOSTILE_CHECK(t1.tv_sec - t0.tv_sec < 10);
+  HEAPPROF_HOSTILE_CHECK(!server.serving());
+  std::printf("seccomp_http_%s: ok (%s)\n", name, server.error());
+  return 0;
+}
+
+// ---- a filter refusing fsync ------------------------------------------------
+// The bytes are written; only their sync is refused. Before, every profile
+// was lost ("cannot fsync ...: Function not implemented").
+inline int RunSeccompFsync() {
+  heapprof::SetSampleRate(1);
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  void* kept = ::operator new(4000);
+  for (const unsigned err : {ENOSYS, EPERM}) {
+    if (!InstallSyscallFilter(__NR_fsync, SECCOMP_RET_ERRNO | err, false)) {
+      std::printf("seccomp_fsync: no seccomp here (%s)\n", std::strerror(errno));
+      return 0;
+    }
+    HEAPPROF_HOSTILE_CHECK(heapprof::WriteHeapProfile(std::string(dir) + "/fsync" + std::to_string(err) + ".pb.gz"));
+  }
+  ::operator delete(kept, 4000);
+  std::printf("seccomp_fsync: ok\n");
+  return 0;
+}
+
+// ---- a process whose memory the retention scan cannot read ----------------
+// Not dumpable (as after a daemon's setuid to its user), not root, and a
+// filter refusing process_vm_readv (Docker's default without CAP_SYS_PTRACE):
+// /proc/self/mem, the reader's other way, is then root's file, closed to us.
+// The scan read nothing, so the leak report at exit called every object a
+// leak (and exited with leak_exit_code's status). Run as root, the child
+// becomes nobody first.
+inline void* g_unreadable_keep[20];
+inline int RunSeccompUnreadableMemory() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  HEAPPROF_HOSTILE_CHECK(dir != nullptr);
+  for (void*& p : g_unreadable_keep) p = ::operator new(5000);
+  if (::geteuid() == 0) {
+    HEAPPROF_HOSTILE_CHECK(::chmod(dir, 0777) == 0);
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
+      std::printf("seccomp_unreadable_memory: cannot become nobody (%s)\n", std::strerror(errno));
+      return 0;
+    }
+  }
+  HEAPPROF_HOSTILE_CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0);
+  if (!InstallSyscallFilter(__NR_process_vm_readv, SECCOMP_RET_ERRNO | EPERM, false)) {
+    std::printf("seccomp_unreadable_memory: no seccomp here (%s)\n", std::strerror(errno));
+    return 0;
+  }
+  const int fd = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {  // (a kernel or LSM that lets us: nothing to test)
+    ::close(fd);
+    std::printf("seccomp_unreadable_memory: /proc/self/mem opens here\n");
+    return 0;
+  }
+  std::printf("seccomp_unreadable_memory: exiting\n");
+  std::fflush(stdout);
+  return 0;  // exit(): the leak report
+}
+
 // Dispatch: `known` is set when `name` is one of these scenarios.
 // ---- a handler's allocations inside heapprof::allocator::allocate ----------
 // The thread single-steps (x86-64 trap flag) through one allocate and one
@@ -1062,6 +1252,20 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "dlopen_churn") == 0) return RunDlopenChurn();
   if (std::strcmp(name, "dlclose_names") == 0) return RunDlcloseNames();
   if (std::strcmp(name, "seccomp_coroutine") == 0) return RunSeccompCoroutine();
+  if (std::strcmp(name, "seccomp_late_filter") == 0) return RunSeccompLateFilter();
+  if (std::strcmp(name, "seccomp_fsync") == 0) return RunSeccompFsync();
+  if (std::strcmp(name, "seccomp_unreadable_memory") == 0) return RunSeccompUnreadableMemory();
+#if defined(__NR_poll)
+  if (std::strcmp(name, "seccomp_http_poll") == 0) return RunSeccompHttp(__NR_poll, "poll");
+#else  // (aarch64: glibc's poll is ppoll)
+  if (std::strcmp(name, "seccomp_http_poll") == 0) return RunSeccompHttp(__NR_ppoll, "poll");
+#endif
+  if (std::strcmp(name, "seccomp_http_accept4") == 0) return RunSeccompHttp(__NR_accept4, "accept4");
+#if defined(__NR_poll)
+  if (std::strcmp(name, "seccomp_http_trap_poll") == 0) return RunSeccompHttp(__NR_poll, "trap_poll", true);
+#else
+  if (std::strcmp(name, "seccomp_http_trap_poll") == 0) return RunSeccompHttp(__NR_ppoll, "trap_poll", true);
+#endif
   if (std::strcmp(name, "daemon_dumps") == 0) return RunDaemonDumps();
   if (std::strcmp(name, "trap_allocator_labels") == 0) return RunTrapAllocatorLabels();
   if (std::strcmp(name, "fd_exhaustion_lines") == 0) return RunFdExhaustionLines();

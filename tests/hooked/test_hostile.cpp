@@ -436,6 +436,85 @@ TEST_CASE("hostile: a sample on a coroutine's stack under a seccomp filter that 
   RemoveDir(dir);
 }
 
+TEST_CASE("hostile: a seccomp filter installed right after the profiler looked for one, on this thread or another") {
+  // A sample on a coroutine's stack, and a retention profile, before a filter
+  // that kills process_vm_readv and just after it (on the thread that
+  // installed it; on a thread with a filter of its own). The profiler read
+  // /proc/self/status at most once a second: the sample after the filter,
+  // in that second, killed the process (SIGSYS, status 159).
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF_TEST_DIR=" + dir, "seccomp_late_filter", out, 60);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("seccomp_late_filter: ") != std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("hostile: a seccomp filter refuses the HTTP server's poll or accept4") {
+  // Before: a refused poll ended the server's thread without a word, a
+  // refused accept4 spun it on a core; a client, connected through the
+  // listening socket's backlog, waited for its own timeout either way.
+  for (const char* call : {"poll", "accept4"}) {
+    CAPTURE(call);
+    std::string out;
+    const int rc = RunHostileChild("HEAPPROF=rate=0", (std::string("seccomp_http_") + call).c_str(), out, 60);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.find(std::string("seccomp_http_") + call + ": ") != std::string::npos);
+    if (out.find("no seccomp here") == std::string::npos) {
+      CHECK(out.find(std::string(call) + ": Operation not permitted; not serving any more") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("hostile: a seccomp filter traps the HTTP server's poll and the program's SIGSYS handler refuses it") {
+  // SECCOMP_RET_TRAP raises SIGSYS in the calling thread for the program's
+  // handler (Chrome's and Firefox's sandboxes answer calls so). The
+  // profiler's threads blocked it: the kernel then reset it to its default
+  // action and the process died (status 159).
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF=rate=0", "seccomp_http_trap_poll", out, 60);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("seccomp_http_trap_poll: ") != std::string::npos);
+  if (out.find("no seccomp here") == std::string::npos) {
+    CHECK(out.find("poll: Operation not permitted; not serving any more") != std::string::npos);
+  }
+}
+
+TEST_CASE("hostile: a seccomp filter refuses fsync: profiles are written all the same") {
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF_TEST_DIR=" + dir, "seccomp_fsync", out, 60);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("seccomp_fsync: ") != std::string::npos);
+  RemoveDir(dir);
+}
+
+TEST_CASE("hostile: the leak report of a process whose memory cannot be read calls nothing a leak") {
+  // Not dumpable, not root, process_vm_readv refused: the scan read no
+  // memory, and every object was "unreachable (leaked)", with leak_exit_code's
+  // status and no word of why.
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF=rate=1,leak_report=1,leak_exit_code=7,dump_prefix=" + dir +
+                                     "/p HEAPPROF_TEST_DIR=" + dir,
+                                 "seccomp_unreadable_memory", out, 120);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("seccomp_unreadable_memory: ") != std::string::npos);
+  if (out.find("seccomp_unreadable_memory: exiting") != std::string::npos) {
+    CHECK(out.find("cannot be read") != std::string::npos);
+    CHECK(out.find("so none is counted as leaked") != std::string::npos);
+  }
+  RemoveDir(dir);
+}
+
 TEST_CASE("hostile: after daemon() the daemon dumps on its signal and at exit, under its own pid") {
 #if defined(HEAPPROF_TSAN)
   MESSAGE("skipped under TSan: it cannot start threads after a multi-threaded fork");

@@ -49,11 +49,18 @@ inline std::size_t OwnThreadStackBytes() noexcept {
 }
 
 // pthread_create for a profiler thread: every signal blocked in it (the
-// program's handlers run on the program's threads) and a stack of
+// program's handlers run on the program's threads) but SIGSYS, and a stack of
 // OwnThreadStackBytes. Returns pthread_create's result.
+//
+// SIGSYS is what a seccomp filter's SECCOMP_RET_TRAP raises in the thread
+// that made the call, for the program's handler to answer (Chrome's and
+// Firefox's sandboxes emulate or refuse calls so). Blocked, the kernel
+// resets it to its default action and the process dies: a dump thread's
+// trapped fsync killed a program whose own threads' calls were answered.
 inline int StartOwnThread(pthread_t* thread, void* (*fn)(void*), void* arg) noexcept {
   sigset_t all, old;
   sigfillset(&all);
+  sigdelset(&all, SIGSYS);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   int rc = pthread_attr_init(&attr);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <pthread.h>
@@ -144,30 +145,35 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
 // The alternate stack's bounds are exact (sigaltstack). Anything else is an
 // allocation of the program's whose extent we do not know: the walk may read
 // [frame, hi) where hi is where memory stops being readable, found by asking
-// the kernel for one byte of each page from the frame's up
-// (process_vm_readv on ourselves, one-byte elements: it stops at the first
-// page it cannot read, where a plain load would fault: a guard page, a hole;
-// 64 bytes copied, not the pages), at most kForeignStackProbePages pages (a
-// coroutine's frames are rarely deeper). Only samples taken on such a stack
-// ask. Not under a seccomp filter (UnderSeccompFilter): there the call may be
-// one that kills the process rather than fails; the stack is then the leaf
-// alone, as it is where the call is refused.
+// the kernel to read 8 bytes of each page from the frame's up, at most
+// kForeignStackProbePages pages (a coroutine's frames are rarely deeper):
+// it stops at the first page it cannot read, where a plain load would fault
+// (a guard page, a hole). Only samples taken on such a stack ask.
+//
+// The kernel reads them as rt_sigprocmask's new mask with an invalid `how`:
+// it copies the mask in first (EFAULT where it cannot) and only then refuses
+// the `how` (EINVAL), changing nothing. Every program makes that call, and no
+// seccomp filter kills it. (This was process_vm_readv on ourselves, skipped
+// under a filter, which may kill for it: systemd's @system-service does. The
+// filter was looked for in /proc/self/status at most once a second, so one
+// installed within that second, or on another thread than the one that
+// looked, killed the process at the next such sample.)
 constexpr std::size_t kForeignStackProbePages = 64;
 
 // Whether the process runs under a seccomp filter ("Seccomp:\t2" in
-// /proc/self/status). systemd's SystemCallFilter=@system-service, for one,
-// kills a process that calls process_vm_readv. A filter, once installed,
-// stays: seen once, it is never read again; not seen, the file is read again
-// at most once a second (a program may install one later). Unreadable: taken
-// as a filter.
+// /proc/thread-self/status). For the retention scan's reader, which uses
+// process_vm_readv where there is none (thousands of calls: a filter may
+// kill for it). Once seen, never read again (a filter stays); until then the
+// file is read at each question (a filter may have come since, on this
+// thread or through another one's TSYNC; a scan asks twice). Unreadable:
+// taken as a filter.
 inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 filter
-inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
 
 __attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
   const int fd = ::open(ProcSelfPath("status").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   // Read in pieces, keeping the key's length of overlap, so the buffer stays
-  // small (this runs on whatever stack the sample is on under the sanitizers).
+  // small.
   static constexpr char kKey[] = "\nSeccomp:\t";
   constexpr std::size_t kKeyLen = sizeof kKey - 1;
   char buf[512 + kKeyLen + 1];
@@ -192,33 +198,33 @@ __attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
 }
 
 inline bool UnderSeccompFilter() noexcept {
-  int state = g_seccomp_filter.load(std::memory_order_relaxed);
-  if (state == 1) return true;
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  if (state == 0 && g_seccomp_read_at.load(std::memory_order_relaxed) == now.tv_sec) return false;
-  state = ReadSeccompMode();
-  g_seccomp_read_at.store(now.tv_sec, std::memory_order_relaxed);
+  if (g_seccomp_filter.load(std::memory_order_relaxed) == 1) return true;
+  const int state = ReadSeccompMode();
   g_seccomp_filter.store(state, std::memory_order_relaxed);
   return state == 1;
 }
 
+// Whether the kernel can read the 8 bytes at `at` (ForeignStackBounds).
+inline bool KernelCanRead(const void* at) noexcept {
+  constexpr long kInvalidHow = 0x7fff;
+  constexpr long kKernelSigsetBytes = 8;  // _NSIG / 8 on x86-64 and aarch64
+  return ::syscall(SYS_rt_sigprocmask, kInvalidHow, at, nullptr, kKernelSigsetBytes) == -1 && errno == EINVAL;
+}
+
 // Readable pages from `first` on (page-aligned), at most `pages` of them
 // (<= kForeignStackProbePages): asks the kernel, never faults. 0 when none,
-// or under a seccomp filter.
+// or when the probe does not tell (page 0 reads as readable: a filter that
+// fails the call with EINVAL, or page 0 mapped). Keeps errno.
 inline std::size_t ReadablePages(std::uintptr_t first, std::size_t pages) noexcept {
   constexpr std::uintptr_t kPage = 4096;
   if (pages > kForeignStackProbePages) pages = kForeignStackProbePages;
-  char bytes[kForeignStackProbePages];  // one byte of each page, never read
-  iovec local{bytes, pages};
-  iovec remote[kForeignStackProbePages];
-  for (std::size_t i = 0; i < pages; ++i) {
-    remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
-    remote[i].iov_len = 1;
+  const int saved_errno = errno;
+  std::size_t got = 0;
+  if (!KernelCanRead(reinterpret_cast<const void*>(std::uintptr_t{8}))) {
+    while (got < pages && KernelCanRead(reinterpret_cast<const void*>(first + got * kPage))) ++got;
   }
-  // A partial transfer stops at an element's boundary: `got` pages readable.
-  const ssize_t got = process_vm_readv(SelfTaskId(), &local, 1, remote, pages, 0);
-  return got <= 0 ? 0 : static_cast<std::size_t>(got);
+  errno = saved_errno;
+  return got;
 }
 
 // How far above a sample a stack of unknown extent is followed: a walk that
@@ -243,7 +249,7 @@ inline Extended ExtendForeignStack(std::uintptr_t lo, std::uintptr_t& hi, std::u
   const std::uintptr_t want = (target + 16 + kPage - 1) & ~(kPage - 1);  // a record's two words
   if ((want - hi) / kPage > kForeignStackProbePages) return Extended::kNo;
   if (want - lo > kForeignStackMaxBytes) return Extended::kCut;
-  if ((hi & (kPage - 1)) != 0 || UnderSeccompFilter()) return Extended::kNo;
+  if ((hi & (kPage - 1)) != 0) return Extended::kNo;
   const std::size_t got = ReadablePages(hi, kForeignStackProbePages);
   if (hi + got * kPage < want) return Extended::kNo;
   hi += got * kPage;
@@ -266,7 +272,6 @@ inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::ui
       return;
     }
   }
-  if (UnderSeccompFilter()) return;
   constexpr std::uintptr_t kPage = 4096;
   const std::uintptr_t first = frame & ~(kPage - 1);
   const std::size_t got = ReadablePages(first, kForeignStackProbePages);

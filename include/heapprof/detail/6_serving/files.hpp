@@ -184,7 +184,12 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
         done += static_cast<std::size_t>(n);
       }
     }
-    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno);
+    // Not syncable (EINVAL, EROFS), or refused (ENOSYS, EPERM: a seccomp
+    // filter): the bytes are written all the same. Before, such a filter
+    // lost every profile the process wrote.
+    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOSYS && errno != EPERM) {
+      return fail("cannot fsync", errno);
+    }
     const int fd = tmp.fd;
     tmp.fd = -1;
     if (::close(fd) != 0) return fail("cannot close", errno);

@@ -685,7 +685,8 @@ class Server {
   // descriptors (LostDescriptors). Before, a child's copy and a server whose
   // socket the program had closed both still said they were serving.
   bool ok() const noexcept {
-    return running_ && ::getpid() == owner_pid_ && !fds_lost_.load(std::memory_order_acquire);
+    return running_ && ::getpid() == owner_pid_ && !fds_lost_.load(std::memory_order_acquire) &&
+           !gave_up_.load(std::memory_order_acquire);
   }
   const StartError& error() const noexcept { return error_; }
   // Why ok() is false ("" when it is true).
@@ -698,6 +699,7 @@ class Server {
     if (fds_lost_.load(std::memory_order_acquire)) {
       return "heapprof::HttpServer: the program closed its socket or eventfd; not serving any more";
     }
+    if (gave_up_.load(std::memory_order_acquire)) return gave_up_message_;
     return "";
   }
 
@@ -859,6 +861,27 @@ class Server {
     ReportLine(line);
     conns_.clear();
     return true;
+  }
+
+  // The server thread: a call its loop cannot do without keeps failing (a
+  // seccomp filter refusing poll or accept4: EPERM, ENOSYS). Before, a
+  // refused poll ended the thread without a word, and a refused accept4 spun
+  // it on a core (the connection stays in the backlog: the socket stays
+  // readable); either way clients waited, connected, until their own
+  // timeout. Now one line; the socket stops listening (clients are refused)
+  // and the connections are closed.
+  void GiveUp(const char* call, int err) noexcept {
+    std::snprintf(gave_up_message_, sizeof gave_up_message_, "heapprof::HttpServer: %s: %s; not serving any more",
+                  call, std::strerror(err));
+    gave_up_.store(true, std::memory_order_release);
+    char line[200];
+    std::snprintf(line, sizeof line, "HTTP server on port %u: %s: %s; not serving any more",
+                  static_cast<unsigned>(port_), call, std::strerror(err));
+    ReportLine(line);
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    for (Connection& c : conns_) {
+      if (c.fd >= 0) Close(c);
+    }
   }
 
   static void* BuilderMain(void* self) noexcept {
@@ -1081,7 +1104,10 @@ class Server {
           timeout = wait <= 0 ? 0 : static_cast<int>(wait > kFdCheckMillis ? kFdCheckMillis : wait);
         }
         const int n = ::poll(fds.data(), fds.size(), timeout);
-        if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
+        if (n < 0 && errno != EINTR) {  // a seccomp filter; EINVAL: RLIMIT_NOFILE below the count
+          GiveUp("poll", errno);
+          break;
+        }
         if (stop_.load(std::memory_order_acquire)) break;
         EndIfProgramThreadsGone(MonotonicMillis(), last_threads_check);  // HEAPPROF=http's (host_threads.hpp)
         // Checked when idle, and before the eventfd is read or accept() runs.
@@ -1101,6 +1127,7 @@ class Server {
         TakeResults();
         Reap();
         if (n > 0 && (fds[1].revents & POLLIN)) Accept();
+        if (gave_up_.load(std::memory_order_relaxed)) break;
       }
       HEAPPROF_CATCH_ALL_NOEXCEPT {
         // bad_alloc somewhere: drop every connection rather than the thread.
@@ -1172,11 +1199,21 @@ class Server {
       }
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        const int err = errno;
+        if (err == ENOSYS || err == EPERM || err == EACCES) {
+          // Refused: a seccomp filter (EPERM is also a firewall's word on
+          // one connection). Given up after kAcceptRefusals in a row.
+          if (++accept_refusals_ >= kAcceptRefusals) {
+            GiveUp("accept4", err);
+            return;
+          }
+          accept_paused_until_ms_ = MonotonicMillis() + 100;
+        } else if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
           accept_paused_until_ms_ = MonotonicMillis() + 100;
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
+      accept_refusals_ = 0;
       if (evict != nullptr) {
         // The one that has waited longest for its request makes room, with
         // the 408 the head timeout would have given it.
@@ -1554,6 +1591,10 @@ class Server {
   ArenaVector<BuildResult> results_;  // under jobs_mutex_
   bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
+  static constexpr int kAcceptRefusals = 10;  // 100 ms apart
+  int accept_refusals_ = 0;  // accept4's EPERM/EACCES/ENOSYS in a row (Accept)
+  std::atomic<bool> gave_up_{false};  // GiveUp: the server thread has ended
+  char gave_up_message_[160] = {};
   const pid_t owner_pid_ = ::getpid();
   pthread_t thread_{};
   bool running_ = false;

@@ -490,8 +490,9 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
           if (scan.maps_unreadable) {
             // Without the maps there was no scan: nothing is known to be
             // unreachable, and nothing is called a leak (nor sets leak_exit_code).
-            ReportLine("leak report: /proc/self/maps cannot be read (is /proc mounted?): what holds these objects is "
-                       "unknown, so none is counted as leaked; leak_exit_code does not apply");
+            ReportLine(ArenaString("leak report: ") + scan.not_scanned_why +
+                       ": what holds these objects is unknown, so none is counted as leaked; leak_exit_code does not "
+                       "apply");
           }
           ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
                      " objects, " + FormatBytes(static_cast<double>(u_bytes)));

@@ -228,6 +228,11 @@ constexpr std::uint32_t kUnreached = 0xFFFFFFFFu;
 constexpr std::uint32_t kUnsampledHeap = 0xFFFFFFFEu;
 constexpr std::uint32_t kNotScanned = 0xFFFFFFFDu;  // /proc/self/maps could not be read: no scan
 constexpr char kNotScannedName[] = "[not scanned: /proc/self/maps cannot be read]";
+constexpr char kMapsUnreadable[] = "/proc/self/maps cannot be read (is /proc mounted?)";
+constexpr char kMemoryUnreadableName[] = "[not scanned: the process's memory cannot be read]";
+constexpr char kMemoryUnreadable[] =
+    "the process's memory cannot be read (process_vm_readv refused, or not tried under a seccomp filter; "
+    "/proc/self/mem not open to a process that is not dumpable)";
 constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
 
 struct ScanResult {
@@ -245,6 +250,11 @@ struct ScanResult {
   // calling them all unreachable made the leak report's every object a leak
   // (and leak_exit_code's status).
   bool maps_unreadable = false;
+  // Why not scanned (with maps_unreadable): kMapsUnreadable, or
+  // kMemoryUnreadable (the maps were read, but not a word of memory: every
+  // object was unreachable, and a leak).
+  const char* not_scanned_why = kMapsUnreadable;
+  const char* not_scanned_name = kNotScannedName;
   bool every_object_known = false;  // the unsampled-heap pass was skipped (see top)
   bool unsampled_pass = false;      // it ran
   std::size_t threads_running = 0;  // other threads whose stacks could not be located (running)
@@ -821,6 +831,23 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     r.scan_nanos = MonotonicNanos() - t0;
     return;
   }
+  {
+    // No way to read memory (a process that is not dumpable, as after a
+    // setuid, and not root, whose process_vm_readv a filter refuses or may
+    // kill for, as Docker's does without CAP_SYS_PTRACE: /proc/self/mem is
+    // root's file then): as without the maps. A word of this frame, which
+    // is readable.
+    SafeReader probe;
+    std::uintptr_t word = 0;
+    if (probe.Read(reinterpret_cast<std::uintptr_t>(&maps), &word, sizeof word) != sizeof word) {
+      r.maps_unreadable = true;
+      r.not_scanned_why = kMemoryUnreadable;
+      r.not_scanned_name = kMemoryUnreadableName;
+      r.region.assign(n, kNotScanned);
+      r.scan_nanos = MonotonicNanos() - t0;
+      return;
+    }
+  }
 
   // Roots: globals, this thread's TLS and the main thread's, then this
   // thread's stack, then the others'.
@@ -1222,7 +1249,7 @@ class RootNamer {
     const std::uint32_t region = r_.region[k];
     if (region == kUnreached) return "[unreachable]";
     if (region == kUnsampledHeap) return "[unsampled heap]";
-    if (region == kNotScanned) return kNotScannedName;
+    if (region == kNotScanned) return r_.not_scanned_name;
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
@@ -1451,10 +1478,8 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
   }
   char line[256];
   if (r.maps_unreadable) {
-    std::snprintf(line, sizeof line,
-                  "heapprof retention: %zu sampled objects, not scanned: /proc/self/maps cannot be read (is /proc "
-                  "mounted?)",
-                  r.objects.size());
+    std::snprintf(line, sizeof line, "heapprof retention: %zu sampled objects, not scanned: %s", r.objects.size(),
+                  r.not_scanned_why);
     data.comments.emplace_back(line);
     return data;
   }
