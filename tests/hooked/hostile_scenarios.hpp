@@ -564,7 +564,7 @@ inline int RunDlcloseNames() {
 
 // ---- a coroutine's sample under a seccomp filter --------------------------
 // A filter that kills the process on process_vm_readv (as systemd's
-// SystemCallFilter=@system-service does), then a sample on a makecontext
+// SystemCallFilter= without @ipc does), then a sample on a makecontext
 // stack: the walk must not probe that stack's extent with the call.
 struct SeccompCoroutine {
   ucontext_t caller, coroutine;

@@ -154,7 +154,7 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
 // it copies the mask in first (EFAULT where it cannot) and only then refuses
 // the `how` (EINVAL), changing nothing. Every program makes that call, and no
 // seccomp filter kills it. (This was process_vm_readv on ourselves, skipped
-// under a filter, which may kill for it: systemd's @system-service does. The
+// under a filter, which may kill for it: a SystemCallFilter= without @ipc does. The
 // filter was looked for in /proc/self/status at most once a second, so one
 // installed within that second, or on another thread than the one that
 // looked, killed the process at the next such sample.)
