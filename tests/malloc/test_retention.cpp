@@ -116,9 +116,12 @@ int RunRetentionFiber() {
   const char* dir = std::getenv("HEAPPROF_TEST_DIR");
   if (dir == nullptr) return 3;
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), bytes = 64 * 1024;
-  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // One more page above, PROT_NONE: no anonymous neighbour merges into the
+  // stack's mapping (its top would then be the neighbour's).
+  void* mem = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return 4;
   if (mprotect(mem, page, PROT_NONE) != 0) return 5;  // the guard, at the bottom
+  if (mprotect(static_cast<char*>(mem) + bytes, page, PROT_NONE) != 0) return 5;
   auto* base = static_cast<char*>(mem) + page;
   g_fiber_self = reinterpret_cast<ucontext_t*>(base);
   if (getcontext(g_fiber_self) != 0) return 6;

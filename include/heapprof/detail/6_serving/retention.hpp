@@ -492,7 +492,7 @@ inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVe
                                  SafeReader& reader, ArenaVector<RootRegion>& roots,
                                  ArenaVector<std::uintptr_t>& thread_stacks) {
 #if defined(__x86_64__) && defined(__GLIBC__)
-  constexpr std::size_t kWindow = 16384;
+  constexpr std::size_t kWindow = 16384, kDescriptorWindow = 8192;
   ArenaVector<std::uintptr_t> words(kWindow / sizeof(std::uintptr_t));
 #endif
   for (std::size_t mi = 1; mi < maps.size(); ++mi) {
@@ -516,7 +516,12 @@ inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVe
       const std::uintptr_t at = lo + w * sizeof(std::uintptr_t);
       if (words[w] != at || words[w + 2] != at) continue;
       roots.push_back(RootRegion{at + sizeof(std::uintptr_t), at + 2 * sizeof(std::uintptr_t), RootKind::kExitedThread, 0, -1});
-      thread_stacks.push_back(m.lo);
+      // A descriptor sits in the top few KiB (struct pthread, 2,304 bytes in
+      // glibc 2.36, below the end aligned to the static TLS's alignment),
+      // its DTV outside the stack. A self-pointing pair deeper in (an empty
+      // list head in a dead frame of a fiber's) does not make it a thread's.
+      const std::uintptr_t dtv = words[w + 1];
+      if (m.hi - at <= kDescriptorWindow && dtv != 0 && (dtv < m.lo || dtv >= m.hi)) thread_stacks.push_back(m.lo);
       break;
     }
 #else
