@@ -3,9 +3,11 @@
 // __cxa_demangle mallocs for the names the profile shows.
 #include "common.hpp"
 
+#include <dlfcn.h>
 #include <search.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -89,6 +91,56 @@ int RunRetentionMapping() {
   return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
 }
 
+// retention_fiber (rate 1 from the start: every object known): a coroutine
+// suspended for good on a stack the program mapped itself above a PROT_NONE
+// guard page, as boost.context's protected_fixedsize_stack and
+// boost.coroutine's protected_stack_allocator lay one out: the only pointer
+// to a buffer it allocated is in its frame. The stack looks like a thread's
+// (anonymous, above a guard) but no thread runs on it and no thread
+// descriptor is at its top: it is the program's memory, which holds the
+// buffer. Its context (the saved registers) is at the bottom of the same
+// mapping, so nothing outside it keeps the address. Prints the stack.
+constexpr std::size_t kFiberHeldBytes = 2345;
+ucontext_t g_fiber_caller;
+ucontext_t* g_fiber_self = nullptr;
+__attribute__((noinline)) char* MakeFiberHeldBuffer() {
+  char* p = static_cast<char*>(std::malloc(kFiberHeldBytes));
+  asm volatile("" ::"r"(p) : "memory");
+  return p;
+}
+void FiberBody() {
+  char* volatile held = MakeFiberHeldBuffer();
+  swapcontext(g_fiber_self, &g_fiber_caller);  // never resumed
+  std::free(held);
+}
+int RunRetentionFiber() {
+  const char* dir = std::getenv("HEAPPROF_TEST_DIR");
+  if (dir == nullptr) return 3;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), bytes = 64 * 1024;
+  // One more page above, PROT_NONE: no anonymous neighbour merges into the
+  // stack's mapping (its top would then be the neighbour's).
+  void* mem = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return 4;
+  if (mprotect(mem, page, PROT_NONE) != 0) return 5;  // the guard, at the bottom
+  if (mprotect(static_cast<char*>(mem) + bytes, page, PROT_NONE) != 0) return 5;
+  auto* base = static_cast<char*>(mem) + page;
+  g_fiber_self = reinterpret_cast<ucontext_t*>(base);
+  if (getcontext(g_fiber_self) != 0) return 6;
+  const std::size_t context_bytes = (sizeof(ucontext_t) + 63) & ~std::size_t{63};
+  g_fiber_self->uc_stack.ss_sp = base + context_bytes;
+  g_fiber_self->uc_stack.ss_size = bytes - page - context_bytes;
+  g_fiber_self->uc_link = nullptr;
+  makecontext(g_fiber_self, &FiberBody, 0);
+  // From a thread that then exits: no copy of the address stays in this
+  // thread's registers or stack (the saved ones are in the fiber's mapping).
+  std::thread([] {
+    if (swapcontext(&g_fiber_caller, g_fiber_self) != 0) std::abort();
+  }).join();
+  g_fiber_self = nullptr;
+  std::printf("stack=%p-%p\n", static_cast<void*>(base), static_cast<void*>(static_cast<char*>(mem) + bytes));
+  return heapprof::WriteRetentionProfile(std::string(dir) + "/retention.pb.gz") ? 0 : 7;
+}
+
 #if defined(HEAPPROF_TEST_HAVE_LEVELDB)
 // retention_leveldb (rate 1 from the start): a real database (Debian's
 // libleveldb-dev) held by globals: its block cache full of the tables'
@@ -139,6 +191,16 @@ int RunLeakJoinedThread() {
   return 0;
 }
 
+// dlerror_after_start (rate 1 from the start): the program's first dlerror()
+// (start-up's failed look-ups must leave it nothing), then a failed dlsym
+// of the program's whose message is kept until exit, as libomp's is.
+int RunDlerrorAfterStart() {
+  const char* pending = dlerror();
+  std::printf("dlerror at start: %s\n", pending != nullptr ? pending : "(none)");
+  if (dlsym(RTLD_DEFAULT, "heapprof_test_no_such_symbol") != nullptr) return 3;
+  return 0;
+}
+
 // getattr_first_thread: threads whose first allocation is glibc's, inside
 // pthread_getattr_np on themselves (as every JVM thread starts), then more.
 int RunGetattrFirstThread() {
@@ -161,7 +223,9 @@ int RunGetattrFirstThread() {
 
 int RunMallocChildScenario(const char* name) {
   if (std::strcmp(name, "retention_mapping") == 0) return malloc_test::RunRetentionMapping();
+  if (std::strcmp(name, "retention_fiber") == 0) return malloc_test::RunRetentionFiber();
   if (std::strcmp(name, "leak_joined_thread") == 0) return malloc_test::RunLeakJoinedThread();
+  if (std::strcmp(name, "dlerror_after_start") == 0) return malloc_test::RunDlerrorAfterStart();
   if (std::strcmp(name, "getattr_first_thread") == 0) return malloc_test::RunGetattrFirstThread();
 #if defined(HEAPPROF_TEST_HAVE_LEVELDB)
   if (std::strcmp(name, "retention_leveldb") == 0) return malloc_test::RunRetentionLevelDb();
@@ -285,6 +349,85 @@ TEST_CASE("retention profile with every object known: an anonymous mapping of th
   }
   CHECK(held == 1);
   CHECK(leaks == static_cast<std::int64_t>(malloc_test::kArenaLeaks));
+  heapprof_test::RemoveDir(dir);
+#endif
+}
+
+TEST_CASE("retention profile with every object known: a suspended coroutine's guarded stack holds what its frames point at") {
+#if !HEAPPROF_MALLOC_HOOKS
+  MESSAGE("the malloc family is not replaced here: heapprof does not know every object");
+  return;
+#else
+  if (!malloc_test::RealMallocIsGlibc()) {
+    MESSAGE("the mappings are read under glibc's malloc only (another allocator's heaps are anonymous mappings)");
+    return;
+  }
+  const std::string dir = heapprof_test::MakeTempDir("retention_fiber");
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = heapprof_test::RunChildScenario("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "retention_fiber", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const std::size_t at = out.find("stack=0x");
+  REQUIRE(at != std::string::npos);
+  char* end = nullptr;
+  const std::uintptr_t stack_lo = std::strtoull(out.c_str() + at + 6, &end, 16);
+  REQUIRE(end != nullptr);
+  REQUIRE(*end == '-');
+  const std::uintptr_t stack_hi = std::strtoull(end + 1, nullptr, 16);
+  heapprof_test::Profile p;
+  REQUIRE(heapprof_test::ReadProfileFile(dir + "/retention.pb.gz", p));
+  const int objects = heapprof_test::SampleTypeIndex(p, "inuse_objects");
+  REQUIRE(objects >= 0);
+  std::int64_t held = 0;
+  for (const heapprof_test::Sample& s : p.samples) {
+    const std::vector<std::string> frames = heapprof_test::FunctionNames(p, s);
+    if (frames.empty() || frames.front().find("MakeFiberHeldBuffer") == std::string::npos) continue;
+    std::string joined;
+    for (const std::string& f : frames) joined += f + "\n";
+    INFO(joined);
+    held += s.values.at(static_cast<std::size_t>(objects));
+    // Was "[unreachable]": the guarded mapping was taken for a thread's
+    // stack and not read (a leak, for leak_exit_code).
+    const std::string& root = frames.back();
+    REQUIRE(root.find("[anonymous mapping] 0x") == 0);
+    const std::size_t dash = root.find('-');
+    REQUIRE(dash != std::string::npos);
+    const std::uintptr_t lo = std::strtoull(root.c_str() + 20, nullptr, 16);
+    const std::uintptr_t hi = std::strtoull(root.c_str() + dash + 1, nullptr, 16);
+    CHECK(lo <= stack_lo);
+    CHECK(stack_hi <= hi);
+  }
+  CHECK(held == 1);
+  heapprof_test::RemoveDir(dir);
+#endif
+}
+
+TEST_CASE("leak report at rate 1: a failed dlsym's message is no leak, and start-up leaves dlerror() empty") {
+#if !HEAPPROF_MALLOC_HOOKS
+  MESSAGE("the malloc family is not replaced here: heapprof does not know every object");
+  return;
+#else
+  // Start-up's own failed look-ups (heapprof_preload_engine_v1, free_sized,
+  // nallocx...) left the thread's dlerror state holding their message in a
+  // block allocated inside the profiler (unrecorded, or in the bootstrap
+  // buffer). The program's first dlerror() returned that message, and the
+  // program's own failed dlsym stored its message there: held by nothing
+  // heapprof knew, "[unreachable]" (53 bytes, _dl_exception_create_format <
+  // dlsym), and the status 42.
+  const std::string dir = heapprof_test::MakeTempDir("dlerror_after_start");
+  REQUIRE(!dir.empty());
+  const std::string supp = dir + "/allocator.supp";  // as in the joined-thread case above
+  std::string ignored;
+  REQUIRE(heapprof_test::RunCommand("printf 'leak:ProcessFreeQueue\\n' > " + supp, ignored) == 0);
+  std::string out;
+  const int rc = heapprof_test::RunChildScenario(
+      "HEAPPROF=rate=1,leak_report=1,leak_exit_code=42,leak_suppressions=" + supp + ",dump_prefix=" + dir + "/d",
+      "dlerror_after_start", out);
+  INFO(out);
+  CHECK(out.find("dlerror at start: (none)") != std::string::npos);
+  CHECK(out.find("heapprof: leak report: unreachable (leaked): 0 objects") != std::string::npos);
+  CHECK(rc == 0);
   heapprof_test::RemoveDir(dir);
 #endif
 }

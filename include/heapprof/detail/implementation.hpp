@@ -492,7 +492,7 @@ inline const LabelSetData* ThisCopysLabels() noexcept { return tls_current_label
 // new and its labels there (README: the preload library).
 extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine_role() noexcept {
   using heapprof::detail::EngineApiGetter;
-  auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
+  auto getter = reinterpret_cast<EngineApiGetter>(heapprof::detail::FindSymbol(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
   if (getter == nullptr) return;
   const heapprof::detail::EngineApi* e = getter();
   if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||

@@ -48,5 +48,24 @@ inline const char* ObjectFileOf(const void* addr) noexcept {
   return ObjectMapOf(addr, base, map) ? map->l_name : nullptr;
 }
 
+// dlsym for a symbol that may be absent, leaving no error behind. A failed
+// dlsym stores its message in the thread's dlerror state, with (the first
+// time on that thread) a block that holds it, allocated inside the profiler:
+// unrecorded, or in malloc's bootstrap buffer while the hooks resolve. The
+// program's next failed dl* call put its own message, a recorded block, in
+// that holder: at rate 1 the leak report called it unreachable (a leak for
+// leak_exit_code: libomp, a plugin probe, any dlsym of an optional symbol),
+// and the program's first dlerror() returned ours ("undefined symbol:
+// heapprof_preload_engine_v1"). dlerror() twice: the message, then the
+// holder freed (in the scope that allocated it) and the state empty.
+inline void* FindSymbol(void* handle, const char* name) noexcept {
+  void* f = dlsym(handle, name);
+  if (f == nullptr) {
+    for (int i = 0; i < 3 && dlerror() != nullptr; ++i) {
+    }
+  }
+  return f;
+}
+
 }  // namespace detail
 }  // namespace heapprof

@@ -158,12 +158,12 @@ inline void* (*UnderlyingMalloc() noexcept)(std::size_t) {
 
 // The address of the malloc the hooks call (for dladdr: which object owns it).
 inline void* UnderlyingMallocAddress() noexcept {
-  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : FindSymbol(RTLD_DEFAULT, "malloc");
 }
 
 // sdallocx, if the object of the malloc the hooks call defines it.
 inline SizedFreeFn FindSizedFree() noexcept {
-  void* sized = dlsym(RTLD_DEFAULT, "sdallocx");
+  void* sized = FindSymbol(RTLD_DEFAULT, "sdallocx");
   void* malloc_fn = sized != nullptr ? UnderlyingMallocAddress() : nullptr;
   const void* const base = malloc_fn != nullptr ? ObjectBaseOf(sized) : nullptr;
   if (base == nullptr || base != ObjectBaseOf(malloc_fn)) return nullptr;
@@ -185,7 +185,7 @@ inline bool g_class_table_refused = false;
 
 inline void DetectClassTable(bool look_up) noexcept {
 #if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
-  if (look_up) g_nallocx = reinterpret_cast<NallocxFn>(dlsym(RTLD_DEFAULT, "nallocx"));
+  if (look_up) g_nallocx = reinterpret_cast<NallocxFn>(FindSymbol(RTLD_DEFAULT, "nallocx"));
   const NallocxFn nallocx = g_nallocx;
   if (nallocx == nullptr) return;
   SuppressHooks quiet;
@@ -325,8 +325,8 @@ inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
     return;
   }
   SuppressHooks quiet;
-  void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
-  void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
+  void* trace = FindSymbol(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
+  void* ownership = trace != nullptr ? FindSymbol(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
   if (ownership == nullptr || ObjectBaseOf(trace) != base || ObjectBaseOf(ownership) != base ||
       g_underlying_usable_size == &DebugAllocatorUsableSize) {
     return;
@@ -360,13 +360,13 @@ inline void EndAllocatorStartup() noexcept {
 // True when the allocator behind `malloc_fn` (which answered 0 for a live
 // block) was gperftools and its start-up ran.
 inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
-  void* begin = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
+  void* begin = FindSymbol(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
   const void* base = begin != nullptr ? ObjectBaseOf(malloc_fn) : nullptr;
   if (base == nullptr || ObjectBaseOf(begin) != base) {
     return false;  // another allocator's (or none): counted as before
   }
   reinterpret_cast<GuardFn>(begin)(g_tcmalloc_guard);
-  if (void* end = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardD1Ev")) {
+  if (void* end = FindSymbol(RTLD_DEFAULT, "_ZN13TCMallocGuardD1Ev")) {
     g_tcmalloc_guard_end = reinterpret_cast<GuardFn>(end);
     std::atexit(&EndAllocatorStartup);  // after tcmalloc's own (registered later): the last one prints
   }
@@ -402,7 +402,7 @@ inline void DetectBlockSize() noexcept {
     }
   }
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
-  void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
+  void* glibc = FindSymbol(RTLD_DEFAULT, "__libc_malloc");
   void* used = UnderlyingMallocAddress();
   // gperftools defines __libc_malloc too: the function must also live in libc
   // (reading a word before another allocator's block could fault).

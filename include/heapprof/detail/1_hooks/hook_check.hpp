@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "heapprof/detail/0_base/object_base.hpp"
 #include "heapprof/detail/0_base/report.hpp"
 #include "heapprof/detail/1_hooks/fast_path.hpp"  // g_hook_families
 
@@ -57,7 +58,7 @@ inline void ReportHooksNotInEffect(const char* symbol, const char* hooks, unsign
     return;
   }
   if (g_hooks_not_in_effect_reported) return;
-  void* resolved = dlsym(RTLD_DEFAULT, symbol);
+  void* resolved = FindSymbol(RTLD_DEFAULT, symbol);
   Dl_info ours{}, theirs{};
   if (resolved == nullptr || dladdr(own, &ours) == 0 || dladdr(resolved, &theirs) == 0) return;
   if (ours.dli_fbase == theirs.dli_fbase) {

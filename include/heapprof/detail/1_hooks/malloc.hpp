@@ -10,7 +10,7 @@
 // inline fast path (block_hooks.hpp), so errno, calloc's overflow check,
 // malloc(0), realloc(p, 0) and the alignment rules are exactly that
 // allocator's. The allocator under us is the next definition after ours in
-// the lookup order, dlsym(RTLD_NEXT): glibc's, or jemalloc's, tcmalloc's,
+// the lookup order, FindSymbol(RTLD_NEXT): glibc's, or jemalloc's, tcmalloc's,
 // mimalloc's when one is preloaded after heapprof (or linked into the
 // program, which heapprof's executable precedes). dlsym itself allocates, so
 // while the resolving thread is inside it our malloc serves a small static
@@ -224,7 +224,7 @@ inline std::size_t NoUsableSize(void*) noexcept { return 0; }
 // which is what dlsym would find next, and which would mix two heaps.
 template <class F>
 inline F Lookup(void* handle, const char* name, const void* base, F fallback) noexcept {
-  void* f = dlsym(handle, name);
+  void* f = FindSymbol(handle, name);
   if (f == nullptr) return fallback;
   if (base != nullptr && ObjectBaseOf(f) != base) return fallback;
   return reinterpret_cast<F>(f);
@@ -263,14 +263,14 @@ inline ProcessFunctions g_process_fn{};
 // definition, whoever's: at worst ours, which is no worse than not
 // forwarding).
 inline void* ProcessFunction(const char* name, const void* ours) noexcept {
-  void* f = dlsym(RTLD_DEFAULT, name);
+  void* f = FindSymbol(RTLD_DEFAULT, name);
   const void* const base = f != nullptr ? ObjectBaseOf(f) : nullptr;
   if (base == nullptr || base == ours) return nullptr;
   return f;
 }
 // Whether the process's `name` is ours (the shadowing object lacks it).
 inline bool ProcessHasOurs(const char* name, const void* ours) noexcept {
-  void* f = dlsym(RTLD_DEFAULT, name);
+  void* f = FindSymbol(RTLD_DEFAULT, name);
   return f != nullptr && ours != nullptr && ObjectBaseOf(f) == ours;
 }
 
@@ -308,7 +308,7 @@ inline bool Resolve() noexcept {
   // first one's would call back into us.
   void* const handle = RTLD_NEXT;
   Dl_info process_malloc{};
-  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  void* active = FindSymbol(RTLD_DEFAULT, "malloc");
   // Only a definition counts: a non-PIE program that takes malloc's address
   // (Debian's python3) has its PLT stub as malloc's canonical address, which
   // dlsym returns, under an undefined symbol (SHN_UNDEF).

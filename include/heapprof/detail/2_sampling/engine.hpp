@@ -172,7 +172,7 @@ inline void EnsureInit() noexcept {
     // thread's last failed one, and DetectBlockSize's failed lookups leave
     // one (freed here, it moved a free into the program's own counts: one
     // live object short in one_engine under tcmalloc, test_preload.cpp).
-    g_getattr_np.store(reinterpret_cast<GetattrFn>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
+    g_getattr_np.store(reinterpret_cast<GetattrFn>(FindSymbol(RTLD_NEXT, "pthread_getattr_np")),
                        std::memory_order_relaxed);
 #endif
     DetectBlockSize();

@@ -83,7 +83,7 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
   heapprof::detail::g_engine_off = true;
   Dl_info info{};
   link_map* map = nullptr;
-  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  void* active = heapprof::detail::FindSymbol(RTLD_DEFAULT, "malloc");
   const bool found =
       active != nullptr && dladdr1(active, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) != 0;
   const char* who = found && info.dli_fname != nullptr && info.dli_fname[0] != '\0' ? info.dli_fname : "the program";

@@ -485,36 +485,62 @@ struct ThreadSp {
 // PROT_NONE guard, no live thread's stack pointer in it) by its x86-64 TCB
 // header: tcb and self both point at the header itself; the word between
 // them, the DTV pointer, is a root.
+//
+// `thread_stacks` gets the start of every such guarded mapping that is a
+// thread's stack: a live thread's stack pointer is in it, or a thread
+// descriptor is at its top (glibc puts one there for every thread, live,
+// running or cached; pthread_attr_setstack's too). Any other mapping above
+// a guard page is the program's: a suspended coroutine's or fiber's stack
+// (boost.context's protected_fixedsize_stack, boost.coroutine's
+// protected_stack_allocator) whose frames hold its pointers. Scan reads
+// those as it reads other anonymous mappings; before, every guarded mapping
+// was taken for a thread stack and not read, and an object only a
+// suspended fiber held was "[unreachable]" at rate 1, a leak for
+// leak_exit_code. (Elsewhere than x86-64 glibc, every guarded mapping still
+// counts as a thread stack.)
 inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVector<std::uintptr_t>& live_sps,
-                                 SafeReader& reader, ArenaVector<RootRegion>& roots) {
+                                 SafeReader& reader, ArenaVector<RootRegion>& roots,
+                                 ArenaVector<std::uintptr_t>& thread_stacks) {
 #if defined(__x86_64__) && defined(__GLIBC__)
-  constexpr std::size_t kWindow = 16384, kWords = kWindow / sizeof(std::uintptr_t);
-  ArenaVector<std::uintptr_t> words(kWords);
+  constexpr std::size_t kWindow = 16384, kDescriptorWindow = 8192;
+  ArenaVector<std::uintptr_t> words(kWindow / sizeof(std::uintptr_t));
+#endif
   for (std::size_t mi = 1; mi < maps.size(); ++mi) {
     const Mapping& m = maps[mi];
     const Mapping& below = maps[mi - 1];
-    if (!m.anonymous || !m.readable || !m.writable || !m.is_private || m.special || below.hi != m.lo ||
-        !below.anonymous || below.readable || below.writable || m.hi - m.lo < kWindow) {
-      continue;
-    }
+    if (!m.anonymous || below.hi != m.lo || !below.anonymous || below.readable || below.writable) continue;
+#if defined(__x86_64__) && defined(__GLIBC__)
     bool live = false;
     for (const std::uintptr_t sp : live_sps) live = live || (sp >= m.lo && sp < m.hi);
-    if (live) continue;
-    const std::uintptr_t lo = m.hi - kWindow;
-    if (reader.Read(lo, words.data(), kWindow) != kWindow) continue;
-    for (std::size_t w = 0; w + 2 < kWords; ++w) {
+    if (live || !m.readable || !m.writable || !m.is_private || m.special) {
+      thread_stacks.push_back(m.lo);
+      continue;
+    }
+    const std::size_t window = std::min<std::size_t>(kWindow, (m.hi - m.lo) & ~std::uintptr_t{7});
+    const std::uintptr_t lo = m.hi - window;
+    if (window < 3 * sizeof(std::uintptr_t) || reader.Read(lo, words.data(), window) != window) {
+      thread_stacks.push_back(m.lo);  // unknown: as before
+      continue;
+    }
+    for (std::size_t w = 0; w + 2 < window / sizeof(std::uintptr_t); ++w) {
       const std::uintptr_t at = lo + w * sizeof(std::uintptr_t);
       if (words[w] != at || words[w + 2] != at) continue;
       roots.push_back(RootRegion{at + sizeof(std::uintptr_t), at + 2 * sizeof(std::uintptr_t), RootKind::kExitedThread, 0, -1});
+      // A descriptor sits in the top few KiB (struct pthread, 2,304 bytes in
+      // glibc 2.36, below the end aligned to the static TLS's alignment),
+      // its DTV outside the stack. A self-pointing pair deeper in (an empty
+      // list head in a dead frame of a fiber's) does not make it a thread's.
+      const std::uintptr_t dtv = words[w + 1];
+      if (m.hi - at <= kDescriptorWindow && dtv != 0 && (dtv < m.lo || dtv >= m.hi)) thread_stacks.push_back(m.lo);
       break;
     }
-  }
 #else
-  (void)maps;
-  (void)live_sps;
-  (void)reader;
-  (void)roots;
+    (void)live_sps;
+    (void)reader;
+    (void)roots;
+    thread_stacks.push_back(m.lo);
 #endif
+  }
 }
 
 // One thread's stack pointer from its syscall file: 1 (blocked: `sp` set),
@@ -918,11 +944,12 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     const std::uintptr_t lo = t.sp - m->lo > 128 ? t.sp - 128 : m->lo;  // the x86-64 red zone
     r.roots.push_back(RootRegion{lo, stack_top(*m, t.sp), RootKind::kStack, t.tid, -1});
   }
+  ArenaVector<std::uintptr_t> thread_stacks;  // sorted: maps are
   {
     ArenaVector<std::uintptr_t> live_sps;
     live_sps.push_back(own_sp);
     for (const ThreadSp& t : threads) live_sps.push_back(t.sp);
-    ExitedThreadDtvRoots(maps, live_sps, tls_reader, r.roots);
+    ExitedThreadDtvRoots(maps, live_sps, tls_reader, r.roots, thread_stacks);
   }
   ArenaVector<std::uint32_t> queue;
   queue.reserve(n);
@@ -1081,8 +1108,11 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     // hold stale copies of pointers. (A malloc arena's heap also follows
     // the reserved tail of the one before it at times, but starts on a
     // 64 MiB boundary.)
+    // (Only a thread's: a fiber's stack above its guard is the program's
+    // memory. See ExitedThreadDtvRoots.)
     return !(m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
-             !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0);
+             !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0 &&
+             std::binary_search(thread_stacks.begin(), thread_stacks.end(), m.lo));
   };
   // Every word of [lo, hi) outside `skip`, over its touched pages.
   auto gaps = [&](std::uintptr_t lo, std::uintptr_t hi,
