@@ -2637,6 +2637,25 @@ inline const char* ObjectFileOf(const void* addr) noexcept {
   return ObjectMapOf(addr, base, map) ? map->l_name : nullptr;
 }
 
+// dlsym for a symbol that may be absent, leaving no error behind. A failed
+// dlsym stores its message in the thread's dlerror state, with (the first
+// time on that thread) a block that holds it, allocated inside the profiler:
+// unrecorded, or in malloc's bootstrap buffer while the hooks resolve. The
+// program's next failed dl* call put its own message, a recorded block, in
+// that holder: at rate 1 the leak report called it unreachable (a leak for
+// leak_exit_code: libomp, a plugin probe, any dlsym of an optional symbol),
+// and the program's first dlerror() returned ours ("undefined symbol:
+// heapprof_preload_engine_v1"). dlerror() twice: the message, then the
+// holder freed (in the scope that allocated it) and the state empty.
+inline void* FindSymbol(void* handle, const char* name) noexcept {
+  void* f = dlsym(handle, name);
+  if (f == nullptr) {
+    for (int i = 0; i < 3 && dlerror() != nullptr; ++i) {
+    }
+  }
+  return f;
+}
+
 }  // namespace detail
 }  // namespace heapprof
 // ---- end heapprof/detail/0_base/object_base.hpp ----
@@ -2761,12 +2780,12 @@ inline void* (*UnderlyingMalloc() noexcept)(std::size_t) {
 
 // The address of the malloc the hooks call (for dladdr: which object owns it).
 inline void* UnderlyingMallocAddress() noexcept {
-  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : dlsym(RTLD_DEFAULT, "malloc");
+  return g_underlying_malloc != nullptr ? reinterpret_cast<void*>(g_underlying_malloc) : FindSymbol(RTLD_DEFAULT, "malloc");
 }
 
 // sdallocx, if the object of the malloc the hooks call defines it.
 inline SizedFreeFn FindSizedFree() noexcept {
-  void* sized = dlsym(RTLD_DEFAULT, "sdallocx");
+  void* sized = FindSymbol(RTLD_DEFAULT, "sdallocx");
   void* malloc_fn = sized != nullptr ? UnderlyingMallocAddress() : nullptr;
   const void* const base = malloc_fn != nullptr ? ObjectBaseOf(sized) : nullptr;
   if (base == nullptr || base != ObjectBaseOf(malloc_fn)) return nullptr;
@@ -2788,7 +2807,7 @@ inline bool g_class_table_refused = false;
 
 inline void DetectClassTable(bool look_up) noexcept {
 #if !defined(HEAPPROF_ASAN) && !defined(HEAPPROF_TSAN)
-  if (look_up) g_nallocx = reinterpret_cast<NallocxFn>(dlsym(RTLD_DEFAULT, "nallocx"));
+  if (look_up) g_nallocx = reinterpret_cast<NallocxFn>(FindSymbol(RTLD_DEFAULT, "nallocx"));
   const NallocxFn nallocx = g_nallocx;
   if (nallocx == nullptr) return;
   SuppressHooks quiet;
@@ -2928,8 +2947,8 @@ inline void UseDebugAllocatorUsableSize(void* malloc_fn) noexcept {
     return;
   }
   SuppressHooks quiet;
-  void* trace = dlsym(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
-  void* ownership = trace != nullptr ? dlsym(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
+  void* trace = FindSymbol(RTLD_DEFAULT, "_Z19__malloctrace_writePKcm");
+  void* ownership = trace != nullptr ? FindSymbol(RTLD_DEFAULT, "MallocExtension_GetOwnership") : nullptr;
   if (ownership == nullptr || ObjectBaseOf(trace) != base || ObjectBaseOf(ownership) != base ||
       g_underlying_usable_size == &DebugAllocatorUsableSize) {
     return;
@@ -2963,13 +2982,13 @@ inline void EndAllocatorStartup() noexcept {
 // True when the allocator behind `malloc_fn` (which answered 0 for a live
 // block) was gperftools and its start-up ran.
 inline bool FinishAllocatorStartup(void* malloc_fn) noexcept {
-  void* begin = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
+  void* begin = FindSymbol(RTLD_DEFAULT, "_ZN13TCMallocGuardC1Ev");
   const void* base = begin != nullptr ? ObjectBaseOf(malloc_fn) : nullptr;
   if (base == nullptr || ObjectBaseOf(begin) != base) {
     return false;  // another allocator's (or none): counted as before
   }
   reinterpret_cast<GuardFn>(begin)(g_tcmalloc_guard);
-  if (void* end = dlsym(RTLD_DEFAULT, "_ZN13TCMallocGuardD1Ev")) {
+  if (void* end = FindSymbol(RTLD_DEFAULT, "_ZN13TCMallocGuardD1Ev")) {
     g_tcmalloc_guard_end = reinterpret_cast<GuardFn>(end);
     std::atexit(&EndAllocatorStartup);  // after tcmalloc's own (registered later): the last one prints
   }
@@ -3005,7 +3024,7 @@ inline void DetectBlockSize() noexcept {
     }
   }
 #if HEAPPROF_DETAIL_GLIBC_CHUNKS
-  void* glibc = dlsym(RTLD_DEFAULT, "__libc_malloc");
+  void* glibc = FindSymbol(RTLD_DEFAULT, "__libc_malloc");
   void* used = UnderlyingMallocAddress();
   // gperftools defines __libc_malloc too: the function must also live in libc
   // (reading a word before another allocator's block could fault).
@@ -4866,6 +4885,14 @@ constexpr std::size_t kInPlaceStackHeadroom = 64 * 1024;
 // The profiler's stack, per thread that ever needed it.
 constexpr std::size_t kProfilerStackBytes = 256 * 1024;
 
+// True when `sp` lies in the thread's own stack [lo, hi) with at least `need`
+// bytes below it. Elsewhere (a coroutine's or fiber's stack, a signal's
+// alternate stack; bounds unknown: hi == 0) how much is left is not known,
+// and it may be little: folly's fibers have 16 KiB, SIGSTKSZ is 8 KiB.
+inline bool StackHasRoom(std::uintptr_t sp, std::uintptr_t lo, std::uintptr_t hi, std::size_t need) noexcept {
+  return sp >= lo + need && sp < hi;
+}
+
 struct ProfilerStack {
   ucontext_t caller;
   ucontext_t callee;
@@ -5120,6 +5147,7 @@ inline int IterateLoadedObjects(int (*callback)(dl_phdr_info*, std::size_t, void
 #include <time.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <pthread.h>
@@ -5251,30 +5279,35 @@ inline void CurrentStackBounds(std::uintptr_t& lo, std::uintptr_t& hi) noexcept 
 // The alternate stack's bounds are exact (sigaltstack). Anything else is an
 // allocation of the program's whose extent we do not know: the walk may read
 // [frame, hi) where hi is where memory stops being readable, found by asking
-// the kernel for one byte of each page from the frame's up
-// (process_vm_readv on ourselves, one-byte elements: it stops at the first
-// page it cannot read, where a plain load would fault: a guard page, a hole;
-// 64 bytes copied, not the pages), at most kForeignStackProbePages pages (a
-// coroutine's frames are rarely deeper). Only samples taken on such a stack
-// ask. Not under a seccomp filter (UnderSeccompFilter): there the call may be
-// one that kills the process rather than fails; the stack is then the leaf
-// alone, as it is where the call is refused.
+// the kernel to read 8 bytes of each page from the frame's up, at most
+// kForeignStackProbePages pages (a coroutine's frames are rarely deeper):
+// it stops at the first page it cannot read, where a plain load would fault
+// (a guard page, a hole). Only samples taken on such a stack ask.
+//
+// The kernel reads them as rt_sigprocmask's new mask with an invalid `how`:
+// it copies the mask in first (EFAULT where it cannot) and only then refuses
+// the `how` (EINVAL), changing nothing. Every program makes that call, and no
+// seccomp filter kills it. (This was process_vm_readv on ourselves, skipped
+// under a filter, which may kill for it: a SystemCallFilter= without @ipc does. The
+// filter was looked for in /proc/self/status at most once a second, so one
+// installed within that second, or on another thread than the one that
+// looked, killed the process at the next such sample.)
 constexpr std::size_t kForeignStackProbePages = 64;
 
 // Whether the process runs under a seccomp filter ("Seccomp:\t2" in
-// /proc/self/status). systemd's SystemCallFilter=@system-service, for one,
-// kills a process that calls process_vm_readv. A filter, once installed,
-// stays: seen once, it is never read again; not seen, the file is read again
-// at most once a second (a program may install one later). Unreadable: taken
-// as a filter.
+// /proc/thread-self/status). For the retention scan's reader, which uses
+// process_vm_readv where there is none (thousands of calls: a filter may
+// kill for it). Once seen, never read again (a filter stays); until then the
+// file is read at each question (a filter may have come since, on this
+// thread or through another one's TSYNC; a scan asks twice). Unreadable:
+// taken as a filter.
 inline std::atomic<int> g_seccomp_filter{-1};  // -1 unknown, 0 none seen, 1 filter
-inline std::atomic<std::int64_t> g_seccomp_read_at{0};  // CLOCK_MONOTONIC_COARSE seconds of the last read
 
 __attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
   const int fd = ::open(ProcSelfPath("status").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   // Read in pieces, keeping the key's length of overlap, so the buffer stays
-  // small (this runs on whatever stack the sample is on under the sanitizers).
+  // small.
   static constexpr char kKey[] = "\nSeccomp:\t";
   constexpr std::size_t kKeyLen = sizeof kKey - 1;
   char buf[512 + kKeyLen + 1];
@@ -5299,33 +5332,33 @@ __attribute__((__noinline__)) inline int ReadSeccompMode() noexcept {
 }
 
 inline bool UnderSeccompFilter() noexcept {
-  int state = g_seccomp_filter.load(std::memory_order_relaxed);
-  if (state == 1) return true;
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  if (state == 0 && g_seccomp_read_at.load(std::memory_order_relaxed) == now.tv_sec) return false;
-  state = ReadSeccompMode();
-  g_seccomp_read_at.store(now.tv_sec, std::memory_order_relaxed);
+  if (g_seccomp_filter.load(std::memory_order_relaxed) == 1) return true;
+  const int state = ReadSeccompMode();
   g_seccomp_filter.store(state, std::memory_order_relaxed);
   return state == 1;
 }
 
+// Whether the kernel can read the 8 bytes at `at` (ForeignStackBounds).
+inline bool KernelCanRead(const void* at) noexcept {
+  constexpr long kInvalidHow = 0x7fff;
+  constexpr long kKernelSigsetBytes = 8;  // _NSIG / 8 on x86-64 and aarch64
+  return ::syscall(SYS_rt_sigprocmask, kInvalidHow, at, nullptr, kKernelSigsetBytes) == -1 && errno == EINVAL;
+}
+
 // Readable pages from `first` on (page-aligned), at most `pages` of them
 // (<= kForeignStackProbePages): asks the kernel, never faults. 0 when none,
-// or under a seccomp filter.
+// or when the probe does not tell (page 0 reads as readable: a filter that
+// fails the call with EINVAL, or page 0 mapped). Keeps errno.
 inline std::size_t ReadablePages(std::uintptr_t first, std::size_t pages) noexcept {
   constexpr std::uintptr_t kPage = 4096;
   if (pages > kForeignStackProbePages) pages = kForeignStackProbePages;
-  char bytes[kForeignStackProbePages];  // one byte of each page, never read
-  iovec local{bytes, pages};
-  iovec remote[kForeignStackProbePages];
-  for (std::size_t i = 0; i < pages; ++i) {
-    remote[i].iov_base = reinterpret_cast<void*>(first + i * kPage);
-    remote[i].iov_len = 1;
+  const int saved_errno = errno;
+  std::size_t got = 0;
+  if (!KernelCanRead(reinterpret_cast<const void*>(std::uintptr_t{8}))) {
+    while (got < pages && KernelCanRead(reinterpret_cast<const void*>(first + got * kPage))) ++got;
   }
-  // A partial transfer stops at an element's boundary: `got` pages readable.
-  const ssize_t got = process_vm_readv(SelfTaskId(), &local, 1, remote, pages, 0);
-  return got <= 0 ? 0 : static_cast<std::size_t>(got);
+  errno = saved_errno;
+  return got;
 }
 
 // How far above a sample a stack of unknown extent is followed: a walk that
@@ -5350,7 +5383,7 @@ inline Extended ExtendForeignStack(std::uintptr_t lo, std::uintptr_t& hi, std::u
   const std::uintptr_t want = (target + 16 + kPage - 1) & ~(kPage - 1);  // a record's two words
   if ((want - hi) / kPage > kForeignStackProbePages) return Extended::kNo;
   if (want - lo > kForeignStackMaxBytes) return Extended::kCut;
-  if ((hi & (kPage - 1)) != 0 || UnderSeccompFilter()) return Extended::kNo;
+  if ((hi & (kPage - 1)) != 0) return Extended::kNo;
   const std::size_t got = ReadablePages(hi, kForeignStackProbePages);
   if (hi + got * kPage < want) return Extended::kNo;
   hi += got * kPage;
@@ -5373,7 +5406,6 @@ inline void ForeignStackBounds(std::uintptr_t frame, std::uintptr_t& lo, std::ui
       return;
     }
   }
-  if (UnderSeccompFilter()) return;
   constexpr std::uintptr_t kPage = 4096;
   const std::uintptr_t first = frame & ~(kPage - 1);
   const std::size_t got = ReadablePages(first, kForeignStackProbePages);
@@ -9185,7 +9217,7 @@ inline void EnsureInit() noexcept {
     // thread's last failed one, and DetectBlockSize's failed lookups leave
     // one (freed here, it moved a free into the program's own counts: one
     // live object short in one_engine under tcmalloc, test_preload.cpp).
-    g_getattr_np.store(reinterpret_cast<GetattrFn>(dlsym(RTLD_NEXT, "pthread_getattr_np")),
+    g_getattr_np.store(reinterpret_cast<GetattrFn>(FindSymbol(RTLD_NEXT, "pthread_getattr_np")),
                        std::memory_order_relaxed);
 #endif
     DetectBlockSize();
@@ -9450,7 +9482,7 @@ inline bool RecordSample(void* p, std::size_t n, std::uint64_t rate, const void*
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   bool done = false;
   bool remembered = false;
-  if (HEAPPROF_UNLIKELY(!(sp >= ts.stack_lo + kInPlaceStackHeadroom && sp < ts.stack_hi))) {
+  if (HEAPPROF_UNLIKELY(!StackHasRoom(sp, ts.stack_lo, ts.stack_hi, kInPlaceStackHeadroom))) {
     ReentrancyGuard guard;  // also while switching: a handler's allocation meanwhile is nested
     SampleCall call{p, n, rate, hook_return, &ts, frame, of_allocator, false};
     done = RunOnProfilerStack(&RecordSampleThunk, &call);
@@ -15861,6 +15893,7 @@ inline void GzipCompress(std::string_view in, ArenaString& out) {
 // profiler's arena (arena_allocator.hpp), never the host's heap: Stats'
 // alloc counters do not move while a profile is written.
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16265,13 +16298,17 @@ inline ArenaString EncodeGzippedNamed(ProfileData& data, const ArenaVector<Loade
   return gz;
 }
 
-// Tests: the next this many encodings with names run out of memory (builds
-// with exceptions; see EncodeGzippedSymbolized).
+// Tests: the next this many encodings with names on the thread
+// g_symbolize_oom_thread run out of memory (builds with exceptions; see
+// EncodeGzippedSymbolized). Only that thread's: a dump thread's write on a
+// loaded machine took one of them.
 inline std::atomic<int> g_symbolize_oom_for_tests{0};
+inline std::atomic<pthread_t> g_symbolize_oom_thread{};
 
 // One of those failures, when the tests asked for one.
 inline bool ConsumeSymbolizeOomForTests() noexcept {
   return HEAPPROF_UNLIKELY(g_symbolize_oom_for_tests.load(std::memory_order_relaxed) > 0) &&
+         pthread_equal(g_symbolize_oom_thread.load(std::memory_order_relaxed), pthread_self()) != 0 &&
          g_symbolize_oom_for_tests.fetch_sub(1, std::memory_order_relaxed) > 0;
 }
 
@@ -16862,6 +16899,11 @@ constexpr std::uint32_t kUnreached = 0xFFFFFFFFu;
 constexpr std::uint32_t kUnsampledHeap = 0xFFFFFFFEu;
 constexpr std::uint32_t kNotScanned = 0xFFFFFFFDu;  // /proc/self/maps could not be read: no scan
 constexpr char kNotScannedName[] = "[not scanned: /proc/self/maps cannot be read]";
+constexpr char kMapsUnreadable[] = "/proc/self/maps cannot be read (is /proc mounted?)";
+constexpr char kMemoryUnreadableName[] = "[not scanned: the process's memory cannot be read]";
+constexpr char kMemoryUnreadable[] =
+    "the process's memory cannot be read (process_vm_readv refused, or not tried under a seccomp filter; "
+    "/proc/self/mem not open to a process that is not dumpable)";
 constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
 
 struct ScanResult {
@@ -16879,6 +16921,11 @@ struct ScanResult {
   // calling them all unreachable made the leak report's every object a leak
   // (and leak_exit_code's status).
   bool maps_unreadable = false;
+  // Why not scanned (with maps_unreadable): kMapsUnreadable, or
+  // kMemoryUnreadable (the maps were read, but not a word of memory: every
+  // object was unreachable, and a leak).
+  const char* not_scanned_why = kMapsUnreadable;
+  const char* not_scanned_name = kNotScannedName;
   bool every_object_known = false;  // the unsampled-heap pass was skipped (see top)
   bool unsampled_pass = false;      // it ran
   std::size_t threads_running = 0;  // other threads whose stacks could not be located (running)
@@ -17109,36 +17156,62 @@ struct ThreadSp {
 // PROT_NONE guard, no live thread's stack pointer in it) by its x86-64 TCB
 // header: tcb and self both point at the header itself; the word between
 // them, the DTV pointer, is a root.
+//
+// `thread_stacks` gets the start of every such guarded mapping that is a
+// thread's stack: a live thread's stack pointer is in it, or a thread
+// descriptor is at its top (glibc puts one there for every thread, live,
+// running or cached; pthread_attr_setstack's too). Any other mapping above
+// a guard page is the program's: a suspended coroutine's or fiber's stack
+// (boost.context's protected_fixedsize_stack, boost.coroutine's
+// protected_stack_allocator) whose frames hold its pointers. Scan reads
+// those as it reads other anonymous mappings; before, every guarded mapping
+// was taken for a thread stack and not read, and an object only a
+// suspended fiber held was "[unreachable]" at rate 1, a leak for
+// leak_exit_code. (Elsewhere than x86-64 glibc, every guarded mapping still
+// counts as a thread stack.)
 inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVector<std::uintptr_t>& live_sps,
-                                 SafeReader& reader, ArenaVector<RootRegion>& roots) {
+                                 SafeReader& reader, ArenaVector<RootRegion>& roots,
+                                 ArenaVector<std::uintptr_t>& thread_stacks) {
 #if defined(__x86_64__) && defined(__GLIBC__)
-  constexpr std::size_t kWindow = 16384, kWords = kWindow / sizeof(std::uintptr_t);
-  ArenaVector<std::uintptr_t> words(kWords);
+  constexpr std::size_t kWindow = 16384, kDescriptorWindow = 8192;
+  ArenaVector<std::uintptr_t> words(kWindow / sizeof(std::uintptr_t));
+#endif
   for (std::size_t mi = 1; mi < maps.size(); ++mi) {
     const Mapping& m = maps[mi];
     const Mapping& below = maps[mi - 1];
-    if (!m.anonymous || !m.readable || !m.writable || !m.is_private || m.special || below.hi != m.lo ||
-        !below.anonymous || below.readable || below.writable || m.hi - m.lo < kWindow) {
-      continue;
-    }
+    if (!m.anonymous || below.hi != m.lo || !below.anonymous || below.readable || below.writable) continue;
+#if defined(__x86_64__) && defined(__GLIBC__)
     bool live = false;
     for (const std::uintptr_t sp : live_sps) live = live || (sp >= m.lo && sp < m.hi);
-    if (live) continue;
-    const std::uintptr_t lo = m.hi - kWindow;
-    if (reader.Read(lo, words.data(), kWindow) != kWindow) continue;
-    for (std::size_t w = 0; w + 2 < kWords; ++w) {
+    if (live || !m.readable || !m.writable || !m.is_private || m.special) {
+      thread_stacks.push_back(m.lo);
+      continue;
+    }
+    const std::size_t window = std::min<std::size_t>(kWindow, (m.hi - m.lo) & ~std::uintptr_t{7});
+    const std::uintptr_t lo = m.hi - window;
+    if (window < 3 * sizeof(std::uintptr_t) || reader.Read(lo, words.data(), window) != window) {
+      thread_stacks.push_back(m.lo);  // unknown: as before
+      continue;
+    }
+    for (std::size_t w = 0; w + 2 < window / sizeof(std::uintptr_t); ++w) {
       const std::uintptr_t at = lo + w * sizeof(std::uintptr_t);
       if (words[w] != at || words[w + 2] != at) continue;
       roots.push_back(RootRegion{at + sizeof(std::uintptr_t), at + 2 * sizeof(std::uintptr_t), RootKind::kExitedThread, 0, -1});
+      // A descriptor sits in the top few KiB (struct pthread, 2,304 bytes in
+      // glibc 2.36, below the end aligned to the static TLS's alignment),
+      // its DTV outside the stack. A self-pointing pair deeper in (an empty
+      // list head in a dead frame of a fiber's) does not make it a thread's.
+      const std::uintptr_t dtv = words[w + 1];
+      if (m.hi - at <= kDescriptorWindow && dtv != 0 && (dtv < m.lo || dtv >= m.hi)) thread_stacks.push_back(m.lo);
       break;
     }
-  }
 #else
-  (void)maps;
-  (void)live_sps;
-  (void)reader;
-  (void)roots;
+    (void)live_sps;
+    (void)reader;
+    (void)roots;
+    thread_stacks.push_back(m.lo);
 #endif
+  }
 }
 
 // One thread's stack pointer from its syscall file: 1 (blocked: `sp` set),
@@ -17455,6 +17528,23 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     r.scan_nanos = MonotonicNanos() - t0;
     return;
   }
+  {
+    // No way to read memory (a process that is not dumpable, as after a
+    // setuid, and not root, whose process_vm_readv a filter refuses or may
+    // kill for, as Docker's does without CAP_SYS_PTRACE: /proc/self/mem is
+    // root's file then): as without the maps. A word of this frame, which
+    // is readable.
+    SafeReader probe;
+    std::uintptr_t word = 0;
+    if (probe.Read(reinterpret_cast<std::uintptr_t>(&maps), &word, sizeof word) != sizeof word) {
+      r.maps_unreadable = true;
+      r.not_scanned_why = kMemoryUnreadable;
+      r.not_scanned_name = kMemoryUnreadableName;
+      r.region.assign(n, kNotScanned);
+      r.scan_nanos = MonotonicNanos() - t0;
+      return;
+    }
+  }
 
   // Roots: globals, this thread's TLS and the main thread's, then this
   // thread's stack, then the others'.
@@ -17503,6 +17593,16 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
   if (const Mapping* m = MappingOf(maps, own_sp)) {
     r.roots.push_back(RootRegion{own_sp, stack_top(*m, own_sp), RootKind::kStack, self, -1});
   }
+  // Called on a coroutine's stack: the thread's own stack still holds the
+  // frames suspended at the switch (main()'s locals: an event loop, its
+  // services), below them where its sp was is not known: the whole
+  // mapping, dead frames too (at worst an object counts as held that is not).
+  if (const ThreadState* ts = tls_thread_state;
+      ts != nullptr && ts->stack_hi > ts->stack_lo && (own_sp < ts->stack_lo || own_sp >= ts->stack_hi)) {
+    if (const Mapping* m = MappingOf(maps, ts->stack_hi - 1)) {
+      r.roots.push_back(RootRegion{std::max(m->lo, ts->stack_lo), ts->stack_hi, RootKind::kStack, self, -1});
+    }
+  }
   if (r.saved_register_count != 0) {
     const auto lo = reinterpret_cast<std::uintptr_t>(r.saved_registers);
     r.roots.push_back(RootRegion{lo, lo + r.saved_register_count * sizeof(std::uintptr_t), RootKind::kStack, self, -1});
@@ -17515,11 +17615,12 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     const std::uintptr_t lo = t.sp - m->lo > 128 ? t.sp - 128 : m->lo;  // the x86-64 red zone
     r.roots.push_back(RootRegion{lo, stack_top(*m, t.sp), RootKind::kStack, t.tid, -1});
   }
+  ArenaVector<std::uintptr_t> thread_stacks;  // sorted: maps are
   {
     ArenaVector<std::uintptr_t> live_sps;
     live_sps.push_back(own_sp);
     for (const ThreadSp& t : threads) live_sps.push_back(t.sp);
-    ExitedThreadDtvRoots(maps, live_sps, tls_reader, r.roots);
+    ExitedThreadDtvRoots(maps, live_sps, tls_reader, r.roots, thread_stacks);
   }
   ArenaVector<std::uint32_t> queue;
   queue.reserve(n);
@@ -17678,8 +17779,11 @@ inline void Scan(ScanResult& r, std::uintptr_t own_sp) {
     // hold stale copies of pointers. (A malloc arena's heap also follows
     // the reserved tail of the one before it at times, but starts on a
     // 64 MiB boundary.)
+    // (Only a thread's: a fiber's stack above its guard is the program's
+    // memory. See ExitedThreadDtvRoots.)
     return !(m.anonymous && mi > 0 && maps[mi - 1].hi == m.lo && maps[mi - 1].anonymous && !maps[mi - 1].readable &&
-             !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0);
+             !maps[mi - 1].writable && (m.lo & ((std::uintptr_t{1} << 26) - 1)) != 0 &&
+             std::binary_search(thread_stacks.begin(), thread_stacks.end(), m.lo));
   };
   // Every word of [lo, hi) outside `skip`, over its touched pages.
   auto gaps = [&](std::uintptr_t lo, std::uintptr_t hi,
@@ -17846,7 +17950,7 @@ class RootNamer {
     const std::uint32_t region = r_.region[k];
     if (region == kUnreached) return "[unreachable]";
     if (region == kUnsampledHeap) return "[unsampled heap]";
-    if (region == kNotScanned) return kNotScannedName;
+    if (region == kNotScanned) return r_.not_scanned_name;
     const RootRegion& root = r_.roots[region];
     if (root.kind == RootKind::kStack) return "[stack] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
     if (root.kind == RootKind::kTls) return "[tls] thread " + ArenaDecimal(static_cast<unsigned long long>(root.tid));
@@ -18075,10 +18179,8 @@ inline ProfileData RetentionProfileData(const ScanResult& r, const ArenaVector<L
   }
   char line[256];
   if (r.maps_unreadable) {
-    std::snprintf(line, sizeof line,
-                  "heapprof retention: %zu sampled objects, not scanned: /proc/self/maps cannot be read (is /proc "
-                  "mounted?)",
-                  r.objects.size());
+    std::snprintf(line, sizeof line, "heapprof retention: %zu sampled objects, not scanned: %s", r.objects.size(),
+                  r.not_scanned_why);
     data.comments.emplace_back(line);
     return data;
   }
@@ -18103,13 +18205,22 @@ __attribute__((__noinline__)) inline std::uintptr_t CurrentFrame() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
-// `floor`: where this thread's stack starts to be scanned instead, when it
-// is above our own frame (the leak report at exit: ExitCallerFrame).
-__attribute__((__noinline__)) inline void ScanWithRegisters(ScanResult& r, std::uintptr_t floor = 0) {
+__attribute__((__noinline__)) inline void ScanWithRegisters(ScanResult& r) {
   __builtin_unwind_init();
   volatile std::uintptr_t keep = 0;  // a frame that stays
-  const std::uintptr_t sp = CurrentFrame();
-  Scan(r, floor > sp ? floor : sp);
+  Scan(r, CurrentFrame());
+  keep = keep + 1;
+}
+
+// fn(from): `from` is where a scan of this thread's stack starts, the
+// caller's callee-saved registers spilled above it, in this frame, which
+// stays while fn runs: fn may then scan from another stack (files.hpp:
+// RunWithBuildStack).
+template <class Fn>
+__attribute__((__noinline__)) inline void WithRegistersSpilled(Fn& fn) {
+  __builtin_unwind_init();
+  volatile std::uintptr_t keep = 0;  // a frame that stays
+  fn(CurrentFrame());
   keep = keep + 1;
 }
 
@@ -18137,7 +18248,9 @@ inline ScanResultForBench RetentionScanForBench() {
 }
 
 // The retention profile, serialised and compressed; false on failure.
-inline bool BuildRetentionProfileBytes(ArenaString& gz) {
+// `from`: where this thread's stack is scanned from (WithRegistersSpilled's);
+// 0: from here.
+inline bool BuildRetentionProfileBytes(ArenaString& gz, std::uintptr_t from = 0) {
   ReentrancyGuard guard;
   EnsureInit();
   WarnIfNoAllocationSeen();
@@ -18145,7 +18258,11 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz) {
   if (!headroom.ok()) return false;
   HEAPPROF_TRY {
     retention::ScanResult scan;
-    retention::ScanWithRegisters(scan);
+    if (from != 0) {
+      retention::Scan(scan, from);
+    } else {
+      retention::ScanWithRegisters(scan);
+    }
     const ArenaVector<LoadedObject> objects = CollectProfileObjects();
     Symbolizer symbolizer(objects);
     const ProfileData data = retention::RetentionProfileData(scan, objects, symbolizer);
@@ -18188,18 +18305,21 @@ namespace detail {
 
 // A profile's build (the snapshot, symbolization: ELF and DWARF reading,
 // libstdc++'s demangler, whose arrays on the stack grow with a name's length;
-// the encoding) takes 30-60 KiB of stack for a small C++ program. On a thread
-// with less than this left, it runs on the profiler's own stack (256 KiB,
-// profiler_stack.hpp), as a sample does: the leak report at exit of a
-// program run under `ulimit -s 32`, or that calls exit() on a thread of
-// 16 KiB, died of SIGSEGV, and so did a Write*Profile there.
+// the encoding; the retention scan) takes 30-60 KiB of stack for a small C++
+// program. On a thread with less than this left, or off the thread's own
+// stack (a coroutine's: how much is left there is not known), it runs on the
+// profiler's own stack (256 KiB, profiler_stack.hpp), as a sample does: the
+// leak report at exit of a program run under `ulimit -s 32`, or that calls
+// exit() on a thread of 16 KiB, died of SIGSEGV, and so did a Write*Profile
+// there or on a coroutine of 16 KiB.
 constexpr std::size_t kBuildStackHeadroom = 128 * 1024;
 
 // Runs fn() here, or on the profiler's stack when this thread's stack is
 // short. There cancellation is held off (a forced unwind cannot leave that
 // stack); a cancel that came meanwhile acts on return. fn must not throw
-// (the Build*/Write* functions catch all but cancellation), nor scan this
-// thread's stack (a retention scan: it would scan the profiler's instead).
+// (the Build*/Write* functions catch all but cancellation), nor scan from
+// its own frame (a retention scan starts where the caller's registers were
+// spilled: retention::WithRegistersSpilled).
 template <class Fn>
 inline void RunWithBuildStack(Fn& fn) {
   const ThreadState* ts = tls_thread_state;
@@ -18211,8 +18331,7 @@ inline void RunWithBuildStack(Fn& fn) {
     CurrentStackBounds(lo, hi);  // a thread that never allocated
   }
   const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-  const bool short_stack = hi != 0 && sp > lo && sp < hi && sp - lo < kBuildStackHeadroom;
-  if (short_stack) {
+  if (!StackHasRoom(sp, lo, hi, kBuildStackHeadroom)) {
     int state = PTHREAD_CANCEL_ENABLE;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
     const bool ran = RunOnProfilerStack([](void* f) noexcept { (*static_cast<Fn*>(f))(); }, &fn);
@@ -18341,7 +18460,12 @@ inline bool WriteFileAtomicNow(const ArenaString& given_path, const ArenaString&
         done += static_cast<std::size_t>(n);
       }
     }
-    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS) return fail("cannot fsync", errno);
+    // Not syncable (EINVAL, EROFS), or refused (ENOSYS, EPERM: a seccomp
+    // filter): the bytes are written all the same. Before, such a filter
+    // lost every profile the process wrote.
+    if (::fsync(tmp.fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOSYS && errno != EPERM) {
+      return fail("cannot fsync", errno);
+    }
     const int fd = tmp.fd;
     tmp.fd = -1;
     if (::close(fd) != 0) return fail("cannot close", errno);
@@ -18451,9 +18575,18 @@ inline bool WritePeakProfileFile(const ArenaString& path, ArenaString* error = n
   return ok;
 }
 
-// The retention profile (retention.hpp), to a file.
+// The retention profile (retention.hpp), to a file. The scan starts at the
+// caller's frame, its registers spilled there, wherever the build runs.
 inline bool WriteRetentionProfileFile(const ArenaString& path, ArenaString* error = nullptr) {
-  return WriteBuiltProfileFile(path, error, [](ArenaString& gz) { return BuildRetentionProfileBytes(gz); });
+  bool ok = false;
+  auto spilled = [&](std::uintptr_t from) {
+    auto run = [&] {
+      ok = WriteBuiltProfileFile(path, error, [from](ArenaString& gz) { return BuildRetentionProfileBytes(gz, from); });
+    };
+    RunWithBuildStack(run);
+  };
+  retention::WithRegistersSpilled(spilled);
+  return ok;
 }
 
 // `gz` (a built profile) to `out`; false if the stream fails.
@@ -18471,7 +18604,13 @@ inline bool WriteProfileBytes(std::ostream& out, const ArenaString& gz) {
 inline bool WriteRetentionProfile(std::ostream& out) {
   ReentrancyGuard guard;
   ArenaString gz;  // the build holds the write's headroom (built without exceptions)
-  return BuildRetentionProfileBytes(gz) && WriteProfileBytes(out, gz);
+  bool built = false;
+  auto spilled = [&](std::uintptr_t from) {
+    auto build = [&] { built = BuildRetentionProfileBytes(gz, from); };
+    RunWithBuildStack(build);  // (the stream's write is the caller's, on its stack)
+  };
+  retention::WithRegistersSpilled(spilled);
+  return built && WriteProfileBytes(out, gz);
 }
 
 inline bool WriteProfile(std::ostream& out, bool allocs_default, bool peak = false) {
@@ -18593,11 +18732,18 @@ inline std::size_t OwnThreadStackBytes() noexcept {
 }
 
 // pthread_create for a profiler thread: every signal blocked in it (the
-// program's handlers run on the program's threads) and a stack of
+// program's handlers run on the program's threads) but SIGSYS, and a stack of
 // OwnThreadStackBytes. Returns pthread_create's result.
+//
+// SIGSYS is what a seccomp filter's SECCOMP_RET_TRAP raises in the thread
+// that made the call, for the program's handler to answer (Chrome's and
+// Firefox's sandboxes emulate or refuse calls so). Blocked, the kernel
+// resets it to its default action and the process dies: a dump thread's
+// trapped fsync killed a program whose own threads' calls were answered.
 inline int StartOwnThread(pthread_t* thread, void* (*fn)(void*), void* arg) noexcept {
   sigset_t all, old;
   sigfillset(&all);
+  sigdelset(&all, SIGSYS);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   int rc = pthread_attr_init(&attr);
@@ -20339,14 +20485,14 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     // The scan first, before this report allocates anything of its own.
     retention::ScanResult scan;
     const std::uintptr_t floor = ExitCallerFrame(scan.saved_registers, scan.saved_register_count);
-    // Without the caller of exit() found, the scan starts at its own frame,
-    // with this thread's registers spilled there: on this stack. With it, it
-    // starts at that caller's frame, with the registers the unwinder gave:
-    // that scan and the rest run on a stack with room for them (files.hpp).
-    if (floor == 0) retention::ScanWithRegisters(scan);
+    // With the caller of exit() found, the scan starts at that caller's
+    // frame, with the registers the unwinder gave; without, at our own frame,
+    // with this thread's registers spilled there. The scan and the rest run
+    // on a stack with room for them (files.hpp).
+    std::uintptr_t from = floor;
     auto rest = [&] {
       HEAPPROF_TRY {
-        if (floor != 0) retention::Scan(scan, floor);
+        retention::Scan(scan, from);
         // One snapshot and one symbolizer for the files and the tables, so they
         // agree and the ELF files are read once.
         const ProfileData data = SnapshotProfile(false);
@@ -20400,8 +20546,9 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
           if (scan.maps_unreadable) {
             // Without the maps there was no scan: nothing is known to be
             // unreachable, and nothing is called a leak (nor sets leak_exit_code).
-            ReportLine("leak report: /proc/self/maps cannot be read (is /proc mounted?): what holds these objects is "
-                       "unknown, so none is counted as leaked; leak_exit_code does not apply");
+            ReportLine(ArenaString("leak report: ") + scan.not_scanned_why +
+                       ": what holds these objects is unknown, so none is counted as leaked; leak_exit_code does not "
+                       "apply");
           }
           ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
                      " objects, " + FormatBytes(static_cast<double>(u_bytes)));
@@ -20446,7 +20593,15 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
       }
       HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
     };
-    RunWithBuildStack(rest);
+    auto spilled = [&](std::uintptr_t sp) {
+      from = sp;
+      RunWithBuildStack(rest);
+    };
+    if (floor != 0) {
+      RunWithBuildStack(rest);
+    } else {
+      retention::WithRegistersSpilled(spilled);
+    }
   }
   HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
   return leaked;
@@ -21679,7 +21834,8 @@ class Server {
   // descriptors (LostDescriptors). Before, a child's copy and a server whose
   // socket the program had closed both still said they were serving.
   bool ok() const noexcept {
-    return running_ && ::getpid() == owner_pid_ && !fds_lost_.load(std::memory_order_acquire);
+    return running_ && ::getpid() == owner_pid_ && !fds_lost_.load(std::memory_order_acquire) &&
+           !gave_up_.load(std::memory_order_acquire);
   }
   const StartError& error() const noexcept { return error_; }
   // Why ok() is false ("" when it is true).
@@ -21692,6 +21848,7 @@ class Server {
     if (fds_lost_.load(std::memory_order_acquire)) {
       return "heapprof::HttpServer: the program closed its socket or eventfd; not serving any more";
     }
+    if (gave_up_.load(std::memory_order_acquire)) return gave_up_message_;
     return "";
   }
 
@@ -21853,6 +22010,27 @@ class Server {
     ReportLine(line);
     conns_.clear();
     return true;
+  }
+
+  // The server thread: a call its loop cannot do without keeps failing (a
+  // seccomp filter refusing poll or accept4: EPERM, ENOSYS). Before, a
+  // refused poll ended the thread without a word, and a refused accept4 spun
+  // it on a core (the connection stays in the backlog: the socket stays
+  // readable); either way clients waited, connected, until their own
+  // timeout. Now one line; the socket stops listening (clients are refused)
+  // and the connections are closed.
+  void GiveUp(const char* call, int err) noexcept {
+    std::snprintf(gave_up_message_, sizeof gave_up_message_, "heapprof::HttpServer: %s: %s; not serving any more",
+                  call, std::strerror(err));
+    gave_up_.store(true, std::memory_order_release);
+    char line[200];
+    std::snprintf(line, sizeof line, "HTTP server on port %u: %s: %s; not serving any more",
+                  static_cast<unsigned>(port_), call, std::strerror(err));
+    ReportLine(line);
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    for (Connection& c : conns_) {
+      if (c.fd >= 0) Close(c);
+    }
   }
 
   static void* BuilderMain(void* self) noexcept {
@@ -22075,7 +22253,10 @@ class Server {
           timeout = wait <= 0 ? 0 : static_cast<int>(wait > kFdCheckMillis ? kFdCheckMillis : wait);
         }
         const int n = ::poll(fds.data(), fds.size(), timeout);
-        if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
+        if (n < 0 && errno != EINTR) {  // a seccomp filter; EINVAL: RLIMIT_NOFILE below the count
+          GiveUp("poll", errno);
+          break;
+        }
         if (stop_.load(std::memory_order_acquire)) break;
         EndIfProgramThreadsGone(MonotonicMillis(), last_threads_check);  // HEAPPROF=http's (host_threads.hpp)
         // Checked when idle, and before the eventfd is read or accept() runs.
@@ -22095,6 +22276,7 @@ class Server {
         TakeResults();
         Reap();
         if (n > 0 && (fds[1].revents & POLLIN)) Accept();
+        if (gave_up_.load(std::memory_order_relaxed)) break;
       }
       HEAPPROF_CATCH_ALL_NOEXCEPT {
         // bad_alloc somewhere: drop every connection rather than the thread.
@@ -22166,11 +22348,21 @@ class Server {
       }
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        const int err = errno;
+        if (err == ENOSYS || err == EPERM || err == EACCES) {
+          // Refused: a seccomp filter (EPERM is also a firewall's word on
+          // one connection). Given up after kAcceptRefusals in a row.
+          if (++accept_refusals_ >= kAcceptRefusals) {
+            GiveUp("accept4", err);
+            return;
+          }
+          accept_paused_until_ms_ = MonotonicMillis() + 100;
+        } else if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
           accept_paused_until_ms_ = MonotonicMillis() + 100;
         }
         return;  // EAGAIN, a connection reset before we took it, ...
       }
+      accept_refusals_ = 0;
       if (evict != nullptr) {
         // The one that has waited longest for its request makes room, with
         // the 408 the head timeout would have given it.
@@ -22548,6 +22740,10 @@ class Server {
   ArenaVector<BuildResult> results_;  // under jobs_mutex_
   bool builder_stop_ = false;         // under jobs_mutex_
   std::int64_t accept_paused_until_ms_ = 0;
+  static constexpr int kAcceptRefusals = 10;  // 100 ms apart
+  int accept_refusals_ = 0;  // accept4's EPERM/EACCES/ENOSYS in a row (Accept)
+  std::atomic<bool> gave_up_{false};  // GiveUp: the server thread has ended
+  char gave_up_message_[160] = {};
   const pid_t owner_pid_ = ::getpid();
   pthread_t thread_{};
   bool running_ = false;
@@ -22773,7 +22969,7 @@ inline void ReportHooksNotInEffect(const char* symbol, const char* hooks, unsign
     return;
   }
   if (g_hooks_not_in_effect_reported) return;
-  void* resolved = dlsym(RTLD_DEFAULT, symbol);
+  void* resolved = FindSymbol(RTLD_DEFAULT, symbol);
   Dl_info ours{}, theirs{};
   if (resolved == nullptr || dladdr(own, &ours) == 0 || dladdr(resolved, &theirs) == 0) return;
   if (ours.dli_fbase == theirs.dli_fbase) {
@@ -23279,7 +23475,7 @@ inline const LabelSetData* ThisCopysLabels() noexcept { return tls_current_label
 // new and its labels there (README: the preload library).
 extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine_role() noexcept {
   using heapprof::detail::EngineApiGetter;
-  auto getter = reinterpret_cast<EngineApiGetter>(dlsym(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
+  auto getter = reinterpret_cast<EngineApiGetter>(heapprof::detail::FindSymbol(RTLD_DEFAULT, "heapprof_preload_engine_v1"));
   if (getter == nullptr) return;
   const heapprof::detail::EngineApi* e = getter();
   if (e == nullptr || e->version != heapprof::detail::kEngineApiVersion ||
@@ -23371,7 +23567,7 @@ HEAPPROF_LINKED_END
 // inline fast path (block_hooks.hpp), so errno, calloc's overflow check,
 // malloc(0), realloc(p, 0) and the alignment rules are exactly that
 // allocator's. The allocator under us is the next definition after ours in
-// the lookup order, dlsym(RTLD_NEXT): glibc's, or jemalloc's, tcmalloc's,
+// the lookup order, FindSymbol(RTLD_NEXT): glibc's, or jemalloc's, tcmalloc's,
 // mimalloc's when one is preloaded after heapprof (or linked into the
 // program, which heapprof's executable precedes). dlsym itself allocates, so
 // while the resolving thread is inside it our malloc serves a small static
@@ -23577,7 +23773,7 @@ inline std::size_t NoUsableSize(void*) noexcept { return 0; }
 // which is what dlsym would find next, and which would mix two heaps.
 template <class F>
 inline F Lookup(void* handle, const char* name, const void* base, F fallback) noexcept {
-  void* f = dlsym(handle, name);
+  void* f = FindSymbol(handle, name);
   if (f == nullptr) return fallback;
   if (base != nullptr && ObjectBaseOf(f) != base) return fallback;
   return reinterpret_cast<F>(f);
@@ -23616,14 +23812,14 @@ inline ProcessFunctions g_process_fn{};
 // definition, whoever's: at worst ours, which is no worse than not
 // forwarding).
 inline void* ProcessFunction(const char* name, const void* ours) noexcept {
-  void* f = dlsym(RTLD_DEFAULT, name);
+  void* f = FindSymbol(RTLD_DEFAULT, name);
   const void* const base = f != nullptr ? ObjectBaseOf(f) : nullptr;
   if (base == nullptr || base == ours) return nullptr;
   return f;
 }
 // Whether the process's `name` is ours (the shadowing object lacks it).
 inline bool ProcessHasOurs(const char* name, const void* ours) noexcept {
-  void* f = dlsym(RTLD_DEFAULT, name);
+  void* f = FindSymbol(RTLD_DEFAULT, name);
   return f != nullptr && ours != nullptr && ObjectBaseOf(f) == ours;
 }
 
@@ -23661,7 +23857,7 @@ inline bool Resolve() noexcept {
   // first one's would call back into us.
   void* const handle = RTLD_NEXT;
   Dl_info process_malloc{};
-  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  void* active = FindSymbol(RTLD_DEFAULT, "malloc");
   // Only a definition counts: a non-PIE program that takes malloc's address
   // (Debian's python3) has its PLT stub as malloc's canonical address, which
   // dlsym returns, under an undefined symbol (SHN_UNDEF).
@@ -24543,7 +24739,7 @@ extern "C" __attribute__((__visibility__("hidden"))) void heapprof_detail_engine
   heapprof::detail::g_engine_off = true;
   Dl_info info{};
   link_map* map = nullptr;
-  void* active = dlsym(RTLD_DEFAULT, "malloc");
+  void* active = heapprof::detail::FindSymbol(RTLD_DEFAULT, "malloc");
   const bool found =
       active != nullptr && dladdr1(active, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) != 0;
   const char* who = found && info.dli_fname != nullptr && info.dli_fname[0] != '\0' ? info.dli_fname : "the program";
