@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <ucontext.h>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -1240,6 +1241,68 @@ inline int RunSmallStackExit() {
   return 3;  // (the worker's exit() ends the process)
 }
 
+// ---- a profile written by a handler on its alternate stack ---------------
+// A SIGUSR1 handler on a 16 KiB sigaltstack writes a heap profile (as a
+// crash or status handler may). The build runs on the profiler's stack (the
+// alternate stack is short); meanwhile another thread sends SIGUSR2, whose
+// handler is SA_ONSTACK too, over and over. Delivered during the build, the
+// kernel (the stack pointer off the alternate stack) would run it from the
+// top of the alternate stack, over the live frames of the first handler:
+// asynchronous signals wait until the build is back. Prints how many SIGUSR2
+// handlers ran above the first handler's frame, over it (0), and in all
+// (> 0: those held off came after).
+inline std::atomic<int> g_altstack_usr2{0}, g_altstack_over{0};
+inline std::atomic<bool> g_altstack_writing{false}, g_altstack_done{false};
+inline std::atomic<std::uintptr_t> g_altstack_outer{0};
+inline int g_altstack_written = -1;
+inline void AltstackUsr2(int) {
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  const std::uintptr_t outer = g_altstack_outer.load();
+  if (outer != 0 && here > outer) g_altstack_over.fetch_add(1);
+  g_altstack_usr2.fetch_add(1);
+}
+__attribute__((noinline)) inline void AltstackUsr1(int) {
+  const std::string path = std::string(std::getenv("HEAPPROF_TEST_DIR")) + "/altstack.pb.gz";
+  g_altstack_outer.store(reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)));
+  g_altstack_writing.store(true);
+  const bool written = heapprof::WriteHeapProfile(path);
+  g_altstack_written = written ? 1 : 0;
+  g_altstack_outer.store(0);
+}
+inline int RunAltstackWrite() {
+  std::vector<void*> keep;
+  for (int i = 0; i < 50; ++i) keep.push_back(::operator new(1000));
+  static char alternate[16384];
+  stack_t ss{};
+  ss.ss_sp = alternate;
+  ss.ss_size = sizeof alternate;
+  HEAPPROF_HOSTILE_CHECK(sigaltstack(&ss, nullptr) == 0);
+  struct sigaction sa {};
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = &AltstackUsr2;
+  HEAPPROF_HOSTILE_CHECK(sigaction(SIGUSR2, &sa, nullptr) == 0);
+  sa.sa_handler = &AltstackUsr1;
+  HEAPPROF_HOSTILE_CHECK(sigaction(SIGUSR1, &sa, nullptr) == 0);
+  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  std::atomic<long> sent{0};
+  std::thread sender([&] {
+    while (!g_altstack_writing.load()) {
+    }
+    while (!g_altstack_done.load()) {
+      syscall(SYS_tgkill, getpid(), self, SIGUSR2);
+      sent.fetch_add(1);
+    }
+  });
+  raise(SIGUSR1);
+  g_altstack_done.store(true);
+  sender.join();
+  for (void* p : keep) ::operator delete(p);
+  std::printf("altstack_write: written %d, over %d, handled %d, sent %ld\n", g_altstack_written,
+              g_altstack_over.load(), g_altstack_usr2.load(), sent.load());
+  return 0;
+}
+
 inline int RunHostileScenario(const char* name, bool& known) {
   known = true;
   if (std::strcmp(name, "signal_alloc_in_free") == 0) return RunSignalAllocInFree();
@@ -1275,6 +1338,7 @@ inline int RunHostileScenario(const char* name, bool& known) {
   if (std::strcmp(name, "after_main_profiles") == 0) return RunAfterMainProfiles();
   if (std::strcmp(name, "pthread_exit_thread_chain") == 0) return RunPthreadExitThreadChain();
   if (std::strcmp(name, "small_stack_exit") == 0) return RunSmallStackExit();
+  if (std::strcmp(name, "altstack_write") == 0) return RunAltstackWrite();
   if (std::strcmp(name, "foreign_sigpipe_during_line") == 0) return RunForeignSigpipeDuringLine();
   known = false;
   return 2;

@@ -35,8 +35,9 @@
 //    and blocks in read(2) 5 ms later. Prints the thread's tid.
 //  - retention_coroutine (rate 1, leak_report=1): main() holds a buffer in
 //    a local and switches to a coroutine on a 16 KiB stack (mmapped, a guard
-//    page below), which holds another, writes the heap, peak and retention
-//    profiles (to files and to a stream) and calls exit(). Prints the tid.
+//    page below), which leaks three and holds another, writes the heap,
+//    peak and retention profiles (to files and to a stream) and calls
+//    exit(). Prints the tid.
 #pragma once
 
 #include <heapprof.hpp>
@@ -533,8 +534,17 @@ __attribute__((noinline)) inline char* MakeCoroutineMainBuffer() {
   asm volatile("" : : "r"(p) : "memory");  // no tail call: this frame stays in the stack
   return p;
 }
+// Leaked: each one's sample ran on the profiler's stack (the coroutine's is
+// short), whose dead frames then held its address: "[unsampled heap]", the
+// profiler's stack read as the program's memory.
+constexpr std::size_t kCoroutineLeakBytes = 3333;
+__attribute__((noinline)) inline void MakeCoroutineLeak() {
+  char* p = new char[kCoroutineLeakBytes];
+  asm volatile("" : : "r"(p) : "memory");
+}
 inline ucontext_t g_coroutine_caller, g_coroutine;
 inline void RetentionCoroutineBody() {
+  for (int i = 0; i < 3; ++i) MakeCoroutineLeak();
   char* volatile held = MakeCoroutineBuffer();  // on the coroutine's stack only
   const std::string dir = std::getenv("HEAPPROF_TEST_DIR");
   const bool heap = heapprof::WriteHeapProfile(dir + "/heap.pb.gz");

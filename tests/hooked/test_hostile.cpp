@@ -350,6 +350,26 @@ TEST_CASE("hostile: exit() and WriteHeapProfile on a thread of 16 KiB: the write
   RemoveDir(dir);
 }
 
+TEST_CASE("hostile: a handler on a 16 KiB sigaltstack writes a profile while SA_ONSTACK signals keep coming") {
+  // The write ran in place on the alternate stack: SIGSEGV. On the profiler's
+  // stack, a SIGUSR2 delivered meanwhile ran from the top of the alternate
+  // stack, over the first handler's frames. Not under ASan/TSan (no switch).
+#if defined(HEAPPROF_ASAN) || defined(HEAPPROF_TSAN)
+  MESSAGE("skipped under sanitizers: no stack switch there");
+  return;
+#endif
+  const std::string dir = HostileTempDir();
+  REQUIRE(!dir.empty());
+  std::string out;
+  const int rc = RunHostileChild("HEAPPROF=rate=1 HEAPPROF_TEST_DIR=" + dir, "altstack_write", out, 60);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("altstack_write: written 1, over 0, handled ") != std::string::npos);
+  CHECK(out.find(", handled 0,") == std::string::npos);  // the held-off signals came after
+  CHECK(DirNames(dir).find("altstack.pb.gz") != std::string::npos);
+  RemoveDir(dir);
+}
+
 TEST_CASE("hostile: dlopen/dlclose churn leaves the profiler's memory level") {
   // 500 cycles of load, allocate (rate 1), write a profile, unload, with two
   // threads sampling throughout. Before: one more unwind table per cycle,

@@ -43,7 +43,13 @@ inline bool StackHasRoom(std::uintptr_t sp, std::uintptr_t lo, std::uintptr_t hi
   return sp >= lo + need && sp < hi;
 }
 
+// The first word of every ProfilerStack ("heapprof"): the retention scan
+// tells the profiler's stacks from the program's memory by it
+// (ExitedThreadDtvRoots). Not a user-space address.
+constexpr std::uint64_t kProfilerStackMagic = 0x666f727070616568ull;
+
 struct ProfilerStack {
+  std::uint64_t magic = kProfilerStackMagic;
   ucontext_t caller;
   ucontext_t callee;
   void (*fn)(void*) = nullptr;
@@ -67,6 +73,13 @@ inline void ProfilerStackEntry(unsigned hi, unsigned lo) noexcept {
   // Returning resumes uc_link: the caller's context.
 }
 
+// The ProfilerStack header's bytes at the top of its mapping: whole pages.
+inline std::size_t ProfilerStackHeaderBytes() noexcept {
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
+  return (sizeof(ProfilerStack) + pg - 1) / pg * pg;
+}
+
 // The calling thread's profiler stack, mapped on first use; null if out of memory.
 inline ProfilerStack* ThisThreadProfilerStack() noexcept {
   if (ProfilerStack* s = tls_profiler_stack) return s;
@@ -74,7 +87,7 @@ inline ProfilerStack* ThisThreadProfilerStack() noexcept {
   const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
   // [guard page][stack ........][ProfilerStack header], the stack growing down
   // towards the guard.
-  const std::size_t header = (sizeof(ProfilerStack) + pg - 1) / pg * pg;
+  const std::size_t header = ProfilerStackHeaderBytes();
   const std::size_t mapped = pg + kProfilerStackBytes + header;
   void* mem = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mem == MAP_FAILED) return nullptr;

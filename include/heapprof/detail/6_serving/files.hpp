@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <ostream>
 #include <string>
@@ -38,12 +39,26 @@ namespace detail {
 // there or on a coroutine of 16 KiB.
 constexpr std::size_t kBuildStackHeadroom = 128 * 1024;
 
+template <class Fn>
+struct BuildStackCall {
+  Fn* fn = nullptr;
+#if HEAPPROF_EXCEPTIONS
+  std::exception_ptr thrown;  // (bad_alloc of the arena) rethrown on the caller's stack
+#endif
+};
+
 // Runs fn() here, or on the profiler's stack when this thread's stack is
 // short. There cancellation is held off (a forced unwind cannot leave that
-// stack); a cancel that came meanwhile acts on return. fn must not throw
-// (the Build*/Write* functions catch all but cancellation), nor scan from
-// its own frame (a retention scan starts where the caller's registers were
-// spilled: retention::WithRegistersSpilled).
+// stack); a cancel that came meanwhile acts on return, and an exception fn
+// throws is thrown again once back. fn must not scan from its own frame (a
+// retention scan starts where the caller's registers were spilled:
+// retention::WithRegistersSpilled).
+//
+// On a signal's alternate stack (a handler that calls exit() or writes a
+// profile), asynchronous signals are held off while there: the kernel,
+// seeing a stack pointer off the alternate stack, would run a nested
+// SA_ONSTACK handler from the top of the alternate stack, over the live
+// frames of this one.
 template <class Fn>
 inline void RunWithBuildStack(Fn& fn) {
   const ThreadState* ts = tls_thread_state;
@@ -58,11 +73,39 @@ inline void RunWithBuildStack(Fn& fn) {
   if (!StackHasRoom(sp, lo, hi, kBuildStackHeadroom)) {
     int state = PTHREAD_CANCEL_ENABLE;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
-    const bool ran = RunOnProfilerStack([](void* f) noexcept { (*static_cast<Fn*>(f))(); }, &fn);
+    sigset_t old_mask;
+    bool masked = false;
+    stack_t alternate{};
+    if (sigaltstack(nullptr, &alternate) == 0 && (alternate.ss_flags & SS_ONSTACK) != 0) {
+      sigset_t async;
+      sigfillset(&async);
+      for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT}) sigdelset(&async, sig);
+      masked = pthread_sigmask(SIG_BLOCK, &async, &old_mask) == 0;
+    }
+    BuildStackCall<Fn> call;
+    call.fn = &fn;
+    const bool ran = RunOnProfilerStack(
+        [](void* arg) noexcept {
+          auto& c = *static_cast<BuildStackCall<Fn>*>(arg);
+#if HEAPPROF_EXCEPTIONS
+          try {
+            (*c.fn)();
+          } catch (...) {  // (no forced unwind: cancellation is off)
+            c.thrown = std::current_exception();
+          }
+#else
+          (*c.fn)();
+#endif
+        },
+        &call);
     const int err = errno;
+    if (masked) pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     pthread_setcancelstate(state, nullptr);
     errno = err;
     if (ran) {
+#if HEAPPROF_EXCEPTIONS
+      if (call.thrown) std::rethrow_exception(call.thrown);
+#endif
       if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
       return;
     }

@@ -497,7 +497,9 @@ struct ThreadSp {
 // was taken for a thread stack and not read, and an object only a
 // suspended fiber held was "[unreachable]" at rate 1, a leak for
 // leak_exit_code. (Elsewhere than x86-64 glibc, every guarded mapping still
-// counts as a thread stack.)
+// counts as a thread stack.) The profiler's own stacks (ProfilerStack's
+// magic word at the top) count as threads' too: their dead frames hold the
+// addresses of what samples and builds there handled, leaked objects too.
 inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVector<std::uintptr_t>& live_sps,
                                  SafeReader& reader, ArenaVector<RootRegion>& roots,
                                  ArenaVector<std::uintptr_t>& thread_stacks) {
@@ -520,6 +522,11 @@ inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVe
     const std::uintptr_t lo = m.hi - window;
     if (window < 3 * sizeof(std::uintptr_t) || reader.Read(lo, words.data(), window) != window) {
       thread_stacks.push_back(m.lo);  // unknown: as before
+      continue;
+    }
+    const std::size_t header = ProfilerStackHeaderBytes();
+    if (header <= window && words[(window - header) / sizeof(std::uintptr_t)] == kProfilerStackMagic) {
+      thread_stacks.push_back(m.lo);
       continue;
     }
     for (std::size_t w = 0; w + 2 < window / sizeof(std::uintptr_t); ++w) {
