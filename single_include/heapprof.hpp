@@ -4893,7 +4893,13 @@ inline bool StackHasRoom(std::uintptr_t sp, std::uintptr_t lo, std::uintptr_t hi
   return sp >= lo + need && sp < hi;
 }
 
+// The first word of every ProfilerStack ("heapprof"): the retention scan
+// tells the profiler's stacks from the program's memory by it
+// (ExitedThreadDtvRoots). Not a user-space address.
+constexpr std::uint64_t kProfilerStackMagic = 0x666f727070616568ull;
+
 struct ProfilerStack {
+  std::uint64_t magic = kProfilerStackMagic;
   ucontext_t caller;
   ucontext_t callee;
   void (*fn)(void*) = nullptr;
@@ -4917,6 +4923,13 @@ inline void ProfilerStackEntry(unsigned hi, unsigned lo) noexcept {
   // Returning resumes uc_link: the caller's context.
 }
 
+// The ProfilerStack header's bytes at the top of its mapping: whole pages.
+inline std::size_t ProfilerStackHeaderBytes() noexcept {
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
+  return (sizeof(ProfilerStack) + pg - 1) / pg * pg;
+}
+
 // The calling thread's profiler stack, mapped on first use; null if out of memory.
 inline ProfilerStack* ThisThreadProfilerStack() noexcept {
   if (ProfilerStack* s = tls_profiler_stack) return s;
@@ -4924,7 +4937,7 @@ inline ProfilerStack* ThisThreadProfilerStack() noexcept {
   const std::size_t pg = page > 0 ? static_cast<std::size_t>(page) : 4096;
   // [guard page][stack ........][ProfilerStack header], the stack growing down
   // towards the guard.
-  const std::size_t header = (sizeof(ProfilerStack) + pg - 1) / pg * pg;
+  const std::size_t header = ProfilerStackHeaderBytes();
   const std::size_t mapped = pg + kProfilerStackBytes + header;
   void* mem = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mem == MAP_FAILED) return nullptr;
@@ -17168,7 +17181,9 @@ struct ThreadSp {
 // was taken for a thread stack and not read, and an object only a
 // suspended fiber held was "[unreachable]" at rate 1, a leak for
 // leak_exit_code. (Elsewhere than x86-64 glibc, every guarded mapping still
-// counts as a thread stack.)
+// counts as a thread stack.) The profiler's own stacks (ProfilerStack's
+// magic word at the top) count as threads' too: their dead frames hold the
+// addresses of what samples and builds there handled, leaked objects too.
 inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVector<std::uintptr_t>& live_sps,
                                  SafeReader& reader, ArenaVector<RootRegion>& roots,
                                  ArenaVector<std::uintptr_t>& thread_stacks) {
@@ -17191,6 +17206,11 @@ inline void ExitedThreadDtvRoots(const ArenaVector<Mapping>& maps, const ArenaVe
     const std::uintptr_t lo = m.hi - window;
     if (window < 3 * sizeof(std::uintptr_t) || reader.Read(lo, words.data(), window) != window) {
       thread_stacks.push_back(m.lo);  // unknown: as before
+      continue;
+    }
+    const std::size_t header = ProfilerStackHeaderBytes();
+    if (header <= window && words[(window - header) / sizeof(std::uintptr_t)] == kProfilerStackMagic) {
+      thread_stacks.push_back(m.lo);
       continue;
     }
     for (std::size_t w = 0; w + 2 < window / sizeof(std::uintptr_t); ++w) {
@@ -18294,6 +18314,7 @@ inline bool BuildRetentionProfileBytes(ArenaString& gz, std::uintptr_t from = 0)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <ostream>
 #include <string>
@@ -18314,12 +18335,26 @@ namespace detail {
 // there or on a coroutine of 16 KiB.
 constexpr std::size_t kBuildStackHeadroom = 128 * 1024;
 
+template <class Fn>
+struct BuildStackCall {
+  Fn* fn = nullptr;
+#if HEAPPROF_EXCEPTIONS
+  std::exception_ptr thrown;  // (bad_alloc of the arena) rethrown on the caller's stack
+#endif
+};
+
 // Runs fn() here, or on the profiler's stack when this thread's stack is
 // short. There cancellation is held off (a forced unwind cannot leave that
-// stack); a cancel that came meanwhile acts on return. fn must not throw
-// (the Build*/Write* functions catch all but cancellation), nor scan from
-// its own frame (a retention scan starts where the caller's registers were
-// spilled: retention::WithRegistersSpilled).
+// stack); a cancel that came meanwhile acts on return, and an exception fn
+// throws is thrown again once back. fn must not scan from its own frame (a
+// retention scan starts where the caller's registers were spilled:
+// retention::WithRegistersSpilled).
+//
+// On a signal's alternate stack (a handler that calls exit() or writes a
+// profile), asynchronous signals are held off while there: the kernel,
+// seeing a stack pointer off the alternate stack, would run a nested
+// SA_ONSTACK handler from the top of the alternate stack, over the live
+// frames of this one.
 template <class Fn>
 inline void RunWithBuildStack(Fn& fn) {
   const ThreadState* ts = tls_thread_state;
@@ -18334,11 +18369,39 @@ inline void RunWithBuildStack(Fn& fn) {
   if (!StackHasRoom(sp, lo, hi, kBuildStackHeadroom)) {
     int state = PTHREAD_CANCEL_ENABLE;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
-    const bool ran = RunOnProfilerStack([](void* f) noexcept { (*static_cast<Fn*>(f))(); }, &fn);
+    sigset_t old_mask;
+    bool masked = false;
+    stack_t alternate{};
+    if (sigaltstack(nullptr, &alternate) == 0 && (alternate.ss_flags & SS_ONSTACK) != 0) {
+      sigset_t async;
+      sigfillset(&async);
+      for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT}) sigdelset(&async, sig);
+      masked = pthread_sigmask(SIG_BLOCK, &async, &old_mask) == 0;
+    }
+    BuildStackCall<Fn> call;
+    call.fn = &fn;
+    const bool ran = RunOnProfilerStack(
+        [](void* arg) noexcept {
+          auto& c = *static_cast<BuildStackCall<Fn>*>(arg);
+#if HEAPPROF_EXCEPTIONS
+          try {
+            (*c.fn)();
+          } catch (...) {  // (no forced unwind: cancellation is off)
+            c.thrown = std::current_exception();
+          }
+#else
+          (*c.fn)();
+#endif
+        },
+        &call);
     const int err = errno;
+    if (masked) pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     pthread_setcancelstate(state, nullptr);
     errno = err;
     if (ran) {
+#if HEAPPROF_EXCEPTIONS
+      if (call.thrown) std::rethrow_exception(call.thrown);
+#endif
       if (state == PTHREAD_CANCEL_ENABLE) pthread_testcancel();
       return;
     }
