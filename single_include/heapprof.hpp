@@ -20553,108 +20553,107 @@ inline bool LeakReport(const ArenaString& prefix, const ArenaString& suppression
     // with this thread's registers spilled there. The scan and the rest run
     // on a stack with room for them (files.hpp).
     std::uintptr_t from = floor;
+    // (An exception thrown on the profiler's stack is thrown again on this
+    // one: the catch below reports it.)
     auto rest = [&] {
-      HEAPPROF_TRY {
-        retention::Scan(scan, from);
-        // One snapshot and one symbolizer for the files and the tables, so they
-        // agree and the ELF files are read once.
-        const ProfileData data = SnapshotProfile(false);
-        const ArenaVector<LoadedObject> objects = CollectProfileObjects();
-        Symbolizer symbolizer(objects);
-        ArenaString error;
-        const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
-        const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
-        const ArenaString retention_path = base + ".retention.pb.gz";
-        ArenaString retention_error;
-        const bool retention_written =
-            WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
+      retention::Scan(scan, from);
+      // One snapshot and one symbolizer for the files and the tables, so they
+      // agree and the ELF files are read once.
+      const ProfileData data = SnapshotProfile(false);
+      const ArenaVector<LoadedObject> objects = CollectProfileObjects();
+      Symbolizer symbolizer(objects);
+      ArenaString error;
+      const bool written = WriteFileAtomic(path, EncodeGzipped(data, objects, symbolizer), &error);
+      const ProfileData retained = retention::RetentionProfileData(scan, objects, symbolizer);
+      const ArenaString retention_path = base + ".retention.pb.gz";
+      ArenaString retention_error;
+      const bool retention_written =
+          WriteFileAtomic(retention_path, EncodeGzipped(retained, objects, symbolizer), &retention_error);
 
-        LeakSuppressions suppressions;
-        if (!suppressions_path.empty() && !suppressions.Load(suppressions_path.c_str())) {
-          ReportLine("leak report: leak_suppressions: " + suppressions.error);
-        }
-        // Split: unreachable, reachable (held by its root), suppressed.
-        ProfileData unreachable, reachable, suppressed;
-        for (const ProfileSample& s : retained.samples) {
-          const ArenaString& root = s.markers.empty() ? ArenaString() : s.markers.back();
-          ProfileSample copy = s;
-          copy.markers.clear();
-          if (root == "[unreachable]") {
-            if (!suppressions.patterns.empty() && suppressions.Matches(s.pcs, symbolizer, objects)) {
-              suppressed.samples.push_back(std::move(copy));
-            } else {
-              unreachable.samples.push_back(std::move(copy));
-            }
-          } else {
-            copy.markers.push_back(root);
-            reachable.samples.push_back(std::move(copy));
-          }
-        }
-        std::int64_t objects_in_use = 0, bytes_in_use = 0;
-        std::int64_t u_objects = 0, u_bytes = 0, r_objects = 0, r_bytes = 0, s_objects = 0, s_bytes = 0;
-        FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
-        const ArenaVector<ArenaString> u_table =
-            FormatLeakTable(unreachable, symbolizer, u_objects, u_bytes, g_env_config.leak_frames);
-        const ArenaVector<ArenaString> r_table =
-            FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
-        FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
-        const ArenaString how = LeakFiguresHow();
-        // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
-        ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
-                          " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
-                          how + ")";
-        if (objects_in_use == 0) out += ": nothing to report";
-        ReportLine(out);
-        if (objects_in_use != 0) {
-          if (scan.maps_unreadable) {
-            // Without the maps there was no scan: nothing is known to be
-            // unreachable, and nothing is called a leak (nor sets leak_exit_code).
-            ReportLine(ArenaString("leak report: ") + scan.not_scanned_why +
-                       ": what holds these objects is unknown, so none is counted as leaked; leak_exit_code does not "
-                       "apply");
-          }
-          ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
-                     " objects, " + FormatBytes(static_cast<double>(u_bytes)));
-          if (scan.threads_running != 0) {
-            // Said only in the retention profile's comments before: a running
-            // thread's buffer was "leaked" (and leak_exit_code's status) with
-            // nothing on stderr to say why.
-            const bool one = scan.threads_running == 1;
-            ReportLine("leak report: " + ArenaDecimal(scan.threads_running) +
-                       (one ? " thread was running during the scan: its stack and registers were not read, so what only "
-                              "it holds is counted as unreachable"
-                            : " threads were running during the scan: their stacks and registers were not read, so what "
-                              "only they hold is counted as unreachable"));
-          }
-          if (u_objects != 0) {
-            for (const ArenaString& line : u_table) ReportLine("  " + line);
-          }
-          ReportLine(ArenaString(scan.maps_unreadable ? "leak report: not scanned (named after <==): "
-                                                      : "leak report: reachable (held by a root, named after <==): ") +
-                     ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
-                     FormatBytes(static_cast<double>(r_bytes)));
-          if (r_objects != 0) {
-            for (const ArenaString& line : r_table) ReportLine("  " + line);
-          }
-          if (!suppressions.patterns.empty()) {
-            ReportLine("leak report: suppressed (leak_suppressions): " +
-                       ArenaDecimal(static_cast<unsigned long long>(s_objects)) + " objects, " +
-                       FormatBytes(static_cast<double>(s_bytes)));
-          }
-        }
-        if (written) {
-          ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
-        } else {
-          ReportLine("cannot write the leak profile: " + error);
-        }
-        if (retention_written) {
-          ReportLine("retention profile: " + retention_path + "  (go tool pprof -traces " + retention_path + ")");
-        } else {
-          ReportLine("cannot write the retention profile: " + retention_error);
-        }
-        leaked = u_objects != 0;
+      LeakSuppressions suppressions;
+      if (!suppressions_path.empty() && !suppressions.Load(suppressions_path.c_str())) {
+        ReportLine("leak report: leak_suppressions: " + suppressions.error);
       }
-      HEAPPROF_CATCH_ALL_NOEXCEPT { ReportLine("leak report: out of memory"); }
+      // Split: unreachable, reachable (held by its root), suppressed.
+      ProfileData unreachable, reachable, suppressed;
+      for (const ProfileSample& s : retained.samples) {
+        const ArenaString& root = s.markers.empty() ? ArenaString() : s.markers.back();
+        ProfileSample copy = s;
+        copy.markers.clear();
+        if (root == "[unreachable]") {
+          if (!suppressions.patterns.empty() && suppressions.Matches(s.pcs, symbolizer, objects)) {
+            suppressed.samples.push_back(std::move(copy));
+          } else {
+            unreachable.samples.push_back(std::move(copy));
+          }
+        } else {
+          copy.markers.push_back(root);
+          reachable.samples.push_back(std::move(copy));
+        }
+      }
+      std::int64_t objects_in_use = 0, bytes_in_use = 0;
+      std::int64_t u_objects = 0, u_bytes = 0, r_objects = 0, r_bytes = 0, s_objects = 0, s_bytes = 0;
+      FormatLeakTable(data, symbolizer, objects_in_use, bytes_in_use, g_env_config.leak_frames);
+      const ArenaVector<ArenaString> u_table =
+          FormatLeakTable(unreachable, symbolizer, u_objects, u_bytes, g_env_config.leak_frames);
+      const ArenaVector<ArenaString> r_table =
+          FormatLeakTable(reachable, symbolizer, r_objects, r_bytes, g_env_config.leak_frames);
+      FormatLeakTable(suppressed, symbolizer, s_objects, s_bytes, g_env_config.leak_frames);
+      const ArenaString how = LeakFiguresHow();
+      // The object totals sum positive counts (FormatLeakTable), so the casts keep their values.
+      ArenaString out = "leak report: " + ArenaDecimal(static_cast<unsigned long long>(objects_in_use)) +
+                        " objects, " + FormatBytes(static_cast<double>(bytes_in_use)) + " still in use at exit (" +
+                        how + ")";
+      if (objects_in_use == 0) out += ": nothing to report";
+      ReportLine(out);
+      if (objects_in_use != 0) {
+        if (scan.maps_unreadable) {
+          // Without the maps there was no scan: nothing is known to be
+          // unreachable, and nothing is called a leak (nor sets leak_exit_code).
+          ReportLine(ArenaString("leak report: ") + scan.not_scanned_why +
+                     ": what holds these objects is unknown, so none is counted as leaked; leak_exit_code does not "
+                     "apply");
+        }
+        ReportLine("leak report: unreachable (leaked): " + ArenaDecimal(static_cast<unsigned long long>(u_objects)) +
+                   " objects, " + FormatBytes(static_cast<double>(u_bytes)));
+        if (scan.threads_running != 0) {
+          // Said only in the retention profile's comments before: a running
+          // thread's buffer was "leaked" (and leak_exit_code's status) with
+          // nothing on stderr to say why.
+          const bool one = scan.threads_running == 1;
+          ReportLine("leak report: " + ArenaDecimal(scan.threads_running) +
+                     (one ? " thread was running during the scan: its stack and registers were not read, so what only "
+                            "it holds is counted as unreachable"
+                          : " threads were running during the scan: their stacks and registers were not read, so what "
+                            "only they hold is counted as unreachable"));
+        }
+        if (u_objects != 0) {
+          for (const ArenaString& line : u_table) ReportLine("  " + line);
+        }
+        ReportLine(ArenaString(scan.maps_unreadable ? "leak report: not scanned (named after <==): "
+                                                    : "leak report: reachable (held by a root, named after <==): ") +
+                   ArenaDecimal(static_cast<unsigned long long>(r_objects)) + " objects, " +
+                   FormatBytes(static_cast<double>(r_bytes)));
+        if (r_objects != 0) {
+          for (const ArenaString& line : r_table) ReportLine("  " + line);
+        }
+        if (!suppressions.patterns.empty()) {
+          ReportLine("leak report: suppressed (leak_suppressions): " +
+                     ArenaDecimal(static_cast<unsigned long long>(s_objects)) + " objects, " +
+                     FormatBytes(static_cast<double>(s_bytes)));
+        }
+      }
+      if (written) {
+        ReportLine("leak profile: " + path + "  (go tool pprof -sample_index=inuse_space -top " + path + ")");
+      } else {
+        ReportLine("cannot write the leak profile: " + error);
+      }
+      if (retention_written) {
+        ReportLine("retention profile: " + retention_path + "  (go tool pprof -traces " + retention_path + ")");
+      } else {
+        ReportLine("cannot write the retention profile: " + retention_error);
+      }
+      leaked = u_objects != 0;
     };
     auto spilled = [&](std::uintptr_t sp) {
       from = sp;
